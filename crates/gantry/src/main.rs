@@ -1,0 +1,50 @@
+//! The `gantry` binary: CLI wiring only. Each subcommand lives in `cmd/<name>.rs`
+//! and calls into the library crates; no logic of its own lives here.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "gantry", version, about = "GPU infrastructure for Kubernetes: operator, node agents, scheduler and an embedded sim")]
+struct Cli {
+    /// Log filter (RUST_LOG syntax), e.g. `info` or `gantry_sim=debug`.
+    #[arg(long, global = true, env = "GANTRY_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print every CRD Gantry serves as multi-document YAML.
+    Crds(cmd::crds::Args),
+    /// Check manifests and config files offline; exit 1 on problems.
+    Validate(cmd::validate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log);
+    let result = match cli.command {
+        Command::Crds(args) => cmd::crds::run(args),
+        Command::Validate(args) => cmd::validate::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
