@@ -1,3 +1,23 @@
 //! Gantry API types: CRDs, well-known names and config file formats. No I/O.
+//!
+//! - [`cluster_policy::ClusterPolicy`] (nvidia.com/v1), [`nvidia_driver::NVIDIADriver`] and
+//!   [`mig_cluster_policy::MigClusterPolicy`] (nvidia.com/v1alpha1)
+//! - [`kai::Queue`] (scheduling.run.ai/v2) and [`kai::PodGroup`] (scheduling.run.ai/v2alpha2)
+//! - config files: [`device_plugin_config::DevicePluginConfig`], [`mig_parted::MigPartedConfig`]
+//! - [`crds`] (the CRDs with structural schemas), [`validate`] (offline checks), [`names`]
 
+pub mod cluster_policy;
+pub mod common;
+pub mod crds;
+pub mod device_plugin_config;
+pub mod gofloat;
+pub mod kai;
+pub mod mig_cluster_policy;
+pub mod mig_parted;
 pub mod names;
+pub mod nvidia_driver;
+pub mod problem;
+pub mod schema_check;
+pub mod validate;
+
+pub use problem::Problem;

@@ -165,3 +165,204 @@ pub const FINALIZER_OPERATOR: &str = "gantry.nvidia.com/operator";
 pub const ANNOTATION_SIM_RUN_TIME: &str = "sim.gantry.dev/run-time";
 /// Sim: the pod annotation where the sim kubelet records allocated device IDs per container.
 pub const ANNOTATION_SIM_ALLOCATED: &str = "sim.gantry.dev/allocated-devices";
+/// Sim: the pod annotation that sets a simulated container's exit code when its run time ends
+/// (default 0).
+pub const ANNOTATION_SIM_EXIT_CODE: &str = "sim.gantry.dev/exit-code";
+
+// ---- GFD labels: CUDA, per-resource helpers ------------------------------------------------
+
+pub const LABEL_CUDA_DRIVER_VERSION_MAJOR: &str = "nvidia.com/cuda.driver-version.major";
+pub const LABEL_CUDA_DRIVER_VERSION_MINOR: &str = "nvidia.com/cuda.driver-version.minor";
+pub const LABEL_CUDA_DRIVER_VERSION_REVISION: &str = "nvidia.com/cuda.driver-version.revision";
+pub const LABEL_CUDA_DRIVER_VERSION_FULL: &str = "nvidia.com/cuda.driver-version.full";
+pub const LABEL_CUDA_RUNTIME_VERSION_MAJOR: &str = "nvidia.com/cuda.runtime-version.major";
+pub const LABEL_CUDA_RUNTIME_VERSION_MINOR: &str = "nvidia.com/cuda.runtime-version.minor";
+pub const LABEL_CUDA_RUNTIME_VERSION_FULL: &str = "nvidia.com/cuda.runtime-version.full";
+/// Deprecated duplicates GFD still writes.
+pub const LABEL_CUDA_DRIVER_MAJOR: &str = "nvidia.com/cuda.driver.major";
+pub const LABEL_CUDA_DRIVER_MINOR: &str = "nvidia.com/cuda.driver.minor";
+pub const LABEL_CUDA_DRIVER_REV: &str = "nvidia.com/cuda.driver.rev";
+pub const LABEL_CUDA_RUNTIME_MAJOR: &str = "nvidia.com/cuda.runtime.major";
+pub const LABEL_CUDA_RUNTIME_MINOR: &str = "nvidia.com/cuda.runtime.minor";
+pub const LABEL_GPU_CLIQUE: &str = "nvidia.com/gpu.clique";
+pub const LABEL_VGPU_HOST_DRIVER_BRANCH: &str = "nvidia.com/vgpu.host-driver-branch";
+
+/// Suffixes of per-resource GFD labels: `<resource>.<suffix>`, e.g. `nvidia.com/gpu.count`,
+/// `nvidia.com/mig-1g.10gb.memory`. Use [`resource_label`].
+pub mod gfd_suffix {
+    pub const COUNT: &str = "count";
+    pub const PRODUCT: &str = "product";
+    pub const REPLICAS: &str = "replicas";
+    pub const SHARING_STRATEGY: &str = "sharing-strategy";
+    pub const MEMORY: &str = "memory";
+    pub const FAMILY: &str = "family";
+    pub const COMPUTE_MAJOR: &str = "compute.major";
+    pub const COMPUTE_MINOR: &str = "compute.minor";
+    pub const MULTIPROCESSORS: &str = "multiprocessors";
+    pub const SLICES_GI: &str = "slices.gi";
+    pub const SLICES_CI: &str = "slices.ci";
+    pub const ENGINES_COPY: &str = "engines.copy";
+    pub const ENGINES_DECODER: &str = "engines.decoder";
+    pub const ENGINES_ENCODER: &str = "engines.encoder";
+    pub const ENGINES_JPEG: &str = "engines.jpeg";
+    pub const ENGINES_OFA: &str = "engines.ofa";
+}
+
+/// Per-resource GFD label: `resource_label("nvidia.com/mig-1g.10gb", gfd_suffix::COUNT)` =
+/// `nvidia.com/mig-1g.10gb.count`.
+pub fn resource_label(resource: &str, suffix: &str) -> String {
+    format!("{resource}.{suffix}")
+}
+
+/// MIG resource name under the mixed strategy for a profile (`+` becomes `.`):
+/// `1g.5gb+me` → `nvidia.com/mig-1g.5gb.me`.
+pub fn mig_resource_name(profile: &str) -> String {
+    format!("{RESOURCE_MIG_PREFIX}{}", profile.replace('+', "."))
+}
+
+/// Product suffix GFD appends to shared (replicated, not renamed) resources.
+pub const PRODUCT_SHARED_SUFFIX: &str = "-SHARED";
+/// `gpu.product` value under the single strategy for an invalid MIG layout: `<model>-MIG-INVALID`.
+pub const PRODUCT_MIG_INVALID_SUFFIX: &str = "-MIG-INVALID";
+
+/// `nvidia.com/gpu.sharing-strategy` values.
+pub mod sharing_strategy {
+    pub const NONE: &str = "none";
+    pub const TIME_SLICING: &str = "time-slicing";
+    pub const MPS: &str = "mps";
+}
+
+// ---- MIG ----------------------------------------------------------------------------------
+
+/// `nvidia.com/mig.config.state` values.
+pub mod mig_config_state {
+    pub const PENDING: &str = "pending";
+    pub const REBOOTING: &str = "rebooting";
+    pub const SUCCESS: &str = "success";
+    pub const FAILED: &str = "failed";
+}
+pub const MIG_CONFIG_ALL_DISABLED: &str = "all-disabled";
+pub const MIG_CONFIG_ALL_ENABLED: &str = "all-enabled";
+pub const MIG_CONFIG_ALL_BALANCED: &str = "all-balanced";
+/// Operands the MIG manager pauses (deploy label → `paused-for-mig-change`) during a change.
+pub const MIG_PAUSED_OPERANDS: [&str; 6] = [
+    "device-plugin",
+    "gpu-feature-discovery",
+    "dcgm-exporter",
+    "dcgm",
+    "nvsm",
+    "client",
+];
+/// ConfigMaps the operator ships for the MIG manager.
+pub const CONFIG_MAP_DEFAULT_MIG_PARTED: &str = "default-mig-parted-config";
+pub const CONFIG_MAP_DEFAULT_GPU_CLIENTS: &str = "default-gpu-clients";
+/// Key of the mig-parted file inside its ConfigMap.
+pub const MIG_PARTED_CONFIG_KEY: &str = "config.yaml";
+/// `nvidia.com/mig.config` value prefix for a MigClusterPolicy's inline layout:
+/// `gantry-mcp-<policy name>`.
+pub const MIG_CLUSTER_POLICY_CONFIG_PREFIX: &str = "gantry-mcp-";
+/// Label on the per-node generated mig-parted ConfigMap (`<node>-mig-config`).
+pub const LABEL_NODE_NAME: &str = "nvidia.com/node-name";
+/// KAI's node role label marking MIG-enabled nodes.
+pub const LABEL_NODE_ROLE_MIG_ENABLED: &str = "node-role.kubernetes.io/mig-enabled";
+pub const LABEL_NODE_ROLE_GPU_WORKER: &str = "node-role.kubernetes.io/gpu-worker";
+pub const LABEL_NODE_ROLE_CPU_WORKER: &str = "node-role.kubernetes.io/cpu-worker";
+
+// ---- Validation files (host dir shared by the operands) ----------------------------------
+
+/// Directory of the per-component ready files.
+pub const VALIDATIONS_DIR: &str = "/run/nvidia/validations";
+/// Where the driver container exposes the driver root.
+pub const DRIVER_ROOT_DIR: &str = "/run/nvidia/driver";
+pub mod ready_file {
+    pub const DRIVER: &str = "driver-ready";
+    /// Written by the driver container's startup probe.
+    pub const DRIVER_CTR: &str = ".driver-ctr-ready";
+    pub const TOOLKIT: &str = "toolkit-ready";
+    pub const CUDA: &str = "cuda-ready";
+    pub const PLUGIN: &str = "plugin-ready";
+    pub const MOFED: &str = "mofed-ready";
+    pub const NVIDIA_PEERMEM: &str = "nvidia-peermem-ready";
+    pub const NVIDIA_FS: &str = "nvidia-fs-ready";
+    pub const GDRCOPY: &str = "gdrcopy-ready";
+    pub const VFIO_PCI: &str = "vfio-pci-ready";
+    pub const VGPU_MANAGER: &str = "vgpu-manager-ready";
+    pub const HOST_VGPU_MANAGER: &str = "host-vgpu-manager-ready";
+    pub const VGPU_DEVICES: &str = "vgpu-devices-ready";
+    pub const CC_MANAGER: &str = "cc-manager-ready";
+    /// Holds the node's workload config (`container`, `vm-passthrough`, `vm-vgpu`).
+    pub const WORKLOAD_TYPE: &str = "workload-type";
+}
+/// Keys of the `driver-ready` file (`KEY=VALUE` lines).
+pub mod driver_ready_key {
+    pub const IS_HOST_DRIVER: &str = "IS_HOST_DRIVER";
+    pub const NVIDIA_DRIVER_ROOT: &str = "NVIDIA_DRIVER_ROOT";
+    pub const DRIVER_ROOT_CTR_PATH: &str = "DRIVER_ROOT_CTR_PATH";
+    pub const NVIDIA_DEV_ROOT: &str = "NVIDIA_DEV_ROOT";
+    pub const DEV_ROOT_CTR_PATH: &str = "DEV_ROOT_CTR_PATH";
+}
+/// Validator components (`COMPONENT` env / `-c`).
+pub mod validator_component {
+    pub const DRIVER: &str = "driver";
+    pub const TOOLKIT: &str = "toolkit";
+    pub const CUDA: &str = "cuda";
+    pub const PLUGIN: &str = "plugin";
+    pub const METRICS: &str = "metrics";
+    pub const MOFED: &str = "mofed";
+    pub const VFIO_PCI: &str = "vfio-pci";
+    pub const VGPU_MANAGER: &str = "vgpu-manager";
+    pub const VGPU_DEVICES: &str = "vgpu-devices";
+    pub const CC_MANAGER: &str = "cc-manager";
+    pub const NVIDIA_FS: &str = "nvidia-fs";
+    pub const GDRCOPY: &str = "gdrcopy";
+    pub const NVIDIA_PEERMEM: &str = "nvidia-peermem";
+}
+
+// ---- Operand pod labels, annotations and RuntimeClasses -----------------------------------
+
+/// `app=` labels external tools select operand pods by.
+pub mod app {
+    pub const DRIVER: &str = "nvidia-driver-daemonset";
+    pub const OPERATOR_VALIDATOR: &str = "nvidia-operator-validator";
+    pub const DEVICE_PLUGIN: &str = "nvidia-device-plugin-daemonset";
+    pub const GPU_FEATURE_DISCOVERY: &str = "gpu-feature-discovery";
+    pub const DCGM_EXPORTER: &str = "nvidia-dcgm-exporter";
+    pub const DCGM: &str = "nvidia-dcgm";
+    pub const CUDA_VALIDATOR: &str = "nvidia-cuda-validator";
+    pub const DEVICE_PLUGIN_VALIDATOR: &str = "nvidia-device-plugin-validator";
+    pub const MIG_MANAGER: &str = "nvidia-mig-manager";
+}
+pub const LABEL_APP: &str = "app";
+pub const LABEL_APP_COMPONENT: &str = "app.kubernetes.io/component";
+pub const LABEL_APP_PART_OF: &str = "app.kubernetes.io/part-of";
+/// `app.kubernetes.io/component` value of driver DaemonSets.
+pub const COMPONENT_NVIDIA_DRIVER: &str = "nvidia-driver";
+/// Hash of the rendered object, compared before updating a DaemonSet.
+pub const ANNOTATION_LAST_APPLIED_HASH: &str = "nvidia.com/last-applied-hash";
+pub const RUNTIME_CLASS_NVIDIA: &str = "nvidia";
+pub const RUNTIME_CLASS_NVIDIA_CDI: &str = "nvidia-cdi";
+pub const RUNTIME_CLASS_NVIDIA_LEGACY: &str = "nvidia-legacy";
+/// Pod Security Admission labels the operator sets on its namespace when `psa.enabled`.
+pub const PSA_LABELS: [&str; 3] = [
+    "pod-security.kubernetes.io/enforce",
+    "pod-security.kubernetes.io/audit",
+    "pod-security.kubernetes.io/warn",
+];
+/// Name the Helm chart gives the ClusterPolicy.
+pub const DEFAULT_CLUSTER_POLICY_NAME: &str = "cluster-policy";
+
+// ---- KAI: more well-known keys -------------------------------------------------------------
+
+pub const DEFAULT_KAI_NAMESPACE: &str = "kai-scheduler";
+pub const ANNOTATION_TOPOLOGY: &str = "kai.scheduler/topology";
+pub const ANNOTATION_TOPOLOGY_REQUIRED_PLACEMENT: &str = "kai.scheduler/topology-required-placement";
+pub const ANNOTATION_TOPOLOGY_PREFERRED_PLACEMENT: &str = "kai.scheduler/topology-preferred-placement";
+pub const LABEL_ACCOUNTING: &str = "kai.scheduler/accounting";
+/// Default subgroup of pods without `kai.scheduler/subgroup-name`.
+pub const DEFAULT_SUBGROUP: &str = "default";
+/// `received-resource-type` values.
+pub mod received_resource_type {
+    pub const REGULAR: &str = "Regular";
+    pub const FRACTION: &str = "Fraction";
+    pub const MIG_INSTANCE: &str = "MigInstance";
+}

@@ -22,6 +22,15 @@ enum Command {
     Crds(cmd::crds::Args),
     /// Check manifests and config files offline; exit 1 on problems.
     Validate(cmd::validate::Args),
+    /// Node agents (run as DaemonSets on GPU nodes).
+    #[command(subcommand)]
+    Node(cmd::node::NodeCommand),
+    /// Control a running simulated cluster (fault injection).
+    #[command(subcommand)]
+    Sim(cmd::sim::SimCommand),
+    /// Benchmarks that print a table.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +39,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crds(args) => cmd::crds::run(args),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Node(cmd) => cmd::node::run(cmd),
+        Command::Sim(cmd) => cmd::sim::run(cmd),
+        Command::Bench(cmd) => cmd::bench::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -1,1 +1,7 @@
-//! See Cargo.toml description.
+//! Gantry node agents: device plugin, discovery, exporter, MIG manager, toolkit, validator.
+
+pub mod device_plugin;
+pub mod discovery;
+pub mod exporter;
+pub mod proto;
+pub mod toolkit;

@@ -1,1 +1,32 @@
-//! See Cargo.toml description.
+//! Gantry sim: an embedded Kubernetes control plane (API server over HTTPS, in memory or
+//! on SQLite, plus the garbage collector and namespace controller), started in-process
+//! by `gantry up`, `gantry demo` and the end-to-end tests. See `docs/sim.md`.
+
+pub mod apiserver;
+pub mod cluster;
+pub mod controllers;
+pub mod control_plane;
+pub mod gc;
+pub mod kubeconfig;
+pub mod kubelet;
+pub mod nodes;
+pub mod store;
+pub mod tls;
+
+pub use apiserver::ApiServer;
+pub use control_plane::{ControlPlane, ControlPlaneOptions};
+
+/// Errors starting or running the control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error("TLS material in {path}: {message}")]
+    Tls { path: String, message: String },
+    #[error("{what} {path}: {source}")]
+    Io { what: &'static str, path: String, source: std::io::Error },
+    #[error("binding 127.0.0.1:{port}: {source}")]
+    Bind { port: u16, source: std::io::Error },
+    #[error("building a client for {url}: {message}")]
+    Client { url: String, message: String },
+}

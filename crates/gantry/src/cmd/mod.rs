@@ -1,4 +1,7 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod crds;
+pub mod node;
+pub mod sim;
 pub mod validate;

@@ -1,0 +1,224 @@
+//! The CustomResourceDefinitions Gantry serves, with structural OpenAPI v3 schemas. Derived
+//! from the types (kube + schemars), then cleaned up so a real API server accepts them:
+//! no `default: null`, no `$ref`, and the catch-all maps stay out of the schema so
+//! `x-kubernetes-preserve-unknown-fields` appears only where a field is truly free-form.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+use crate::cluster_policy::ClusterPolicy;
+use crate::kai::{PodGroup, Queue};
+use crate::mig_cluster_policy::MigClusterPolicy;
+use crate::nvidia_driver::NVIDIADriver;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    #[error("cannot serialize CRD {name}: {source}")]
+    Serialize { name: String, source: serde_yaml::Error },
+    #[error("CRD {name} does not round-trip through JSON: {source}")]
+    Json { name: String, source: serde_json::Error },
+}
+
+/// Every CRD, in a stable order: ClusterPolicy, NVIDIADriver, MigClusterPolicy, Queue, PodGroup.
+pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, CrdError> {
+    [
+        ClusterPolicy::crd(),
+        NVIDIADriver::crd(),
+        MigClusterPolicy::crd(),
+        Queue::crd(),
+        PodGroup::crd(),
+    ]
+    .into_iter()
+    .map(fix_up)
+    .collect()
+}
+
+fn fix_up(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition, CrdError> {
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let mut v = serde_json::to_value(&crd).map_err(|source| CrdError::Json { name: name.clone(), source })?;
+    if let Some(versions) = v.pointer_mut("/spec/versions").and_then(Value::as_array_mut) {
+        for ver in versions {
+            if let Some(schema) = ver.pointer_mut("/schema/openAPIV3Schema") {
+                clean(schema);
+                if name == "nvidiadrivers.nvidia.com" {
+                    add_driver_rules(schema);
+                }
+            }
+        }
+    }
+    serde_json::from_value(v).map_err(|source| CrdError::Json { name, source })
+}
+
+/// Drop keys a structural schema must not carry or that schemars adds without meaning here.
+fn clean(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.remove("default");
+            m.remove("$schema");
+            m.remove("title");
+            if m.get("nullable") == Some(&Value::Bool(false)) {
+                m.remove("nullable");
+            }
+            // A single-value `const` from schemars becomes an enum (structural-friendly).
+            if let Some(c) = m.remove("const") {
+                m.insert("enum".into(), json!([c]));
+            }
+            for (_, child) in m.iter_mut() {
+                clean(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(clean),
+        _ => {}
+    }
+}
+
+/// NVIDIADriver rules upstream enforces with CEL.
+fn add_driver_rules(schema: &mut Value) {
+    let Some(spec) = schema.pointer_mut("/properties/spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    spec.insert(
+        "x-kubernetes-validations".into(),
+        json!([{"rule": "!(self.default && has(self.nodeSelector) && size(self.nodeSelector) > 0)",
+                "message": "nodeSelector must not be set when default is true"}]),
+    );
+    if let Some(props) = spec.get_mut("properties").and_then(Value::as_object_mut) {
+        for field in ["driverType", "usePrecompiled"] {
+            if let Some(f) = props.get_mut(field).and_then(Value::as_object_mut) {
+                f.insert(
+                    "x-kubernetes-validations".into(),
+                    json!([{"rule": "self == oldSelf", "message": format!("{field} is immutable")}]),
+                );
+            }
+        }
+    }
+}
+
+/// Every CRD as multi-document YAML (what `gantry crds` prints).
+pub fn all_crds_yaml() -> Result<String, CrdError> {
+    Ok(crd_files()?.into_iter().map(|(_, y)| y).collect::<Vec<_>>().join(""))
+}
+
+/// One `(file name, YAML)` per CRD, as stored in `deploy/crds/` (`<plural>.<group>.yaml`).
+pub fn crd_files() -> Result<Vec<(String, String)>, CrdError> {
+    all_crds()?
+        .into_iter()
+        .map(|crd| {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let body = serde_yaml::to_string(&crd).map_err(|source| CrdError::Serialize { name: name.clone(), source })?;
+            Ok((format!("{name}.yaml"), format!("---\n{body}")))
+        })
+        .collect()
+}
+
+/// The OpenAPI v3 schema of a kind served at `apiVersion`, for offline validation.
+pub fn schema_for(api_version: &str, kind: &str) -> Option<Value> {
+    let (group, version) = api_version.split_once('/')?;
+    let crds = all_crds().ok()?;
+    let crd = crds.into_iter().find(|c| c.spec.group == group && c.spec.names.kind == kind)?;
+    let v = crd.spec.versions.into_iter().find(|v| v.name == version)?;
+    serde_json::to_value(v.schema?.open_api_v3_schema?).ok()
+}
+
+/// Problems that would make an API server reject a schema as non-structural, with the
+/// JSON-pointer-like location of each. Used by tests; public so the sim can reuse it.
+pub fn structural_problems(schema: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    structural(schema, "", false, &mut out);
+    out
+}
+
+fn structural(v: &Value, at: &str, in_junctor: bool, out: &mut Vec<String>) {
+    let Some(m) = v.as_object() else {
+        out.push(format!("{at}: schema is not an object"));
+        return;
+    };
+    if m.contains_key("$ref") || m.contains_key("definitions") || m.contains_key("$defs") {
+        out.push(format!("{at}: $ref/definitions are not allowed"));
+    }
+    let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
+    if in_junctor {
+        for k in ["type", "nullable", "additionalProperties", "default", "description", "x-kubernetes-preserve-unknown-fields"] {
+            if m.contains_key(k) {
+                out.push(format!("{at}: {k} is not allowed inside anyOf/oneOf/allOf"));
+            }
+        }
+    } else if !m.contains_key("type") && !flag("x-kubernetes-int-or-string") && !flag("x-kubernetes-preserve-unknown-fields") {
+        out.push(format!("{at}: missing type"));
+    }
+    if m.contains_key("properties") && m.contains_key("additionalProperties") {
+        out.push(format!("{at}: properties and additionalProperties together"));
+    }
+    if m.get("additionalProperties").is_some_and(Value::is_boolean) {
+        out.push(format!("{at}: additionalProperties must be a schema"));
+    }
+    if m.get("type").and_then(Value::as_str) == Some("array") && !m.contains_key("items") {
+        out.push(format!("{at}: array without items"));
+    }
+    if let Some(t) = m.get("type")
+        && !t.is_string()
+    {
+        out.push(format!("{at}: type must be a single string, got {t}"));
+    }
+    for j in ["anyOf", "oneOf", "allOf"] {
+        if let Some(alts) = m.get(j).and_then(Value::as_array) {
+            if !flag("x-kubernetes-int-or-string") && j != "allOf" && !alts.iter().all(|a| a.as_object().is_some_and(|o| o.keys().all(|k| k == "required" || k == "properties"))) {
+                out.push(format!("{at}: {j} is only allowed for int-or-string or required-field alternatives"));
+            }
+            for (i, a) in alts.iter().enumerate() {
+                structural(a, &format!("{at}/{j}/{i}"), true, out);
+            }
+        }
+    }
+    if let Some(props) = m.get("properties").and_then(Value::as_object) {
+        for (k, p) in props {
+            structural(p, &format!("{at}/properties/{k}"), in_junctor, out);
+        }
+    }
+    if let Some(i) = m.get("items") {
+        structural(i, &format!("{at}/items"), in_junctor, out);
+    }
+    if let Some(a) = m.get("additionalProperties").filter(|a| a.is_object()) {
+        structural(a, &format!("{at}/additionalProperties"), in_junctor, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn five_crds_with_expected_names_and_scopes() {
+        let crds = all_crds().unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<(String, String)> = crds
+            .iter()
+            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.spec.scope.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("clusterpolicies.nvidia.com".to_string(), "Cluster".to_string()),
+                ("nvidiadrivers.nvidia.com".into(), "Cluster".into()),
+                ("migclusterpolicies.nvidia.com".into(), "Cluster".into()),
+                ("queues.scheduling.run.ai".into(), "Cluster".into()),
+                ("podgroups.scheduling.run.ai".into(), "Namespaced".into()),
+            ]
+        );
+        let pg = &crds[4];
+        assert_eq!(pg.spec.names.short_names.as_deref(), Some(&["pg".to_string()][..]));
+    }
+
+    #[test]
+    fn schemas_are_structural() {
+        for crd in all_crds().unwrap_or_else(|e| panic!("{e}")) {
+            for v in &crd.spec.versions {
+                let s = serde_json::to_value(v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()))
+                    .unwrap_or_default();
+                let problems = structural_problems(&s);
+                assert!(problems.is_empty(), "{}: {problems:#?}", crd.metadata.name.clone().unwrap_or_default());
+                assert!(v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+            }
+        }
+    }
+}

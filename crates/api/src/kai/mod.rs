@@ -1,0 +1,23 @@
+//! KAI Scheduler objects: `Queue` (scheduling.run.ai/v2) and `PodGroup`
+//! (scheduling.run.ai/v2alpha2), with accessors returning the effective values.
+
+pub mod duration;
+pub mod pod_group;
+pub mod queue;
+
+pub use pod_group::*;
+pub use queue::*;
+
+/// RFC 1123 DNS label: lowercase alphanumerics and `-`, starting and ending alphanumeric, ≤ 63.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 DNS subdomain: dot-separated labels, ≤ 253.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}

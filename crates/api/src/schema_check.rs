@@ -1,0 +1,215 @@
+//! Check a JSON value against an OpenAPI v3 schema (the subset CRD schemas use) and report
+//! every mismatch with its path. Used by `validate` for manifests (against the CRD schemas
+//! `crds` prints) and for config files (against schemas derived from the config types).
+
+use serde_json::{Map, Value};
+
+use crate::problem::{Problem, index, join, show, type_name};
+
+/// What to do with keys the schema does not declare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnknownFields {
+    /// Report as a problem with this explanation (e.g. "the API server drops it").
+    Report(&'static str),
+}
+
+pub fn check(value: &Value, schema: &Value, unknown: UnknownFields) -> Vec<Problem> {
+    let mut out = Vec::new();
+    walk(value, schema, "", unknown, &mut out);
+    out
+}
+
+fn walk(v: &Value, s: &Value, path: &str, unknown: UnknownFields, out: &mut Vec<Problem>) {
+    let Some(s) = s.as_object() else { return };
+    let flag = |k: &str| s.get(k).and_then(Value::as_bool).unwrap_or(false);
+    if v.is_null() {
+        if !flag("nullable") && s.contains_key("type") {
+            out.push(Problem::new(path, format!("must be {}, got null", expected(s))));
+        }
+        return;
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(alts) = s.get(key).and_then(Value::as_array) {
+            let mut best: Option<Vec<Problem>> = None;
+            for alt in alts {
+                let mut sub = Vec::new();
+                walk(v, alt, path, unknown, &mut sub);
+                if sub.is_empty() {
+                    best = None;
+                    break;
+                }
+                if best.as_ref().is_none_or(|b| sub.len() < b.len()) {
+                    best = Some(sub);
+                }
+            }
+            if let Some(b) = best {
+                // Prefer the branch whose type matched; a plain type mismatch on every branch
+                // is reported as one message listing the accepted shapes.
+                let all_type = b.iter().all(|p| p.path == path && p.message.starts_with("must be"));
+                if all_type {
+                    let shapes: Vec<String> = alts
+                        .iter()
+                        .filter_map(|a| a.as_object().map(expected))
+                        .collect();
+                    out.push(Problem::new(path, format!("must be {}, got {}", shapes.join(" or "), show(v))));
+                } else {
+                    out.extend(b);
+                }
+                return;
+            }
+        }
+    }
+    if flag("x-kubernetes-int-or-string") {
+        if !(v.is_string() || v.is_i64() || v.is_u64()) {
+            out.push(Problem::new(path, format!("must be an integer or a string, got {}", show(v))));
+        }
+        return;
+    }
+    if let Some(t) = s.get("type").and_then(Value::as_str) {
+        let ok = match t {
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            "string" => v.is_string(),
+            "boolean" => v.is_boolean(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "number" => v.is_number(),
+            _ => true,
+        };
+        if !ok {
+            out.push(Problem::new(path, format!("must be {}, got {} {}", expected(s), type_name(v), show(v))));
+            return;
+        }
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array)
+        && !e.contains(v)
+    {
+        let list: Vec<String> = e.iter().map(show).collect();
+        out.push(Problem::new(path, format!("must be one of {}, got {}", list.join(", "), show(v))));
+    }
+    if let Some(n) = v.as_f64() {
+        if let Some(min) = s.get("minimum").and_then(Value::as_f64)
+            && n < min
+        {
+            out.push(Problem::new(path, format!("must be >= {min}, got {}", show(v))));
+        }
+        if let Some(max) = s.get("maximum").and_then(Value::as_f64)
+            && n > max
+        {
+            out.push(Problem::new(path, format!("must be <= {max}, got {}", show(v))));
+        }
+    }
+    match v {
+        Value::Object(m) => object(m, s, path, unknown, out),
+        Value::Array(items) => {
+            if let Some(item_schema) = s.get("items") {
+                for (i, it) in items.iter().enumerate() {
+                    walk(it, item_schema, &index(path, i), unknown, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn object(m: &Map<String, Value>, s: &Map<String, Value>, path: &str, unknown: UnknownFields, out: &mut Vec<Problem>) {
+    let props = s.get("properties").and_then(Value::as_object);
+    for req in s.get("required").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(r) = req.as_str()
+            && !m.contains_key(r)
+        {
+            out.push(Problem::new(join(path, r), "is required"));
+        }
+    }
+    let preserve = s
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    for (k, val) in m {
+        let p = join(path, k);
+        if let Some(ps) = props.and_then(|p| p.get(k)) {
+            walk(val, ps, &p, unknown, out);
+        } else if let Some(ap) = s.get("additionalProperties") {
+            match ap {
+                Value::Bool(false) => unknown_field(&p, props, k, unknown, out),
+                Value::Bool(true) => {}
+                schema => walk(val, schema, &p, unknown, out),
+            }
+        } else if props.is_some() && !preserve {
+            unknown_field(&p, props, k, unknown, out);
+        }
+    }
+}
+
+fn unknown_field(p: &str, props: Option<&Map<String, Value>>, key: &str, unknown: UnknownFields, out: &mut Vec<Problem>) {
+    let UnknownFields::Report(why) = unknown;
+    let hint = props
+        .and_then(|ps| ps.keys().find(|known| known.eq_ignore_ascii_case(key) || close(known, key)))
+        .map(|k| format!(" (did you mean {k:?}?)"))
+        .unwrap_or_default();
+    out.push(Problem::new(p, format!("unknown field{hint}; {why}")));
+}
+
+/// Cheap typo detector: same length ±1 and at most 2 differing characters.
+fn close(a: &str, b: &str) -> bool {
+    let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
+    if a.len().abs_diff(b.len()) > 1 || a.len() < 4 {
+        return false;
+    }
+    let diff = a.bytes().zip(b.bytes()).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
+    diff <= 2
+}
+
+fn expected(s: &Map<String, Value>) -> String {
+    if s.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
+        return "an integer or a string".into();
+    }
+    match s.get("type").and_then(Value::as_str) {
+        Some("object") => "an object (mapping)".into(),
+        Some("array") => "a list".into(),
+        Some("string") => "a string".into(),
+        Some("boolean") => "a boolean".into(),
+        Some("integer") => "an integer".into(),
+        Some("number") => "a number".into(),
+        Some(other) => other.to_string(),
+        None => "a value".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const R: UnknownFields = UnknownFields::Report("ignored");
+
+    #[test]
+    fn reports_types_enums_required_unknown() {
+        let s = json!({"type":"object","required":["a"],"properties":{
+            "a":{"type":"integer","minimum":0},
+            "b":{"type":"string","enum":["x","y"]},
+            "c":{"type":"array","items":{"type":"boolean"}},
+            "d":{"type":"object","additionalProperties":{"type":"integer"}}
+        }});
+        let v = json!({"b":"z","c":[true,"no"],"d":{"k":"v"},"bb":1});
+        let msgs: Vec<String> = check(&v, &s, R).iter().map(ToString::to_string).collect();
+        assert!(msgs.contains(&"a: is required".to_string()), "{msgs:?}");
+        assert!(msgs.iter().any(|m| m.starts_with("b: must be one of \"x\", \"y\", got \"z\"")));
+        assert!(msgs.iter().any(|m| m.starts_with("c[1]: must be a boolean")));
+        assert!(msgs.iter().any(|m| m.starts_with("d.k: must be an integer")));
+        assert!(msgs.iter().any(|m| m.starts_with("bb: unknown field")));
+        let neg = check(&json!({"a":-1}), &s, R);
+        assert_eq!(neg[0].to_string(), "a: must be >= 0, got -1");
+    }
+
+    #[test]
+    fn any_of_and_int_or_string() {
+        let s = json!({"anyOf":[{"type":"string"},{"type":"array","items":{"type":"integer"}}]});
+        assert!(check(&json!("all"), &s, R).is_empty());
+        assert!(check(&json!([1, 2]), &s, R).is_empty());
+        assert_eq!(check(&json!([1, "x"]), &s, R)[0].path, "[1]");
+        assert!(check(&json!(true), &s, R)[0].message.contains("a string or a list"));
+        let ios = json!({"x-kubernetes-int-or-string": true});
+        assert!(check(&json!("25%"), &ios, R).is_empty());
+        assert!(!check(&json!(1.5), &ios, R).is_empty());
+    }
+}

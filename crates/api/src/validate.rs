@@ -1,0 +1,309 @@
+//! Offline validation of manifests and config files (`gantry validate -f`). Each YAML
+//! document's kind is detected — by `apiVersion`/`kind` for manifests, by shape for config
+//! files — and every problem is returned with its field path.
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::cluster_policy::ClusterPolicy;
+use crate::device_plugin_config::DevicePluginConfig;
+use crate::kai::{PodGroup, Queue};
+use crate::mig_cluster_policy::MigClusterPolicy;
+use crate::mig_parted::{self, MigPartedConfig};
+use crate::nvidia_driver::NVIDIADriver;
+use crate::problem::{Problem, index, join};
+use crate::schema_check::{UnknownFields, check};
+
+pub use crate::problem::Problem as ValidationProblem;
+
+/// What a document is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DocKind {
+    ClusterPolicy,
+    NVIDIADriver,
+    MigClusterPolicy,
+    Queue,
+    PodGroup,
+    ConfigMap,
+    DevicePluginConfig,
+    MigPartedConfig,
+}
+
+/// Manifest kinds Gantry validates: (kind, apiVersion).
+const MANIFESTS: &[(&str, &str, DocKind)] = &[
+    ("ClusterPolicy", "nvidia.com/v1", DocKind::ClusterPolicy),
+    ("NVIDIADriver", "nvidia.com/v1alpha1", DocKind::NVIDIADriver),
+    ("MigClusterPolicy", "nvidia.com/v1alpha1", DocKind::MigClusterPolicy),
+    ("Queue", "scheduling.run.ai/v2", DocKind::Queue),
+    ("PodGroup", "scheduling.run.ai/v2alpha2", DocKind::PodGroup),
+    ("ConfigMap", "v1", DocKind::ConfigMap),
+];
+
+/// Split YAML text into documents (as JSON values). Null documents (`---` with nothing) are
+/// skipped. A syntax error ends the list with a problem naming line and column.
+pub fn parse_documents(text: &str) -> (Vec<Value>, Option<Problem>) {
+    let mut docs = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(text) {
+        match Value::deserialize(de) {
+            Ok(Value::Null) => {}
+            Ok(v) => docs.push(v),
+            Err(e) => {
+                let at = e
+                    .location()
+                    .map(|l| format!("line {}, column {}", l.line(), l.column()))
+                    .unwrap_or_else(|| "<yaml>".to_string());
+                let msg = e.to_string();
+                // serde_norway appends " at line X column Y"; the path already says where.
+                let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+                return (docs, Some(Problem::new(at, format!("YAML syntax error: {msg}"))));
+            }
+        }
+    }
+    (docs, None)
+}
+
+/// Validate every document of a file; an empty list means the file is fine.
+pub fn validate_text(text: &str) -> Vec<Problem> {
+    let (docs, syntax) = parse_documents(text);
+    let mut out = Vec::new();
+    if docs.is_empty() && syntax.is_none() {
+        return vec![Problem::new(
+            "<document>",
+            "file is empty: expected a manifest (apiVersion/kind) or a device plugin or mig-parted config",
+        )];
+    }
+    let many = docs.len() + usize::from(syntax.is_some()) > 1;
+    for (i, d) in docs.iter().enumerate() {
+        for mut p in validate_value(d) {
+            if many {
+                p.document = Some(i + 1);
+            }
+            out.push(p);
+        }
+    }
+    if let Some(mut p) = syntax {
+        if many {
+            p.document = Some(docs.len() + 1);
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// Decide what a document is.
+pub fn detect(v: &Value) -> Result<DocKind, Problem> {
+    let Some(m) = v.as_object() else {
+        return Err(Problem::new(
+            "<document>",
+            format!("must be a mapping (a manifest or config file), got {}", crate::problem::type_name(v)),
+        ));
+    };
+    let api = m.get("apiVersion").and_then(Value::as_str);
+    let kind = m.get("kind").and_then(Value::as_str);
+    if api.is_some() || kind.is_some() {
+        let (Some(api), Some(kind)) = (api, kind) else {
+            let missing = if api.is_none() { "apiVersion" } else { "kind" };
+            return Err(Problem::new(missing, "is required in a manifest"));
+        };
+        if let Some((_, want, k)) = MANIFESTS.iter().find(|(k, _, _)| *k == kind) {
+            return if api == *want {
+                Ok(*k)
+            } else {
+                Err(Problem::new("apiVersion", format!("{kind} is served as {want}, got {api:?}")))
+            };
+        }
+        let known: Vec<&str> = MANIFESTS.iter().map(|(k, _, _)| *k).collect();
+        return Err(Problem::new("kind", format!("{kind:?} is not a kind gantry validates ({})", known.join(", "))));
+    }
+    if m.contains_key("mig-configs") {
+        return Ok(DocKind::MigPartedConfig);
+    }
+    if ["flags", "sharing", "resources", "imex"].iter().any(|k| m.contains_key(*k)) {
+        return Ok(DocKind::DevicePluginConfig);
+    }
+    Err(Problem::new(
+        "<document>",
+        "cannot tell what this is: expected a manifest (apiVersion and kind), a device plugin config (version: v1 with flags/sharing/resources) or a mig-parted config (mig-configs)",
+    ))
+}
+
+/// Validate one document.
+pub fn validate_value(v: &Value) -> Vec<Problem> {
+    match detect(v) {
+        Err(p) => vec![p],
+        Ok(DocKind::ClusterPolicy) => manifest::<ClusterPolicy>(v, "nvidia.com/v1", "ClusterPolicy", |o| o.spec.validate()),
+        Ok(DocKind::NVIDIADriver) => manifest::<NVIDIADriver>(v, "nvidia.com/v1alpha1", "NVIDIADriver", |o| o.spec.validate()),
+        Ok(DocKind::MigClusterPolicy) => {
+            let mut out = Vec::new();
+            if let Some(custom) = v.pointer("/spec/layout/custom").and_then(Value::as_array) {
+                for (i, e) in custom.iter().enumerate() {
+                    for p in check(e, &mig_parted::entry_check_schema(), UnknownFields::Report("mig-parted rejects unknown keys")) {
+                        out.push(prefixed(&index("spec.layout.custom", i), p));
+                    }
+                }
+            }
+            if out.is_empty() {
+                out = manifest::<MigClusterPolicy>(v, "nvidia.com/v1alpha1", "MigClusterPolicy", |o| o.spec.validate());
+            }
+            out
+        }
+        Ok(DocKind::Queue) => manifest::<Queue>(v, "scheduling.run.ai/v2", "Queue", |o| o.spec.validate()),
+        Ok(DocKind::PodGroup) => manifest::<PodGroup>(v, "scheduling.run.ai/v2alpha2", "PodGroup", |o| o.spec.validate()),
+        Ok(DocKind::ConfigMap) => config_map(v),
+        Ok(DocKind::DevicePluginConfig) => device_plugin(v),
+        Ok(DocKind::MigPartedConfig) => mig_parted_file(v),
+    }
+}
+
+fn prefixed(prefix: &str, p: Problem) -> Problem {
+    let path = if p.path == "<document>" {
+        prefix.to_string()
+    } else if p.path.starts_with('[') {
+        format!("{prefix}{}", p.path)
+    } else {
+        format!("{prefix}.{}", p.path)
+    };
+    Problem { path, ..p }
+}
+
+fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, Problem> {
+    serde_json::from_value(v.clone()).map_err(|e| Problem::new("<document>", format!("not a valid {what}: {e}")))
+}
+
+fn manifest<T: DeserializeOwned>(
+    v: &Value,
+    api: &str,
+    kind: &str,
+    semantic: impl Fn(&T) -> Vec<(String, String)>,
+) -> Vec<Problem> {
+    let mut out = Vec::new();
+    match v.pointer("/metadata/name") {
+        Some(Value::String(s)) if !s.is_empty() => {}
+        _ => out.push(Problem::new("metadata.name", "is required")),
+    }
+    match crate::crds::schema_for(api, kind) {
+        Some(schema) => out.extend(check(
+            v,
+            &schema,
+            UnknownFields::Report("not in the CRD schema, so the API server would drop it"),
+        )),
+        None => out.push(Problem::new("<document>", format!("no schema for {kind} {api}"))),
+    }
+    if !out.is_empty() {
+        return out;
+    }
+    match typed::<T>(v, kind) {
+        Ok(obj) => semantic(&obj).into_iter().map(|(p, m)| Problem::new(p, m)).collect(),
+        Err(p) => vec![p],
+    }
+}
+
+fn device_plugin(v: &Value) -> Vec<Problem> {
+    let schema = schemars::generate::SchemaSettings::openapi3()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<DevicePluginConfig>();
+    let schema = schema.to_value();
+    let out = check(v, &schema, UnknownFields::Report("the device plugin ignores unknown keys"));
+    if !out.is_empty() {
+        return out;
+    }
+    match typed::<DevicePluginConfig>(v, "device plugin config") {
+        Ok(c) => c.validate(),
+        Err(p) => vec![p],
+    }
+}
+
+fn mig_parted_file(v: &Value) -> Vec<Problem> {
+    let out = check(v, &mig_parted::file_check_schema(), UnknownFields::Report("mig-parted rejects unknown keys"));
+    if !out.is_empty() {
+        return out;
+    }
+    match typed::<MigPartedConfig>(v, "mig-parted config") {
+        Ok(c) => c.validate(),
+        Err(p) => vec![p],
+    }
+}
+
+/// A ConfigMap whose values are device plugin or mig-parted configs (the form the operator
+/// reads them in): each such value is validated under `data["<key>"]`.
+fn config_map(v: &Value) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let Some(data) = v.get("data") else { return out };
+    let Some(data) = data.as_object() else {
+        return vec![Problem::new("data", "must be a mapping of keys to strings")];
+    };
+    for (k, val) in data {
+        let path = join("data", k);
+        let Some(text) = val.as_str() else {
+            out.push(Problem::new(path, format!("must be a string, got {}", crate::problem::type_name(val))));
+            continue;
+        };
+        let (docs, syntax) = parse_documents(text);
+        if let Some(p) = syntax {
+            // Only report syntax errors in values that look like YAML configs.
+            if text.contains("mig-configs") || text.contains("sharing") || text.contains("version") {
+                out.push(Problem::new(path, format!("{}: {}", p.path, p.message)));
+            }
+            continue;
+        }
+        for d in docs {
+            if let Ok(kind @ (DocKind::DevicePluginConfig | DocKind::MigPartedConfig)) = detect(&d) {
+                let ps = if kind == DocKind::DevicePluginConfig { device_plugin(&d) } else { mig_parted_file(&d) };
+                out.extend(ps.into_iter().map(|p| prefixed(&path, p)));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(text: &str) -> Vec<String> {
+        validate_text(text).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn empty_and_syntax() {
+        assert!(msgs("")[0].contains("file is empty"));
+        assert!(msgs("# only a comment\n")[0].contains("file is empty"));
+        let m = msgs("a: [1, 2\nb: 3\n");
+        assert!(m[0].starts_with("line "), "{m:?}");
+        assert!(m[0].contains("YAML syntax error"));
+    }
+
+    #[test]
+    fn detects_kinds() {
+        assert!(msgs("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n")[0].starts_with("kind: \"Pod\" is not a kind"));
+        assert!(msgs("apiVersion: scheduling.run.ai/v1\nkind: Queue\n")[0].starts_with("apiVersion: Queue is served as scheduling.run.ai/v2"));
+        assert!(msgs("foo: bar\n")[0].contains("cannot tell what this is"));
+        assert_eq!(msgs("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n"),
+            vec!["sharing.timeSlicing.resources[0].replicas: must be >= 2, got 1".to_string()]);
+    }
+
+    #[test]
+    fn queue_manifest() {
+        let ok = "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: q}\nspec:\n  resources:\n    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}\n";
+        assert_eq!(msgs(ok), Vec::<String>::new());
+        let bad = "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: q}\nspec:\n  priority: high\n  resources:\n    gpu: {quota: -3}\n";
+        let m = msgs(bad);
+        assert!(m.iter().any(|x| x.starts_with("spec.priority: must be an integer")), "{m:?}");
+    }
+
+    #[test]
+    fn multi_document_numbers() {
+        let m = msgs("version: v1\nflags: {migStrategy: half}\n---\nfoo: 1\n");
+        assert!(m[0].starts_with("document 1: flags.migStrategy: must be one of"), "{m:?}");
+        assert!(m[1].starts_with("document 2: <document>: cannot tell"), "{m:?}");
+    }
+
+    #[test]
+    fn config_map_values() {
+        let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  a: |\n    version: v1\n    sharing:\n      timeSlicing:\n        resources:\n        - {name: nvidia.com/gpu, replicas: 0}\n";
+        let m = msgs(cm);
+        assert_eq!(m, vec!["data.a.sharing.timeSlicing.resources[0].replicas: must be >= 2, got 0".to_string()]);
+    }
+}

@@ -1,0 +1,75 @@
+//! `gantry bench <what>`: speed and memory benchmarks that print a table.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// Bring up simulated nodes (kubelets + device plugins through a DaemonSet) and time how
+    /// long until all are Ready and all GPUs allocatable; report memory.
+    Nodes(NodesArgs),
+    /// Allocate and GetPreferredAllocation latency (p50/p99) of the device plugin over gRPC,
+    /// on 8 whole GPUs and on 1,000 time-sliced replicas.
+    DevicePlugin(DevicePluginBenchArgs),
+}
+
+#[derive(clap::Args)]
+pub struct DevicePluginBenchArgs {
+    /// Measured calls per RPC and configuration.
+    #[arg(long, default_value_t = 5000)]
+    calls: usize,
+}
+
+#[derive(clap::Args)]
+pub struct NodesArgs {
+    /// Node spec, e.g. `1000xH100-80GB:8` or `4xH100-80GB:8,2xcpu`.
+    #[arg(long, default_value = "1000xH100-80GB:8")]
+    nodes: String,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or_else(|| "not reached".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or_else(|| "n/a".to_string(), |b| format!("{} MiB", b / (1024 * 1024)))
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::DevicePlugin(args) => device_plugin(args),
+        BenchCommand::Nodes(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let r = rt.block_on(gantry_sim::cluster::bench::nodes_bench(
+                &args.nodes,
+                Duration::from_secs(args.timeout),
+            ))?;
+            println!("{:<28} {}", "spec", args.nodes);
+            println!("{:<28} {}/{}", "ready nodes", r.ready_nodes, r.nodes);
+            println!("{:<28} {}/{}", "allocatable GPUs", r.allocatable_gpus, r.gpus);
+            println!("{:<28} {}", "time to all nodes Ready", secs(r.to_ready));
+            println!("{:<28} {}", "time to all GPUs allocatable", secs(r.to_gpus));
+            println!("{:<28} {}", "RSS at end", mib(r.rss_bytes));
+            println!("{:<28} {}", "peak RSS", mib(r.peak_rss_bytes));
+            let ok = r.to_ready.is_some() && r.to_gpus.is_some();
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+    }
+}
+
+fn device_plugin(args: DevicePluginBenchArgs) -> anyhow::Result<ExitCode> {
+    use gantry_node::device_plugin::bench;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rows = rt.block_on(bench::run_bench(&bench::default_cases(), args.calls.max(1)))?;
+    println!("{:<16} {:<24} {:>7} {:>10} {:>10} {:>10}", "config", "rpc", "calls", "p50 µs", "p99 µs", "max µs");
+    for r in rows {
+        println!(
+            "{:<16} {:<24} {:>7} {:>10.1} {:>10.1} {:>10.1}",
+            r.case, r.rpc, r.calls, r.p50_us, r.p99_us, r.max_us
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

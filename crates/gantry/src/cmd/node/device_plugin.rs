@@ -1,0 +1,203 @@
+//! `gantry node device-plugin`: CLI wiring for `gantry_node::device_plugin`.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use gantry_gpu::{Backend, SimBackend, SimConfig};
+use gantry_node::device_plugin::named::{DEFAULT_FALLBACKS, Fallback};
+use gantry_node::device_plugin::settings::{
+    AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, MigStrategy,
+};
+use gantry_node::device_plugin::{self, ConfigSource, HealthPolicy, Options, Overrides, health};
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum MigStrategyArg {
+    None,
+    Single,
+    Mixed,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ListStrategyArg {
+    Envvar,
+    VolumeMounts,
+    CdiAnnotations,
+    CdiCri,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum IdStrategyArg {
+    Uuid,
+    Index,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum PolicyArg {
+    Distributed,
+    Packed,
+}
+
+#[derive(clap::Args)]
+pub struct DevicePluginArgs {
+    /// Config file v1 (YAML or JSON); re-read when it changes.
+    #[arg(long, env = "CONFIG_FILE", conflicts_with = "config_dir")]
+    config_file: Option<PathBuf>,
+    /// Directory of named configs (a mounted ConfigMap); the node label
+    /// `nvidia.com/device-plugin.config` picks one.
+    #[arg(long, env = "CONFIG_FILE_SRCDIR")]
+    config_dir: Option<PathBuf>,
+    /// Named config used when the node label is empty.
+    #[arg(long, env = "DEFAULT_CONFIG")]
+    default_config: Option<String>,
+    /// Fallbacks when neither label nor default names a config: named, single, empty.
+    #[arg(long, env = "FALLBACK_STRATEGIES", value_delimiter = ',')]
+    fallback_strategies: Vec<String>,
+    /// This node (for the config label and Node events; needs API access).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// The kubelet's device-plugins directory.
+    #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
+    plugin_dir: PathBuf,
+    /// The kubelet registration socket; empty = serve without registering.
+    #[arg(long, env = "KUBELET_SOCKET")]
+    kubelet_socket: Option<String>,
+    #[arg(long, env = "MIG_STRATEGY", value_enum)]
+    mig_strategy: Option<MigStrategyArg>,
+    #[arg(long, env = "DEVICE_LIST_STRATEGY", value_enum, value_delimiter = ',')]
+    device_list_strategy: Vec<ListStrategyArg>,
+    #[arg(long, env = "DEVICE_ID_STRATEGY", value_enum)]
+    device_id_strategy: Option<IdStrategyArg>,
+    #[arg(long, env = "PASS_DEVICE_SPECS")]
+    pass_device_specs: Option<bool>,
+    #[arg(long, env = "SHARED_DEVICES_ALLOCATION_POLICY", value_enum)]
+    shared_devices_allocation_policy: Option<PolicyArg>,
+    #[arg(long = "dev-root", env = "NVIDIA_DEV_ROOT")]
+    dev_root: Option<String>,
+    #[arg(long, env = "MPS_ROOT")]
+    mps_root: Option<String>,
+    /// Seconds of clean probes after which a GPU with a fatal XID (other than lost GPUs and
+    /// memory errors, which clear by themselves) is Healthy again; default: until a reset.
+    #[arg(long, value_name = "SECONDS")]
+    xid_recovery_hold: Option<u64>,
+    /// How often to check the kubelet socket, config, inventory and faulted GPUs (ms).
+    #[arg(long, default_value_t = 500)]
+    poll_interval_ms: u64,
+    /// Run on simulated GPUs of this model (`H100-80GB`, `A100-40GB`, ...) instead of NVML.
+    #[arg(long)]
+    sim_model: Option<String>,
+    /// Number of simulated GPUs.
+    #[arg(long, default_value_t = 8)]
+    sim_gpus: u32,
+}
+
+fn backend(args: &DevicePluginArgs) -> anyhow::Result<Arc<dyn Backend>> {
+    match &args.sim_model {
+        Some(model) => {
+            let config = SimConfig::for_model(model, args.sim_gpus, 1).context("--sim-model")?;
+            Ok(Arc::new(SimBackend::new(config)))
+        }
+        None => anyhow::bail!(
+            "no NVML backend in this build yet; pass --sim-model MODEL to run on simulated GPUs"
+        ),
+    }
+}
+
+fn overrides(args: &DevicePluginArgs) -> Overrides {
+    Overrides {
+        mig_strategy: args.mig_strategy.map(|m| match m {
+            MigStrategyArg::None => MigStrategy::None,
+            MigStrategyArg::Single => MigStrategy::Single,
+            MigStrategyArg::Mixed => MigStrategy::Mixed,
+        }),
+        device_list_strategies: (!args.device_list_strategy.is_empty()).then(|| {
+            args.device_list_strategy
+                .iter()
+                .map(|s| match s {
+                    ListStrategyArg::Envvar => DeviceListStrategy::Envvar,
+                    ListStrategyArg::VolumeMounts => DeviceListStrategy::VolumeMounts,
+                    ListStrategyArg::CdiAnnotations => DeviceListStrategy::CdiAnnotations,
+                    ListStrategyArg::CdiCri => DeviceListStrategy::CdiCri,
+                })
+                .collect::<BTreeSet<_>>()
+        }),
+        device_id_strategy: args.device_id_strategy.map(|s| match s {
+            IdStrategyArg::Uuid => DeviceIdStrategy::Uuid,
+            IdStrategyArg::Index => DeviceIdStrategy::Index,
+        }),
+        pass_device_specs: args.pass_device_specs,
+        dev_root: args.dev_root.clone(),
+        mps_root: args.mps_root.clone(),
+        allocation_policy: args.shared_devices_allocation_policy.map(|p| match p {
+            PolicyArg::Distributed => AllocationPolicy::Distributed,
+            PolicyArg::Packed => AllocationPolicy::Packed,
+        }),
+    }
+}
+
+pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
+    let backend = backend(&args)?;
+    let mut opts = Options::new(&args.plugin_dir);
+    opts.kubelet_socket = match args.kubelet_socket.as_deref() {
+        None => Some(args.plugin_dir.join("kubelet.sock")),
+        Some("") => None,
+        Some(path) => Some(PathBuf::from(path)),
+    };
+    opts.config = match (&args.config_file, &args.config_dir) {
+        (Some(file), _) => ConfigSource::File(file.clone()),
+        (None, Some(dir)) => ConfigSource::Named {
+            dir: dir.clone(),
+            default: args.default_config.clone(),
+            fallbacks: if args.fallback_strategies.is_empty() {
+                DEFAULT_FALLBACKS.to_vec()
+            } else {
+                args.fallback_strategies
+                    .iter()
+                    .map(|s| s.parse::<Fallback>().map_err(anyhow::Error::msg))
+                    .collect::<anyhow::Result<_>>()
+                    .context("--fallback-strategies")?
+            },
+        },
+        (None, None) => ConfigSource::Defaults,
+    };
+    opts.overrides = overrides(&args);
+    let (mut policy, warnings) = HealthPolicy::from_env(
+        std::env::var(health::ENV_DISABLE).ok().as_deref(),
+        std::env::var(health::ENV_ENABLE).ok().as_deref(),
+    );
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    policy.xid_hold = args.xid_recovery_hold.map(Duration::from_secs);
+    opts.health = policy;
+    opts.node_name = args.node_name.clone();
+    opts.poll_interval = Duration::from_millis(args.poll_interval_ms.max(50));
+
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        if opts.node_name.is_some() {
+            match device_plugin::kube_client().await {
+                Ok(client) => opts.kube = Some(client),
+                Err(e) => tracing::warn!("no Kubernetes API access ({e}); node label and events disabled"),
+            }
+        }
+        device_plugin::run(opts, backend, shutdown_signal()).await
+    })
+    .context("gantry node device-plugin")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,80 @@
+//! `gantry sim …`: talk to a running simulated cluster (`gantry up --nodes …`) through its
+//! control socket `<data-dir>/sim-control.sock`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use gantry_sim::cluster::{Fault, control};
+
+#[derive(clap::Subcommand)]
+pub enum SimCommand {
+    /// Inject a fault into (or repair) a simulated node of a running `gantry up`.
+    Fault(FaultArgs),
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["xid", "off_bus", "ecc_dbe", "clear", "power_off", "power_on"])))]
+pub struct FaultArgs {
+    /// The simulated node, e.g. `h100-80gb-0`.
+    node: String,
+    /// Report this XID on the GPU (e.g. 79, 48, 13).
+    #[arg(long)]
+    xid: Option<u64>,
+    /// The GPU falls off the bus (XID 79; NVML calls on it fail until `--clear`).
+    #[arg(long)]
+    off_bus: bool,
+    /// A double-bit ECC error (XID 48, pending row remap).
+    #[arg(long)]
+    ecc_dbe: bool,
+    /// Reset the GPU: clears a lost GPU, the last XID and volatile ECC counts.
+    #[arg(long)]
+    clear: bool,
+    /// Power the node off: its containers stop, no heartbeat, Ready becomes Unknown.
+    #[arg(long)]
+    power_off: bool,
+    /// Power the node on again.
+    #[arg(long)]
+    power_on: bool,
+    /// GPU index on the node (for --xid, --off-bus, --ecc-dbe, --clear).
+    #[arg(long)]
+    gpu: Option<u32>,
+    /// Data directory of the running `gantry up`.
+    #[arg(long, env = "GANTRY_DATA_DIR", default_value = ".gantry")]
+    data_dir: PathBuf,
+}
+
+fn fault(args: &FaultArgs) -> anyhow::Result<Fault> {
+    let gpu = || {
+        args.gpu
+            .context("this fault needs --gpu INDEX (the GPU's index on the node, from 0)")
+    };
+    Ok(if let Some(xid) = args.xid {
+        Fault::Xid { gpu: gpu()?, xid }
+    } else if args.off_bus {
+        Fault::OffBus { gpu: gpu()? }
+    } else if args.ecc_dbe {
+        Fault::EccDbe { gpu: gpu()? }
+    } else if args.clear {
+        Fault::Clear { gpu: gpu()? }
+    } else if args.power_off {
+        Fault::PowerOff
+    } else {
+        Fault::PowerOn
+    })
+}
+
+pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        SimCommand::Fault(args) => {
+            let req = control::Request {
+                node: args.node.clone(),
+                fault: fault(&args)?,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let msg = rt.block_on(control::send(&args.data_dir, &req))?;
+            println!("{msg}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,956 @@
+//! The real backend: NVML through nvml-wrapper, loaded at run time from a driver root.
+
+mod load;
+mod raw;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, PcieUtilCounter,
+    RetirementCause, TemperatureSensor, TopologyLevel as NvTopo,
+};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
+use nvml_wrapper::{Device, EventSet, Nvml};
+
+pub use load::{SONAME, candidate_paths};
+
+use crate::backend::{Backend, EventStream};
+use crate::catalog::{self, mig_memory_gb};
+use crate::error::{GpuError, Result};
+use crate::mig::{self, Occupant};
+use crate::types::{
+    Clocks, ComputeInstance, DeviceInfo, EccCounts, Engines, Event, GpuInstance, MemoryInfo,
+    MigDevice, MigMode, MigProfile, NvLinkInfo, PcieInfo, Placement, Power, ProcessInfo, Profiling,
+    RowRemap, Temperature, TopologyLevel, Utilization,
+};
+
+const MIB: u64 = 1024 * 1024;
+/// NVML_NVLINK_MAX_LINKS.
+const MAX_NVLINKS: u32 = 18;
+/// NVML_GPU_INSTANCE_PROFILE_COUNT and NVML_COMPUTE_INSTANCE_PROFILE_COUNT.
+const GI_PROFILE_ENUMS: u32 = 18;
+const CI_PROFILE_ENUMS: u32 = 8;
+/// Field ids (nvml.h).
+const FI_MEMORY_TEMP: u32 = 82;
+const FI_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
+const FI_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
+/// "Not attributable to a MIG instance" in event data.
+const NO_INSTANCE: u32 = u32::MAX;
+
+/// NVML on this machine. `Send + Sync`; share as `Arc<dyn Backend>`.
+pub struct NvmlBackend {
+    // NVML lives as long as the process: handles, event sets and GPM samples borrow it, and
+    // the agents that use it run until exit.
+    nvml: &'static Nvml,
+    library: PathBuf,
+    gpm: Mutex<HashMap<(u32, Option<u32>), GpmSample<'static>>>,
+}
+
+impl std::fmt::Debug for NvmlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlBackend")
+            .field("library", &self.library)
+            .finish()
+    }
+}
+
+fn err(gpu: u32, call: &str, e: NvmlError) -> GpuError {
+    match e {
+        NvmlError::GpuLost => GpuError::GpuLost { gpu },
+        NvmlError::NotSupported => GpuError::NotSupported {
+            gpu,
+            what: call.to_string(),
+        },
+        NvmlError::NotFound => GpuError::NotFound(format!("{call} on GPU {gpu}")),
+        NvmlError::NoPermission => GpuError::NoPermission(format!("{call} on GPU {gpu}")),
+        NvmlError::InUse => GpuError::InUse {
+            gpu,
+            reason: call.to_string(),
+        },
+        NvmlError::InvalidArg => GpuError::InvalidArgument(format!("{call} on GPU {gpu}")),
+        e => GpuError::Nvml {
+            call: format!("{call} (GPU {gpu})"),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// `Ok(None)` for "this GPU does not have that", other errors passed on.
+fn optional<T>(r: std::result::Result<T, NvmlError>) -> std::result::Result<Option<T>, NvmlError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::NotSupported | NvmlError::NotFound | NvmlError::InvalidArg) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Profile-name suffix of NVML GI profile enums beyond the plain `<G>g` ones.
+fn profile_suffix(nvml_profile: u32) -> &'static str {
+    match nvml_profile {
+        7 | 8 => "+me",
+        10 | 11 | 12 | 17 => "+gfx",
+        13 | 14 => "-me",
+        15 | 16 => "+me.all",
+        _ => "",
+    }
+}
+
+impl NvmlBackend {
+    /// Load NVML from under `driver_root` (see [`candidate_paths`]) and initialise it.
+    pub fn open(driver_root: Option<&Path>) -> Result<Self> {
+        Self::open_from(&candidate_paths(driver_root))
+    }
+
+    /// Load NVML from the first of `candidates` that loads.
+    pub fn open_from(candidates: &[PathBuf]) -> Result<Self> {
+        let (nvml, library) = load::load(candidates)?;
+        tracing::info!(library = %library.display(), "NVML loaded");
+        Ok(NvmlBackend {
+            nvml: Box::leak(Box::new(nvml)),
+            library,
+            gpm: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The library file that was loaded.
+    pub fn library_path(&self) -> &Path {
+        &self.library
+    }
+
+    fn dev(&self, gpu: u32) -> Result<Device<'static>> {
+        self.nvml
+            .device_by_index(gpu)
+            .map_err(|e| err(gpu, "nvmlDeviceGetHandleByIndex", e))
+    }
+
+    fn gi_profiles(&self, gpu: u32, dev: &Device<'static>) -> Result<Vec<MigProfile>> {
+        let total_mib = dev
+            .memory_info()
+            .map_err(|e| err(gpu, "nvmlDeviceGetMemoryInfo", e))?
+            .total
+            / MIB;
+        let mut out: Vec<MigProfile> = Vec::new();
+        for nvml_profile in 0..GI_PROFILE_ENUMS {
+            let Some(info) = optional(dev.profile_info(nvml_profile))
+                .map_err(|e| err(gpu, "nvmlDeviceGetGpuInstanceProfileInfo", e))?
+            else {
+                continue;
+            };
+            if info.instance_count == 0 || out.iter().any(|p| p.id == info.id) {
+                continue;
+            }
+            let placements = optional(raw::gi_placements(self.nvml, dev, info.id))
+                .map_err(|e| err(gpu, "nvmlDeviceGetGpuInstancePossiblePlacements", e))?
+                .unwrap_or_default();
+            let memory_slices = placements.first().map(|p| p.1).unwrap_or(0);
+            out.push(MigProfile {
+                name: format!(
+                    "{}g.{}gb{}",
+                    info.slice_count,
+                    mig_memory_gb(info.memory_size_mb, total_mib),
+                    profile_suffix(nvml_profile)
+                ),
+                id: info.id,
+                nvml_profile,
+                slices: info.slice_count,
+                memory_slices,
+                max_count: info.instance_count,
+                memory_mib: info.memory_size_mb,
+                sm_count: info.multiprocessor_count,
+                engines: Engines {
+                    copy: info.copy_engine_count,
+                    decoder: info.decoder_count,
+                    encoder: info.encoder_count,
+                    jpeg: info.jpeg_count,
+                    ofa: info.ofa_count,
+                },
+                placement_starts: placements.iter().map(|p| p.0).collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn raw_gis(
+        &self,
+        gpu: u32,
+        dev: &Device<'static>,
+        profiles: &[MigProfile],
+    ) -> Result<Vec<(raw::RawGi, MigProfile)>> {
+        let mut out = Vec::new();
+        for p in profiles {
+            for gi in raw::gpu_instances(self.nvml, dev, p.id)
+                .map_err(|e| err(gpu, "nvmlDeviceGetGpuInstances", e))?
+            {
+                out.push((gi, p.clone()));
+            }
+        }
+        out.sort_by_key(|(g, _)| g.id);
+        Ok(out)
+    }
+
+    /// CI profiles of a GI: (enum, raw profile).
+    fn ci_profiles(
+        &self,
+        gpu: u32,
+        dev: &Device<'static>,
+        gi: u32,
+    ) -> Result<Vec<raw::RawCiProfile>> {
+        let mut out: Vec<raw::RawCiProfile> = Vec::new();
+        for ci_enum in 0..CI_PROFILE_ENUMS {
+            if let Some(p) = optional(raw::ci_profile(self.nvml, dev, gi, ci_enum))
+                .map_err(|e| err(gpu, "nvmlGpuInstanceGetComputeInstanceProfileInfo", e))?
+                && !out.iter().any(|q| q.id == p.id)
+            {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    fn cis(
+        &self,
+        gpu: u32,
+        dev: &Device<'static>,
+        gi: u32,
+    ) -> Result<Vec<(raw::RawCi, raw::RawCiProfile)>> {
+        let mut out = Vec::new();
+        for p in self.ci_profiles(gpu, dev, gi)? {
+            for ci in raw::compute_instances(self.nvml, dev, gi, p.id)
+                .map_err(|e| err(gpu, "nvmlGpuInstanceGetComputeInstances", e))?
+            {
+                out.push((ci, p));
+            }
+        }
+        out.sort_by_key(|(c, _)| c.id);
+        Ok(out)
+    }
+
+    fn gpm_sample(
+        &self,
+        gpu: u32,
+        dev: &Device<'static>,
+        gi: Option<u32>,
+    ) -> Result<GpmSample<'static>> {
+        match gi {
+            Some(id) => dev.gpm_mig_sample(id),
+            None => dev.gpm_sample(),
+        }
+        .map_err(|e| err(gpu, "nvmlGpmSampleGet", e))
+    }
+}
+
+impl Backend for NvmlBackend {
+    fn driver_version(&self) -> Result<String> {
+        self.nvml
+            .sys_driver_version()
+            .map_err(|e| err(0, "nvmlSystemGetDriverVersion", e))
+    }
+
+    fn cuda_driver_version(&self) -> Result<u32> {
+        let v = self
+            .nvml
+            .sys_cuda_driver_version()
+            .map_err(|e| err(0, "nvmlSystemGetCudaDriverVersion", e))?;
+        Ok(v.max(0) as u32)
+    }
+
+    fn nvml_version(&self) -> Result<String> {
+        self.nvml
+            .sys_nvml_version()
+            .map_err(|e| err(0, "nvmlSystemGetNVMLVersion", e))
+    }
+
+    fn device_count(&self) -> Result<u32> {
+        self.nvml
+            .device_count()
+            .map_err(|e| err(0, "nvmlDeviceGetCount", e))
+    }
+
+    fn device_info(&self, gpu: u32) -> Result<DeviceInfo> {
+        let d = self.dev(gpu)?;
+        let e = |call: &'static str| move |x| err(gpu, call, x);
+        let pci = d.pci_info().map_err(e("nvmlDeviceGetPciInfo"))?;
+        let name = d.name().map_err(e("nvmlDeviceGetName"))?;
+        let cc = d
+            .cuda_compute_capability()
+            .map_err(e("nvmlDeviceGetCudaComputeCapability"))?;
+        let mig_capable = optional(d.mig_mode())
+            .map_err(e("nvmlDeviceGetMigMode"))?
+            .is_some();
+        let model = catalog::MODELS
+            .iter()
+            .find(|m| m.pci_device_id == pci.pci_device_id)
+            .or_else(|| catalog::find(&name));
+        Ok(DeviceInfo {
+            index: gpu,
+            uuid: d.uuid().map_err(e("nvmlDeviceGetUUID"))?,
+            name,
+            pci_bus_id: pci.bus_id.clone(),
+            pci_device_id: pci.pci_device_id,
+            pci_subsystem_id: pci.pci_sub_system_id.unwrap_or(0),
+            minor_number: d.minor_number().map_err(e("nvmlDeviceGetMinorNumber"))?,
+            serial: optional(d.serial())
+                .map_err(e("nvmlDeviceGetSerial"))?
+                .unwrap_or_default(),
+            brand: optional(d.brand())
+                .map_err(e("nvmlDeviceGetBrand"))?
+                .map(|b| format!("{b:?}"))
+                .unwrap_or_default(),
+            board_part_number: optional(d.board_part_number())
+                .map_err(e("nvmlDeviceGetBoardPartNumber"))?
+                .unwrap_or_default(),
+            vbios_version: optional(d.vbios_version())
+                .map_err(e("nvmlDeviceGetVbiosVersion"))?
+                .unwrap_or_default(),
+            compute_capability: (cc.major.max(0) as u32, cc.minor.max(0) as u32),
+            sm_count: model.map(|m| m.sm_count).unwrap_or(0),
+            mig_capable,
+        })
+    }
+
+    fn memory(&self, gpu: u32) -> Result<MemoryInfo> {
+        let m = self
+            .dev(gpu)?
+            .memory_info()
+            .map_err(|e| err(gpu, "nvmlDeviceGetMemoryInfo_v2", e))?;
+        Ok(MemoryInfo {
+            total_mib: m.total / MIB,
+            used_mib: m.used / MIB,
+            free_mib: m.free / MIB,
+            reserved_mib: m.reserved / MIB,
+        })
+    }
+
+    fn utilization(&self, gpu: u32) -> Result<Utilization> {
+        let d = self.dev(gpu)?;
+        let u = d
+            .utilization_rates()
+            .map_err(|e| err(gpu, "nvmlDeviceGetUtilizationRates", e))?;
+        let enc = optional(d.encoder_utilization())
+            .map_err(|e| err(gpu, "nvmlDeviceGetEncoderUtilization", e))?;
+        let dec = optional(d.decoder_utilization())
+            .map_err(|e| err(gpu, "nvmlDeviceGetDecoderUtilization", e))?;
+        Ok(Utilization {
+            gpu_pct: u.gpu,
+            memory_pct: u.memory,
+            encoder_pct: enc.map(|x| x.utilization).unwrap_or(0),
+            decoder_pct: dec.map(|x| x.utilization).unwrap_or(0),
+        })
+    }
+
+    fn temperature(&self, gpu: u32) -> Result<Temperature> {
+        let d = self.dev(gpu)?;
+        let gpu_c = d
+            .temperature(TemperatureSensor::Gpu)
+            .map_err(|e| err(gpu, "nvmlDeviceGetTemperature", e))?;
+        let mem = raw::field_values(self.nvml, &d, &[(FI_MEMORY_TEMP, 0)])
+            .ok()
+            .and_then(|v| v.first().copied().flatten())
+            // NVML reports 0 (or nonsense) where there is no HBM sensor.
+            .filter(|&t| t > 0 && t <= 200)
+            .map(|t| t as u32);
+        Ok(Temperature {
+            gpu_c,
+            memory_c: mem,
+        })
+    }
+
+    fn power(&self, gpu: u32) -> Result<Power> {
+        let d = self.dev(gpu)?;
+        Ok(Power {
+            usage_mw: d
+                .power_usage()
+                .map_err(|e| err(gpu, "nvmlDeviceGetPowerUsage", e))?,
+            limit_mw: d
+                .enforced_power_limit()
+                .map_err(|e| err(gpu, "nvmlDeviceGetEnforcedPowerLimit", e))?,
+        })
+    }
+
+    fn total_energy_mj(&self, gpu: u32) -> Result<u64> {
+        self.dev(gpu)?
+            .total_energy_consumption()
+            .map_err(|e| err(gpu, "nvmlDeviceGetTotalEnergyConsumption", e))
+    }
+
+    fn clocks(&self, gpu: u32) -> Result<Clocks> {
+        let d = self.dev(gpu)?;
+        let c =
+            |clock: Clock, call: &'static str| d.clock_info(clock).map_err(|e| err(gpu, call, e));
+        let m = |clock: Clock| {
+            optional(d.max_clock_info(clock)).map_err(|e| err(gpu, "nvmlDeviceGetMaxClockInfo", e))
+        };
+        Ok(Clocks {
+            sm_mhz: c(Clock::SM, "nvmlDeviceGetClockInfo(SM)")?,
+            mem_mhz: c(Clock::Memory, "nvmlDeviceGetClockInfo(MEM)")?,
+            max_sm_mhz: m(Clock::SM)?.unwrap_or(0),
+            max_mem_mhz: m(Clock::Memory)?.unwrap_or(0),
+            throttle_reasons: optional(d.current_throttle_reasons())
+                .map_err(|e| err(gpu, "nvmlDeviceGetCurrentClocksEventReasons", e))?
+                .map(|r| r.bits())
+                .unwrap_or(0),
+        })
+    }
+
+    fn ecc(&self, gpu: u32) -> Result<EccCounts> {
+        let d = self.dev(gpu)?;
+        let enabled = optional(d.is_ecc_enabled())
+            .map_err(|e| err(gpu, "nvmlDeviceGetEccMode", e))?
+            .map(|s| s.currently_enabled)
+            .unwrap_or(false);
+        if !enabled {
+            return Ok(EccCounts::default());
+        }
+        let n = |t: MemoryError, c: EccCounter| {
+            optional(d.total_ecc_errors(t, c))
+                .map(|v| v.unwrap_or(0))
+                .map_err(|e| err(gpu, "nvmlDeviceGetTotalEccErrors", e))
+        };
+        Ok(EccCounts {
+            enabled,
+            sbe_volatile: n(MemoryError::Corrected, EccCounter::Volatile)?,
+            dbe_volatile: n(MemoryError::Uncorrected, EccCounter::Volatile)?,
+            sbe_aggregate: n(MemoryError::Corrected, EccCounter::Aggregate)?,
+            dbe_aggregate: n(MemoryError::Uncorrected, EccCounter::Aggregate)?,
+        })
+    }
+
+    fn row_remap(&self, gpu: u32) -> Result<RowRemap> {
+        let d = self.dev(gpu)?;
+        let rows = optional(raw::remapped_rows(self.nvml, &d))
+            .map_err(|e| err(gpu, "nvmlDeviceGetRemappedRows", e))?;
+        let pages = |c: RetirementCause| {
+            optional(d.retired_pages(c))
+                .map(|v| v.map(|p| p.len() as u64).unwrap_or(0))
+                .map_err(|e| err(gpu, "nvmlDeviceGetRetiredPages", e))
+        };
+        let (corr, unc, pending, failure) = rows.unwrap_or((0, 0, false, false));
+        Ok(RowRemap {
+            correctable_rows: u64::from(corr),
+            uncorrectable_rows: u64::from(unc),
+            pending,
+            failure,
+            retired_sbe_pages: pages(RetirementCause::MultipleSingleBitEccErrors)?,
+            retired_dbe_pages: pages(RetirementCause::DoubleBitEccError)?,
+            retired_pending: optional(d.are_pages_pending_retired())
+                .map_err(|e| err(gpu, "nvmlDeviceGetRetiredPagesPendingStatus", e))?
+                .unwrap_or(false),
+        })
+    }
+
+    fn pcie(&self, gpu: u32) -> Result<PcieInfo> {
+        let d = self.dev(gpu)?;
+        let o = |r: std::result::Result<u32, NvmlError>, call: &'static str| {
+            optional(r)
+                .map(|v| v.unwrap_or(0))
+                .map_err(|e| err(gpu, call, e))
+        };
+        Ok(PcieInfo {
+            link_gen: o(
+                d.current_pcie_link_gen(),
+                "nvmlDeviceGetCurrPcieLinkGeneration",
+            )?,
+            max_link_gen: o(d.max_pcie_link_gen(), "nvmlDeviceGetMaxPcieLinkGeneration")?,
+            link_width: o(
+                d.current_pcie_link_width(),
+                "nvmlDeviceGetCurrPcieLinkWidth",
+            )?,
+            max_link_width: o(d.max_pcie_link_width(), "nvmlDeviceGetMaxPcieLinkWidth")?,
+            replay_counter: u64::from(o(
+                d.pcie_replay_counter(),
+                "nvmlDeviceGetPcieReplayCounter",
+            )?),
+            tx_kbps: o(
+                d.pcie_throughput(PcieUtilCounter::Send),
+                "nvmlDeviceGetPcieThroughput",
+            )?,
+            rx_kbps: o(
+                d.pcie_throughput(PcieUtilCounter::Receive),
+                "nvmlDeviceGetPcieThroughput",
+            )?,
+        })
+    }
+
+    fn nvlinks(&self, gpu: u32) -> Result<Vec<NvLinkInfo>> {
+        let d = self.dev(gpu)?;
+        let gpu_buses: Vec<String> = (0..self.device_count()?)
+            .filter_map(|i| self.nvml.device_by_index(i).ok()?.pci_info().ok())
+            .map(|p| p.bus_id)
+            .collect();
+        let mut links = Vec::new();
+        for link in 0..MAX_NVLINKS {
+            let l = d.link_wrapper_for(link);
+            let Some(active) =
+                optional(l.is_active()).map_err(|e| err(gpu, "nvmlDeviceGetNvLinkState", e))?
+            else {
+                continue;
+            };
+            let remote = if active {
+                optional(l.remote_pci_info())
+                    .map_err(|e| err(gpu, "nvmlDeviceGetNvLinkRemotePciInfo", e))?
+                    .map(|p| p.bus_id)
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            links.push(NvLinkInfo {
+                link,
+                active,
+                remote_is_switch: active && !remote.is_empty() && !gpu_buses.contains(&remote),
+                remote_pci_bus_id: remote,
+                tx_kib: 0,
+                rx_kib: 0,
+            });
+        }
+        let fields: Vec<(u32, u32)> = links
+            .iter()
+            .flat_map(|l| {
+                [
+                    (FI_NVLINK_THROUGHPUT_DATA_TX, l.link),
+                    (FI_NVLINK_THROUGHPUT_DATA_RX, l.link),
+                ]
+            })
+            .collect();
+        if !fields.is_empty()
+            && let Ok(values) = raw::field_values(self.nvml, &d, &fields)
+        {
+            for (l, pair) in links.iter_mut().zip(values.chunks(2)) {
+                l.tx_kib = pair.first().copied().flatten().unwrap_or(0);
+                l.rx_kib = pair.get(1).copied().flatten().unwrap_or(0);
+            }
+        }
+        Ok(links)
+    }
+
+    fn topology(&self, a: u32, b: u32) -> Result<TopologyLevel> {
+        if a == b {
+            self.dev(a)?;
+            return Ok(TopologyLevel::Internal);
+        }
+        let (da, db) = (self.dev(a)?, self.dev(b)?);
+        let nvlink = optional(da.p2p_status(&db, P2pCapabilitiesIndex::NvLink))
+            .map_err(|e| err(a, "nvmlDeviceGetP2PStatus", e))?;
+        if nvlink == Some(P2pStatus::Ok) {
+            let b_bus = db
+                .pci_info()
+                .map_err(|e| err(b, "nvmlDeviceGetPciInfo", e))?
+                .bus_id;
+            let links = self.nvlinks(a)?;
+            let direct = links
+                .iter()
+                .filter(|l| l.active && l.remote_pci_bus_id == b_bus)
+                .count();
+            let switched = links
+                .iter()
+                .filter(|l| l.active && l.remote_is_switch)
+                .count();
+            return Ok(TopologyLevel::NvLink {
+                links: (direct + switched) as u32,
+            });
+        }
+        let level = da
+            .topology_common_ancestor(db)
+            .map_err(|e| err(a, "nvmlDeviceGetTopologyCommonAncestor", e))?;
+        Ok(match level {
+            NvTopo::Internal => TopologyLevel::Internal,
+            NvTopo::Single => TopologyLevel::Single,
+            NvTopo::Multiple => TopologyLevel::Multiple,
+            NvTopo::HostBridge => TopologyLevel::HostBridge,
+            NvTopo::Node => TopologyLevel::Node,
+            NvTopo::System => TopologyLevel::System,
+        })
+    }
+
+    fn processes(&self, gpu: u32) -> Result<Vec<ProcessInfo>> {
+        let procs = self
+            .dev(gpu)?
+            .running_compute_processes()
+            .map_err(|e| err(gpu, "nvmlDeviceGetComputeRunningProcesses", e))?;
+        Ok(procs
+            .into_iter()
+            .map(|p| ProcessInfo {
+                pid: p.pid,
+                used_memory_mib: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => b / MIB,
+                    UsedGpuMemory::Unavailable => 0,
+                },
+                gpu_instance_id: p.gpu_instance_id,
+                compute_instance_id: p.compute_instance_id,
+            })
+            .collect())
+    }
+
+    fn profiling(&self, gpu: u32, gpu_instance: Option<u32>) -> Result<Profiling> {
+        let d = self.dev(gpu)?;
+        if !d
+            .gpm_support()
+            .map_err(|e| err(gpu, "nvmlGpmQueryDeviceSupport", e))?
+        {
+            return Err(GpuError::NotSupported {
+                gpu,
+                what: "GPM profiling metrics".to_string(),
+            });
+        }
+        let key = (gpu, gpu_instance);
+        let previous = self
+            .gpm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        let first = match previous {
+            Some(s) => s,
+            None => {
+                let s = self.gpm_sample(gpu, &d, gpu_instance)?;
+                // GPM needs two samples some time apart; on the first call take both now.
+                std::thread::sleep(Duration::from_millis(100));
+                s
+            }
+        };
+        let second = self.gpm_sample(gpu, &d, gpu_instance)?;
+        use GpmMetricId as M;
+        let ids = [
+            M::GraphicsUtil,
+            M::SmUtil,
+            M::SmOccupancy,
+            M::AnyTensorUtil,
+            M::DramBwUtil,
+            M::Fp64Util,
+            M::Fp32Util,
+            M::Fp16Util,
+            M::PcieTxPerSec,
+            M::PcieRxPerSec,
+        ];
+        let values = gpm_metrics_get(self.nvml, &first, &second, &ids)
+            .map_err(|e| err(gpu, "nvmlGpmMetricsGet", e))?;
+        let v = |i: usize| {
+            values
+                .get(i)
+                .and_then(|r| r.as_ref().ok())
+                .map(|m| m.value)
+                .unwrap_or(0.0)
+        };
+        self.gpm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, second);
+        // Utilisations come in percent, PCIe rates in MiB/s.
+        Ok(Profiling {
+            graphics_active: v(0) / 100.0,
+            sm_active: v(1) / 100.0,
+            sm_occupancy: v(2) / 100.0,
+            tensor_active: v(3) / 100.0,
+            dram_active: v(4) / 100.0,
+            fp64_active: v(5) / 100.0,
+            fp32_active: v(6) / 100.0,
+            fp16_active: v(7) / 100.0,
+            pcie_tx_bytes_per_sec: v(8) * MIB as f64,
+            pcie_rx_bytes_per_sec: v(9) * MIB as f64,
+        })
+    }
+
+    fn mig_mode(&self, gpu: u32) -> Result<MigMode> {
+        let m = self
+            .dev(gpu)?
+            .mig_mode()
+            .map_err(|e| err(gpu, "nvmlDeviceGetMigMode", e))?;
+        Ok(MigMode {
+            current: m.current != 0,
+            pending: m.pending != 0,
+        })
+    }
+
+    fn mig_profiles(&self, gpu: u32) -> Result<Vec<MigProfile>> {
+        let d = self.dev(gpu)?;
+        if optional(d.mig_mode())
+            .map_err(|e| err(gpu, "nvmlDeviceGetMigMode", e))?
+            .is_none()
+        {
+            return Ok(Vec::new());
+        }
+        self.gi_profiles(gpu, &d)
+    }
+
+    fn gpu_instances(&self, gpu: u32) -> Result<Vec<GpuInstance>> {
+        let d = self.dev(gpu)?;
+        let profiles = self.gi_profiles(gpu, &d)?;
+        Ok(self
+            .raw_gis(gpu, &d, &profiles)?
+            .into_iter()
+            .map(|(g, p)| GpuInstance {
+                id: g.id,
+                profile: p.name,
+                profile_id: p.id,
+                placement: Placement {
+                    start: g.start,
+                    size: g.size,
+                },
+                slices: p.slices,
+                memory_mib: p.memory_mib,
+            })
+            .collect())
+    }
+
+    fn compute_instances(&self, gpu: u32, gpu_instance: u32) -> Result<Vec<ComputeInstance>> {
+        let d = self.dev(gpu)?;
+        Ok(self
+            .cis(gpu, &d, gpu_instance)?
+            .into_iter()
+            .map(|(c, p)| ComputeInstance {
+                gpu_instance_id: gpu_instance,
+                id: c.id,
+                slices: p.slices,
+                start: c.start,
+                sm_count: p.sm_count,
+            })
+            .collect())
+    }
+
+    fn mig_devices(&self, gpu: u32) -> Result<Vec<MigDevice>> {
+        let d = self.dev(gpu)?;
+        let profiles = self.gi_profiles(gpu, &d)?;
+        let gis = self.raw_gis(gpu, &d, &profiles)?;
+        let max = d
+            .mig_device_count()
+            .map_err(|e| err(gpu, "nvmlDeviceGetMaxMigDeviceCount", e))?;
+        let mut out = Vec::new();
+        for i in 0..max {
+            let Some(m) = optional(d.mig_device_by_index(i))
+                .map_err(|e| err(gpu, "nvmlDeviceGetMigDeviceHandleByIndex", e))?
+            else {
+                continue;
+            };
+            let (gi_id, ci_id) = raw::mig_ids(self.nvml, &m)
+                .map_err(|e| err(gpu, "nvmlDeviceGetGpuInstanceId", e))?;
+            let Some((gi, p)) = gis.iter().find(|(g, _)| g.id == gi_id) else {
+                continue;
+            };
+            let ci = self
+                .cis(gpu, &d, gi_id)?
+                .into_iter()
+                .find(|(c, _)| c.id == ci_id);
+            let (ci_slices, sm) = ci
+                .map(|(_, cp)| (cp.slices, cp.sm_count))
+                .unwrap_or((p.slices, p.sm_count));
+            out.push(MigDevice {
+                parent: gpu,
+                index: out.len() as u32,
+                uuid: m
+                    .uuid()
+                    .map_err(|e| err(gpu, "nvmlDeviceGetUUID(MIG)", e))?,
+                gpu_instance_id: gi_id,
+                compute_instance_id: ci_id,
+                profile: if ci_slices == p.slices {
+                    p.name.clone()
+                } else {
+                    format!("{ci_slices}c.{}", p.name)
+                },
+                gi_profile: p.name.clone(),
+                placement: Placement {
+                    start: gi.start,
+                    size: gi.size,
+                },
+                gi_slices: p.slices,
+                ci_slices,
+                memory_mib: p.memory_mib,
+                sm_count: sm,
+                engines: p.engines,
+            });
+        }
+        Ok(out)
+    }
+
+    fn mig_device_memory(&self, uuid: &str) -> Result<MemoryInfo> {
+        let d = self
+            .nvml
+            .device_by_uuid(uuid)
+            .map_err(|e| match e {
+                NvmlError::NotFound | NvmlError::InvalidArg => {
+                    GpuError::NotFound(format!("MIG device {uuid}"))
+                }
+                e => err(0, "nvmlDeviceGetHandleByUUID", e),
+            })?;
+        let m = d.memory_info().map_err(|e| GpuError::Nvml {
+            call: format!("nvmlDeviceGetMemoryInfo ({uuid})"),
+            message: e.to_string(),
+        })?;
+        Ok(MemoryInfo {
+            total_mib: m.total / MIB,
+            used_mib: m.used / MIB,
+            free_mib: m.free / MIB,
+            reserved_mib: m.reserved / MIB,
+        })
+    }
+
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigMode> {
+        let d = self.dev(gpu)?;
+        d.set_mig_mode(enabled)
+            .map_err(|e| err(gpu, "nvmlDeviceSetMigMode", e))?;
+        self.mig_mode(gpu)
+    }
+
+    fn create_gpu_instance(
+        &self,
+        gpu: u32,
+        profile: &str,
+        placement: Option<Placement>,
+    ) -> Result<GpuInstance> {
+        let d = self.dev(gpu)?;
+        let profiles = self.gi_profiles(gpu, &d)?;
+        let p = mig::find_profile(&profiles, profile).map_err(|e| GpuError::MigRefused {
+            gpu,
+            reason: e.to_string(),
+        })?;
+        let existing: Vec<Occupant> = self
+            .raw_gis(gpu, &d, &profiles)?
+            .into_iter()
+            .map(|(g, q)| Occupant {
+                profile: q.name,
+                placement: Placement {
+                    start: g.start,
+                    size: g.size,
+                },
+                slices: q.slices,
+            })
+            .collect();
+        let at =
+            mig::choose_placement(p, placement, &existing).map_err(|e| GpuError::MigRefused {
+                gpu,
+                reason: e.to_string(),
+            })?;
+        let gi = raw::create_gpu_instance(self.nvml, &d, p.id, at.start, at.size)
+            .map_err(|e| err(gpu, "nvmlDeviceCreateGpuInstanceWithPlacement", e))?;
+        Ok(GpuInstance {
+            id: gi.id,
+            profile: p.name.clone(),
+            profile_id: p.id,
+            placement: Placement {
+                start: gi.start,
+                size: gi.size,
+            },
+            slices: p.slices,
+            memory_mib: p.memory_mib,
+        })
+    }
+
+    fn destroy_gpu_instance(&self, gpu: u32, gpu_instance: u32) -> Result<()> {
+        let d = self.dev(gpu)?;
+        raw::destroy_gpu_instance(self.nvml, &d, gpu_instance)
+            .map_err(|e| err(gpu, "nvmlGpuInstanceDestroy", e))
+    }
+
+    fn create_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        slices: u32,
+    ) -> Result<ComputeInstance> {
+        let d = self.dev(gpu)?;
+        let p = self
+            .ci_profiles(gpu, &d, gpu_instance)?
+            .into_iter()
+            .find(|p| p.slices == slices)
+            .ok_or_else(|| GpuError::MigRefused {
+                gpu,
+                reason: format!(
+                    "GPU instance {gpu_instance} has no {slices}-slice compute-instance profile"
+                ),
+            })?;
+        let ci = raw::create_compute_instance(self.nvml, &d, gpu_instance, p.id)
+            .map_err(|e| err(gpu, "nvmlGpuInstanceCreateComputeInstance", e))?;
+        Ok(ComputeInstance {
+            gpu_instance_id: gpu_instance,
+            id: ci.id,
+            slices: p.slices,
+            start: ci.start,
+            sm_count: p.sm_count,
+        })
+    }
+
+    fn destroy_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<()> {
+        let d = self.dev(gpu)?;
+        raw::destroy_compute_instance(self.nvml, &d, gpu_instance, compute_instance)
+            .map_err(|e| err(gpu, "nvmlComputeInstanceDestroy", e))
+    }
+
+    fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>> {
+        let mut set = self
+            .nvml
+            .create_event_set()
+            .map_err(|e| err(0, "nvmlEventSetCreate", e))?;
+        let mut uuids = HashMap::new();
+        for gpu in 0..self.device_count()? {
+            let d = self.dev(gpu)?;
+            uuids.insert(d.uuid().map_err(|e| err(gpu, "nvmlDeviceGetUUID", e))?, gpu);
+            let supported = match optional(d.supported_event_types()) {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
+                Err(e) => return Err(err(gpu, "nvmlDeviceGetSupportedEventTypes", e)),
+            };
+            let wanted = supported & EventTypes::from_bits_truncate(mask);
+            if wanted.is_empty() {
+                continue;
+            }
+            set = d
+                .register_events(wanted, set)
+                .map_err(|e| err(gpu, "nvmlDeviceRegisterEvents", e.error))?;
+        }
+        Ok(Box::new(NvmlEvents {
+            nvml: self.nvml,
+            set,
+            uuids,
+        }))
+    }
+}
+
+struct NvmlEvents {
+    nvml: &'static Nvml,
+    set: EventSet<'static>,
+    uuids: HashMap<String, u32>,
+}
+
+impl EventStream for NvmlEvents {
+    fn wait(&mut self, timeout: Duration) -> Result<Option<Event>> {
+        let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+        let Some(ev) = raw::event_wait(self.nvml, &self.set, ms).map_err(|e| GpuError::Nvml {
+            call: "nvmlEventSetWait_v2".to_string(),
+            message: e.to_string(),
+        })?
+        else {
+            return Ok(None);
+        };
+        let gpu = match self.uuids.get(&ev.uuid) {
+            Some(&g) => g,
+            None => self
+                .nvml
+                .device_by_uuid(ev.uuid.clone())
+                .ok()
+                .and_then(|d| d.index().ok())
+                .unwrap_or(u32::MAX),
+        };
+        let id = |v: u32| (v != NO_INSTANCE).then_some(v);
+        Ok(Some(Event {
+            gpu,
+            gpu_uuid: ev.uuid,
+            kind: ev.kind,
+            xid: if ev.kind & crate::types::event_kind::XID_CRITICAL != 0 {
+                ev.data
+            } else {
+                0
+            },
+            gpu_instance_id: id(ev.gpu_instance_id),
+            compute_instance_id: id(ev.compute_instance_id),
+        }))
+    }
+}

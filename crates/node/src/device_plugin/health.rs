@@ -1,0 +1,367 @@
+//! The pure core of health: which events make a device Unhealthy (the XID policy and its
+//! env knobs), which devices a fault covers (all replicas and MIG devices of a GPU, not
+//! one), and when a fault has cleared so the devices come back Healthy.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use gantry_gpu::{Event, event_kind};
+
+use super::resources::Physical;
+
+/// Application-level XIDs that leave the GPU usable (upstream's hard-coded set).
+pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
+/// XID of a GPU that fell off the bus.
+pub const XID_GPU_LOST: u64 = 79;
+/// XIDs about uncorrectable memory errors / row remapping: they clear with the ECC state.
+pub const MEMORY_XIDS: [u64; 5] = [48, 63, 64, 94, 95];
+
+pub const ENV_DISABLE: &str = "DP_DISABLE_HEALTHCHECKS";
+pub const ENV_ENABLE: &str = "DP_ENABLE_HEALTHCHECKS";
+
+/// The XID policy from `DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthPolicy {
+    /// `DP_DISABLE_HEALTHCHECKS=all|xids`: no health checking at all.
+    pub disabled: bool,
+    pub ignored: BTreeSet<u64>,
+    /// Always fatal, beating `ignored`.
+    pub fatal: BTreeSet<u64>,
+    /// `DP_ENABLE_HEALTHCHECKS=all`: every XID is fatal.
+    pub all_fatal: bool,
+    /// For faults with no observable clearing condition: how long the GPU must probe fine
+    /// before its devices are Healthy again (`None` = until a reset is observed).
+    pub xid_hold: Option<Duration>,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        HealthPolicy {
+            disabled: false,
+            ignored: DEFAULT_IGNORED_XIDS.into_iter().collect(),
+            fatal: BTreeSet::new(),
+            all_fatal: false,
+            xid_hold: None,
+        }
+    }
+}
+
+impl HealthPolicy {
+    /// Parses the env values (comma-separated, case-insensitive). Malformed entries are
+    /// returned as warnings and skipped, as upstream does. As upstream, `disable=all`
+    /// wins over any enable list.
+    pub fn from_env(disable: Option<&str>, enable: Option<&str>) -> (Self, Vec<String>) {
+        let mut policy = HealthPolicy::default();
+        let mut warnings = Vec::new();
+        let mut parse = |var: &str, value: &str, all: &mut bool, set: &mut BTreeSet<u64>| {
+            for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let lower = item.to_ascii_lowercase();
+                if lower == "all" || (var == ENV_DISABLE && lower == "xids") {
+                    *all = true;
+                } else {
+                    match lower.parse::<u64>() {
+                        Ok(xid) => {
+                            set.insert(xid);
+                        }
+                        Err(_) => warnings.push(format!("{var}: {item:?} is not an XID number; skipped")),
+                    }
+                }
+            }
+        };
+        let mut extra_ignored = BTreeSet::new();
+        if let Some(v) = disable {
+            parse(ENV_DISABLE, v, &mut policy.disabled, &mut extra_ignored);
+        }
+        policy.ignored.extend(extra_ignored);
+        if let Some(v) = enable {
+            parse(ENV_ENABLE, v, &mut policy.all_fatal, &mut policy.fatal);
+        }
+        (policy, warnings)
+    }
+
+    /// What an event does: `None` = nothing (ignored kind or XID).
+    pub fn classify(&self, event: &Event) -> Option<(Target, FaultKind)> {
+        if self.disabled {
+            return None;
+        }
+        let kind = if event.kind & event_kind::XID_CRITICAL != 0 {
+            let xid = event.xid;
+            let fatal = self.all_fatal || self.fatal.contains(&xid) || !self.ignored.contains(&xid);
+            if !fatal {
+                return None;
+            }
+            if xid == XID_GPU_LOST {
+                FaultKind::Lost
+            } else if MEMORY_XIDS.contains(&xid) {
+                FaultKind::Memory
+            } else {
+                FaultKind::Xid(xid)
+            }
+        } else if event.kind & event_kind::DOUBLE_BIT_ECC != 0 {
+            FaultKind::Memory
+        } else {
+            return None;
+        };
+        let target = match (event.gpu_instance_id, event.compute_instance_id) {
+            (Some(gi), Some(ci)) => Target::Mig { gpu: event.gpu, gi, ci },
+            (Some(gi), None) => Target::GpuInstance { gpu: event.gpu, gi },
+            _ => Target::Gpu(event.gpu),
+        };
+        Some((target, kind))
+    }
+}
+
+/// What a fault covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// The whole GPU: the GPU itself, all its replicas and all its MIG devices.
+    Gpu(u32),
+    /// Every MIG device of one GPU instance.
+    GpuInstance { gpu: u32, gi: u32 },
+    /// One MIG device.
+    Mig { gpu: u32, gi: u32, ci: u32 },
+}
+
+impl Target {
+    pub fn gpu(self) -> u32 {
+        match self {
+            Target::Gpu(g) | Target::GpuInstance { gpu: g, .. } | Target::Mig { gpu: g, .. } => g,
+        }
+    }
+
+    /// Whether a device backed by `phys` is hit by this fault.
+    pub fn covers(self, phys: &Physical) -> bool {
+        match (self, phys) {
+            (Target::Gpu(g), p) => p.gpu() == g,
+            (Target::GpuInstance { gpu, gi }, Physical::Mig { parent, gi: pgi, .. }) => {
+                *parent == gpu && *pgi == gi
+            }
+            (Target::Mig { gpu, gi, ci }, Physical::Mig { parent, gi: pgi, ci: pci, .. }) => {
+                *parent == gpu && *pgi == gi && *pci == ci
+            }
+            // A MIG-attributed event on a GPU advertised whole still hits that GPU.
+            (Target::GpuInstance { gpu, .. } | Target::Mig { gpu, .. }, Physical::Gpu { index, .. }) => {
+                *index == gpu
+            }
+        }
+    }
+}
+
+/// Why a target is unhealthy; decides what clears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Fallen off the bus: clears when the GPU answers again.
+    Lost,
+    /// Uncorrectable memory error: clears when volatile DBE count is 0 and no row remap is
+    /// pending or failed (i.e. after a reset).
+    Memory,
+    /// Any other fatal XID: clears when a reset is observed, or after the hold time.
+    Xid(u64),
+}
+
+/// A GPU's state as the health probe reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Probe {
+    pub lost: bool,
+    /// Volatile ECC counts (single + double bit) when readable.
+    pub ecc_volatile: Option<(u64, u64)>,
+    pub remap_pending: bool,
+    pub remap_failure: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fault {
+    kind: FaultKind,
+    since: Instant,
+    /// Volatile ECC counts when the fault was seen (a drop means the GPU was reset).
+    ecc_at_fault: Option<(u64, u64)>,
+    seen_lost: bool,
+    healthy_since: Option<Instant>,
+}
+
+/// Every fault in force. Kept by the shell across restarts of the gRPC servers.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    faults: BTreeMap<Target, Fault>,
+}
+
+impl Faults {
+    pub fn is_empty(&self) -> bool {
+        self.faults.is_empty()
+    }
+
+    pub fn targets(&self) -> impl Iterator<Item = Target> + '_ {
+        self.faults.keys().copied()
+    }
+
+    /// GPUs that need probing.
+    pub fn gpus(&self) -> BTreeSet<u32> {
+        self.faults.keys().map(|t| t.gpu()).collect()
+    }
+
+    /// Whether a device backed by `phys` is unhealthy.
+    pub fn unhealthy(&self, phys: &Physical) -> bool {
+        self.faults.keys().any(|t| t.covers(phys))
+    }
+
+    /// Records a fault; returns whether anything changed. `probe` is the GPU's state now
+    /// (for the reset baseline).
+    pub fn record(&mut self, target: Target, kind: FaultKind, probe: Option<Probe>, now: Instant) -> bool {
+        let fault = Fault {
+            kind,
+            since: now,
+            ecc_at_fault: probe.and_then(|p| p.ecc_volatile),
+            seen_lost: probe.is_some_and(|p| p.lost),
+            healthy_since: None,
+        };
+        match self.faults.get_mut(&target) {
+            // A lost GPU outranks anything else; otherwise the first fault's baseline stays.
+            Some(f) if kind == FaultKind::Lost && f.kind != FaultKind::Lost => {
+                f.kind = FaultKind::Lost;
+                f.seen_lost |= fault.seen_lost;
+                false
+            }
+            Some(_) => false,
+            None => {
+                self.faults.insert(target, fault);
+                true
+            }
+        }
+    }
+
+    /// Applies a probe of GPU `gpu`; returns whether any fault cleared.
+    pub fn observe(&mut self, gpu: u32, probe: Probe, policy: &HealthPolicy, now: Instant) -> bool {
+        let before = self.faults.len();
+        self.faults.retain(|target, f| {
+            if target.gpu() != gpu {
+                return true;
+            }
+            f.seen_lost |= probe.lost;
+            !cleared(f, probe, policy, now)
+        });
+        self.faults.len() != before
+    }
+}
+
+fn cleared(f: &mut Fault, probe: Probe, policy: &HealthPolicy, now: Instant) -> bool {
+    if probe.lost {
+        f.healthy_since = None;
+        return false;
+    }
+    let reset_seen = match (f.ecc_at_fault, probe.ecc_volatile) {
+        (Some((s0, d0)), Some((s, d))) => s < s0 || d < d0,
+        _ => false,
+    };
+    let memory_ok = probe.ecc_volatile.is_none_or(|(_, dbe)| dbe == 0)
+        && !probe.remap_pending
+        && !probe.remap_failure;
+    let healthy_since = *f.healthy_since.get_or_insert(now);
+    let held = policy.xid_hold.is_some_and(|hold| now.duration_since(healthy_since) >= hold);
+    match f.kind {
+        FaultKind::Lost if f.seen_lost => true,
+        FaultKind::Memory => memory_ok,
+        FaultKind::Lost | FaultKind::Xid(_) => reset_seen || held || f.seen_lost,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xid(gpu: u32, xid: u64) -> Event {
+        Event {
+            gpu,
+            gpu_uuid: format!("GPU-{gpu}"),
+            kind: event_kind::XID_CRITICAL,
+            xid,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        }
+    }
+
+    fn gpu_phys(index: u32) -> Physical {
+        Physical::Gpu { index, uuid: format!("GPU-{index}"), minor: index }
+    }
+
+    #[test]
+    fn default_policy_ignores_application_xids() {
+        let p = HealthPolicy::default();
+        for x in DEFAULT_IGNORED_XIDS {
+            assert_eq!(p.classify(&xid(0, x)), None, "xid {x}");
+        }
+        assert_eq!(p.classify(&xid(1, 79)), Some((Target::Gpu(1), FaultKind::Lost)));
+        assert_eq!(p.classify(&xid(0, 48)), Some((Target::Gpu(0), FaultKind::Memory)));
+        assert_eq!(p.classify(&xid(0, 62)), Some((Target::Gpu(0), FaultKind::Xid(62))));
+        let mut sbe = xid(0, 0);
+        sbe.kind = event_kind::SINGLE_BIT_ECC;
+        assert_eq!(p.classify(&sbe), None);
+        sbe.kind = event_kind::DOUBLE_BIT_ECC;
+        assert_eq!(p.classify(&sbe), Some((Target::Gpu(0), FaultKind::Memory)));
+    }
+
+    #[test]
+    fn env_knobs_follow_upstream_precedence() {
+        let (p, w) = HealthPolicy::from_env(Some("62, bogus"), Some("13"));
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("bogus"));
+        assert_eq!(p.classify(&xid(0, 62)), None);
+        assert!(p.classify(&xid(0, 13)).is_some());
+        let (p, _) = HealthPolicy::from_env(None, Some("ALL"));
+        assert!(p.classify(&xid(0, 31)).is_some());
+        let (p, _) = HealthPolicy::from_env(Some("xids"), Some("79"));
+        assert!(p.disabled);
+        assert_eq!(p.classify(&xid(0, 79)), None);
+    }
+
+    #[test]
+    fn a_gpu_fault_covers_every_device_it_backs() {
+        let mig = Physical::Mig { parent: 2, parent_minor: 2, index: 0, uuid: "MIG-a".into(), gi: 1, ci: 0 };
+        assert!(Target::Gpu(2).covers(&mig));
+        assert!(Target::Gpu(2).covers(&gpu_phys(2)));
+        assert!(!Target::Gpu(1).covers(&mig));
+        assert!(Target::Mig { gpu: 2, gi: 1, ci: 0 }.covers(&mig));
+        assert!(!Target::Mig { gpu: 2, gi: 2, ci: 0 }.covers(&mig));
+        assert!(Target::GpuInstance { gpu: 2, gi: 1 }.covers(&mig));
+    }
+
+    #[test]
+    fn lost_gpu_recovers_after_it_answers_again() {
+        let policy = HealthPolicy::default();
+        let t0 = Instant::now();
+        let mut faults = Faults::default();
+        assert!(faults.record(Target::Gpu(0), FaultKind::Lost, Some(Probe { lost: true, ..Probe::default() }), t0));
+        assert!(faults.unhealthy(&gpu_phys(0)));
+        assert!(!faults.observe(0, Probe { lost: true, ..Probe::default() }, &policy, t0));
+        assert!(faults.observe(0, Probe::default(), &policy, t0));
+        assert!(!faults.unhealthy(&gpu_phys(0)));
+    }
+
+    #[test]
+    fn memory_fault_recovers_when_ecc_state_clears() {
+        let policy = HealthPolicy::default();
+        let t0 = Instant::now();
+        let bad = Probe { ecc_volatile: Some((0, 1)), remap_pending: true, ..Probe::default() };
+        let mut faults = Faults::default();
+        faults.record(Target::Gpu(3), FaultKind::Memory, Some(bad), t0);
+        assert!(!faults.observe(3, bad, &policy, t0));
+        assert!(faults.observe(3, Probe { ecc_volatile: Some((0, 0)), ..Probe::default() }, &policy, t0));
+    }
+
+    #[test]
+    fn other_xids_need_a_reset_or_the_hold_time() {
+        let t0 = Instant::now();
+        let fine = Probe { ecc_volatile: Some((5, 0)), ..Probe::default() };
+        let mut faults = Faults::default();
+        faults.record(Target::Gpu(0), FaultKind::Xid(62), Some(fine), t0);
+        let policy = HealthPolicy::default();
+        assert!(!faults.observe(0, fine, &policy, t0 + Duration::from_secs(3600)));
+        // A reset zeroes the volatile counters.
+        assert!(faults.observe(0, Probe { ecc_volatile: Some((0, 0)), ..Probe::default() }, &policy, t0));
+
+        let held = HealthPolicy { xid_hold: Some(Duration::from_secs(10)), ..HealthPolicy::default() };
+        faults.record(Target::Gpu(0), FaultKind::Xid(62), Some(fine), t0);
+        assert!(!faults.observe(0, fine, &held, t0));
+        assert!(!faults.observe(0, fine, &held, t0 + Duration::from_secs(9)));
+        assert!(faults.observe(0, fine, &held, t0 + Duration::from_secs(10)));
+    }
+}

@@ -1,0 +1,392 @@
+//! The shell: serve one gRPC server per resource, register with the kubelet, push health
+//! changes, and start over when the kubelet restarts, a socket vanishes, the MIG layout
+//! changes or the config changes. Change detection is a periodic check (every
+//! `poll_interval`): the inode of `kubelet.sock`, our socket files, the inventory and the
+//! config source — simple and portable, and well within the kubelet's patience.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gantry_gpu::{Backend, Event, event_kind};
+use tokio::sync::{mpsc, watch};
+
+use super::allocate::MigMinors;
+use super::error::DevicePluginError;
+use super::health::{Faults, HealthPolicy, Probe};
+use super::inventory::Inventory;
+use super::load::{ConfigSource, ConfigState, Overrides};
+use super::preferred::Topology;
+use super::resources::{self, ResourceSet};
+use super::server::{PluginService, ResourceContext, device_list};
+use super::settings::Settings;
+use super::uds;
+use crate::proto::deviceplugin as pb;
+
+/// How to run the device plugin.
+#[derive(Clone)]
+pub struct Options {
+    /// The kubelet's device-plugins directory (our sockets go here).
+    pub plugin_dir: PathBuf,
+    /// `kubelet.sock`; `None` = serve only, never register.
+    pub kubelet_socket: Option<PathBuf>,
+    pub config: ConfigSource,
+    /// Flags / env that beat the config file.
+    pub overrides: Overrides,
+    pub health: HealthPolicy,
+    /// This node's name (for the config label and Node events).
+    pub node_name: Option<String>,
+    /// Kubernetes client, when running against an API server.
+    pub kube: Option<kube::Client>,
+    /// How often to check the kubelet socket, our sockets, the inventory and the config.
+    pub poll_interval: Duration,
+    /// The driver's `mig-minors` file (for MIG device specs); absent → the fixed layout.
+    pub mig_minors_file: Option<PathBuf>,
+    /// Receives a status snapshot after every change (tests, the sim kubelet, `/readyz`).
+    pub status: Option<watch::Sender<PluginStatus>>,
+}
+
+impl Options {
+    /// Plugin in `plugin_dir`, registering with `plugin_dir/kubelet.sock`, built-in config.
+    pub fn new(plugin_dir: impl Into<PathBuf>) -> Self {
+        let plugin_dir = plugin_dir.into();
+        Options {
+            kubelet_socket: Some(plugin_dir.join(pb::KUBELET_SOCKET_NAME)),
+            plugin_dir,
+            config: ConfigSource::default(),
+            overrides: Overrides::default(),
+            health: HealthPolicy::default(),
+            node_name: None,
+            kube: None,
+            poll_interval: Duration::from_millis(500),
+            mig_minors_file: Some(PathBuf::from("/proc/driver/nvidia-caps/mig-minors")),
+            status: None,
+        }
+    }
+}
+
+/// What the plugin is doing now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginStatus {
+    /// Served resources and their device counts.
+    pub resources: BTreeMap<String, usize>,
+    /// Resources the kubelet accepted.
+    pub registered: Vec<String>,
+    /// The last config problem (kept until a good config is applied).
+    pub config_error: Option<String>,
+    /// Starts of the serving generation (1 = first start; +1 per restart).
+    pub generation: u64,
+    /// Number of devices currently Unhealthy, over all resources.
+    pub unhealthy: usize,
+}
+
+struct Running {
+    ctx: Arc<ResourceContext>,
+    socket: PathBuf,
+    devices: watch::Sender<Vec<pb::Device>>,
+    stop: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<()>,
+    registered: bool,
+}
+
+/// One start of all servers against one inventory and config.
+struct Generation {
+    inventory: Inventory,
+    servers: Vec<Running>,
+    kubelet_identity: Option<Identity>,
+}
+
+/// Runs the device plugin until `shutdown` resolves; sockets are removed on the way out.
+pub async fn run(
+    opts: Options,
+    backend: Arc<dyn Backend>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), DevicePluginError> {
+    tokio::pin!(shutdown);
+    std::fs::create_dir_all(&opts.plugin_dir).map_err(|e| DevicePluginError::io(&opts.plugin_dir, e))?;
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let stop_events = Arc::new(AtomicBool::new(false));
+    if opts.health.disabled {
+        tracing::info!("health checks disabled by {}", super::health::ENV_DISABLE);
+    } else {
+        spawn_event_reader(backend.clone(), ev_tx, stop_events.clone());
+    }
+    let mut status = PluginStatus::default();
+    let mut config = ConfigState::new(&opts);
+    config.refresh(&opts).await;
+    let mut faults = Faults::default();
+    let mut ticker = tokio::time::interval(opts.poll_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let result = 'outer: loop {
+        status.generation += 1;
+        let mut generation = start(&opts, backend.as_ref(), &mut config, &faults).await;
+        generation.register_pending(&opts).await;
+        publish(&opts, &mut status, &generation, &config, &faults);
+        let reason = loop {
+            tokio::select! {
+                _ = &mut shutdown => {
+                    generation.stop().await;
+                    break 'outer Ok(());
+                }
+                Some(event) = ev_rx.recv() => {
+                    if on_event(&opts.health, backend.as_ref(), &mut faults, &event) {
+                        generation.push(&faults);
+                        publish(&opts, &mut status, &generation, &config, &faults);
+                    }
+                }
+                _ = ticker.tick() => {
+                    if probe_faults(&opts.health, backend.as_ref(), &mut faults) {
+                        generation.push(&faults);
+                    }
+                    if let Some(reason) = generation.needs_restart(&opts, backend.as_ref()) {
+                        break reason;
+                    }
+                    if config.refresh(&opts).await {
+                        break "config changed".to_string();
+                    }
+                    generation.register_pending(&opts).await;
+                    publish(&opts, &mut status, &generation, &config, &faults);
+                }
+            }
+        };
+        tracing::info!(%reason, "restarting device plugin servers");
+        generation.stop().await;
+    };
+    stop_events.store(true, Ordering::Relaxed);
+    result
+}
+
+async fn start(opts: &Options, backend: &dyn Backend, config: &mut ConfigState, faults: &Faults) -> Generation {
+    let inventory = match Inventory::read(backend) {
+        Ok((inv, _lost)) => inv,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot enumerate GPUs; serving nothing until they appear");
+            Inventory::default()
+        }
+    };
+    let sets = match config.build(&inventory, opts).await {
+        Some(sets) => sets,
+        None => Vec::new(),
+    };
+    let settings = Arc::new(config.settings().clone());
+    let topology = Arc::new(read_topology(backend, &inventory));
+    let mig_minors = Arc::new(
+        opts.mig_minors_file
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|t| MigMinors::parse(&t))
+            .unwrap_or_default(),
+    );
+    let mut servers = Vec::new();
+    for set in sets {
+        let socket = opts.plugin_dir.join(set.socket_name());
+        let ctx = Arc::new(ResourceContext {
+            set,
+            settings: settings.clone(),
+            topology: topology.clone(),
+            mig_minors: mig_minors.clone(),
+        });
+        let (devices_tx, devices_rx) = watch::channel(device_list(&ctx.set, faults));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let service = PluginService::new(ctx.clone(), devices_rx, stop_rx.clone());
+        match uds::serve(&ctx.set.name, &socket, service, stop_rx) {
+            Ok(handle) => servers.push(Running {
+                ctx,
+                socket,
+                devices: devices_tx,
+                stop: stop_tx,
+                handle,
+                registered: false,
+            }),
+            Err(e) => tracing::error!(error = %e, "cannot serve resource; retrying on the next restart"),
+        }
+    }
+    for s in &servers {
+        tracing::info!(resource = %s.ctx.set.name, devices = s.ctx.set.devices.len(),
+            socket = %s.socket.display(), "serving");
+    }
+    Generation { inventory, servers, kubelet_identity: None }
+}
+
+fn read_topology(backend: &dyn Backend, inv: &Inventory) -> Topology {
+    let mut levels = Vec::new();
+    for (i, a) in inv.gpus.iter().enumerate() {
+        for b in &inv.gpus[i + 1..] {
+            if let Ok(level) = backend.topology(a.index, b.index) {
+                levels.push(((a.index, b.index), level));
+            }
+        }
+    }
+    Topology::from_levels(levels)
+}
+
+/// Device, inode and change time: a re-created socket differs even if the inode is reused.
+type Identity = (u64, u64, i64, i64);
+
+fn socket_identity(path: &Path) -> Option<Identity> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+impl Generation {
+    async fn register_pending(&mut self, opts: &Options) {
+        let Some(kubelet) = &opts.kubelet_socket else { return };
+        for s in self.servers.iter_mut().filter(|s| !s.registered) {
+            let Some(identity) = socket_identity(kubelet) else { return };
+            let endpoint = s.socket.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            match uds::register(kubelet, &endpoint, &s.ctx.set.name).await {
+                Ok(()) => {
+                    tracing::info!(resource = %s.ctx.set.name, "registered with the kubelet");
+                    s.registered = true;
+                    self.kubelet_identity = Some(identity);
+                }
+                Err(e) => tracing::warn!(error = %e, "registration failed; retrying"),
+            }
+        }
+    }
+
+    fn push(&self, faults: &Faults) {
+        for s in &self.servers {
+            let list = device_list(&s.ctx.set, faults);
+            s.devices.send_if_modified(|cur| {
+                if *cur == list {
+                    false
+                } else {
+                    *cur = list;
+                    true
+                }
+            });
+        }
+    }
+
+    /// Why the servers must start over, if they must.
+    fn needs_restart(&self, opts: &Options, backend: &dyn Backend) -> Option<String> {
+        if let (Some(kubelet), Some(known)) = (&opts.kubelet_socket, self.kubelet_identity)
+            && let Some(now) = socket_identity(kubelet)
+            && now != known
+        {
+            return Some(format!("{} was re-created (kubelet restart)", kubelet.display()));
+        }
+        if let Some(s) = self.servers.iter().find(|s| !s.socket.exists()) {
+            return Some(format!("{} was removed", s.socket.display()));
+        }
+        if let Ok((inv, lost)) = Inventory::read(backend)
+            && layout_changed(&self.inventory, &inv, &lost)
+        {
+            return Some("GPU inventory or MIG layout changed".to_string());
+        }
+        None
+    }
+
+    async fn stop(self) {
+        for s in &self.servers {
+            let _ = s.stop.send(true);
+        }
+        for s in self.servers {
+            if tokio::time::timeout(Duration::from_secs(5), s.handle).await.is_err() {
+                tracing::warn!(socket = %s.socket.display(), "server did not stop in 5 s");
+            }
+            let _ = std::fs::remove_file(&s.socket);
+        }
+    }
+}
+
+/// Whether the advertised devices would differ. GPUs that are unreadable now (lost) keep
+/// their old entry: they stay advertised (as Unhealthy) rather than vanishing.
+pub fn layout_changed(old: &Inventory, new: &Inventory, lost_now: &[u32]) -> bool {
+    new.gpus.iter().any(|g| old.gpu(g.index) != Some(g))
+        || old.gpus.iter().any(|g| new.gpu(g.index).is_none() && !lost_now.contains(&g.index))
+}
+
+fn publish(opts: &Options, status: &mut PluginStatus, generation: &Generation, config: &ConfigState, faults: &Faults) {
+    let Some(tx) = &opts.status else { return };
+    status.resources =
+        generation.servers.iter().map(|s| (s.ctx.set.name.clone(), s.ctx.set.devices.len())).collect();
+    status.registered =
+        generation.servers.iter().filter(|s| s.registered).map(|s| s.ctx.set.name.clone()).collect();
+    status.config_error = config.error().map(str::to_string);
+    status.unhealthy = generation
+        .servers
+        .iter()
+        .flat_map(|s| &s.ctx.set.devices)
+        .filter(|d| faults.unhealthy(&d.physical))
+        .count();
+    let snapshot = status.clone();
+    tx.send_if_modified(|cur| {
+        if *cur == snapshot {
+            false
+        } else {
+            *cur = snapshot;
+            true
+        }
+    });
+}
+
+/// A GPU's health-relevant state now.
+pub fn probe(backend: &dyn Backend, gpu: u32) -> Probe {
+    if backend.device_info(gpu).is_err() {
+        return Probe { lost: true, ..Probe::default() };
+    }
+    let ecc = backend.ecc(gpu).ok().filter(|e| e.enabled).map(|e| (e.sbe_volatile, e.dbe_volatile));
+    let remap = backend.row_remap(gpu).unwrap_or_default();
+    Probe { lost: false, ecc_volatile: ecc, remap_pending: remap.pending, remap_failure: remap.failure }
+}
+
+fn on_event(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Faults, event: &Event) -> bool {
+    let Some((target, kind)) = policy.classify(event) else {
+        tracing::debug!(gpu = event.gpu, xid = event.xid, kind = event.kind, "health event ignored");
+        return false;
+    };
+    tracing::warn!(gpu = event.gpu, uuid = %event.gpu_uuid, xid = event.xid, ?target, ?kind,
+        "GPU fault: marking its devices Unhealthy");
+    faults.record(target, kind, Some(probe(backend, event.gpu)), Instant::now())
+}
+
+fn probe_faults(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Faults) -> bool {
+    let mut changed = false;
+    for gpu in faults.gpus() {
+        if faults.observe(gpu, probe(backend, gpu), policy, Instant::now()) {
+            tracing::info!(gpu, "GPU fault cleared: devices Healthy again");
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// Reads the backend's event stream on a plain thread (the stream blocks).
+fn spawn_event_reader(backend: Arc<dyn Backend>, tx: mpsc::UnboundedSender<Event>, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new().name("dp-health".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let mut stream = match backend.subscribe(event_kind::HEALTH) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot subscribe to GPU events; retrying in 5 s");
+                    std::thread::sleep(Duration::from_secs(5));
+                    continue;
+                }
+            };
+            while !stop.load(Ordering::Relaxed) {
+                match stream.wait(Duration::from_millis(200)) {
+                    Ok(Some(ev)) => {
+                        if tx.send(ev).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "GPU event stream failed; re-subscribing");
+                        std::thread::sleep(Duration::from_secs(1));
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the health thread; health checks are off");
+    }
+}

@@ -1,0 +1,36 @@
+//! `gantry node device-plugin`: the kubelet device plugin (API v1beta1) for NVIDIA GPUs —
+//! whole GPUs, MIG devices (strategies none / single / mixed), time-slicing and MPS
+//! replicas — with health from the GPU event stream and config file v1.
+//!
+//! Pure cores: [`resources::build`] (inventory + settings → resource sets),
+//! [`allocate::allocate`], [`preferred::preferred`], [`health`] (XID policy, faults and
+//! recovery). The shell ([`manager::run`]) serves one gRPC server per resource on a unix
+//! socket, registers with the kubelet and restarts on kubelet restarts and config changes.
+//!
+//! In-process use (the sim kubelet):
+//! ```ignore
+//! let opts = device_plugin::Options::new("/tmp/node-a/device-plugins");
+//! tokio::spawn(device_plugin::run(opts, backend.clone(), async move { let _ = stop_rx.await; }));
+//! ```
+
+pub mod allocate;
+pub mod bench;
+mod error;
+pub mod health;
+pub mod inventory;
+pub mod load;
+pub mod manager;
+pub mod named;
+mod node_api;
+pub mod preferred;
+pub mod resources;
+pub mod server;
+pub mod settings;
+pub mod uds;
+
+pub use error::{DevicePluginError, RequestError};
+pub use health::HealthPolicy;
+pub use load::{ConfigSource, Overrides};
+pub use manager::{Options, PluginStatus, run};
+pub use node_api::default_client as kube_client;
+pub use settings::Settings;

@@ -1,0 +1,174 @@
+//! `gantry node discovery`: GPU Feature Discovery labels (`nvidia.com/gpu.product`, …) computed
+//! from the GPU backend and the device plugin config, applied to the node's own Node object by
+//! server-side apply (one field manager, so labels that no longer hold are removed).
+
+pub mod config;
+pub mod facts;
+pub mod labels;
+pub mod sharing;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use gantry_gpu::{Backend, GpuError};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use thiserror::Error;
+
+pub use labels::{compute_labels, GpuFacts, LabelOptions, Labels, MigStrategy, NodeFacts};
+pub use sharing::{Sharing, SharingStrategy};
+
+/// Failures of discovery, each naming what is wrong.
+#[derive(Debug, Error)]
+pub enum DiscoveryError {
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error("unknown MIG strategy {0:?}: use none, single or mixed")]
+    BadMigStrategy(String),
+    #[error("sharing strategy mps cannot be used with MIG: GPU {0} has MIG enabled")]
+    MpsWithMig(u32),
+    #[error("config file {path}: {message}")]
+    Config { path: String, message: String },
+    #[error("no node name: set --node-name or NODE_NAME")]
+    NoNodeName,
+    #[error("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {0}")]
+    Client(#[source] kube::Error),
+    #[error("applying labels to Node {node}: {source}")]
+    Apply {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Command-line options; `None` = take it from the config file, else the GFD default.
+#[derive(Debug, Clone, Default)]
+pub struct DiscoveryOptions {
+    pub node_name: Option<String>,
+    /// Where the host's `/sys` is found (`/` on a node, a temp dir in tests).
+    pub host_root: PathBuf,
+    pub config_file: Option<PathBuf>,
+    pub mig_strategy: Option<MigStrategy>,
+    /// `Some(None)` = infinite.
+    pub sleep_interval: Option<Option<Duration>>,
+    pub oneshot: bool,
+    pub no_timestamp: bool,
+}
+
+/// GFD's default re-label period.
+pub const DEFAULT_SLEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Options merged with the config file: flags win over the file, the file over defaults.
+#[derive(Debug, Clone)]
+struct Effective {
+    label_opts: LabelOptions,
+    sharing: Sharing,
+    sleep: Option<Duration>,
+    oneshot: bool,
+}
+
+fn effective(opts: &DiscoveryOptions, started: u64) -> Result<Effective, DiscoveryError> {
+    let file = match &opts.config_file {
+        Some(path) => config::load(path)?,
+        None => config::DiscoveryConfig::default(),
+    };
+    let no_timestamp = opts.no_timestamp || file.no_timestamp.unwrap_or(false);
+    Ok(Effective {
+        label_opts: LabelOptions {
+            mig_strategy: opts.mig_strategy.or(file.mig_strategy).unwrap_or_default(),
+            timestamp: (!no_timestamp).then_some(started),
+        },
+        sharing: file.sharing,
+        sleep: opts
+            .sleep_interval
+            .or(file.sleep_interval)
+            .unwrap_or(Some(DEFAULT_SLEEP_INTERVAL)),
+        oneshot: opts.oneshot || file.oneshot.unwrap_or(false),
+    })
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Compute the labels once (what `--print` shows).
+pub fn labels_once(opts: &DiscoveryOptions, backend: &dyn Backend) -> Result<Labels, DiscoveryError> {
+    let eff = effective(opts, unix_now())?;
+    let facts = facts::collect(backend, &opts.host_root)?;
+    compute_labels(&facts, &eff.sharing, &eff.label_opts)
+}
+
+/// `key=value` lines, sorted, as GFD writes its feature file.
+pub fn render(labels: &Labels) -> String {
+    labels.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+}
+
+/// A client from the environment: in-cluster service account, else `KUBECONFIG`.
+pub async fn client_from_env() -> Result<kube::Client, DiscoveryError> {
+    kube::Client::try_default().await.map_err(DiscoveryError::Client)
+}
+
+/// Server-side apply `labels` as the node's label set owned by the discovery field manager.
+pub async fn apply_labels(
+    client: &kube::Client,
+    node: &str,
+    labels: &Labels,
+) -> Result<(), DiscoveryError> {
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": node, "labels": labels },
+    });
+    let params = PatchParams::apply(gantry_api::names::FIELD_MANAGER_DISCOVERY).force();
+    api.patch(node, &params, &Patch::Apply(&body))
+        .await
+        .map(|_| ())
+        .map_err(|source| DiscoveryError::Apply {
+            node: node.to_string(),
+            source,
+        })
+}
+
+/// Label the node, then (unless oneshot or an infinite interval) again every sleep interval
+/// until `shutdown` completes. The config file is re-read on every pass.
+pub async fn run(
+    opts: DiscoveryOptions,
+    backend: Arc<dyn Backend>,
+    client: kube::Client,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DiscoveryError> {
+    let node = opts.node_name.clone().ok_or(DiscoveryError::NoNodeName)?;
+    let started = unix_now();
+    tokio::pin!(shutdown);
+    loop {
+        let eff = effective(&opts, started)?;
+        let b = backend.clone();
+        let root = opts.host_root.clone();
+        let facts = tokio::task::spawn_blocking(move || facts::collect(b.as_ref(), &root))
+            .await
+            .map_err(|e| DiscoveryError::Gpu(GpuError::Nvml {
+                call: "collect facts".into(),
+                message: e.to_string(),
+            }))??;
+        let labels = compute_labels(&facts, &eff.sharing, &eff.label_opts)?;
+        apply_labels(&client, &node, &labels).await?;
+        tracing::info!(node = %node, labels = labels.len(), "applied GPU feature labels");
+        if eff.oneshot {
+            return Ok(());
+        }
+        let Some(sleep) = eff.sleep else {
+            // `infinite`: labels stay applied; keep running (a DaemonSet pod must not exit).
+            shutdown.await;
+            return Ok(());
+        };
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Scheduler configuration (KAI `SchedulingShard` placement strategy and proportion args).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    #[default]
+    Binpack,
+    Spread,
+}
+
+/// How nodes (and devices for fractions) are chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// KAI scoring: `gpusharingorder`, `resourcetype`, `nodeplacement` with the strategies above,
+    /// `gpupack` / `gpuspread` inside the node.
+    #[default]
+    Kai,
+    /// Prefer placements that raise the node's expected fragmentation the least, measured
+    /// against the pod mix of the snapshot; KAI binpack breaks ties.
+    FragmentationAware,
+    /// Benchmark baselines.
+    RandomFit,
+    BestFit,
+    FirstFit,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Allocate,
+    Consolidation,
+    Reclaim,
+    Preempt,
+    StaleGangEviction,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Config {
+    pub gpu_strategy: Strategy,
+    pub cpu_strategy: Strategy,
+    pub policy: Policy,
+    pub actions: Vec<Action>,
+    /// Seeds tie-breaking among equal nodes (and the random-fit baseline).
+    pub seed: u64,
+    /// Most jobs each victim-seeking action considers per cycle (KAI `queueDepthPerAction`).
+    pub queue_depth_per_action: usize,
+    /// Most pods consolidation may move for one job (KAI `--max-consolidation-preemptees`).
+    pub max_consolidation_preemptees: usize,
+    /// Most victim jobs one reclaim / preempt scenario may take.
+    pub max_victim_jobs: usize,
+    /// Proportion argument `relcaimerSaturationMultiplier` (values < 1 reset to 1).
+    pub reclaimer_saturation_multiplier: f64,
+    /// Time-based fair share weight of historical usage (KAI `kValue`).
+    pub k_value: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            gpu_strategy: Strategy::Binpack,
+            cpu_strategy: Strategy::Binpack,
+            policy: Policy::Kai,
+            actions: vec![Action::Allocate, Action::Consolidation, Action::Reclaim, Action::Preempt, Action::StaleGangEviction],
+            seed: 0,
+            queue_depth_per_action: 100,
+            max_consolidation_preemptees: 16,
+            max_victim_jobs: 32,
+            reclaimer_saturation_multiplier: 1.0,
+            k_value: 1.0,
+        }
+    }
+}
+
+impl Config {
+    /// Consolidation is off whenever either strategy spreads (as KAI's operator renders it).
+    pub fn consolidation_enabled(&self) -> bool {
+        self.gpu_strategy == Strategy::Binpack && self.cpu_strategy == Strategy::Binpack && self.max_consolidation_preemptees > 0
+    }
+}

@@ -1,0 +1,180 @@
+//! The cache shape the Kubernetes adapter fills: plain, string-keyed objects close to the
+//! API objects. `Snapshot::build` turns this into the indexed model the actions use.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Everything one scheduling cycle looks at.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClusterInput {
+    /// Cycle time, Unix seconds (staleness and min-runtime arithmetic).
+    pub now: i64,
+    pub nodes: Vec<NodeInput>,
+    pub queues: Vec<QueueInput>,
+    pub pod_groups: Vec<PodGroupInput>,
+    pub pods: Vec<PodInput>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeInput {
+    pub name: String,
+    /// Node labels; GPU model and memory come from the GFD labels
+    /// `nvidia.com/gpu.product` and `nvidia.com/gpu.memory`.
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// False when the node is not Ready or is cordoned.
+    pub schedulable: bool,
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    pub pods: u32,
+    /// Allocatable `nvidia.com/gpu` (whole GPUs; MIG devices under the `single` strategy).
+    pub gpus: u32,
+    /// Allocatable `nvidia.com/mig-<profile>` resources, keyed by full resource name.
+    pub mig: BTreeMap<String, u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Toleration {
+    /// Empty key with `Exists` tolerates everything.
+    pub key: String,
+    pub operator: TolerationOperator,
+    pub value: String,
+    /// `None` tolerates every effect.
+    pub effect: Option<TaintEffect>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TolerationOperator {
+    Equal,
+    Exists,
+}
+
+/// One `nodeSelectorTerms` entry: all requirements must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NodeSelectorTerm {
+    pub requirements: Vec<LabelRequirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LabelRequirement {
+    pub key: String,
+    pub operator: LabelOperator,
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum LabelOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// One resource of a queue, in KAI units: GPUs (fractions allowed), millicores, MB (10^6 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueResourceInput {
+    /// Deserved amount; `-1` = everything available at this level.
+    pub quota: f64,
+    /// Hard cap; `-1` = unlimited; `0` = none of this resource at all (KAI's omitted value).
+    pub limit: f64,
+    pub over_quota_weight: f64,
+}
+
+impl Default for QueueResourceInput {
+    /// KAI's default queues: quota 0, unlimited, weight 1.
+    fn default() -> Self {
+        QueueResourceInput { quota: 0.0, limit: -1.0, over_quota_weight: 1.0 }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct QueueInput {
+    pub name: String,
+    pub parent: Option<String>,
+    /// `None` = 100 (KAI's default queue priority).
+    pub priority: Option<i32>,
+    pub gpu: QueueResourceInput,
+    pub cpu: QueueResourceInput,
+    pub memory: QueueResourceInput,
+    /// Unix seconds; older queues win ties.
+    pub creation: i64,
+    /// Historical usage per resource (gpu, cpu, memory), normalised to cluster capacity
+    /// (time-based fair share); zeros without a usage database.
+    #[serde(default)]
+    pub usage: [f64; 3],
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PodGroupInput {
+    pub namespace: String,
+    pub name: String,
+    pub queue: String,
+    /// `None` = 50 (`train`).
+    pub priority: Option<i32>,
+    /// `None` = derived from priority (< 100 preemptible).
+    pub preemptible: Option<bool>,
+    /// `None` = 1; `0` = no gang.
+    pub min_member: Option<u32>,
+    pub sub_groups: Vec<SubGroupInput>,
+    pub creation: i64,
+    /// Seconds a gang may stay below its minimum before eviction; `None` = 60; negative = never.
+    pub staleness_grace_secs: Option<i64>,
+    /// When the scheduler first saw the gang below its minimum (annotation
+    /// `kai.scheduler/stale-podgroup-timestamp`), Unix seconds.
+    pub stale_since: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SubGroupInput {
+    pub name: String,
+    pub min_member: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PodPhase {
+    #[default]
+    Pending,
+    /// Bound or running: holds its resources.
+    Running,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PodInput {
+    pub namespace: String,
+    pub name: String,
+    /// Name of the PodGroup (annotation `pod-group-name`), in the pod's namespace.
+    pub pod_group: String,
+    /// Label `kai.scheduler/subgroup-name`.
+    pub sub_group: Option<String>,
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    /// Extended resource requests: `nvidia.com/gpu`, `nvidia.com/mig-<profile>`.
+    pub extended: BTreeMap<String, i64>,
+    /// Pod annotations (only the GPU-sharing ones are read).
+    pub annotations: BTreeMap<String, String>,
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity terms (OR of terms).
+    pub affinity: Vec<NodeSelectorTerm>,
+    pub tolerations: Vec<Toleration>,
+    pub phase: PodPhase,
+    pub node: Option<String>,
+    /// GPU indices on `node` the pod holds (whole GPUs, or the shared GPUs of a fraction).
+    pub gpu_indices: Vec<u32>,
+    pub creation: i64,
+    /// Label `kai.scheduler/task-priority`.
+    pub task_priority: i32,
+}

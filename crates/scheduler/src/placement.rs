@@ -1,0 +1,234 @@
+//! Choosing a node (and devices) for one pod: static class filter, dynamic fit, then the
+//! configured scoring. Nodes are visited in a seeded order so equal scores break ties the
+//! same way on every run.
+
+use crate::config::{Config, Policy, Strategy};
+use crate::decisions::{NodeReason, summarize};
+use crate::frag::Mix;
+use crate::predicates::ClassCache;
+use crate::request::GpuRequest;
+use crate::sharing::{GpuOrder, fit_gpu, fits_existing_share, shared_milli};
+use crate::snapshot::{NodeId, PodId, Snapshot, CPU, MEM};
+use crate::state::{GpuPlacement, Placement, State};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub struct Placer {
+    pub cfg: Config,
+    classes: ClassCache,
+    /// Seeded visiting order of nodes; class lists are kept in this order.
+    rank: Vec<u32>,
+    mix: Mix,
+    rng: ChaCha8Rng,
+}
+
+impl Placer {
+    pub fn new(s: &Snapshot, cfg: &Config) -> Placer {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let mut order: Vec<u32> = (0..s.nodes.len() as u32).collect();
+        // Fisher-Yates with the seeded generator.
+        for i in (1..order.len()).rev() {
+            let j = rng.random_range(0..=i);
+            order.swap(i, j);
+        }
+        let mut rank = vec![0u32; s.nodes.len()];
+        for (r, &n) in order.iter().enumerate() {
+            rank[n as usize] = r as u32;
+        }
+        let mix = if cfg.policy == Policy::FragmentationAware { Mix::from_snapshot(s) } else { Mix::default() };
+        Placer { cfg: cfg.clone(), classes: ClassCache::new(s, order), rank, mix, rng }
+    }
+
+    fn gpu_order(&self) -> GpuOrder {
+        match self.cfg.gpu_strategy {
+            Strategy::Binpack => GpuOrder::Pack,
+            Strategy::Spread => GpuOrder::Spread,
+        }
+    }
+
+    /// Cheap dynamic checks, then the GPU fit.
+    fn fit(&self, s: &Snapshot, st: &State, node: NodeId, pod: PodId) -> Result<GpuPlacement, NodeReason> {
+        let p = &s.pods[pod as usize];
+        let n = node as usize;
+        if st.free_pods[n] < 1 {
+            return Err(NodeReason::TooManyPods);
+        }
+        if st.free_cpu[n] < p.res.0[CPU] {
+            return Err(NodeReason::InsufficientCpu);
+        }
+        if st.free_mem[n] < p.res.0[MEM] {
+            return Err(NodeReason::InsufficientMemory);
+        }
+        fit_gpu(s, st, node, &p.gpu, self.gpu_order())
+    }
+
+    /// The best placement for `pod`, or `None` when no node fits.
+    pub fn place(&mut self, s: &Snapshot, st: &State, pod: PodId) -> Option<Placement> {
+        let p = &s.pods[pod as usize];
+        let class = p.class;
+        let list = std::mem::take(&mut self.classes.get(s, class).nodes);
+        let out = self.place_in(s, st, pod, &list);
+        self.classes.get(s, class).nodes = list;
+        out
+    }
+
+    fn place_in(&mut self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+        let p = &s.pods[pod as usize];
+        match self.cfg.policy {
+            Policy::Kai => self.place_kai(s, st, pod, list),
+            Policy::FragmentationAware if p.gpu.wants_gpu() && !self.mix.is_empty() => self.place_frag(s, st, pod, list),
+            Policy::FragmentationAware => self.place_kai(s, st, pod, list),
+            Policy::FirstFit => list.iter().find_map(|&n| self.fit(s, st, n, pod).ok().map(|gpu| Placement { node: n, gpu })),
+            Policy::RandomFit => {
+                let fits: Vec<(NodeId, GpuPlacement)> = list.iter().filter_map(|&n| self.fit(s, st, n, pod).ok().map(|g| (n, g))).collect();
+                if fits.is_empty() {
+                    return None;
+                }
+                let (node, gpu) = fits[self.rng.random_range(0..fits.len())].clone();
+                Some(Placement { node, gpu })
+            }
+            Policy::BestFit => {
+                // Least normalised capacity left over after placing (GPU, CPU, memory).
+                let mut best: Option<(f64, NodeId, GpuPlacement)> = None;
+                for &n in list {
+                    let Ok(gpu) = self.fit(s, st, n, pod) else { continue };
+                    let node = &s.nodes[n as usize];
+                    let i = n as usize;
+                    let gpu_left = if node.gpus > 0 { (st.free_gpu[i] - p.res.0[0]) as f64 / (f64::from(node.gpus) * 1000.0) } else { 0.0 };
+                    let cpu_left = (st.free_cpu[i] - p.res.0[CPU]) as f64 / node.cpu_milli.max(1) as f64;
+                    let mem_left = (st.free_mem[i] - p.res.0[MEM]) as f64 / node.memory_bytes.max(1) as f64;
+                    let left = if p.gpu.wants_gpu() { gpu_left * 4.0 + cpu_left + mem_left } else { gpu_left + cpu_left + mem_left };
+                    if best.as_ref().is_none_or(|b| left < b.0) {
+                        best = Some((left, n, gpu));
+                    }
+                }
+                best.map(|(_, node, gpu)| Placement { node, gpu })
+            }
+        }
+    }
+
+    /// KAI's node score, as a lexicographic key since each plugin's magnitude dwarfs the next:
+    /// gpusharingorder (binpack only) > resourcetype > nodeplacement (binpack: least free;
+    /// spread: largest free ratio). First in the seeded order wins ties.
+    fn place_kai(&self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+        let p = &s.pods[pod as usize];
+        let gpu_task = p.gpu.wants_gpu();
+        let strategy = if gpu_task { self.cfg.gpu_strategy } else { self.cfg.cpu_strategy };
+        let sharing_bonus = p.gpu.is_shared() && self.cfg.gpu_strategy == Strategy::Binpack;
+        let want_gpu = p.res.0[0];
+        let mut best: Option<((bool, bool, f64), NodeId)> = None;
+        for &n in list {
+            let i = n as usize;
+            if st.free_pods[i] < 1 || st.free_cpu[i] < p.res.0[CPU] || st.free_mem[i] < p.res.0[MEM] {
+                continue;
+            }
+            if gpu_task && !matches!(p.gpu, GpuRequest::Mig { .. }) && st.free_gpu[i] < want_gpu.min(1000) {
+                continue;
+            }
+            if let GpuRequest::Whole(k) = p.gpu {
+                if u32::from(st.idle_gpus[i]) < k {
+                    continue;
+                }
+            }
+            let node = &s.nodes[i];
+            let bonus = sharing_bonus && shared_milli(s, n, &p.gpu).is_ok_and(|m| fits_existing_share(st.node_gpus(n), m));
+            let restype = !gpu_task && node.gpus == 0 && node.mig.is_empty();
+            let (free, total) = if gpu_task {
+                (st.free_gpu[i] as f64, f64::from(node.gpus) * 1000.0)
+            } else {
+                (st.free_cpu[i] as f64, node.cpu_milli as f64)
+            };
+            let placement = match strategy {
+                Strategy::Binpack => -free,
+                Strategy::Spread => if total > 0.0 { free / total } else { 0.0 },
+            };
+            let key = (bonus, restype, placement);
+            if best.as_ref().is_some_and(|(b, _)| !gt(&key, b)) {
+                continue;
+            }
+            if self.fit(s, st, n, pod).is_err() {
+                continue;
+            }
+            best = Some((key, n));
+            // Binpack cannot beat a node left with nothing free after this pod.
+            if strategy == Strategy::Binpack && gpu_task && (bonus || !sharing_bonus) && free <= want_gpu as f64 {
+                break;
+            }
+        }
+        let (_, node) = best?;
+        let gpu = self.fit(s, st, node, pod).ok()?;
+        Some(Placement { node, gpu })
+    }
+
+    /// Fragmentation-aware: least growth of expected fragmentation; for fractions every
+    /// distinct candidate device is tried. KAI binpack (least free GPU) breaks ties.
+    fn place_frag(&self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+        let p = &s.pods[pod as usize];
+        let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
+        let mut best: Option<((f64, i64), Placement)> = None;
+        for &n in list {
+            let Ok(gpu) = self.fit(s, st, n, pod) else { continue };
+            let cand: Vec<GpuPlacement> = match &gpu {
+                GpuPlacement::Shared { milli, gpus } if gpus.len() == 1 => {
+                    let mut seen: Vec<u32> = Vec::new();
+                    let mut v = Vec::new();
+                    for (i, g) in st.node_gpus(n).iter().enumerate() {
+                        let free = g.free_milli();
+                        // Idle and shared devices with equal free differ (a whole-GPU pod can use only idle).
+                        let key = free * 2 + u32::from(g.is_idle());
+                        if free >= u32::from(*milli) && !seen.contains(&key) {
+                            seen.push(key);
+                            v.push(GpuPlacement::Shared { gpus: vec![i as u8], milli: *milli });
+                        }
+                    }
+                    v
+                }
+                other => vec![other.clone()],
+            };
+            for c in cand {
+                let take: Vec<(u8, u32, bool)> = match &c {
+                    GpuPlacement::Whole(idx) => idx.iter().map(|&i| (i, 1000, true)).collect(),
+                    GpuPlacement::Shared { gpus, milli } => gpus.iter().map(|&i| (i, u32::from(*milli), false)).collect(),
+                    _ => Vec::new(),
+                };
+                let d = self.mix.delta(st, n, cpu, mem, &take);
+                let key = (d, st.free_gpu[n as usize]);
+                let better = match &best {
+                    None => true,
+                    Some((b, _)) => key.0 < b.0 - 1e-9 || ((key.0 - b.0).abs() <= 1e-9 && key.1 < b.1),
+                };
+                if better {
+                    best = Some((key, Placement { node: n, gpu: c }));
+                }
+            }
+        }
+        best.map(|(_, pl)| pl)
+    }
+
+    /// "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu".
+    pub fn explain(&mut self, s: &Snapshot, st: &State, pod: PodId) -> String {
+        let class = s.pods[pod as usize].class;
+        let cn = self.classes.get(s, class);
+        let mut counts = cn.rejected.clone();
+        let list = cn.nodes.clone();
+        let mut fit = 0;
+        for n in list {
+            match self.fit(s, st, n, pod) {
+                Ok(_) => fit += 1,
+                Err(r) => match counts.iter_mut().find(|(x, _)| *x == r) {
+                    Some(e) => e.1 += 1,
+                    None => counts.push((r, 1)),
+                },
+            }
+        }
+        summarize(s.nodes.len(), fit, &counts)
+    }
+
+    pub fn rank(&self, n: NodeId) -> u32 {
+        self.rank[n as usize]
+    }
+}
+
+fn gt(a: &(bool, bool, f64), b: &(bool, bool, f64)) -> bool {
+    (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.partial_cmp(&b.2).unwrap_or(std::cmp::Ordering::Equal)) == std::cmp::Ordering::Greater
+}

@@ -1,0 +1,109 @@
+//! GPU fit inside one node: whole devices, fractions (by share or by memory, on one or
+//! several devices) and MIG slices. A device is either whole or shared, never both.
+
+use crate::decisions::NodeReason;
+use crate::request::{GpuRequest, memory_to_milli};
+use crate::snapshot::{NodeId, Snapshot};
+use crate::state::{GpuPlacement, GpuSlot, State};
+
+/// Order of candidate devices for fractions (KAI `gpupack` / `gpuspread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuOrder {
+    /// Fullest shared device first, idle devices last.
+    Pack,
+    /// Idle devices first, then least used.
+    Spread,
+}
+
+/// Share per device (milli) a sharing request takes on `node`.
+pub fn shared_milli(s: &Snapshot, node: NodeId, req: &GpuRequest) -> Result<u32, NodeReason> {
+    match req {
+        GpuRequest::Fraction { milli, .. } => Ok(*milli),
+        GpuRequest::Memory { mib, .. } => {
+            let gpu_mib = s.nodes[node as usize].gpu_memory_mib.ok_or(NodeReason::GpuMemoryUnknown)?;
+            memory_to_milli(*mib, gpu_mib).ok_or(NodeReason::GpuMemoryTooSmall)
+        }
+        _ => Ok(1000),
+    }
+}
+
+/// Whether the request can fit on the node's GPUs at all right now (cheap checks first).
+pub fn fit_gpu(s: &Snapshot, st: &State, node: NodeId, req: &GpuRequest, order: GpuOrder) -> Result<GpuPlacement, NodeReason> {
+    match req {
+        GpuRequest::None => Ok(GpuPlacement::None),
+        GpuRequest::Whole(n) => {
+            if u32::from(st.idle_gpus[node as usize]) < *n {
+                return Err(NodeReason::InsufficientGpu);
+            }
+            let idx: Vec<u8> = st.node_gpus(node).iter().enumerate().filter(|(_, g)| g.is_idle()).map(|(i, _)| i as u8).take(*n as usize).collect();
+            Ok(GpuPlacement::Whole(idx))
+        }
+        GpuRequest::Mig { profile, count } => {
+            let free = st.mig_free[node as usize].iter().find(|(p, _)| p == profile).map_or(0, |e| e.1);
+            if free < i64::from(*count) {
+                return Err(NodeReason::InsufficientMig(s.mig_profiles[*profile as usize].clone()));
+            }
+            Ok(GpuPlacement::Mig { profile: *profile, count: *count })
+        }
+        GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
+            let n = &s.nodes[node as usize];
+            if n.mig_enabled {
+                return Err(NodeReason::MigNodeNoFractions);
+            }
+            if n.gpus == 0 {
+                return Err(NodeReason::InsufficientGpu);
+            }
+            let milli = shared_milli(s, node, req)?;
+            if st.free_gpu[node as usize] < i64::from(milli) * i64::from(*devices) {
+                return Err(NodeReason::InsufficientGpuShare);
+            }
+            let gpus = pick_shared(st.node_gpus(node), milli, *devices, order).ok_or(NodeReason::InsufficientGpuShare)?;
+            Ok(GpuPlacement::Shared { gpus, milli: milli as u16 })
+        }
+    }
+}
+
+/// Choose `devices` distinct devices with at least `milli` free.
+pub fn pick_shared(slots: &[GpuSlot], milli: u32, devices: u32, order: GpuOrder) -> Option<Vec<u8>> {
+    let mut cand: Vec<(u32, bool, u8)> = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.free_milli() >= milli)
+        .map(|(i, g)| (g.free_milli(), g.is_idle(), i as u8))
+        .collect();
+    if cand.len() < devices as usize {
+        return None;
+    }
+    match order {
+        // Shared devices before idle ones, fullest (least free) first.
+        GpuOrder::Pack => cand.sort_by_key(|&(free, idle, i)| (idle, free, i)),
+        GpuOrder::Spread => cand.sort_by_key(|&(free, idle, i)| (!idle, std::cmp::Reverse(free), i)),
+    }
+    let mut out: Vec<u8> = cand.iter().take(devices as usize).map(|c| c.2).collect();
+    out.sort_unstable();
+    Some(out)
+}
+
+/// Whether the node already has a shared device this request fits on (KAI `gpusharingorder`).
+pub fn fits_existing_share(slots: &[GpuSlot], milli: u32) -> bool {
+    slots.iter().any(|g| !g.whole && g.shared_pods > 0 && g.free_milli() >= milli)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(used: u16, pods: u16) -> GpuSlot {
+        GpuSlot { whole: false, shared_milli: used, shared_pods: pods }
+    }
+
+    #[test]
+    fn pack_prefers_fullest_shared_device() {
+        let slots = [GpuSlot::default(), slot(500, 1), slot(750, 2), GpuSlot { whole: true, ..Default::default() }];
+        assert_eq!(pick_shared(&slots, 250, 1, GpuOrder::Pack), Some(vec![2]));
+        assert_eq!(pick_shared(&slots, 500, 1, GpuOrder::Pack), Some(vec![1]));
+        assert_eq!(pick_shared(&slots, 250, 1, GpuOrder::Spread), Some(vec![0]));
+        assert_eq!(pick_shared(&slots, 600, 2, GpuOrder::Pack), None, "whole device is never shared");
+        assert_eq!(pick_shared(&slots, 250, 3, GpuOrder::Pack), Some(vec![0, 1, 2]));
+    }
+}

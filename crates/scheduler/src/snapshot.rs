@@ -1,0 +1,435 @@
+//! The indexed, immutable model one cycle works on. Everything refers to everything else by
+//! dense `u32` ids; strings are only kept for output. Built once per cycle from `ClusterInput`.
+
+use crate::input::{ClusterInput, NodeSelectorTerm, PodPhase, Taint, Toleration};
+use crate::request::{GpuRequest, gpu_memory_mib, memory_to_milli, parse_gpu_request};
+use gantry_api::names;
+use std::collections::{BTreeMap, HashMap};
+
+pub type NodeId = u32;
+pub type QueueId = u32;
+pub type GroupId = u32;
+pub type PodId = u32;
+pub type ClassId = u32;
+
+/// Resource indices used throughout: GPU in milli-GPUs, CPU in millicores, memory in bytes.
+pub const GPU: usize = 0;
+pub const CPU: usize = 1;
+pub const MEM: usize = 2;
+pub const RESOURCE_NAMES: [&str; 3] = [names::RESOURCE_GPU, "cpu", "memory"];
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Res(pub [i64; 3]);
+
+impl Res {
+    pub fn add(&mut self, o: &Res) {
+        for i in 0..3 {
+            self.0[i] += o.0[i];
+        }
+    }
+    pub fn sub(&mut self, o: &Res) {
+        for i in 0..3 {
+            self.0[i] -= o.0[i];
+        }
+    }
+    pub fn plus(mut self, o: &Res) -> Res {
+        self.add(o);
+        self
+    }
+    /// Natural units for fair share: GPUs, millicores, bytes.
+    pub fn to_f(&self) -> [f64; 3] {
+        [self.0[GPU] as f64 / 1000.0, self.0[CPU] as f64, self.0[MEM] as f64]
+    }
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 3]
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub schedulable: bool,
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+    pub pods: u32,
+    pub gpus: u32,
+    pub gpu_model: String,
+    /// `None` when the GFD memory label is missing: `gpu-memory` pods cannot fit.
+    pub gpu_memory_mib: Option<u64>,
+    /// MIG resources (profile index, allocatable count).
+    pub mig: Vec<(u16, u32)>,
+    /// MIG nodes never host fractions.
+    pub mig_enabled: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Queue {
+    pub name: String,
+    pub parent: Option<QueueId>,
+    pub children: Vec<QueueId>,
+    pub priority: i32,
+    /// Per resource, natural units (GPUs, millicores, bytes); `-1` kept as-is.
+    pub quota: [f64; 3],
+    pub limit: [f64; 3],
+    pub weight: [f64; 3],
+    pub creation: i64,
+    pub usage: [f64; 3],
+}
+
+impl Queue {
+    pub fn is_leaf(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SubGroup {
+    pub name: String,
+    pub min_member: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct PodGroup {
+    pub namespace: String,
+    pub name: String,
+    /// `None`: the queue does not exist, or a foreign (other scheduler) pod's holder group.
+    pub queue: Option<QueueId>,
+    pub queue_name: String,
+    pub priority: i32,
+    pub preemptible: bool,
+    /// Index 0 is the implicit default sub-group.
+    pub sub_groups: Vec<SubGroup>,
+    pub creation: i64,
+    /// `None` = never evict as stale.
+    pub staleness_grace: Option<i64>,
+    pub stale_since: Option<i64>,
+    /// Pods in task order (task priority, creation, name).
+    pub pods: Vec<PodId>,
+    /// Holder for running pods of other schedulers: never scheduled, never a victim.
+    pub foreign: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub group: GroupId,
+    pub sub_group: u16,
+    pub gpu: GpuRequest,
+    /// What the pod counts against its queue (GPU milli incl. fractions, CPU, memory).
+    pub res: Res,
+    pub class: ClassId,
+    pub running: bool,
+    pub node: Option<NodeId>,
+    pub gpu_indices: Vec<u32>,
+    pub creation: i64,
+    pub task_priority: i32,
+    /// Why this pod can never be scheduled as given (bad annotation, missing group ...).
+    pub invalid: Option<String>,
+}
+
+/// The static placement constraints shared by many pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ConstraintClass {
+    pub node_selector: Vec<(String, String)>,
+    pub affinity: Vec<NodeSelectorTerm>,
+    pub tolerations: Vec<Toleration>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub now: i64,
+    pub nodes: Vec<Node>,
+    pub queues: Vec<Queue>,
+    pub groups: Vec<PodGroup>,
+    pub pods: Vec<Pod>,
+    pub classes: Vec<ConstraintClass>,
+    /// MIG resource names (`nvidia.com/mig-1g.10gb`) and their GPU-slice count (the `1` of `1g`).
+    pub mig_profiles: Vec<String>,
+    pub mig_profile_gpus: Vec<u32>,
+    /// Problems in the input that did not stop the cycle (object named, what is wrong).
+    pub issues: Vec<String>,
+}
+
+impl Snapshot {
+    pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
+        self.nodes.iter().position(|n| n.name == name).map(|i| i as NodeId)
+    }
+    pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<PodId> {
+        self.pods.iter().position(|p| p.namespace == namespace && p.name == name).map(|i| i as PodId)
+    }
+    pub fn queue_by_name(&self, name: &str) -> Option<QueueId> {
+        self.queues.iter().position(|q| q.name == name).map(|i| i as QueueId)
+    }
+    /// Queue ids from `q` up to its root, `q` first.
+    pub fn ancestry(&self, q: QueueId) -> impl Iterator<Item = QueueId> + '_ {
+        std::iter::successors(Some(q), move |&q| self.queues[q as usize].parent)
+    }
+    /// Total schedulable capacity (natural units) of all schedulable nodes.
+    pub fn cluster_total(&self) -> Res {
+        let mut t = Res::default();
+        for n in self.nodes.iter().filter(|n| n.schedulable) {
+            let mig: i64 = n.mig.iter().map(|&(p, c)| i64::from(self.mig_profile_gpus[p as usize]) * i64::from(c)).sum();
+            t.add(&Res([(i64::from(n.gpus) + mig) * 1000, n.cpu_milli, n.memory_bytes]));
+        }
+        t
+    }
+
+    /// Index the cache. Never fails: bad objects are reported in `issues` and their pods
+    /// carry an `invalid` reason.
+    pub fn build(input: &ClusterInput) -> Snapshot {
+        let mut s = Snapshot { now: input.now, ..Default::default() };
+        let mut mig_ids: HashMap<String, u16> = HashMap::new();
+        let mut intern = |name: &str, s: &mut Snapshot| -> u16 {
+            *mig_ids.entry(name.to_string()).or_insert_with(|| {
+                s.mig_profiles.push(name.to_string());
+                s.mig_profile_gpus.push(mig_slices(name));
+                (s.mig_profiles.len() - 1) as u16
+            })
+        };
+        let mut node_ids: HashMap<&str, NodeId> = HashMap::with_capacity(input.nodes.len());
+        for n in &input.nodes {
+            if node_ids.insert(&n.name, s.nodes.len() as NodeId).is_some() {
+                s.issues.push(format!("node {}: duplicate name, later entry ignored", n.name));
+                continue;
+            }
+            let mig: Vec<(u16, u32)> = n.mig.iter().filter(|(_, c)| **c > 0).map(|(k, c)| (intern(k, &mut s), *c)).collect();
+            let strategy = n.labels.get(names::LABEL_MIG_STRATEGY).map(String::as_str);
+            let mig_enabled = !mig.is_empty() || matches!(strategy, Some("single") | Some("mixed"));
+            s.nodes.push(Node {
+                name: n.name.clone(),
+                labels: n.labels.clone(),
+                taints: n.taints.clone(),
+                schedulable: n.schedulable,
+                cpu_milli: n.cpu_milli.max(0),
+                memory_bytes: n.memory_bytes.max(0),
+                pods: n.pods,
+                gpus: n.gpus.min(255),
+                gpu_model: n.labels.get(names::LABEL_GPU_PRODUCT).cloned().unwrap_or_default(),
+                gpu_memory_mib: gpu_memory_mib(n.labels.get(names::LABEL_GPU_MEMORY)),
+                mig,
+                mig_enabled,
+            });
+        }
+        build_queues(input, &mut s);
+        let queue_ids: HashMap<&str, QueueId> = s.queues.iter().enumerate().map(|(i, q)| (q.name.as_str(), i as QueueId)).collect();
+        let mut group_ids: HashMap<(&str, &str), GroupId> = HashMap::with_capacity(input.pod_groups.len());
+        for g in &input.pod_groups {
+            if group_ids.contains_key(&(g.namespace.as_str(), g.name.as_str())) {
+                s.issues.push(format!("podgroup {}/{}: duplicate, later entry ignored", g.namespace, g.name));
+                continue;
+            }
+            let queue = queue_ids.get(g.queue.as_str()).copied();
+            match queue {
+                None => s.issues.push(format!("podgroup {}/{}: queue {:?} does not exist", g.namespace, g.name, g.queue)),
+                Some(q) if !s.queues[q as usize].is_leaf() => {
+                    s.issues.push(format!("podgroup {}/{}: queue {} is not a leaf queue", g.namespace, g.name, g.queue))
+                }
+                _ => {}
+            }
+            let queue = queue.filter(|&q| s.queues[q as usize].is_leaf());
+            let priority = g.priority.unwrap_or(names::DEFAULT_POD_GROUP_PRIORITY);
+            let min_member = g.min_member.unwrap_or(1);
+            let mut sub_groups = vec![SubGroup {
+                name: "default".into(),
+                min_member: if g.sub_groups.is_empty() { min_member } else { 0 },
+            }];
+            sub_groups.extend(g.sub_groups.iter().map(|sg| SubGroup { name: sg.name.clone(), min_member: sg.min_member }));
+            group_ids.insert((&g.namespace, &g.name), s.groups.len() as GroupId);
+            s.groups.push(PodGroup {
+                namespace: g.namespace.clone(),
+                name: g.name.clone(),
+                queue,
+                queue_name: g.queue.clone(),
+                priority,
+                preemptible: g.preemptible.unwrap_or(priority < names::NON_PREEMPTIBLE_PRIORITY_THRESHOLD),
+                sub_groups,
+                creation: g.creation,
+                staleness_grace: match g.staleness_grace_secs {
+                    Some(v) if v < 0 => None,
+                    Some(v) => Some(v),
+                    None => Some(60),
+                },
+                stale_since: g.stale_since,
+                pods: Vec::new(),
+                foreign: false,
+            });
+        }
+        let max_gpu_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
+        let mut class_ids: HashMap<ConstraintClass, ClassId> = HashMap::new();
+        for p in &input.pods {
+            let mut invalid = None;
+            let gpu = match parse_gpu_request(&p.extended, &p.annotations, |name| intern(name, &mut s)) {
+                Ok(r) => r,
+                Err(e) => {
+                    invalid = Some(format!("pod {}/{}: {e}", p.namespace, p.name));
+                    GpuRequest::None
+                }
+            };
+            let node = match &p.node {
+                Some(n) => match node_ids.get(n.as_str()) {
+                    Some(&id) => Some(id),
+                    None => {
+                        s.issues.push(format!("pod {}/{}: bound to unknown node {n}", p.namespace, p.name));
+                        None
+                    }
+                },
+                None => None,
+            };
+            let running = p.phase == PodPhase::Running && node.is_some();
+            if p.phase == PodPhase::Running && node.is_none() {
+                // A running pod on a node we do not know holds nothing we can see.
+                continue;
+            }
+            let group = match group_ids.get(&(p.namespace.as_str(), p.pod_group.as_str())) {
+                Some(&g) => g,
+                None => {
+                    if !running && invalid.is_none() {
+                        invalid = Some(format!("pod {}/{}: podgroup {:?} does not exist", p.namespace, p.name, p.pod_group));
+                    }
+                    // Holder group so the pod is still accounted for (capacity, decisions).
+                    s.groups.push(PodGroup {
+                        namespace: p.namespace.clone(),
+                        name: format!("<{}>", p.name),
+                        queue: None,
+                        queue_name: String::new(),
+                        priority: i32::MAX,
+                        preemptible: false,
+                        sub_groups: vec![SubGroup { name: "default".into(), min_member: 1 }],
+                        creation: p.creation,
+                        staleness_grace: None,
+                        stale_since: None,
+                        pods: Vec::new(),
+                        foreign: true,
+                    });
+                    (s.groups.len() - 1) as GroupId
+                }
+            };
+            let grp = &s.groups[group as usize];
+            let sub_group = match &p.sub_group {
+                None => 0,
+                Some(name) => match grp.sub_groups.iter().position(|sg| &sg.name == name) {
+                    Some(i) => i as u16,
+                    None => {
+                        if invalid.is_none() {
+                            invalid = Some(format!("pod {}/{}: sub-group {name:?} is not in podgroup {}", p.namespace, p.name, grp.name));
+                        }
+                        0
+                    }
+                },
+            };
+            if invalid.is_none() && !grp.foreign && grp.queue.is_none() {
+                invalid = Some(format!("queue {:?} of podgroup {} does not exist or is not a leaf queue", grp.queue_name, grp.name));
+            }
+            let gpu_mib = node.and_then(|n| s.nodes[n as usize].gpu_memory_mib).or(max_gpu_mib);
+            let gpu_milli: i64 = match &gpu {
+                GpuRequest::None => 0,
+                GpuRequest::Whole(n) => i64::from(*n) * 1000,
+                GpuRequest::Fraction { milli, devices } => i64::from(*milli) * i64::from(*devices),
+                GpuRequest::Memory { mib, devices } => {
+                    let m = gpu_mib.and_then(|g| memory_to_milli(*mib, g)).unwrap_or(1000);
+                    i64::from(m) * i64::from(*devices)
+                }
+                GpuRequest::Mig { profile, count } => i64::from(s.mig_profile_gpus[*profile as usize]) * i64::from(*count) * 1000,
+            };
+            let key = ConstraintClass {
+                node_selector: p.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                affinity: p.affinity.clone(),
+                tolerations: p.tolerations.clone(),
+            };
+            let next = class_ids.len() as ClassId;
+            let class = *class_ids.entry(key).or_insert(next);
+            let id = s.pods.len() as PodId;
+            s.groups[group as usize].pods.push(id);
+            s.pods.push(Pod {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                group,
+                sub_group,
+                gpu,
+                res: Res([gpu_milli, p.cpu_milli.max(0), p.memory_bytes.max(0)]),
+                class,
+                running,
+                node: if running { node } else { None },
+                gpu_indices: if running { p.gpu_indices.clone() } else { Vec::new() },
+                creation: p.creation,
+                task_priority: p.task_priority,
+                invalid: if running { None } else { invalid },
+            });
+        }
+        let mut classes: Vec<(ClassId, ConstraintClass)> = class_ids.into_iter().map(|(k, v)| (v, k)).collect();
+        classes.sort_by_key(|(id, _)| *id);
+        s.classes = classes.into_iter().map(|(_, c)| c).collect();
+        let pods = &s.pods;
+        for g in &mut s.groups {
+            g.pods.sort_by(|&a, &b| {
+                let (pa, pb) = (&pods[a as usize], &pods[b as usize]);
+                pb.task_priority.cmp(&pa.task_priority).then(pa.creation.cmp(&pb.creation)).then(pa.name.cmp(&pb.name))
+            });
+        }
+        s
+    }
+}
+
+/// `nvidia.com/mig-3g.40gb` -> 3.
+fn mig_slices(name: &str) -> u32 {
+    let rest = name.strip_prefix(names::RESOURCE_MIG_PREFIX).unwrap_or(name);
+    rest.split('g').next().and_then(|g| g.parse().ok()).unwrap_or(1)
+}
+
+fn build_queues(input: &ClusterInput, s: &mut Snapshot) {
+    let mut ids: HashMap<&str, QueueId> = HashMap::new();
+    for q in &input.queues {
+        if ids.contains_key(q.name.as_str()) {
+            s.issues.push(format!("queue {}: duplicate, later entry ignored", q.name));
+            continue;
+        }
+        ids.insert(&q.name, s.queues.len() as QueueId);
+        let conv = |r: &crate::input::QueueResourceInput, scale: f64| -> [f64; 3] {
+            let f = |v: f64| if v < 0.0 { -1.0 } else { v * scale };
+            [f(r.quota), f(r.limit), r.over_quota_weight.max(0.0)]
+        };
+        let per = [conv(&q.gpu, 1.0), conv(&q.cpu, 1.0), conv(&q.memory, 1e6)];
+        s.queues.push(Queue {
+            name: q.name.clone(),
+            parent: None,
+            children: Vec::new(),
+            priority: q.priority.unwrap_or(100),
+            quota: [per[0][0], per[1][0], per[2][0]],
+            limit: [per[0][1], per[1][1], per[2][1]],
+            weight: [per[0][2], per[1][2], per[2][2]],
+            creation: q.creation,
+            usage: q.usage,
+        });
+    }
+    for q in &input.queues {
+        let Some(&id) = ids.get(q.name.as_str()) else { continue };
+        if let Some(parent) = &q.parent {
+            match ids.get(parent.as_str()) {
+                Some(&p) if p != id => s.queues[id as usize].parent = Some(p),
+                _ => s.issues.push(format!("queue {}: parent queue {parent} does not exist (treated as top level)", q.name)),
+            }
+        }
+    }
+    // Break cycles: a queue whose ancestry loops becomes top level.
+    for id in 0..s.queues.len() {
+        let mut seen = vec![false; s.queues.len()];
+        let mut cur = Some(id as QueueId);
+        while let Some(c) = cur {
+            if seen[c as usize] {
+                s.issues.push(format!("queue {}: parent chain has a cycle (treated as top level)", s.queues[id].name));
+                s.queues[id].parent = None;
+                break;
+            }
+            seen[c as usize] = true;
+            cur = s.queues[c as usize].parent;
+        }
+    }
+    for id in 0..s.queues.len() {
+        if let Some(p) = s.queues[id].parent {
+            s.queues[p as usize].children.push(id as QueueId);
+        }
+    }
+}

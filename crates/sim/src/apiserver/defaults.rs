@@ -1,0 +1,128 @@
+//! Per-type behaviour on create and update: defaults, name rules, CRD status.
+
+use super::resources::ResourceInfo;
+use super::status::ApiError;
+use serde_json::{Value, json};
+
+/// Checks an object name the way the real server does for the type.
+pub fn validate_name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
+    let bad = |why: &str| Err(ApiError::invalid(&info.kind, name, "metadata.name", why));
+    if info.group == "rbac.authorization.k8s.io" {
+        if name == "." || name == ".." || name.contains('/') || name.contains('%') {
+            return bad("may not be '.', '..' or contain '/' or '%'");
+        }
+        return Ok(());
+    }
+    let max = if info.plural == "namespaces" { 63 } else { 253 };
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && max == 253);
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if name.len() > max || !name.chars().all(allowed) || !edge_ok(name.chars().next()) || !edge_ok(name.chars().last()) {
+        return bad(&format!(
+            "a lowercase RFC 1123 {} must consist of lower case alphanumeric characters{}, and must start and end with an alphanumeric character (at most {max} characters)",
+            if max == 63 { "label" } else { "subdomain" },
+            if max == 63 { " or '-'" } else { ", '-' or '.'" }
+        ));
+    }
+    if info.plural == "customresourcedefinitions" {
+        return Ok(());
+    }
+    Ok(())
+}
+
+/// Type-specific state on create (after generic metadata is set).
+pub fn on_create(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+    if info.has_status() && !matches!(info.plural.as_str(), "nodes" | "customresourcedefinitions") {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+    if !info.builtin {
+        return Ok(());
+    }
+    match (info.group.as_str(), info.plural.as_str()) {
+        ("", "namespaces") => {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            obj["status"] = json!({"phase": "Active"});
+        }
+        ("", "pods") => {
+            let spec = obj.get_mut("spec").and_then(Value::as_object_mut);
+            if let Some(spec) = spec {
+                for (k, v) in [
+                    ("schedulerName", json!("default-scheduler")),
+                    ("restartPolicy", json!("Always")),
+                    ("terminationGracePeriodSeconds", json!(30)),
+                    ("dnsPolicy", json!("ClusterFirst")),
+                    ("serviceAccountName", json!("default")),
+                    ("priority", json!(0)),
+                ] {
+                    spec.entry(k).or_insert(v);
+                }
+            }
+            obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+        }
+        ("apps", "deployments" | "replicasets" | "statefulsets") => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.entry("replicas").or_insert(json!(1));
+            }
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => crd_status(obj)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Type-specific state on update of the main resource.
+pub fn on_update(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+    if info.builtin && info.plural == "customresourcedefinitions" {
+        crd_status(obj)?;
+    }
+    Ok(())
+}
+
+/// A CRD is served as soon as it is stored: its names are accepted and it is Established.
+fn crd_status(crd: &mut Value) -> Result<(), ApiError> {
+    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let Some(info) = super::resources::from_crd(crd) else {
+        return Err(ApiError::invalid(
+            "CustomResourceDefinition",
+            &name,
+            "spec",
+            "spec.group, spec.names.kind, spec.names.plural and at least one served version are required",
+        ));
+    };
+    let want = format!("{}.{}", info.plural, info.group);
+    if name != want {
+        return Err(ApiError::invalid("CustomResourceDefinition", &name, "metadata.name", &format!("must be spec.names.plural+\".\"+spec.group ({want})")));
+    }
+    let storage: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .filter_map(|v| v.get("name").cloned())
+        .collect();
+    // Keep the transition time of conditions that are already True (no-op updates stay no-ops).
+    let now = crd
+        .pointer("/status/conditions/0/lastTransitionTime")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(super::now);
+    let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    let mut accepted = names.clone();
+    if accepted.get("singular").is_none() {
+        accepted["singular"] = json!(info.singular);
+    }
+    if accepted.get("listKind").is_none() {
+        accepted["listKind"] = json!(format!("{}List", info.kind));
+    }
+    crd["status"] = json!({
+        "acceptedNames": accepted,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+        "storedVersions": storage,
+    });
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! The Kubernetes API server: REST verbs, watches, patches, discovery, over one
+//! [`Store`]. `router()` gives the axum service the control plane serves over HTTPS.
+
+pub mod defaults;
+pub mod discovery;
+pub mod objects;
+pub mod openapi;
+pub mod patch;
+pub mod resources;
+pub mod routes;
+pub mod selectors;
+pub mod status;
+pub mod watch;
+
+use crate::store::Store;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use objects::Target;
+use resources::Registry;
+use serde_json::json;
+use std::sync::{Arc, OnceLock};
+use status::ApiError;
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 64 << 20;
+
+/// The current time as Kubernetes writes it (RFC 3339, seconds).
+pub fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The API server state, shared by every request and the controllers.
+pub struct ApiServer {
+    pub store: Store,
+    pub registry: Registry,
+    token: Option<String>,
+    address: OnceLock<String>,
+}
+
+impl ApiServer {
+    /// An API server over `store`; requests must carry `token` (None: no auth, for
+    /// in-process use only). Creates the system namespaces if missing.
+    pub fn new(store: Store, token: Option<String>) -> Arc<Self> {
+        let srv = Arc::new(Self { store, registry: Registry::default(), token, address: OnceLock::new() });
+        srv.refresh_crds();
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            if srv.store.get("/namespaces", "", ns).is_none() {
+                let t = srv.target("", "v1", "namespaces", "");
+                if let Some(t) = t {
+                    // Only fails if storage fails; the next write would report that too.
+                    let _ = srv.create(&t, json!({"metadata": {"name": ns}}), "gantry-sim");
+                }
+            }
+        }
+        srv
+    }
+
+    /// Records the `host:port` clients reach us at (for discovery).
+    pub fn set_address(&self, addr: String) {
+        let _ = self.address.set(addr);
+    }
+
+    pub fn address(&self) -> String {
+        self.address.get().cloned().unwrap_or_else(|| "127.0.0.1".into())
+    }
+
+    /// A verb target for `group/version/plural` in `namespace`, if served.
+    pub fn target(&self, group: &str, version: &str, plural: &str, namespace: &str) -> Option<Target> {
+        let info = self.registry.lookup(group, version, plural)?;
+        Some(Target { info, version: version.to_string(), namespace: namespace.to_string() })
+    }
+
+    /// Re-reads the stored CRDs into the registry.
+    pub fn refresh_crds(&self) {
+        let (crds, _) = self.store.list("apiextensions.k8s.io/customresourcedefinitions", None, None);
+        self.registry.set_crds(crds.iter().map(|c| c.as_ref()));
+    }
+
+    /// The HTTP service: authentication, then routing.
+    pub fn router(self: Arc<Self>) -> axum::Router {
+        axum::Router::new().fallback(entry).with_state(self)
+    }
+
+    fn authorized(&self, req: &Request) -> bool {
+        let Some(token) = &self.token else { return true };
+        req.headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| t.trim() == token)
+    }
+}
+
+async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
+    if !srv.authorized(&req) {
+        return ApiError::unauthorized().into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => return ApiError::new(413, "RequestEntityTooLarge", format!("reading the request body: {e}")).into_response(),
+    };
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or_default().to_string();
+    tracing::debug!(method = %parts.method, %path, %query, "request");
+    routes::handle(srv, parts.method, &path, &query, parts.headers, body).await
+}

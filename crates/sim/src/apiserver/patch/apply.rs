@@ -1,0 +1,487 @@
+//! Server-side apply and field ownership (`metadata.managedFields`, FieldsV1).
+//!
+//! A manager's field set is kept as its leaf paths; a path is a list of FieldsV1 segments
+//! (`f:spec`, `k:{"name":"c"}`, `v:"x"`, and `.` for "this list item itself").
+//! Apply merges the applied configuration into the object, reports conflicts with fields
+//! other managers own at different values (unless forced), and removes fields the manager
+//! applied before and omits now, when no other manager owns them.
+
+use super::super::status::ApiError;
+use super::strategic::ListKind;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+
+pub type Path = Vec<String>;
+pub type FieldSet = BTreeSet<Path>;
+
+/// Decides how a list merges, given the path of the list and its field name.
+pub type ListKinds<'a> = &'a dyn Fn(&[String], &str, Option<&Value>) -> ListKind<'static>;
+
+/// Metadata fields the server owns; never tracked.
+const SERVER_META: &[&str] = &[
+    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "managedFields", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "generateName",
+];
+
+/// The leaf fields set in `obj`. `with_status` says whether `.status` counts.
+pub fn fields_of(obj: &Value, lk: ListKinds<'_>, with_status: bool) -> FieldSet {
+    let mut out = FieldSet::new();
+    if let Some(m) = obj.as_object() {
+        for (k, v) in m {
+            let skip = k == "apiVersion" || k == "kind" || (with_status != (k == "status"));
+            if skip {
+                continue;
+            }
+            let path = vec![format!("f:{k}")];
+            if k == "metadata" {
+                if let Some(mm) = v.as_object() {
+                    for (mk, mv) in mm.iter().filter(|(mk, _)| !SERVER_META.contains(&mk.as_str())) {
+                        walk(mv, vec![path[0].clone(), format!("f:{mk}")], mk, lk, &mut out);
+                    }
+                }
+            } else {
+                walk(v, path, k, lk, &mut out);
+            }
+        }
+    }
+    out
+}
+
+fn walk(v: &Value, path: Path, field: &str, lk: ListKinds<'_>, out: &mut FieldSet) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, cv) in m {
+                let mut p = path.clone();
+                p.push(format!("f:{k}"));
+                walk(cv, p, k, lk, out);
+            }
+        }
+        Value::Array(items) if !items.is_empty() => match lk(&path, field, items.first()) {
+            ListKind::Atomic => {
+                out.insert(path);
+            }
+            ListKind::Set => {
+                for item in items {
+                    let mut p = path.clone();
+                    p.push(format!("v:{item}"));
+                    out.insert(p);
+                }
+            }
+            ListKind::Keyed(mk) => {
+                for item in items {
+                    let Some(key) = item.get(mk) else {
+                        out.insert(path.clone());
+                        continue;
+                    };
+                    let mut p = path.clone();
+                    p.push(format!("k:{}", json!({ mk: key })));
+                    let mut dot = p.clone();
+                    dot.push(".".into());
+                    out.insert(dot);
+                    walk(item, p, field, lk, out);
+                }
+            }
+        },
+        _ => {
+            out.insert(path);
+        }
+    }
+}
+
+/// The value at a FieldsV1 path.
+pub fn value_at<'v>(obj: &'v Value, path: &[String]) -> Option<&'v Value> {
+    let mut cur = obj;
+    for seg in path {
+        if seg == "." {
+            return Some(cur);
+        }
+        cur = step(cur, seg)?;
+    }
+    Some(cur)
+}
+
+fn step<'v>(cur: &'v Value, seg: &str) -> Option<&'v Value> {
+    if let Some(f) = seg.strip_prefix("f:") {
+        return cur.get(f);
+    }
+    let list = cur.as_array()?;
+    if let Some(k) = seg.strip_prefix("k:") {
+        let key: Map<String, Value> = serde_json::from_str(k).ok()?;
+        return list.iter().find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)));
+    }
+    if let Some(v) = seg.strip_prefix("v:") {
+        let want: Value = serde_json::from_str(v).ok()?;
+        return list.iter().find(|it| **it == want);
+    }
+    None
+}
+
+/// Removes the field at `path` (a `.`-terminated path removes the list item itself).
+pub fn remove_at(obj: &mut Value, path: &[String]) {
+    let (path, last) = match path.split_last() {
+        Some((l, rest)) if l == "." => match rest.split_last() {
+            Some((item, parent)) => (parent, item.as_str()),
+            None => return,
+        },
+        Some((l, rest)) => (rest, l.as_str()),
+        None => return,
+    };
+    let mut cur = obj;
+    for seg in path {
+        let next = if let Some(f) = seg.strip_prefix("f:") {
+            cur.get_mut(f)
+        } else {
+            let pos = cur.as_array().and_then(|l| {
+                let found = step(&Value::Array(l.clone()), seg).cloned();
+                found.and_then(|f| l.iter().position(|it| *it == f))
+            });
+            match pos {
+                Some(i) => cur.get_mut(i),
+                None => None,
+            }
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    if let Some(f) = last.strip_prefix("f:") {
+        if let Some(m) = cur.as_object_mut() {
+            m.remove(f);
+        }
+    } else if let Some(found) = step(cur, last).cloned()
+        && let Some(list) = cur.as_array_mut()
+        && let Some(i) = list.iter().position(|it| *it == found)
+    {
+        list.remove(i);
+    }
+}
+
+/// Renders a field set as a FieldsV1 tree.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut cur = &mut root;
+        for seg in path {
+            let entry = cur.entry(seg.clone()).or_insert_with(|| Value::Object(Map::new()));
+            match entry.as_object_mut() {
+                Some(m) => cur = m,
+                None => break,
+            }
+        }
+    }
+    Value::Object(root)
+}
+
+/// Reads a FieldsV1 tree back into leaf paths.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    fn rec(v: &Value, path: &mut Path, out: &mut FieldSet) {
+        match v.as_object() {
+            Some(m) if !m.is_empty() => {
+                for (k, cv) in m {
+                    path.push(k.clone());
+                    rec(cv, path, out);
+                    path.pop();
+                }
+            }
+            _ => {
+                if !path.is_empty() {
+                    out.insert(path.clone());
+                }
+            }
+        }
+    }
+    let mut out = FieldSet::new();
+    rec(v, &mut Vec::new(), &mut out);
+    out
+}
+
+/// One `managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manager {
+    pub manager: String,
+    pub apply: bool,
+    pub subresource: String,
+    pub api_version: String,
+    pub time: String,
+    pub fields: FieldSet,
+}
+
+pub fn read_managers(obj: &Value) -> Vec<Manager> {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|e| Manager {
+            manager: e.get("manager").and_then(Value::as_str).unwrap_or_default().to_string(),
+            apply: e.get("operation").and_then(Value::as_str) == Some("Apply"),
+            subresource: e.get("subresource").and_then(Value::as_str).unwrap_or_default().to_string(),
+            api_version: e.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
+            time: e.get("time").and_then(Value::as_str).unwrap_or_default().to_string(),
+            fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+        })
+        .collect()
+}
+
+pub fn write_managers(obj: &mut Value, managers: &[Manager]) {
+    let entries: Vec<Value> = managers
+        .iter()
+        .filter(|m| !m.fields.is_empty())
+        .map(|m| {
+            let mut e = json!({
+                "manager": m.manager,
+                "operation": if m.apply { "Apply" } else { "Update" },
+                "apiVersion": m.api_version,
+                "time": m.time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": to_fields_v1(&m.fields),
+            });
+            if !m.subresource.is_empty() {
+                e["subresource"] = json!(m.subresource);
+            }
+            e
+        })
+        .collect();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if entries.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(entries));
+        }
+    }
+}
+
+fn owns(fields: &FieldSet, path: &Path) -> bool {
+    fields.iter().any(|f| f.starts_with(path) || path.starts_with(f))
+}
+
+/// Who is doing a write.
+pub struct Writer<'a> {
+    pub manager: &'a str,
+    pub subresource: &'a str,
+    pub api_version: &'a str,
+    pub time: &'a str,
+}
+
+/// Records ownership for a non-apply write (create/update/patch): fields whose value
+/// changed go to `who`, fields that disappeared leave every manager.
+pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: ListKinds<'_>) {
+    let with_status = who.subresource == "status";
+    let mut managers = old.map(read_managers).unwrap_or_default();
+    let new_fields = fields_of(new, lk, with_status);
+    let old_fields = old.map(|o| fields_of(o, lk, with_status)).unwrap_or_default();
+    let changed: FieldSet = new_fields
+        .iter()
+        .filter(|p| !old_fields.contains(*p) || old.and_then(|o| value_at(o, p)) != value_at(new, p))
+        .cloned()
+        .collect();
+    let gone: FieldSet = old_fields.difference(&new_fields).cloned().collect();
+    if changed.is_empty() && gone.is_empty() {
+        write_managers(new, &managers);
+        return;
+    }
+    for m in managers.iter_mut() {
+        m.fields.retain(|p| !changed.contains(p) && !gone.iter().any(|g| p.starts_with(g)));
+    }
+    let idx = managers
+        .iter()
+        .position(|m| m.manager == who.manager && !m.apply && m.subresource == who.subresource);
+    let entry = match idx {
+        Some(i) => &mut managers[i],
+        None => {
+            managers.push(Manager {
+                manager: who.manager.to_string(),
+                apply: false,
+                subresource: who.subresource.to_string(),
+                api_version: who.api_version.to_string(),
+                time: String::new(),
+                fields: FieldSet::new(),
+            });
+            let last = managers.len() - 1;
+            &mut managers[last]
+        }
+    };
+    entry.fields.extend(changed);
+    entry.time = who.time.to_string();
+    entry.api_version = who.api_version.to_string();
+    write_managers(new, &managers);
+}
+
+/// Server-side apply of `applied` onto `current` (None: the object is created).
+pub fn apply(
+    current: Option<&Value>,
+    applied: &Value,
+    who: &Writer<'_>,
+    force: bool,
+    lk: ListKinds<'_>,
+) -> Result<Value, ApiError> {
+    let with_status = who.subresource == "status";
+    let applied_fields = fields_of(applied, lk, with_status);
+    let mut managers = current.map(read_managers).unwrap_or_default();
+    let is_self = |m: &Manager| m.manager == who.manager && m.apply && m.subresource == who.subresource;
+    let mut conflicts = Vec::new();
+    if let Some(cur) = current {
+        for m in managers.iter_mut().filter(|m| !is_self(m)) {
+            let clash: Vec<Path> = applied_fields
+                .iter()
+                .filter(|p| m.fields.contains(*p) && value_at(cur, p) != value_at(applied, p))
+                .cloned()
+                .collect();
+            if force {
+                m.fields.retain(|p| !clash.contains(p));
+            } else {
+                conflicts.extend(clash.into_iter().map(|p| (m.manager.clone(), p)));
+            }
+        }
+    }
+    if !conflicts.is_empty() {
+        let causes: Vec<Value> = conflicts
+            .iter()
+            .map(|(m, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m:?}"), "field": dotted(p)}))
+            .collect();
+        let list: Vec<String> =
+            conflicts.iter().map(|(m, p)| format!("conflict with {m:?}: {}", dotted(p))).collect();
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!("Apply failed with {} conflict(s): {}", conflicts.len(), list.join("; ")),
+        )
+        .with_details(json!({"causes": causes})));
+    }
+    let mut merged = match current {
+        Some(c) => {
+            let mut m = c.clone();
+            merge_into(&mut m, applied, &mut Vec::new(), "", lk);
+            m
+        }
+        None => applied.clone(),
+    };
+    let previous = managers.iter().find(|m| is_self(m)).map(|m| m.fields.clone()).unwrap_or_default();
+    let mut removed: Vec<&Path> = previous
+        .difference(&applied_fields)
+        .filter(|p| !managers.iter().any(|m| !is_self(m) && owns(&m.fields, p)))
+        .collect();
+    removed.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in removed {
+        remove_at(&mut merged, p);
+    }
+    managers.retain(|m| !is_self(m));
+    managers.push(Manager {
+        manager: who.manager.to_string(),
+        apply: true,
+        subresource: who.subresource.to_string(),
+        api_version: who.api_version.to_string(),
+        time: who.time.to_string(),
+        fields: applied_fields,
+    });
+    write_managers(&mut merged, &managers);
+    Ok(merged)
+}
+
+fn dotted(p: &Path) -> String {
+    p.iter()
+        .map(|s| match s.strip_prefix("f:") {
+            Some(f) => format!(".{f}"),
+            None => format!("[{}]", s.trim_start_matches("k:").trim_start_matches("v:")),
+        })
+        .collect()
+}
+
+/// Merges an applied configuration into an object: maps recursively, keyed lists by
+/// key, set lists as union, everything else replaced.
+fn merge_into(dst: &mut Value, src: &Value, path: &mut Path, field: &str, lk: ListKinds<'_>) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, sv) in s {
+                path.push(format!("f:{k}"));
+                match d.get_mut(k) {
+                    Some(dv) => merge_into(dv, sv, path, k, lk),
+                    None => {
+                        d.insert(k.clone(), sv.clone());
+                    }
+                }
+                path.pop();
+            }
+        }
+        (Value::Array(d), Value::Array(s)) => match lk(path, field, s.first().or(d.first())) {
+            ListKind::Atomic => *d = s.clone(),
+            ListKind::Set => {
+                for v in s {
+                    if !d.contains(v) {
+                        d.push(v.clone());
+                    }
+                }
+            }
+            ListKind::Keyed(mk) => {
+                for item in s {
+                    let pos = item.get(mk).and_then(|k| d.iter().position(|x| x.get(mk) == Some(k)));
+                    match pos {
+                        Some(i) => merge_into(&mut d[i], item, path, field, lk),
+                        None => d.push(item.clone()),
+                    }
+                }
+            }
+        },
+        (d, s) => *d = s.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::strategic::list_kind;
+    use super::*;
+
+    fn lk(_: &[String], f: &str, s: Option<&Value>) -> ListKind<'static> {
+        list_kind(f, s)
+    }
+    fn who(m: &str) -> Writer<'_> {
+        Writer { manager: m, subresource: "", api_version: "v1", time: "t" }
+    }
+
+    #[test]
+    fn apply_removes_dropped_fields_only_when_unowned() {
+        let first = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1", "b": "2"}}, "data": {"x": "1", "y": "2"}});
+        let obj = apply(None, &first, &who("m1"), false, &lk).expect("apply");
+        let second = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "1"}});
+        let obj = apply(Some(&obj), &second, &who("m1"), false, &lk).expect("reapply");
+        assert_eq!(obj["data"], json!({"x": "1"}));
+        assert_eq!(obj["metadata"]["labels"], json!({"a": "1"}));
+    }
+
+    #[test]
+    fn conflicts_unless_forced() {
+        let base = json!({"metadata": {"name": "c"}, "spec": {"replicas": 1}});
+        let obj = apply(None, &base, &who("m1"), false, &lk).expect("apply");
+        let other = json!({"metadata": {"name": "c"}, "spec": {"replicas": 2}});
+        let err = apply(Some(&obj), &other, &who("m2"), false, &lk).expect_err("conflict");
+        assert_eq!(err.code, 409);
+        let obj = apply(Some(&obj), &other, &who("m2"), true, &lk).expect("forced");
+        assert_eq!(obj["spec"]["replicas"], 2);
+        // m1 lost the field, so dropping it from m1's config keeps m2's value.
+        let empty = json!({"metadata": {"name": "c"}});
+        let obj = apply(Some(&obj), &empty, &who("m1"), false, &lk).expect("apply");
+        assert_eq!(obj["spec"]["replicas"], 2);
+    }
+
+    #[test]
+    fn keyed_list_items_merge_and_drop() {
+        let a = json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "1"}]}});
+        let obj = apply(None, &a, &who("m"), false, &lk).expect("apply");
+        let b = json!({"spec": {"containers": [{"name": "a", "image": "2"}]}});
+        let obj = apply(Some(&obj), &b, &who("m"), false, &lk).expect("apply");
+        assert_eq!(obj["spec"]["containers"], json!([{"name": "a", "image": "2"}]));
+        let fields = from_fields_v1(&to_fields_v1(&fields_of(&obj, &lk, false)));
+        assert_eq!(fields, fields_of(&obj, &lk, false));
+    }
+
+    #[test]
+    fn update_takes_ownership() {
+        let a = json!({"metadata": {"name": "c"}, "spec": {"replicas": 1}});
+        let obj = apply(None, &a, &who("m1"), false, &lk).expect("apply");
+        let mut updated = obj.clone();
+        updated["spec"]["replicas"] = json!(3);
+        track_update(Some(&obj), &mut updated, &who("editor"), &lk);
+        let err = apply(Some(&updated), &a, &who("m1"), false, &lk).expect_err("editor owns replicas");
+        assert_eq!(err.code, 409);
+    }
+}

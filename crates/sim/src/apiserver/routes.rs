@@ -1,0 +1,262 @@
+//! HTTP routing: parses Kubernetes REST paths and query parameters and calls the verbs.
+
+use super::objects::{DeleteOpts, ListOpts, Target};
+use super::patch::PatchType;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::status::{ApiError, json_response, success_status};
+use super::watch::{self, WatchOpts};
+use super::{ApiServer, discovery, openapi};
+use axum::body::{Body, Bytes};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, Method, StatusCode, header};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Decodes `a=b&c=d` with percent-escapes and `+` as space.
+pub fn parse_query(q: &str) -> HashMap<String, String> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = |c: u8| (c as char).to_digit(16);
+                    match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                        (Some(h), Some(l)) => {
+                            out.push((h * 16 + l) as u8);
+                            i += 2;
+                        }
+                        _ => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
+fn truthy(v: Option<&String>) -> bool {
+    v.is_some_and(|v| v == "true" || v == "1")
+}
+
+/// A parsed resource path.
+struct ResPath {
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    resource: String,
+    name: Option<String>,
+    sub: Option<String>,
+    watch: bool,
+}
+
+fn parse_resource_path(group: &str, version: &str, rest: &[&str]) -> Option<ResPath> {
+    let mut rest = rest.to_vec();
+    let watch = rest.first() == Some(&"watch");
+    if watch {
+        rest.remove(0);
+    }
+    let mut namespace = None;
+    // `/api/v1/namespaces/{name}/status|finalize` address the namespace itself.
+    let namespace_object =
+        group.is_empty() && rest.len() == 3 && rest[0] == "namespaces" && (rest[2] == "status" || rest[2] == "finalize");
+    if rest.len() >= 3 && rest[0] == "namespaces" && !namespace_object {
+        namespace = Some(rest[1].to_string());
+        rest.drain(..2);
+    }
+    if rest.is_empty() || rest.len() > 3 {
+        return None;
+    }
+    Some(ResPath {
+        group: group.into(),
+        version: version.into(),
+        namespace,
+        resource: rest[0].into(),
+        name: rest.get(1).map(|s| s.to_string()),
+        sub: rest.get(2).map(|s| s.to_string()),
+        watch,
+    })
+}
+
+fn ok_json(code: StatusCode, v: &Value) -> Response {
+    json_response(code, v)
+}
+
+fn body_json(body: &Bytes, what: &str) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body)
+        .or_else(|_| serde_yaml::from_slice(body))
+        .map_err(|e| ApiError::bad_request(format!("the body of the {what} request is not valid JSON: {e}")))
+}
+
+/// The field manager of a write: the query parameter, else the user agent's program name.
+fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+    ua.split('/').next().unwrap_or("unknown").chars().take(128).collect()
+}
+
+/// Entry point for every request after authentication.
+pub async fn handle(srv: Arc<ApiServer>, method: Method, path: &str, query: &str, headers: HeaderMap, body: Bytes) -> Response {
+    match route(srv, method, path, query, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn route(srv: Arc<ApiServer>, method: Method, path: &str, query: &str, headers: &HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let q = parse_query(query);
+    let get = method == Method::GET;
+    let not_found = || ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})"));
+    match segs.as_slice() {
+        ["version"] if get => Ok(ok_json(StatusCode::OK, &discovery::version())),
+        ["healthz"] | ["readyz"] | ["livez"] if get => Ok((StatusCode::OK, "ok").into_response()),
+        ["api"] if get => Ok(ok_json(StatusCode::OK, &discovery::core_versions(&srv.address()))),
+        ["apis"] if get => Ok(ok_json(StatusCode::OK, &discovery::api_groups(&srv))),
+        ["api", "v1"] if get => discovery::resource_list(&srv, "", "v1").map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
+        ["apis", g] if get => discovery::api_group(&srv, g).map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
+        ["apis", g, v] if get => discovery::resource_list(&srv, g, v).map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
+        ["openapi", "v3"] if get => Ok(ok_json(StatusCode::OK, &openapi::v3_index(&srv))),
+        ["openapi", "v3", rest @ ..] if get => openapi::v3_doc(&srv, &rest.join("/")).map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
+        ["api", "v1", rest @ ..] => {
+            let p = parse_resource_path("", "v1", rest).ok_or_else(not_found)?;
+            resource(srv, method, p, q, headers, body).await
+        }
+        ["apis", g, v, rest @ ..] => {
+            let p = parse_resource_path(g, v, rest).ok_or_else(not_found)?;
+            resource(srv, method, p, q, headers, body).await
+        }
+        _ => Err(not_found()),
+    }
+}
+
+fn list_opts(q: &HashMap<String, String>) -> Result<ListOpts, ApiError> {
+    Ok(ListOpts {
+        labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or_default())?,
+        fields: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or_default())?,
+        limit: q.get("limit").and_then(|l| l.parse().ok()),
+        continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+    })
+}
+
+fn delete_opts(q: &HashMap<String, String>, body: &Bytes) -> Result<DeleteOpts, ApiError> {
+    let mut o = if body.is_empty() { DeleteOpts::default() } else { DeleteOpts::from_body(&body_json(body, "delete")?) };
+    if let Some(p) = q.get("propagationPolicy") {
+        o.propagation = Some(p.clone());
+    }
+    if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
+        o.grace_seconds = Some(g);
+    }
+    if let Some(p) = &o.propagation
+        && !["Foreground", "Background", "Orphan"].contains(&p.as_str())
+    {
+        return Err(ApiError::bad_request(format!("invalid propagationPolicy {p:?}: must be Foreground, Background or Orphan")));
+    }
+    Ok(o)
+}
+
+async fn resource(srv: Arc<ApiServer>, method: Method, p: ResPath, q: HashMap<String, String>, headers: &HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let info = srv.registry.lookup(&p.group, &p.version, &p.resource).ok_or_else(|| {
+        ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({}/{}, resource {})", p.group, p.version, p.resource))
+    })?;
+    if !info.namespaced && p.namespace.is_some() {
+        return Err(ApiError::new(404, "NotFound", format!("{} is cluster-scoped; it has no namespaced path", info.plural)));
+    }
+    let t = Target { info: info.clone(), version: p.version.clone(), namespace: p.namespace.clone().unwrap_or_default() };
+    let sub = p.sub.clone().unwrap_or_default();
+    if !sub.is_empty() && !info.subresources.contains(&sub) {
+        return Err(ApiError::new(404, "NotFound", format!("{} has no subresource {sub:?}", info.plural)));
+    }
+    if info.namespaced && p.namespace.is_none() && !(method == Method::GET && p.name.is_none()) {
+        return Err(ApiError::new(404, "NotFound", format!("{} is namespaced: use /namespaces/{{namespace}}/{}", info.plural, info.plural)));
+    }
+    let mgr = manager(&q, headers);
+    let is_watch = p.watch || truthy(q.get("watch"));
+    match (method.clone(), p.name.as_deref()) {
+        (Method::GET, None) if is_watch => watch_response(srv, t, &q, None),
+        (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, Some(name)),
+        (Method::GET, None) => Ok(ok_json(StatusCode::OK, &srv.list(&t, &list_opts(&q)?)?)),
+        (Method::GET, Some(name)) => Ok(ok_json(StatusCode::OK, &srv.get(&t, name)?)),
+        (Method::POST, None) if info.plural == "bindings" => {
+            let b = body_json(&body, "binding")?;
+            let pod = b.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let pods = pods_target(&srv, &t)?;
+            srv.bind(&pods, &pod, &b)?;
+            Ok(ok_json(StatusCode::CREATED, &success_status(json!({"name": pod, "kind": "pods"}))))
+        }
+        (Method::POST, None) => {
+            let obj = srv.create(&t, body_json(&body, "create")?, &mgr)?;
+            Ok(ok_json(StatusCode::CREATED, &obj))
+        }
+        (Method::POST, Some(name)) if sub == "binding" => {
+            srv.bind(&t, name, &body_json(&body, "binding")?)?;
+            Ok(ok_json(StatusCode::CREATED, &success_status(json!({"name": name, "kind": "pods"}))))
+        }
+        (Method::POST, Some(name)) if sub == "eviction" => {
+            let ev = body_json(&body, "eviction")?;
+            let opts = ev.get("deleteOptions").map(DeleteOpts::from_body).unwrap_or_default();
+            srv.delete(&t, name, &opts)?;
+            Ok(ok_json(StatusCode::CREATED, &success_status(json!({"name": name, "kind": "pods"}))))
+        }
+        (Method::PUT, Some(name)) => {
+            let sub = if sub == "finalize" { "" } else { sub.as_str() };
+            let obj = srv.update(&t, name, sub, body_json(&body, "update")?, &mgr)?;
+            Ok(ok_json(StatusCode::OK, &obj))
+        }
+        (Method::PATCH, Some(name)) => {
+            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let kind = PatchType::from_content_type(ct)?;
+            let manager = q.get("fieldManager").cloned().or_else(|| (kind != PatchType::Apply).then_some(mgr));
+            let (obj, created) = srv.patch(&t, name, &sub, kind, &body, manager.as_deref(), truthy(q.get("force")))?;
+            Ok(ok_json(if created { StatusCode::CREATED } else { StatusCode::OK }, &obj))
+        }
+        (Method::DELETE, Some(name)) => Ok(ok_json(StatusCode::OK, &srv.delete(&t, name, &delete_opts(&q, &body)?)?)),
+        (Method::DELETE, None) => Ok(ok_json(StatusCode::OK, &srv.delete_collection(&t, &list_opts(&q)?, &delete_opts(&q, &body)?)?)),
+        (m, _) => Err(ApiError::method_not_allowed(format!("{m} is not supported on {}", info.plural))),
+    }
+}
+
+fn pods_target(srv: &ApiServer, t: &Target) -> Result<Target, ApiError> {
+    let info = srv.registry.lookup("", "v1", "pods").ok_or_else(|| ApiError::internal("pods are not registered"))?;
+    Ok(Target { info, version: "v1".into(), namespace: t.namespace.clone() })
+}
+
+fn watch_response(srv: Arc<ApiServer>, t: Target, q: &HashMap<String, String>, name: Option<&str>) -> Result<Response, ApiError> {
+    let mut fields = q.get("fieldSelector").cloned().unwrap_or_default();
+    if let Some(n) = name {
+        fields = if fields.is_empty() { format!("metadata.name={n}") } else { format!("{fields},metadata.name={n}") };
+    }
+    let opts = WatchOpts {
+        resource_version: q.get("resourceVersion").cloned(),
+        bookmarks: truthy(q.get("allowWatchBookmarks")),
+        timeout: q.get("timeoutSeconds").and_then(|s| s.parse().ok()).map(Duration::from_secs),
+        send_initial_events: q.get("sendInitialEvents").map(|v| v == "true"),
+        labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or_default())?,
+        fields: FieldSelector::parse(&fields)?,
+    };
+    let rx = watch::start(srv, t, opts)?;
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}

@@ -1,0 +1,107 @@
+//! API errors rendered as `meta.k8s.io/v1 Status` objects, the way clients expect them.
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde_json::{Value, json};
+
+/// An error answered to a client: HTTP code, `reason` and a message naming the object.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason} ({code}): {message}")]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    /// `details` of the Status (name, group, kind, causes).
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { code, reason, message: message.into(), details: None }
+    }
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+    pub fn not_found(resource: &str, group: &str, name: &str) -> Self {
+        let what = qualified(resource, group);
+        Self::new(404, "NotFound", format!("{what} \"{name}\" not found"))
+            .with_details(json!({"name": name, "group": group, "kind": resource}))
+    }
+    pub fn already_exists(resource: &str, group: &str, name: &str) -> Self {
+        let what = qualified(resource, group);
+        Self::new(409, "AlreadyExists", format!("{what} \"{name}\" already exists"))
+            .with_details(json!({"name": name, "group": group, "kind": resource}))
+    }
+    pub fn conflict(resource: &str, group: &str, name: &str, why: &str) -> Self {
+        let what = qualified(resource, group);
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {what} \"{name}\": {why}"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": resource}))
+    }
+    pub fn invalid(kind: &str, name: &str, field: &str, why: &str) -> Self {
+        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {field}: {why}")).with_details(
+            json!({"name": name, "kind": kind, "causes": [{"reason": "FieldValueInvalid", "message": why, "field": field}]}),
+        )
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+    pub fn unsupported_media_type(ct: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct:?})"))
+    }
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    /// The Status object body.
+    pub fn to_status(&self) -> Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            s["details"] = d.clone();
+        }
+        s
+    }
+}
+
+fn qualified(resource: &str, group: &str) -> String {
+    if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json_response(code, &self.to_status())
+    }
+}
+
+/// A JSON response with the content type kubectl requires.
+pub fn json_response(code: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (code, [(http::header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// A `Status` of success, as answered by some deletes.
+pub fn success_status(details: Value) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}

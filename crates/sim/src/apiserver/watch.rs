@@ -1,0 +1,173 @@
+//! Watch streams: newline-delimited `{"type", "object"}` events after a resourceVersion,
+//! with bookmarks, timeouts, 410 Gone for compacted versions and the streaming list
+//! (`sendInitialEvents=true`, ended by a bookmark annotated `k8s.io/initial-events-end`).
+
+use super::objects::Target;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::status::ApiError;
+use super::ApiServer;
+use crate::store::{Event, EventType};
+use axum::body::Bytes;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+
+/// How often an idle watch that allows bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
+/// The longest a watch stays open when the client names no timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+#[derive(Debug, Default, Clone)]
+pub struct WatchOpts {
+    pub resource_version: Option<String>,
+    pub bookmarks: bool,
+    pub timeout: Option<Duration>,
+    pub send_initial_events: Option<bool>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+struct Filter {
+    target: Target,
+    gr: String,
+    opts: WatchOpts,
+}
+
+impl Filter {
+    fn matches(&self, obj: &Value) -> bool {
+        self.opts.labels.matches(obj) && self.opts.fields.matches(obj)
+    }
+
+    /// The event a watcher of this filter sees for a store event, if any.
+    fn translate(&self, ev: &Event) -> Option<(EventType, Value)> {
+        if ev.key.gr != self.gr {
+            return None;
+        }
+        if self.target.info.namespaced && !self.target.namespace.is_empty() && ev.key.namespace != self.target.namespace {
+            return None;
+        }
+        let now = self.matches(&ev.object);
+        let kind = match (ev.kind, ev.prev.as_deref().map(|p| self.matches(p))) {
+            (EventType::Modified, Some(true)) if now => EventType::Modified,
+            (EventType::Modified, Some(true)) => EventType::Deleted,
+            (EventType::Modified, _) if now => EventType::Added,
+            (EventType::Modified, _) => return None,
+            (k, _) if now => k,
+            _ => return None,
+        };
+        Some((kind, self.target.present(&ev.object)))
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        json!({"kind": self.target.info.kind, "apiVersion": self.target.info.api_version(&self.target.version), "metadata": meta})
+    }
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn parse_rv(rv: &str) -> Result<u64, ApiError> {
+    rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}: must be a number")))
+}
+
+/// Starts a watch; the returned channel yields the response body chunks.
+pub fn start(
+    srv: Arc<ApiServer>,
+    target: Target,
+    opts: WatchOpts,
+) -> Result<mpsc::Receiver<Result<Bytes, std::convert::Infallible>>, ApiError> {
+    let filter = Filter { gr: target.info.gr(), target, opts };
+    let rv = filter.opts.resource_version.clone().unwrap_or_default();
+    let initial = match filter.opts.send_initial_events {
+        Some(b) => b,
+        None => rv.is_empty() || rv == "0",
+    };
+    let (tx, rx) = mpsc::channel(256);
+    let mut first: Vec<Bytes> = Vec::new();
+    let (start_rv, backlog, sub) = if initial || rv.is_empty() || rv == "0" {
+        let list = srv.list(
+            &filter.target,
+            &super::objects::ListOpts { labels: filter.opts.labels.clone(), fields: filter.opts.fields.clone(), ..Default::default() },
+        )?;
+        let list_rv = parse_rv(list.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0"))?;
+        if initial {
+            for item in list["items"].as_array().into_iter().flatten() {
+                first.push(line("ADDED", item));
+            }
+        }
+        if filter.opts.send_initial_events == Some(true) {
+            first.push(line("BOOKMARK", &filter.bookmark(list_rv, true)));
+        }
+        match srv.store.watch_from(list_rv) {
+            Ok((b, s)) => (list_rv, b, Some(s)),
+            Err(e) => return Err(ApiError::gone(e.to_string())),
+        }
+    } else {
+        let want = parse_rv(&rv)?;
+        match srv.store.watch_from(want) {
+            Ok((b, s)) => (want, b, Some(s)),
+            Err(e) => {
+                let status = ApiError::gone(e.to_string()).to_status();
+                first.push(line("ERROR", &status));
+                (want, Vec::new(), None)
+            }
+        }
+    };
+    tokio::spawn(async move {
+        for chunk in first {
+            if tx.send(Ok(chunk)).await.is_err() {
+                return;
+            }
+        }
+        let Some(mut sub) = sub else { return };
+        let mut last = start_rv;
+        for ev in backlog {
+            last = last.max(ev.rv);
+            if let Some((k, obj)) = filter.translate(&ev)
+                && tx.send(Ok(line(k.as_str(), &obj))).await.is_err()
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(filter.opts.timeout.unwrap_or(DEFAULT_TIMEOUT));
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = tx.closed() => return,
+                _ = tick.tick(), if filter.opts.bookmarks => {
+                    if tx.send(Ok(line("BOOKMARK", &filter.bookmark(last, false)))).await.is_err() {
+                        return;
+                    }
+                }
+                got = sub.recv() => match got {
+                    Ok(ev) => {
+                        if ev.rv <= last {
+                            continue;
+                        }
+                        last = ev.rv;
+                        if let Some((k, obj)) = filter.translate(&ev)
+                            && tx.send(Ok(line(k.as_str(), &obj))).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    // Too slow to keep up, or shutting down: end the watch; the client
+                    // resumes from its last resourceVersion (or relists on 410).
+                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    Ok(rx)
+}

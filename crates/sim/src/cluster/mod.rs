@@ -1,0 +1,262 @@
+//! Simulated nodes against a running API server: one kubelet per node (sharing one
+//! `kube::Client` and one pod watch), their GPUs, and the fault-injection control socket.
+//!
+//! ```text
+//! let cluster = gantry_sim::cluster::start(client, &data_dir, nodes::plan("2xH100-80GB:8")?, agents).await?;
+//! ```
+
+pub mod bench;
+pub mod control;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use gantry_gpu::{SimBackend, SimConfig};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+use crate::kubelet::node_sync::{self, LEASE_NAMESPACE};
+use crate::kubelet::pods::{self, PodEnv};
+use crate::kubelet::{AgentRegistry, KubeletError, NodeResources, NodeShared};
+use crate::nodes::NodePlan;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Kubelet(#[from] KubeletError),
+    #[error("no simulated node named {0:?}")]
+    NoSuchNode(String),
+    #[error("node {node}: {reason}")]
+    Fault { node: String, reason: String },
+    #[error("creating namespace {namespace}: {source}")]
+    Namespace {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("sim control socket {path}: {reason}")]
+    Control { path: PathBuf, reason: String },
+}
+
+/// A fault (or repair) to inject into a running sim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Fault {
+    /// An XID error on a GPU.
+    Xid { gpu: u32, xid: u64 },
+    /// The GPU falls off the bus (XID 79; every NVML call on it fails).
+    OffBus { gpu: u32 },
+    /// A double-bit ECC error (XID 48, counters, pending row remap).
+    EccDbe { gpu: u32 },
+    /// Reset the GPU: clears a lost GPU, the last XID, volatile ECC counts.
+    Clear { gpu: u32 },
+    /// The node loses power: containers stop, no heartbeat, Ready becomes Unknown.
+    PowerOff,
+    /// Power returns: kubelet restarts (plugin sockets wiped), containers start again.
+    PowerOn,
+}
+
+/// A running set of simulated nodes.
+pub struct SimCluster {
+    root: PathBuf,
+    nodes: BTreeMap<String, Arc<NodeShared>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for n in self.nodes.values() {
+            lock_pods_clear(n);
+            n.stop_servers();
+        }
+    }
+}
+
+fn lock_pods_clear(n: &NodeShared) {
+    crate::kubelet::lock(&n.pods).clear();
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), ClusterError> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(source) => Err(ClusterError::Namespace {
+            namespace: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Start one kubelet per planned node under `root` (`<root>/<node>/…`), the shared pod watch,
+/// and the control socket `<root>/sim-control.sock`.
+pub async fn start(
+    client: kube::Client,
+    root: &Path,
+    plan: Vec<NodePlan>,
+    agents: AgentRegistry,
+) -> Result<SimCluster, ClusterError> {
+    ensure_namespace(&client, LEASE_NAMESPACE).await?;
+    // Agents get absolute paths whatever the caller's working directory.
+    let abs = std::path::absolute(root).map_err(|e| ClusterError::Control {
+        path: root.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let root = abs.as_path();
+    let mut nodes = BTreeMap::new();
+    for (i, p) in plan.iter().enumerate() {
+        let backend = p
+            .gpu
+            .filter(|_| p.gpus > 0)
+            .map(|m| Arc::new(SimBackend::new(SimConfig::new(m, p.gpus, p.seed))));
+        let res = NodeResources::for_gpus(p.gpu, p.gpus, i as u32);
+        let node = NodeShared::new(root, &p.name, res, backend);
+        node.start_servers().await?;
+        nodes.insert(p.name.clone(), node);
+    }
+    let mut tasks = Vec::new();
+    for node in nodes.values() {
+        tasks.push(tokio::spawn(node_sync::run(node.clone(), client.clone())));
+    }
+    let env = PodEnv {
+        client: client.clone(),
+        agents: Arc::new(agents),
+    };
+    let nodes_arc = Arc::new(nodes.clone());
+    tasks.push(tokio::spawn(watch_pods(client.clone(), nodes_arc.clone(), env)));
+    let control = control::serve(root, nodes_arc).await?;
+    tasks.push(control);
+    Ok(SimCluster {
+        root: root.to_path_buf(),
+        nodes,
+        tasks,
+    })
+}
+
+/// One watch over all pods, routed to the kubelet of `spec.nodeName`.
+async fn watch_pods(client: kube::Client, nodes: Arc<BTreeMap<String, Arc<NodeShared>>>, env: PodEnv) {
+    let api: Api<Pod> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    let mut seen_in_init: HashSet<String> = HashSet::new();
+    let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).and_then(|n| nodes.get(&n).cloned());
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
+                if let Some(uid) = &p.metadata.uid {
+                    seen_in_init.insert(uid.clone());
+                }
+                if let Some(n) = node_of(&p) {
+                    pods::on_pod(&n, &env, p);
+                }
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                if let (Some(n), Some(uid)) = (node_of(&p), &p.metadata.uid) {
+                    pods::on_pod_deleted(&n, uid);
+                }
+            }
+            Ok(watcher::Event::Init) => seen_in_init.clear(),
+            Ok(watcher::Event::InitDone) => {
+                // After a re-list, pods we run that no longer exist were deleted meanwhile.
+                for n in nodes.values() {
+                    for uid in pods::known_pods(n) {
+                        if !seen_in_init.contains(&uid) {
+                            pods::on_pod_deleted(n, &uid);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "pod watch error (the watcher retries)");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+impl SimCluster {
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Arc<NodeShared>> {
+        self.nodes.get(name)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<NodeShared>> {
+        self.nodes.values()
+    }
+
+    pub fn control_socket(&self) -> PathBuf {
+        control::socket_path(&self.root)
+    }
+
+    /// Inject a fault into one node.
+    pub async fn fault(&self, node: &str, fault: &Fault) -> Result<String, ClusterError> {
+        let n = self.nodes.get(node).ok_or_else(|| ClusterError::NoSuchNode(node.to_string()))?;
+        apply_fault(n, fault).await
+    }
+}
+
+/// Apply a fault to a node; returns a one-line description of what happened.
+pub async fn apply_fault(n: &Arc<NodeShared>, fault: &Fault) -> Result<String, ClusterError> {
+    let err = |reason: String| ClusterError::Fault {
+        node: n.name.clone(),
+        reason,
+    };
+    let gpu_backend = || {
+        n.backend
+            .clone()
+            .ok_or_else(|| err("is a CPU node; GPU faults need a GPU node".into()))
+    };
+    match fault {
+        Fault::Xid { gpu, xid } => {
+            gpu_backend()?.inject_xid(*gpu, *xid, None, None).map_err(|e| err(e.to_string()))?;
+            Ok(format!("{}: XID {xid} on GPU {gpu}", n.name))
+        }
+        Fault::OffBus { gpu } => {
+            gpu_backend()?.inject_fallen_off_bus(*gpu).map_err(|e| err(e.to_string()))?;
+            Ok(format!("{}: GPU {gpu} fell off the bus (XID 79)", n.name))
+        }
+        Fault::EccDbe { gpu } => {
+            gpu_backend()?.inject_ecc_dbe(*gpu).map_err(|e| err(e.to_string()))?;
+            Ok(format!("{}: double-bit ECC error on GPU {gpu} (XID 48)", n.name))
+        }
+        Fault::Clear { gpu } => {
+            gpu_backend()?.reset_gpu(*gpu).map_err(|e| err(e.to_string()))?;
+            Ok(format!("{}: GPU {gpu} reset", n.name))
+        }
+        Fault::PowerOff => {
+            if !n.is_powered() {
+                return Ok(format!("{}: already powered off", n.name));
+            }
+            n.power.send_replace(false);
+            n.stop_servers();
+            n.changed.notify_one();
+            Ok(format!("{}: powered off", n.name))
+        }
+        Fault::PowerOn => {
+            if n.is_powered() {
+                return Ok(format!("{}: already powered on", n.name));
+            }
+            n.start_servers().await?;
+            n.power.send_replace(true);
+            n.changed.notify_one();
+            Ok(format!("{}: powered on", n.name))
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The embedded control plane: the API server on 127.0.0.1 over HTTPS, the garbage
+//! collector, a kubeconfig. `gantry up` runs one in the foreground; tests start one
+//! in-process and talk to it with kube-rs or kubectl.
+
+use crate::apiserver::ApiServer;
+use crate::store::{SqliteBackend, Store};
+use crate::{SimError, gc, kubeconfig, tls};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How to start a control plane.
+#[derive(Debug, Clone)]
+pub struct ControlPlaneOptions {
+    /// Keep state (SQLite), certificates and the token here; None keeps all in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Where to write the kubeconfig; None writes `kubeconfig` into the data dir, or a
+    /// temporary directory owned by the control plane.
+    pub kubeconfig: Option<PathBuf>,
+    /// Events kept for watches resuming from an older resourceVersion.
+    pub watch_history: usize,
+}
+
+impl Default for ControlPlaneOptions {
+    fn default() -> Self {
+        Self { data_dir: None, port: 0, kubeconfig: None, watch_history: 100_000 }
+    }
+}
+
+/// A running control plane. Dropping it stops the server.
+pub struct ControlPlane {
+    api: Arc<ApiServer>,
+    addr: SocketAddr,
+    kubeconfig: PathBuf,
+    tls: tls::TlsMaterial,
+    token: String,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl ControlPlane {
+    /// Starts the API server and controllers and writes the kubeconfig.
+    pub async fn start(opts: ControlPlaneOptions) -> Result<Self, SimError> {
+        let (store, material, token, tmp) = match &opts.data_dir {
+            Some(dir) => {
+                let backend = SqliteBackend::open(dir)?;
+                let store = Store::open(Box::new(backend), opts.watch_history)?;
+                (store, tls::load_or_generate(dir)?, kubeconfig::load_or_create_token(dir)?, None)
+            }
+            None => {
+                let tmp = tempfile::tempdir()
+                    .map_err(|source| SimError::Io { what: "creating temporary directory", path: "$TMPDIR".into(), source })?;
+                (Store::memory(opts.watch_history), tls::generate()?, kubeconfig::new_token(), Some(tmp))
+            }
+        };
+        let kubeconfig_path = match (&opts.kubeconfig, &opts.data_dir, &tmp) {
+            (Some(p), _, _) => p.clone(),
+            (None, Some(d), _) => d.join("kubeconfig"),
+            (None, None, Some(t)) => t.path().join("kubeconfig"),
+            (None, None, None) => PathBuf::from("gantry.kubeconfig"),
+        };
+        let listener = TcpListener::bind(("127.0.0.1", opts.port))
+            .await
+            .map_err(|source| SimError::Bind { port: opts.port, source })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind { port: opts.port, source })?;
+        let api = ApiServer::new(store, Some(token.clone()));
+        api.set_address(addr.to_string());
+        let url = format!("https://{addr}");
+        kubeconfig::write_private(&kubeconfig_path, &kubeconfig::render(&url, &material.ca_pem, &token))?;
+        let (stop, stop_rx) = watch::channel(false);
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&material)?);
+        let serve = tokio::spawn(serve(listener, acceptor, api.clone(), stop_rx.clone()));
+        let collector = tokio::spawn(gc::run(api.clone(), stop_rx));
+        Ok(Self { api, addr, kubeconfig: kubeconfig_path, tls: material, token, stop, tasks: vec![serve, collector], _tmp: tmp })
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The bearer token clients must send.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The CA certificate (PEM) that signed the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.tls.ca_pem
+    }
+
+    /// The in-process API server (store, registry and verbs), for controllers and tests.
+    pub fn api(&self) -> &Arc<ApiServer> {
+        &self.api
+    }
+
+    /// The kube-rs configuration for this control plane (default namespace `default`).
+    pub fn kube_config(&self) -> Result<kube::Config, SimError> {
+        let url = self.base_url();
+        let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| SimError::Client { url: url.clone(), message: e.to_string() })?;
+        let mut cfg = kube::Config::new(uri);
+        cfg.root_cert = Some(vec![tls::ca_der(&self.tls)?]);
+        cfg.auth_info.token = Some(self.token.clone().into());
+        cfg.default_namespace = "default".into();
+        Ok(cfg)
+    }
+
+    /// A kube-rs client talking HTTPS to this control plane.
+    pub fn client(&self) -> Result<kube::Client, SimError> {
+        let url = self.base_url();
+        kube::Client::try_from(self.kube_config()?).map_err(|e| SimError::Client { url, message: e.to_string() })
+    }
+
+    /// Stops serving and waits for the server and controllers to end.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn serve(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, api: Arc<ApiServer>, mut stop: watch::Receiver<bool>) {
+    let router = api.router();
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.changed() => break,
+            a = listener.accept() => a,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection");
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(router.clone());
+        conns.spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), service).await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    conns.abort_all();
+}

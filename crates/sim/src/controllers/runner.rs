@@ -1,0 +1,240 @@
+//! The controllers' shell: watch DaemonSets, Jobs, Nodes and Pods into local caches, and on
+//! any change (debounced) or every resync period reconcile every DaemonSet and Job through the
+//! pure plans. Recently created pods are remembered until the cache sees them, so a slow watch
+//! cannot cause duplicates.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use rand::Rng;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{daemonset, job};
+
+const DEBOUNCE: Duration = Duration::from_millis(100);
+const RESYNC: Duration = Duration::from_secs(5);
+/// How long a created pod is expected before we stop waiting for the watch to show it.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// Running controllers; dropping stops them.
+pub struct Controllers {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn cache<K>(api: Api<K>, trigger: Arc<Notify>) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let task = tokio::spawn(async move {
+        let mut s = stream.boxed();
+        while let Some(ev) = s.next().await {
+            if let Err(e) = ev {
+                tracing::debug!(error = %e, "controller watch error (retrying)");
+            }
+            trigger.notify_one();
+        }
+    });
+    (reader, task)
+}
+
+/// Start the DaemonSet and Job controllers.
+pub fn start(client: kube::Client) -> Controllers {
+    let trigger = Arc::new(Notify::new());
+    let (dss, t1) = cache(Api::<DaemonSet>::all(client.clone()), trigger.clone());
+    let (jobs, t2) = cache(Api::<Job>::all(client.clone()), trigger.clone());
+    let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone());
+    let (pods, t4) = cache(Api::<Pod>::all(client.clone()), trigger.clone());
+    let mut r = Reconciler {
+        client,
+        dss,
+        jobs,
+        nodes,
+        pods,
+        expected: HashMap::new(),
+    };
+    let main = tokio::spawn(async move {
+        for s in [r.dss.clone().wait_until_ready().await, r.jobs.clone().wait_until_ready().await] {
+            if s.is_err() {
+                return;
+            }
+        }
+        let _ = r.nodes.wait_until_ready().await;
+        let _ = r.pods.wait_until_ready().await;
+        loop {
+            r.reconcile_all().await;
+            tokio::select! {
+                _ = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
+                _ = tokio::time::sleep(RESYNC) => {}
+            }
+        }
+    });
+    Controllers {
+        tasks: vec![t1, t2, t3, t4, main],
+    }
+}
+
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn owned_by(p: &Pod, uid: &str) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+struct Reconciler {
+    client: kube::Client,
+    dss: Store<DaemonSet>,
+    jobs: Store<Job>,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    /// (owner uid, pod name) → when created; dropped once the cache has the pod.
+    expected: HashMap<(String, String), (Instant, Option<String>)>,
+}
+
+impl Reconciler {
+    async fn reconcile_all(&mut self) {
+        let pods = self.pods.state();
+        let now = Instant::now();
+        self.expected.retain(|(owner, name), (at, _)| {
+            now.duration_since(*at) < EXPECTATION_TTL
+                && !pods.iter().any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
+        });
+        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        for ds in self.dss.state() {
+            if ds.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            self.reconcile_ds(&ds, &nodes, &pods).await;
+        }
+        for j in self.jobs.state() {
+            if j.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            self.reconcile_job(&j, &pods).await;
+        }
+    }
+
+    fn pending(&self, owner: &str) -> Vec<Option<String>> {
+        self.expected
+            .iter()
+            .filter(|((o, _), _)| o == owner)
+            .map(|(_, (_, node))| node.clone())
+            .collect()
+    }
+
+    async fn create_pod(&mut self, owner_uid: &str, pod: Pod, node: Option<String>) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = pod.name_any();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        match api.create(&PostParams::default(), &pod).await {
+            Ok(_) => {
+                self.expected.insert((owner_uid.to_string(), name), (Instant::now(), node));
+            }
+            Err(e) => tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod"),
+        }
+    }
+
+    async fn delete_pod(&self, ns: &str, name: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => tracing::debug!(pod = %name, error = %e, "controller could not delete pod"),
+        }
+    }
+
+    async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+        S: Serialize + PartialEq,
+    {
+        if current == Some(status) {
+            return;
+        }
+        let ns = obj.namespace().unwrap_or_default();
+        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        let body = serde_json::json!({ "status": status });
+        if let Err(e) = api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
+            tracing::debug!(object = %obj.name_any(), error = %e, "status update failed");
+        }
+    }
+
+    async fn reconcile_ds(&mut self, ds: &DaemonSet, nodes: &[Node], pods: &[Arc<Pod>]) {
+        let Some(uid) = ds.metadata.uid.clone() else { return };
+        let ns = ds.namespace().unwrap_or_default();
+        let mine: Vec<Pod> = pods.iter().filter(|p| owned_by(p, &uid)).map(|p| (**p).clone()).collect();
+        let plan = daemonset::plan(ds, nodes, &mine);
+        let pending = self.pending(&uid);
+        for node in plan.create {
+            if pending.iter().any(|n| n.as_deref() == Some(node.as_str())) {
+                continue;
+            }
+            let name = format!("{}-{}", ds.name_any(), random_suffix());
+            let pod = daemonset::new_pod(ds, &node, &name);
+            self.create_pod(&uid, pod, Some(node)).await;
+        }
+        for name in &plan.delete {
+            self.delete_pod(&ns, name).await;
+        }
+        self.patch_status(ds, ds.status.as_ref(), &plan.status).await;
+    }
+
+    async fn reconcile_job(&mut self, j: &Job, pods: &[Arc<Pod>]) {
+        let Some(uid) = j.metadata.uid.clone() else { return };
+        let ns = j.namespace().unwrap_or_default();
+        let mine: Vec<Pod> = pods.iter().filter(|p| owned_by(p, &uid)).map(|p| (**p).clone()).collect();
+        let now = Time(chrono::Utc::now());
+        let plan = job::plan(j, &mine, &now);
+        let pending = self.pending(&uid).len() as i32;
+        for _ in 0..(plan.create - pending).max(0) {
+            let name = format!("{}-{}", j.name_any(), random_suffix());
+            self.create_pod(&uid, job::new_pod(j, &name), None).await;
+        }
+        for name in &plan.delete {
+            self.delete_pod(&ns, name).await;
+        }
+        // Conditions carry timestamps: compare without them to stay idempotent.
+        let strip = |s: &k8s_openapi::api::batch::v1::JobStatus| {
+            let mut s = s.clone();
+            for c in s.conditions.iter_mut().flatten() {
+                c.last_probe_time = None;
+                c.last_transition_time = None;
+            }
+            s
+        };
+        let unchanged = j.status.as_ref().map(strip) == Some(strip(&plan.status));
+        if !unchanged {
+            self.patch_status(j, j.status.as_ref(), &plan.status).await;
+        }
+    }
+}

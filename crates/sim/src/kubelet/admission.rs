@@ -1,0 +1,201 @@
+//! Pod admission, pure: a pod's effective requests and whether they fit what the node has
+//! left. Quantities are integers in base units: cpu in millicores, memory in bytes, everything
+//! else (pods, extended resources) in units.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// Resource name → amount in base units.
+pub type Requests = BTreeMap<String, i128>;
+
+pub const CPU: &str = "cpu";
+pub const MEMORY: &str = "memory";
+pub const PODS: &str = "pods";
+
+/// Parse a Kubernetes quantity (`100m`, `2`, `1.5Gi`, `1e3`, `64k`) into a float.
+pub fn parse_quantity(q: &str) -> Result<f64, String> {
+    let s = q.trim();
+    let bad = || format!("{q:?} is not a valid quantity");
+    const SUFFIXES: &[(&str, f64)] = &[
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("Pi", 1125899906842624.0),
+        ("Ei", 1152921504606846976.0),
+        ("n", 1e-9),
+        ("u", 1e-6),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    for (suffix, mult) in SUFFIXES {
+        if let Some(num) = s.strip_suffix(suffix) {
+            // `1e3` ends in a digit, so `E`/`e` exponents never reach here as suffixes
+            let v: f64 = num.parse().map_err(|_| bad())?;
+            return Ok(v * mult);
+        }
+    }
+    let v: f64 = s.parse().map_err(|_| bad())?;
+    if v.is_finite() { Ok(v) } else { Err(bad()) }
+}
+
+/// A quantity in the base unit of `resource` (millicores for cpu), rounded up.
+pub fn base_units(resource: &str, q: &Quantity) -> Result<i128, String> {
+    let v = parse_quantity(&q.0)?;
+    let v = if resource == CPU { v * 1000.0 } else { v };
+    Ok(v.ceil() as i128)
+}
+
+fn container_requests(c: &Container) -> Result<Requests, String> {
+    let mut out = Requests::new();
+    let Some(res) = &c.resources else {
+        return Ok(out);
+    };
+    // A limit without a request means request = limit.
+    for src in [&res.limits, &res.requests].into_iter().flatten() {
+        for (k, q) in src {
+            let v = base_units(k, q).map_err(|e| format!("container {}: {k}: {e}", c.name))?;
+            out.insert(k.clone(), v);
+        }
+    }
+    Ok(out)
+}
+
+/// The pod's effective requests: per resource, the larger of the biggest init container and
+/// the sum of the app containers; plus one `pods`.
+pub fn pod_requests(spec: &PodSpec) -> Result<Requests, String> {
+    let mut sum = Requests::new();
+    for c in &spec.containers {
+        for (k, v) in container_requests(c)? {
+            *sum.entry(k).or_insert(0) += v;
+        }
+    }
+    for c in spec.init_containers.iter().flatten() {
+        for (k, v) in container_requests(c)? {
+            let e = sum.entry(k).or_insert(0);
+            *e = (*e).max(v);
+        }
+    }
+    if let Some(overhead) = &spec.overhead {
+        for (k, q) in overhead {
+            *sum.entry(k.clone()).or_insert(0) += base_units(k, q)?;
+        }
+    }
+    sum.insert(PODS.to_string(), 1);
+    Ok(sum)
+}
+
+/// Why a pod does not fit: the kubelet's `OutOf<resource>` reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+/// Check `wanted` against `allocatable` minus what `admitted` pods hold.
+pub fn admit<'a>(
+    wanted: &Requests,
+    allocatable: &Requests,
+    admitted: impl IntoIterator<Item = &'a Requests>,
+) -> Result<(), Rejection> {
+    let mut used = Requests::new();
+    for r in admitted {
+        for (k, v) in r {
+            *used.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    for (k, want) in wanted {
+        if *want <= 0 {
+            continue;
+        }
+        let cap = allocatable.get(k).copied().unwrap_or(0);
+        let in_use = used.get(k).copied().unwrap_or(0);
+        if in_use + want > cap {
+            return Err(Rejection {
+                reason: format!("OutOf{k}"),
+                message: format!(
+                    "Pod was rejected: Node didn't have enough resource: {k}, requested: {want}, used: {in_use}, capacity: {cap}"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+
+    fn c(name: &str, req: &[(&str, &str)], lim: &[(&str, &str)]) -> Container {
+        let m = |xs: &[(&str, &str)]| {
+            (!xs.is_empty()).then(|| xs.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect())
+        };
+        Container {
+            name: name.into(),
+            resources: Some(ResourceRequirements {
+                requests: m(req),
+                limits: m(lim),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity("100m").unwrap(), 0.1);
+        assert_eq!(parse_quantity("2").unwrap(), 2.0);
+        assert_eq!(parse_quantity("1Gi").unwrap(), 1073741824.0);
+        assert_eq!(parse_quantity("1e3").unwrap(), 1000.0);
+        assert_eq!(parse_quantity("64k").unwrap(), 64000.0);
+        assert!(parse_quantity("lots").unwrap_err().contains("\"lots\""));
+        assert_eq!(base_units("cpu", &Quantity("250m".into())).unwrap(), 250);
+        assert_eq!(base_units("cpu", &Quantity("1.5".into())).unwrap(), 1500);
+    }
+
+    #[test]
+    fn effective_requests() {
+        let spec = PodSpec {
+            containers: vec![
+                c("a", &[("cpu", "1"), ("memory", "1Gi")], &[("nvidia.com/gpu", "2")]),
+                c("b", &[("cpu", "500m")], &[]),
+            ],
+            init_containers: Some(vec![c("i", &[("cpu", "4")], &[("nvidia.com/gpu", "1")])]),
+            ..Default::default()
+        };
+        let r = pod_requests(&spec).unwrap();
+        assert_eq!(r["cpu"], 4000);
+        assert_eq!(r["memory"], 1073741824);
+        assert_eq!(r["nvidia.com/gpu"], 2);
+        assert_eq!(r["pods"], 1);
+    }
+
+    #[test]
+    fn admission_against_allocatable() {
+        let alloc: Requests = [("cpu", 8000), ("pods", 2), ("nvidia.com/gpu", 8)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let want: Requests = [("cpu", 1000), ("pods", 1), ("nvidia.com/gpu", 6)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert!(admit(&want, &alloc, []).is_ok());
+        let err = admit(&want, &alloc, [&want]).unwrap_err();
+        assert_eq!(err.reason, "OutOfnvidia.com/gpu");
+        assert!(err.message.contains("requested: 6, used: 6, capacity: 8"));
+        let mut mig = want.clone();
+        mig.insert("nvidia.com/mig-1g.10gb".into(), 1);
+        assert_eq!(admit(&mig, &alloc, []).unwrap_err().reason, "OutOfnvidia.com/mig-1g.10gb");
+        let one: Requests = [("pods".to_string(), 1)].into_iter().collect();
+        assert_eq!(admit(&one, &alloc, [&one, &one]).unwrap_err().reason, "OutOfpods");
+    }
+}

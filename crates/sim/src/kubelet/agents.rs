@@ -1,0 +1,151 @@
+//! Operand pods: a container whose command runs `gantry node <agent> …` is run in-process
+//! against the node's simulated GPUs and host directory instead of as a container. Agents plug
+//! in through [`AgentRunner`], keyed by agent name, so the sim does not hard-wire which exist.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use gantry_gpu::SimBackend;
+use k8s_openapi::api::core::v1::Container;
+use tokio::sync::watch;
+
+/// Agents the operator deploys (`gantry node <name>`).
+pub const AGENTS: &[&str] = &[
+    "device-plugin",
+    "discovery",
+    "exporter",
+    "mig-manager",
+    "toolkit",
+    "validator",
+];
+
+/// What an in-process agent gets instead of a container.
+#[derive(Clone)]
+pub struct AgentContext {
+    pub node_name: String,
+    /// `<root>/<node>`: stands in for `/` on the host.
+    pub host_root: PathBuf,
+    /// The kubelet's device plugin directory (kubelet.sock lives here).
+    pub device_plugin_dir: PathBuf,
+    pub kubelet_socket: PathBuf,
+    pub pod_resources_socket: PathBuf,
+    /// The node's simulated GPUs (`None` on a CPU node).
+    pub backend: Option<Arc<SimBackend>>,
+    pub client: kube::Client,
+    /// Everything after `node <agent>` in the container's command + args.
+    pub args: Vec<String>,
+    /// The container's literal env (`value` entries; `valueFrom` resolved for the downward
+    /// API fields `spec.nodeName`, `metadata.name`, `metadata.namespace`).
+    pub env: BTreeMap<String, String>,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    /// Flips to `true` when the pod is stopping; the agent should return promptly.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub type AgentFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Runs one agent in-process until it ends or `ctx.shutdown` flips.
+/// `Err` is the message of a failed container (exit code 1).
+pub trait AgentRunner: Send + Sync {
+    fn run(&self, ctx: AgentContext) -> AgentFuture;
+}
+
+impl<F> AgentRunner for F
+where
+    F: Fn(AgentContext) -> AgentFuture + Send + Sync,
+{
+    fn run(&self, ctx: AgentContext) -> AgentFuture {
+        self(ctx)
+    }
+}
+
+/// Agent name → runner.
+#[derive(Clone, Default)]
+pub struct AgentRegistry {
+    runners: BTreeMap<String, Arc<dyn AgentRunner>>,
+}
+
+impl AgentRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, agent: &str, runner: Arc<dyn AgentRunner>) -> &mut Self {
+        self.runners.insert(agent.to_string(), runner);
+        self
+    }
+
+    pub fn get(&self, agent: &str) -> Option<Arc<dyn AgentRunner>> {
+        self.runners.get(agent).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.runners.keys().cloned().collect()
+    }
+}
+
+/// If the container runs `… node <agent> [args]` (any binary path; `sh -c "gantry node x"`
+/// too), the agent and its args.
+pub fn agent_command(c: &Container) -> Option<(String, Vec<String>)> {
+    let mut words: Vec<String> = c
+        .command
+        .iter()
+        .flatten()
+        .chain(c.args.iter().flatten())
+        .cloned()
+        .collect();
+    // `sh -c "gantry node device-plugin --x"`: split the script on whitespace.
+    if let Some(pos) = words.iter().position(|w| w == "-c")
+        && let Some(script) = words.get(pos + 1)
+        && words.first().is_some_and(|w| w.ends_with("sh"))
+    {
+        words = script.split_whitespace().map(str::to_string).collect();
+    }
+    let node = words.iter().position(|w| w == "node")?;
+    let binary_ok = node == 0 || words[node - 1].ends_with("gantry");
+    let agent = words.get(node + 1)?;
+    if !binary_ok || !AGENTS.contains(&agent.as_str()) {
+        return None;
+    }
+    Some((agent.clone(), words[node + 2..].to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(command: &[&str], args: &[&str]) -> Container {
+        let v = |xs: &[&str]| (!xs.is_empty()).then(|| xs.iter().map(|s| s.to_string()).collect());
+        Container {
+            name: "c".into(),
+            command: v(command),
+            args: v(args),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn detects_agent_commands() {
+        assert_eq!(
+            agent_command(&c(&["gantry"], &["node", "device-plugin", "--config", "x"])),
+            Some(("device-plugin".into(), vec!["--config".into(), "x".into()]))
+        );
+        assert_eq!(
+            agent_command(&c(&["/usr/bin/gantry", "node", "exporter"], &[])),
+            Some(("exporter".into(), vec![]))
+        );
+        assert_eq!(
+            agent_command(&c(&["sh", "-c", "gantry node validator --component=cuda"], &[])),
+            Some(("validator".into(), vec!["--component=cuda".into()]))
+        );
+        assert_eq!(agent_command(&c(&["node", "discovery"], &[])).map(|a| a.0), Some("discovery".into()));
+        assert_eq!(agent_command(&c(&["gantry"], &["node", "frobnicate"])), None);
+        assert_eq!(agent_command(&c(&["python"], &["node", "toolkit"])), None);
+        assert_eq!(agent_command(&c(&["sleep", "infinity"], &[])), None);
+        assert_eq!(agent_command(&c(&[], &[])), None);
+    }
+}

@@ -1,0 +1,106 @@
+//! The in-process runners for the node agents that exist, and the default registry.
+//! Each runner maps the operand pod's args/env onto the agent's options with the node's
+//! directories, and runs it against the node's SimBackend until the pod stops.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gantry_gpu::Backend;
+use gantry_node::device_plugin::{self, HealthPolicy, health, settings::MigStrategy};
+
+use super::agents::{AgentContext, AgentFuture, AgentRegistry};
+
+/// How often the in-process device plugin re-checks its sockets and inventory. Slower than
+/// the agent's default so a thousand simulated nodes stay cheap.
+pub const SIM_PLUGIN_POLL: Duration = Duration::from_secs(2);
+
+/// Every runner the sim knows.
+pub fn default_registry() -> AgentRegistry {
+    let mut r = AgentRegistry::new();
+    r.register("device-plugin", Arc::new(device_plugin_runner));
+    r
+}
+
+/// `--flag value` / `--flag=value` from args, else the env variable.
+fn setting(args: &[String], env: &BTreeMap<String, String>, flag: &str, var: &str) -> Option<String> {
+    let long = format!("--{flag}");
+    let eq = format!("--{flag}=");
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix(&eq) {
+            return Some(v.to_string());
+        }
+        if *a == long {
+            return it.next().cloned();
+        }
+    }
+    env.get(var).cloned()
+}
+
+fn mig_strategy(s: &str) -> Result<MigStrategy, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "none" => Ok(MigStrategy::None),
+        "single" => Ok(MigStrategy::Single),
+        "mixed" => Ok(MigStrategy::Mixed),
+        other => Err(format!("MIG strategy {other:?} is not one of none, single, mixed")),
+    }
+}
+
+/// Options for `gantry node device-plugin` on a simulated node.
+pub fn device_plugin_options(ctx: &AgentContext) -> Result<device_plugin::Options, String> {
+    let mut opts = device_plugin::Options::new(&ctx.device_plugin_dir);
+    opts.kubelet_socket = Some(ctx.kubelet_socket.clone());
+    opts.node_name = Some(ctx.node_name.clone());
+    opts.kube = Some(ctx.client.clone());
+    opts.poll_interval = SIM_PLUGIN_POLL;
+    // The sim has no driver: MIG minors come from the fixed layout.
+    opts.mig_minors_file = None;
+    if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {
+        opts.overrides.mig_strategy = Some(mig_strategy(&s)?);
+    }
+    let (policy, warnings): (HealthPolicy, _) = HealthPolicy::from_env(
+        ctx.env.get(health::ENV_DISABLE).map(String::as_str),
+        ctx.env.get(health::ENV_ENABLE).map(String::as_str),
+    );
+    for w in warnings {
+        tracing::warn!(node = %ctx.node_name, "{w}");
+    }
+    opts.health = policy;
+    Ok(opts)
+}
+
+fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
+    Box::pin(async move {
+        let backend: Arc<dyn Backend> = match &ctx.backend {
+            Some(b) => b.clone(),
+            None => return Err(format!("node {} has no GPUs for the device plugin", ctx.node_name)),
+        };
+        let opts = device_plugin_options(&ctx)?;
+        let mut stop = ctx.shutdown.clone();
+        let shutdown = async move {
+            while !*stop.borrow_and_update() {
+                if stop.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        device_plugin::run(opts, backend, shutdown).await.map_err(|e| e.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_env() {
+        let env: BTreeMap<String, String> = [("MIG_STRATEGY".to_string(), "mixed".to_string())].into_iter().collect();
+        let args = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(setting(&args(&["--mig-strategy", "single"]), &env, "mig-strategy", "MIG_STRATEGY").as_deref(), Some("single"));
+        assert_eq!(setting(&args(&["--mig-strategy=none"]), &env, "mig-strategy", "MIG_STRATEGY").as_deref(), Some("none"));
+        assert_eq!(setting(&[], &env, "mig-strategy", "MIG_STRATEGY").as_deref(), Some("mixed"));
+        assert!(mig_strategy("weird").unwrap_err().contains("\"weird\""));
+        assert_eq!(default_registry().names(), ["device-plugin"]);
+    }
+}

@@ -1,0 +1,320 @@
+//! The object store: every object as JSON, one global resourceVersion counter, a bounded
+//! event history for watches. The logic lives here; where bytes are kept is a [`Backend`]
+//! (memory or SQLite), so both behave the same.
+
+pub mod memory;
+pub mod sqlite;
+
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::broadcast;
+
+pub use memory::MemoryBackend;
+pub use sqlite::SqliteBackend;
+
+/// Errors of the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite database {path}: {source}")]
+    Sqlite { path: String, source: rusqlite::Error },
+    #[error("stored object {key} is not valid JSON: {source}")]
+    Corrupt { key: String, source: serde_json::Error },
+    #[error("creating data directory {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+/// Where objects are kept. Writes are called under the store lock, in resourceVersion
+/// order; a write returns only once it survives the process being killed.
+pub trait Backend: Send {
+    /// Every stored object with its key, and the last resourceVersion handed out.
+    fn load(&mut self) -> Result<(Vec<(ObjKey, Value)>, u64), StoreError>;
+    fn put(&mut self, key: &ObjKey, object: &Value, rv: u64) -> Result<(), StoreError>;
+    fn delete(&mut self, key: &ObjKey, rv: u64) -> Result<(), StoreError>;
+}
+
+/// Identifies one object: `gr` is `group/resource` (core group is empty: `/pods`),
+/// `namespace` is empty for cluster-scoped objects.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjKey {
+    pub gr: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.gr, self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as seen by watchers. `prev` is the object before a modification.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub kind: EventType,
+    pub key: ObjKey,
+    pub object: Arc<Value>,
+    pub prev: Option<Arc<Value>>,
+}
+
+/// What a mutation closure decided.
+pub enum Mutation {
+    /// Store this object (resourceVersion is filled in by the store).
+    Put(Value),
+    /// Remove the object; the value is what watchers see as deleted (with the final rv).
+    Delete(Value),
+    /// Change nothing; answer with the current object.
+    Unchanged,
+}
+
+/// The requested watch start is older than the kept history.
+#[derive(Debug, thiserror::Error)]
+#[error("too old resource version: {requested} ({oldest})")]
+pub struct TooOld {
+    pub requested: u64,
+    pub oldest: u64,
+}
+
+type Bucket = BTreeMap<(String, String), Arc<Value>>;
+
+struct Inner {
+    rv: u64,
+    objects: HashMap<String, Bucket>,
+    history: VecDeque<Arc<Event>>,
+    /// Events at or below this rv are no longer in `history`.
+    compacted: u64,
+    backend: Box<dyn Backend>,
+}
+
+/// The shared store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Mutex<Inner>>,
+    tx: broadcast::Sender<Arc<Event>>,
+    history_limit: usize,
+}
+
+impl Store {
+    /// Opens a store on `backend`, loading what it holds. `history_limit` bounds the
+    /// events kept for watches that resume from an older resourceVersion.
+    pub fn open(mut backend: Box<dyn Backend>, history_limit: usize) -> Result<Self, StoreError> {
+        let (objects, rv) = backend.load()?;
+        let mut map: HashMap<String, Bucket> = HashMap::new();
+        for (key, obj) in objects {
+            map.entry(key.gr).or_default().insert((key.namespace, key.name), Arc::new(obj));
+        }
+        let history_limit = history_limit.max(16);
+        let (tx, _) = broadcast::channel(history_limit.max(1024));
+        Ok(Self {
+            inner: Arc::new(Mutex::new(Inner {
+                rv,
+                objects: map,
+                history: VecDeque::new(),
+                compacted: rv,
+                backend,
+            })),
+            tx,
+            history_limit,
+        })
+    }
+
+    /// An in-memory store.
+    pub fn memory(history_limit: usize) -> Self {
+        match Self::open(Box::new(MemoryBackend), history_limit) {
+            Ok(s) => s,
+            // The memory backend's load cannot fail; keep the signature honest anyway.
+            Err(_) => unreachable!("memory backend load is infallible"),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent data (mutations are applied
+        // after all fallible steps), so recovering from poisoning is safe.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    pub fn get(&self, gr: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let inner = self.lock();
+        inner.objects.get(gr)?.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+
+    /// Objects of one resource, in (namespace, name) order, with the store rv.
+    /// `namespace: None` lists all namespaces. `after` skips keys up to and including it.
+    pub fn list(
+        &self,
+        gr: &str,
+        namespace: Option<&str>,
+        after: Option<&(String, String)>,
+    ) -> (Vec<Arc<Value>>, u64) {
+        let inner = self.lock();
+        let Some(bucket) = inner.objects.get(gr) else {
+            return (Vec::new(), inner.rv);
+        };
+        use std::ops::Bound;
+        let start = match (after, namespace) {
+            (Some(a), _) => Bound::Excluded(a.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let items = bucket
+            .range((start, Bound::Unbounded))
+            .take_while(|((ns, _), _)| namespace.is_none_or(|want| ns == want))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, inner.rv)
+    }
+
+    /// Every resource key with at least one object (for garbage collection scans).
+    pub fn resources(&self) -> Vec<String> {
+        let inner = self.lock();
+        inner.objects.iter().filter(|(_, b)| !b.is_empty()).map(|(k, _)| k.clone()).collect()
+    }
+
+    /// Atomically reads the current object and applies `f`'s decision. `f` gets the
+    /// current object and the resourceVersion the write will carry.
+    pub fn mutate<E: From<StoreError>>(
+        &self,
+        key: &ObjKey,
+        f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Mutation, E>,
+    ) -> Result<Option<Arc<Value>>, E> {
+        let mut inner = self.lock();
+        let k = (key.namespace.clone(), key.name.clone());
+        let current = inner.objects.get(&key.gr).and_then(|b| b.get(&k)).cloned();
+        let next = inner.rv + 1;
+        let (kind, stored, event_obj) = match f(current.as_ref(), next)? {
+            Mutation::Unchanged => return Ok(current),
+            Mutation::Put(mut obj) => {
+                set_rv(&mut obj, next);
+                inner.backend.put(key, &obj, next)?;
+                let obj = Arc::new(obj);
+                let kind = if current.is_some() { EventType::Modified } else { EventType::Added };
+                (kind, Some(obj.clone()), obj)
+            }
+            Mutation::Delete(mut obj) => {
+                set_rv(&mut obj, next);
+                inner.backend.delete(key, next)?;
+                (EventType::Deleted, None, Arc::new(obj))
+            }
+        };
+        inner.rv = next;
+        match &stored {
+            Some(obj) => {
+                inner.objects.entry(key.gr.clone()).or_default().insert(k, obj.clone());
+            }
+            None => {
+                if let Some(b) = inner.objects.get_mut(&key.gr) {
+                    b.remove(&k);
+                }
+            }
+        }
+        let event = Arc::new(Event {
+            rv: next,
+            kind,
+            key: key.clone(),
+            object: event_obj.clone(),
+            prev: if kind == EventType::Modified { current } else { None },
+        });
+        inner.history.push_back(event.clone());
+        while inner.history.len() > self.history_limit {
+            if let Some(old) = inner.history.pop_front() {
+                inner.compacted = old.rv;
+            }
+        }
+        // No receivers is fine.
+        let _ = self.tx.send(event);
+        Ok(Some(event_obj))
+    }
+
+    /// Starts a watch after `rv`: the kept events newer than `rv` and a receiver for what
+    /// follows, taken atomically so nothing falls between them.
+    pub fn watch_from(
+        &self,
+        rv: u64,
+    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), TooOld> {
+        let inner = self.lock();
+        if rv < inner.compacted {
+            return Err(TooOld { requested: rv, oldest: inner.compacted });
+        }
+        let rx = self.tx.subscribe();
+        let backlog = inner.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        Ok((backlog, rx))
+    }
+
+    /// A receiver of all future events plus the current rv, for controllers.
+    pub fn subscribe(&self) -> (broadcast::Receiver<Arc<Event>>, u64) {
+        let inner = self.lock();
+        (self.tx.subscribe(), inner.rv)
+    }
+}
+
+fn set_rv(obj: &mut Value, rv: u64) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key(name: &str) -> ObjKey {
+        ObjKey { gr: "/configmaps".into(), namespace: "default".into(), name: name.into() }
+    }
+
+    fn put(store: &Store, name: &str) -> u64 {
+        let obj = store
+            .mutate::<StoreError>(&key(name), |_, _| Ok(Mutation::Put(json!({"metadata": {"name": name}}))))
+            .ok()
+            .flatten();
+        obj.and_then(|o| o["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn resource_versions_increase_and_history_compacts() {
+        let store = Store::memory(16);
+        let first = put(&store, "a");
+        let second = put(&store, "b");
+        assert!(second > first);
+        for i in 0..40 {
+            put(&store, &format!("c{i}"));
+        }
+        assert!(store.watch_from(first).is_err());
+        let (backlog, _) = store.watch_from(store.current_rv() - 3).expect("recent rv is kept");
+        assert_eq!(backlog.len(), 3);
+    }
+
+    #[test]
+    fn list_scopes_by_namespace() {
+        let store = Store::memory(16);
+        put(&store, "x");
+        let other = ObjKey { namespace: "other".into(), ..key("y") };
+        let _ = store.mutate::<StoreError>(&other, |_, _| Ok(Mutation::Put(json!({"metadata": {}}))));
+        assert_eq!(store.list("/configmaps", Some("default"), None).0.len(), 1);
+        assert_eq!(store.list("/configmaps", None, None).0.len(), 2);
+        assert_eq!(store.list("/secrets", None, None).0.len(), 0);
+    }
+}
