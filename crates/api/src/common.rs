@@ -45,8 +45,14 @@ impl ImageSpec {
     /// The full image reference per upstream's rules, or `None` when the CR does not fully
     /// specify one (the caller then falls back to the operator's env var).
     pub fn reference(&self) -> Option<String> {
-        let nonempty = |s: &Option<String>| s.as_deref().filter(|v| !v.is_empty());
-        match (nonempty(&self.repository), nonempty(&self.image), nonempty(&self.version)) {
+        fn nonempty(s: &Option<String>) -> Option<&str> {
+            s.as_deref().filter(|v| !v.is_empty())
+        }
+        match (
+            nonempty(&self.repository),
+            nonempty(&self.image),
+            nonempty(&self.version),
+        ) {
             (None, Some(image), None) => Some(image.to_string()),
             (Some(repo), Some(image), Some(version)) if version.starts_with("sha256:") => {
                 Some(format!("{repo}/{image}@{version}"))
@@ -84,12 +90,20 @@ pub struct ContainerSettings {
     pub args: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
+    /// Run the operand pod in the host network namespace (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_network: Option<bool>,
 }
 
 impl ContainerSettings {
     /// Value of an env var set on the component, if any.
     pub fn env_value(&self, name: &str) -> Option<&str> {
-        self.env.as_ref()?.iter().find(|e| e.name == name)?.value.as_deref()
+        self.env
+            .as_ref()?
+            .iter()
+            .find(|e| e.name == name)?
+            .value
+            .as_deref()
     }
 }
 
@@ -347,12 +361,25 @@ mod tests {
             version: Some("595.91.07".into()),
             ..Default::default()
         };
-        assert_eq!(i.reference().as_deref(), Some("nvcr.io/nvidia/driver:595.91.07"));
+        assert_eq!(
+            i.reference().as_deref(),
+            Some("nvcr.io/nvidia/driver:595.91.07")
+        );
         i.version = Some("sha256:abc".into());
-        assert_eq!(i.reference().as_deref(), Some("nvcr.io/nvidia/driver@sha256:abc"));
-        let only = ImageSpec { image: Some("reg/x@sha256:1".into()), ..Default::default() };
+        assert_eq!(
+            i.reference().as_deref(),
+            Some("nvcr.io/nvidia/driver@sha256:abc")
+        );
+        let only = ImageSpec {
+            image: Some("reg/x@sha256:1".into()),
+            ..Default::default()
+        };
         assert_eq!(only.reference().as_deref(), Some("reg/x@sha256:1"));
-        let partial = ImageSpec { repository: Some("r".into()), image: Some("x".into()), ..Default::default() };
+        let partial = ImageSpec {
+            repository: Some("r".into()),
+            image: Some("x".into()),
+            ..Default::default()
+        };
         assert_eq!(partial.reference(), None);
         assert_eq!(partial.pull_policy(), "IfNotPresent");
     }
@@ -370,9 +397,15 @@ mod tests {
 
     #[test]
     fn int_or_percent() {
-        assert_eq!(scaled_int_or_percent(&IntOrString::String("25%".into()), 10), Some(3));
+        assert_eq!(
+            scaled_int_or_percent(&IntOrString::String("25%".into()), 10),
+            Some(3)
+        );
         assert_eq!(scaled_int_or_percent(&IntOrString::Int(2), 10), Some(2));
-        assert_eq!(scaled_int_or_percent(&IntOrString::String("x%".into()), 10), None);
+        assert_eq!(
+            scaled_int_or_percent(&IntOrString::String("x%".into()), 10),
+            None
+        );
         assert!(check_int_or_percent(&IntOrString::String("150%".into())).is_some());
         assert!(check_int_or_percent(&IntOrString::Int(-1)).is_some());
         assert!(check_int_or_percent(&IntOrString::String("3".into())).is_none());

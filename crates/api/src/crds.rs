@@ -15,9 +15,15 @@ use crate::nvidia_driver::NVIDIADriver;
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     #[error("cannot serialize CRD {name}: {source}")]
-    Serialize { name: String, source: serde_yaml::Error },
+    Serialize {
+        name: String,
+        source: serde_yaml::Error,
+    },
     #[error("CRD {name} does not round-trip through JSON: {source}")]
-    Json { name: String, source: serde_json::Error },
+    Json {
+        name: String,
+        source: serde_json::Error,
+    },
 }
 
 /// Every CRD, in a stable order: ClusterPolicy, NVIDIADriver, MigClusterPolicy, Queue, PodGroup.
@@ -36,8 +42,14 @@ pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, CrdError> {
 
 fn fix_up(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition, CrdError> {
     let name = crd.metadata.name.clone().unwrap_or_default();
-    let mut v = serde_json::to_value(&crd).map_err(|source| CrdError::Json { name: name.clone(), source })?;
-    if let Some(versions) = v.pointer_mut("/spec/versions").and_then(Value::as_array_mut) {
+    let mut v = serde_json::to_value(&crd).map_err(|source| CrdError::Json {
+        name: name.clone(),
+        source,
+    })?;
+    if let Some(versions) = v
+        .pointer_mut("/spec/versions")
+        .and_then(Value::as_array_mut)
+    {
         for ver in versions {
             if let Some(schema) = ver.pointer_mut("/schema/openAPIV3Schema") {
                 clean(schema);
@@ -50,32 +62,62 @@ fn fix_up(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition, Crd
     serde_json::from_value(v).map_err(|source| CrdError::Json { name, source })
 }
 
-/// Drop keys a structural schema must not carry or that schemars adds without meaning here.
+/// Drop keywords a structural schema must not carry or that schemars adds without meaning
+/// here, walking only schema positions (a property may itself be named `default`).
 fn clean(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.remove("default");
-            m.remove("$schema");
-            m.remove("title");
-            if m.get("nullable") == Some(&Value::Bool(false)) {
-                m.remove("nullable");
-            }
-            // A single-value `const` from schemars becomes an enum (structural-friendly).
-            if let Some(c) = m.remove("const") {
-                m.insert("enum".into(), json!([c]));
-            }
-            for (_, child) in m.iter_mut() {
-                clean(child);
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(clean),
-        _ => {}
+    let Some(m) = v.as_object_mut() else { return };
+    m.remove("default");
+    m.remove("$schema");
+    m.remove("title");
+    // Upstream's CRDs have no nullable fields: the API server prunes nulls instead.
+    m.remove("nullable");
+    if let Some(c) = m.remove("const") {
+        m.insert("enum".into(), json!([c]));
     }
+    if let Some(Value::Array(e)) = m.get_mut("enum") {
+        e.retain(|x| !x.is_null());
+    }
+    if let Some(Value::String(d)) = m.get_mut("description") {
+        *d = shorten(d);
+    }
+    if let Some(Value::Object(props)) = m.get_mut("properties") {
+        props.values_mut().for_each(clean);
+    }
+    for k in ["items", "additionalProperties"] {
+        if let Some(child) = m.get_mut(k) {
+            clean(child);
+        }
+    }
+    for k in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(alts)) = m.get_mut(k) {
+            alts.iter_mut().for_each(clean);
+        }
+    }
+}
+
+/// First sentence of a description, without rustdoc link markup. The embedded Kubernetes
+/// types carry long descriptions; keeping them whole pushes the ClusterPolicy CRD near the
+/// 256 KiB limit of `kubectl apply`'s last-applied annotation.
+fn shorten(d: &str) -> String {
+    let para = d.split("\n\n").next().unwrap_or(d).replace('\n', " ");
+    let first = match para.find(". ") {
+        Some(i) => &para[..=i],
+        None => para.as_str(),
+    };
+    first
+        .replace("[`", "")
+        .replace("`]", "")
+        .replace('`', "")
+        .trim()
+        .to_string()
 }
 
 /// NVIDIADriver rules upstream enforces with CEL.
 fn add_driver_rules(schema: &mut Value) {
-    let Some(spec) = schema.pointer_mut("/properties/spec").and_then(Value::as_object_mut) else {
+    let Some(spec) = schema
+        .pointer_mut("/properties/spec")
+        .and_then(Value::as_object_mut)
+    else {
         return;
     };
     spec.insert(
@@ -97,7 +139,11 @@ fn add_driver_rules(schema: &mut Value) {
 
 /// Every CRD as multi-document YAML (what `gantry crds` prints).
 pub fn all_crds_yaml() -> Result<String, CrdError> {
-    Ok(crd_files()?.into_iter().map(|(_, y)| y).collect::<Vec<_>>().join(""))
+    Ok(crd_files()?
+        .into_iter()
+        .map(|(_, y)| y)
+        .collect::<Vec<_>>()
+        .join(""))
 }
 
 /// One `(file name, YAML)` per CRD, as stored in `deploy/crds/` (`<plural>.<group>.yaml`).
@@ -106,19 +152,40 @@ pub fn crd_files() -> Result<Vec<(String, String)>, CrdError> {
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            let body = serde_yaml::to_string(&crd).map_err(|source| CrdError::Serialize { name: name.clone(), source })?;
+            let body = serde_yaml::to_string(&crd).map_err(|source| CrdError::Serialize {
+                name: name.clone(),
+                source,
+            })?;
             Ok((format!("{name}.yaml"), format!("---\n{body}")))
         })
         .collect()
 }
 
 /// The OpenAPI v3 schema of a kind served at `apiVersion`, for offline validation.
-pub fn schema_for(api_version: &str, kind: &str) -> Option<Value> {
-    let (group, version) = api_version.split_once('/')?;
-    let crds = all_crds().ok()?;
-    let crd = crds.into_iter().find(|c| c.spec.group == group && c.spec.names.kind == kind)?;
-    let v = crd.spec.versions.into_iter().find(|v| v.name == version)?;
-    serde_json::to_value(v.schema?.open_api_v3_schema?).ok()
+pub fn schema_for(api_version: &str, kind: &str) -> Option<&'static Value> {
+    static SCHEMAS: std::sync::OnceLock<Vec<(String, String, Value)>> = std::sync::OnceLock::new();
+    let all = SCHEMAS.get_or_init(|| {
+        let mut out = Vec::new();
+        for crd in all_crds().unwrap_or_default() {
+            for v in crd.spec.versions {
+                let schema = v
+                    .schema
+                    .and_then(|s| s.open_api_v3_schema)
+                    .and_then(|s| serde_json::to_value(s).ok());
+                if let Some(schema) = schema {
+                    out.push((
+                        format!("{}/{}", crd.spec.group, v.name),
+                        crd.spec.names.kind.clone(),
+                        schema,
+                    ));
+                }
+            }
+        }
+        out
+    });
+    all.iter()
+        .find(|(a, k, _)| a == api_version && k == kind)
+        .map(|(_, _, s)| s)
 }
 
 /// Problems that would make an API server reject a schema as non-structural, with the
@@ -139,16 +206,28 @@ fn structural(v: &Value, at: &str, in_junctor: bool, out: &mut Vec<String>) {
     }
     let flag = |k: &str| m.get(k).and_then(Value::as_bool).unwrap_or(false);
     if in_junctor {
-        for k in ["type", "nullable", "additionalProperties", "default", "description", "x-kubernetes-preserve-unknown-fields"] {
+        for k in [
+            "type",
+            "nullable",
+            "additionalProperties",
+            "default",
+            "description",
+            "x-kubernetes-preserve-unknown-fields",
+        ] {
             if m.contains_key(k) {
                 out.push(format!("{at}: {k} is not allowed inside anyOf/oneOf/allOf"));
             }
         }
-    } else if !m.contains_key("type") && !flag("x-kubernetes-int-or-string") && !flag("x-kubernetes-preserve-unknown-fields") {
+    } else if !m.contains_key("type")
+        && !flag("x-kubernetes-int-or-string")
+        && !flag("x-kubernetes-preserve-unknown-fields")
+    {
         out.push(format!("{at}: missing type"));
     }
     if m.contains_key("properties") && m.contains_key("additionalProperties") {
-        out.push(format!("{at}: properties and additionalProperties together"));
+        out.push(format!(
+            "{at}: properties and additionalProperties together"
+        ));
     }
     if m.get("additionalProperties").is_some_and(Value::is_boolean) {
         out.push(format!("{at}: additionalProperties must be a schema"));
@@ -163,8 +242,16 @@ fn structural(v: &Value, at: &str, in_junctor: bool, out: &mut Vec<String>) {
     }
     for j in ["anyOf", "oneOf", "allOf"] {
         if let Some(alts) = m.get(j).and_then(Value::as_array) {
-            if !flag("x-kubernetes-int-or-string") && j != "allOf" && !alts.iter().all(|a| a.as_object().is_some_and(|o| o.keys().all(|k| k == "required" || k == "properties"))) {
-                out.push(format!("{at}: {j} is only allowed for int-or-string or required-field alternatives"));
+            if !flag("x-kubernetes-int-or-string")
+                && j != "allOf"
+                && !alts.iter().all(|a| {
+                    a.as_object()
+                        .is_some_and(|o| o.keys().all(|k| k == "required" || k == "properties"))
+                })
+            {
+                out.push(format!(
+                    "{at}: {j} is only allowed for int-or-string or required-field alternatives"
+                ));
             }
             for (i, a) in alts.iter().enumerate() {
                 structural(a, &format!("{at}/{j}/{i}"), true, out);
@@ -193,12 +280,20 @@ mod tests {
         let crds = all_crds().unwrap_or_else(|e| panic!("{e}"));
         let got: Vec<(String, String)> = crds
             .iter()
-            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.spec.scope.clone()))
+            .map(|c| {
+                (
+                    c.metadata.name.clone().unwrap_or_default(),
+                    c.spec.scope.clone(),
+                )
+            })
             .collect();
         assert_eq!(
             got,
             vec![
-                ("clusterpolicies.nvidia.com".to_string(), "Cluster".to_string()),
+                (
+                    "clusterpolicies.nvidia.com".to_string(),
+                    "Cluster".to_string()
+                ),
                 ("nvidiadrivers.nvidia.com".into(), "Cluster".into()),
                 ("migclusterpolicies.nvidia.com".into(), "Cluster".into()),
                 ("queues.scheduling.run.ai".into(), "Cluster".into()),
@@ -206,17 +301,28 @@ mod tests {
             ]
         );
         let pg = &crds[4];
-        assert_eq!(pg.spec.names.short_names.as_deref(), Some(&["pg".to_string()][..]));
+        assert_eq!(
+            pg.spec.names.short_names.as_deref(),
+            Some(&["pg".to_string()][..])
+        );
     }
 
     #[test]
     fn schemas_are_structural() {
         for crd in all_crds().unwrap_or_else(|e| panic!("{e}")) {
             for v in &crd.spec.versions {
-                let s = serde_json::to_value(v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()))
-                    .unwrap_or_default();
+                let s = serde_json::to_value(
+                    v.schema
+                        .as_ref()
+                        .and_then(|s| s.open_api_v3_schema.as_ref()),
+                )
+                .unwrap_or_default();
                 let problems = structural_problems(&s);
-                assert!(problems.is_empty(), "{}: {problems:#?}", crd.metadata.name.clone().unwrap_or_default());
+                assert!(
+                    problems.is_empty(),
+                    "{}: {problems:#?}",
+                    crd.metadata.name.clone().unwrap_or_default()
+                );
                 assert!(v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
             }
         }

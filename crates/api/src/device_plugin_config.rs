@@ -135,11 +135,19 @@ pub struct PluginFlags {
     /// One strategy or a list (default `envvar`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_list_strategy: Option<OneOrMany<DeviceListStrategy>>,
-    #[serde(rename = "deviceIDStrategy", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "deviceIDStrategy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub device_id_strategy: Option<DeviceIdStrategy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cdi_annotation_prefix: Option<String>,
-    #[serde(rename = "nvidiaCTKPath", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "nvidiaCTKPath",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub nvidia_ctk_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_driver_root: Option<String>,
@@ -271,7 +279,11 @@ pub struct ReplicatedResource {
 #[serde(rename_all = "camelCase")]
 pub struct Imex {
     /// Only `[]` or `[0]`.
-    #[serde(rename = "channelIDs", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "channelIDs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub channel_ids: Option<Vec<i64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
@@ -301,26 +313,41 @@ impl SharingStrategy {
 
 /// `nvidia.com/` is prepended to a resource name without a prefix.
 pub fn full_resource_name(name: &str) -> String {
-    if name.contains('/') { name.to_string() } else { format!("nvidia.com/{name}") }
+    if name.contains('/') {
+        name.to_string()
+    } else {
+        format!("nvidia.com/{name}")
+    }
 }
 
 fn has_replicas(r: &Option<ReplicatedResources>) -> bool {
-    r.as_ref().is_some_and(|r| r.resources.iter().any(|x| x.replicas > 1))
+    r.as_ref()
+        .is_some_and(|r| r.resources.iter().any(|x| x.replicas > 1))
 }
 
 impl DevicePluginConfig {
     pub fn mig_strategy(&self) -> MigStrategy {
-        self.flags.as_ref().and_then(|f| f.mig_strategy).unwrap_or_default()
+        self.flags
+            .as_ref()
+            .and_then(|f| f.mig_strategy)
+            .unwrap_or_default()
     }
     fn plugin(&self) -> Option<&PluginFlags> {
         self.flags.as_ref()?.plugin.as_ref()
     }
     /// `flags.failOnInitError` (default true).
     pub fn fail_on_init_error(&self) -> bool {
-        self.flags.as_ref().and_then(|f| f.fail_on_init_error).unwrap_or(true)
+        self.flags
+            .as_ref()
+            .and_then(|f| f.fail_on_init_error)
+            .unwrap_or(true)
     }
     pub fn mps_root(&self) -> Option<&str> {
-        self.flags.as_ref()?.mps_root.as_deref().filter(|s| !s.is_empty())
+        self.flags
+            .as_ref()?
+            .mps_root
+            .as_deref()
+            .filter(|s| !s.is_empty())
     }
     pub fn device_list_strategies(&self) -> Vec<DeviceListStrategy> {
         self.plugin()
@@ -330,16 +357,24 @@ impl DevicePluginConfig {
             .unwrap_or_else(|| vec![DeviceListStrategy::Envvar])
     }
     pub fn device_id_strategy(&self) -> DeviceIdStrategy {
-        self.plugin().and_then(|p| p.device_id_strategy).unwrap_or_default()
+        self.plugin()
+            .and_then(|p| p.device_id_strategy)
+            .unwrap_or_default()
     }
     pub fn pass_device_specs(&self) -> bool {
-        self.plugin().and_then(|p| p.pass_device_specs).unwrap_or(false)
+        self.plugin()
+            .and_then(|p| p.pass_device_specs)
+            .unwrap_or(false)
     }
     pub fn cdi_annotation_prefix(&self) -> &str {
-        self.plugin().and_then(|p| p.cdi_annotation_prefix.as_deref()).unwrap_or("cdi.k8s.io/")
+        self.plugin()
+            .and_then(|p| p.cdi_annotation_prefix.as_deref())
+            .unwrap_or("cdi.k8s.io/")
     }
     pub fn shared_devices_allocation_policy(&self) -> AllocationPolicy {
-        self.plugin().and_then(|p| p.shared_devices_allocation_policy).unwrap_or_default()
+        self.plugin()
+            .and_then(|p| p.shared_devices_allocation_policy)
+            .unwrap_or_default()
     }
     /// `mps` if `sharing.mps` has an entry with replicas > 1, else `time-slicing` if
     /// `sharing.timeSlicing` does, else `none`.
@@ -360,12 +395,18 @@ impl DevicePluginConfig {
         if let Some(m) = &s.mps {
             return Some((m, SharingStrategy::Mps));
         }
-        s.time_slicing.as_ref().map(|t| (t, SharingStrategy::TimeSlicing))
+        s.time_slicing
+            .as_ref()
+            .map(|t| (t, SharingStrategy::TimeSlicing))
     }
     /// Replicas per device of a resource (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`); 1 when not shared.
     pub fn replicas_for(&self, resource: &str) -> u32 {
         self.replicated()
-            .and_then(|(r, _)| r.resources.iter().find(|x| full_resource_name(&x.name) == resource))
+            .and_then(|(r, _)| {
+                r.resources
+                    .iter()
+                    .find(|x| full_resource_name(&x.name) == resource)
+            })
             .and_then(|x| u32::try_from(x.replicas).ok())
             .filter(|&n| n > 1)
             .unwrap_or(1)
@@ -374,7 +415,9 @@ impl DevicePluginConfig {
     /// per-entry `rename` is ignored, as upstream).
     pub fn advertised_name(&self, resource: &str) -> String {
         match self.replicated() {
-            Some((r, _)) if r.rename_by_default == Some(true) && self.replicas_for(resource) > 1 => {
+            Some((r, _))
+                if r.rename_by_default == Some(true) && self.replicas_for(resource) > 1 =>
+            {
                 format!("{resource}.shared")
             }
             _ => resource.to_string(),
@@ -396,12 +439,17 @@ impl DevicePluginConfig {
         if let Some(v) = self.version.as_deref()
             && v != "v1"
         {
-            out.push(Problem::new("version", format!("must be \"v1\", got {v:?}")));
+            out.push(Problem::new(
+                "version",
+                format!("must be \"v1\", got {v:?}"),
+            ));
         }
         if let Some(f) = &self.flags {
             if let Some(g) = f.gfd.as_ref().and_then(|g| g.sleep_interval.as_ref()) {
                 let ok = match g {
-                    Value::String(s) => s == "infinite" || parse_go_duration(s).is_ok_and(|n| n > 0),
+                    Value::String(s) => {
+                        s == "infinite" || parse_go_duration(s).is_ok_and(|n| n > 0)
+                    }
                     Value::Number(n) => n.as_i64().is_some_and(|n| n > 0),
                     _ => false,
                 };
@@ -413,9 +461,17 @@ impl DevicePluginConfig {
                 }
             }
             let list = self.device_list_strategies();
-            let cdi = list.iter().any(|s| matches!(s, DeviceListStrategy::CdiAnnotations | DeviceListStrategy::CdiCri));
+            let cdi = list.iter().any(|s| {
+                matches!(
+                    s,
+                    DeviceListStrategy::CdiAnnotations | DeviceListStrategy::CdiCri
+                )
+            });
             if cdi && f.device_discovery_strategy == Some(DeviceDiscoveryStrategy::Tegra) {
-                out.push(Problem::new("flags.plugin.deviceListStrategy", "CDI strategies need NVML device discovery, not tegra"));
+                out.push(Problem::new(
+                    "flags.plugin.deviceListStrategy",
+                    "CDI strategies need NVML device discovery, not tegra",
+                ));
             }
         }
         if let Some(r) = &self.resources {
@@ -436,12 +492,18 @@ impl DevicePluginConfig {
                 let Some(r) = r else { continue };
                 let base = format!("sharing.{key}");
                 if r.resources.is_empty() {
-                    out.push(Problem::new(format!("{base}.resources"), "must list at least one resource"));
+                    out.push(Problem::new(
+                        format!("{base}.resources"),
+                        "must list at least one resource",
+                    ));
                 }
                 for (i, x) in r.resources.iter().enumerate() {
                     let p = index(&format!("{base}.resources"), i);
                     if x.replicas < 2 {
-                        out.push(Problem::new(format!("{p}.replicas"), format!("must be >= 2, got {}", x.replicas)));
+                        out.push(Problem::new(
+                            format!("{p}.replicas"),
+                            format!("must be >= 2, got {}", x.replicas),
+                        ));
                     }
                     if let Some(m) = check_resource_name(&x.name) {
                         out.push(Problem::new(format!("{p}.name"), m));
@@ -454,30 +516,47 @@ impl DevicePluginConfig {
                     if let Some(d) = &x.devices {
                         check_devices(d, &format!("{p}.devices"), &mut out);
                     }
-                    if key == "mps" && full_resource_name(&x.name).starts_with(names::RESOURCE_MIG_PREFIX) {
-                        out.push(Problem::new(format!("{p}.name"), "MPS sharing is not supported on MIG devices"));
+                    if key == "mps"
+                        && full_resource_name(&x.name).starts_with(names::RESOURCE_MIG_PREFIX)
+                    {
+                        out.push(Problem::new(
+                            format!("{p}.name"),
+                            "MPS sharing is not supported on MIG devices",
+                        ));
                     }
                 }
                 let mut seen = std::collections::BTreeSet::new();
                 for (i, x) in r.resources.iter().enumerate() {
                     if !seen.insert(full_resource_name(&x.name)) {
-                        out.push(Problem::new(format!("{base}.resources[{i}].name"), format!("duplicate resource {:?}", x.name)));
+                        out.push(Problem::new(
+                            format!("{base}.resources[{i}].name"),
+                            format!("duplicate resource {:?}", x.name),
+                        ));
                     }
                 }
             }
             if s.mps.is_some() {
                 if self.mig_strategy() == MigStrategy::Mixed {
-                    out.push(Problem::new("sharing.mps", "MPS sharing cannot be combined with flags.migStrategy: mixed"));
+                    out.push(Problem::new(
+                        "sharing.mps",
+                        "MPS sharing cannot be combined with flags.migStrategy: mixed",
+                    ));
                 }
                 if self.mps_root().is_none() {
-                    out.push(Problem::new("flags.mpsRoot", "is required for MPS sharing (e.g. /run/nvidia/mps)"));
+                    out.push(Problem::new(
+                        "flags.mpsRoot",
+                        "is required for MPS sharing (e.g. /run/nvidia/mps)",
+                    ));
                 }
             }
         }
         if let Some(ids) = self.imex.as_ref().and_then(|i| i.channel_ids.as_ref())
             && !(ids.is_empty() || ids.as_slice() == [0])
         {
-            out.push(Problem::new("imex.channelIDs", format!("only [] or [0] are supported, got {ids:?}")));
+            out.push(Problem::new(
+                "imex.channelIDs",
+                format!("only [] or [0] are supported, got {ids:?}"),
+            ));
         }
         out
     }
@@ -486,7 +565,10 @@ impl DevicePluginConfig {
 fn check_devices(d: &ReplicatedDevices, path: &str, out: &mut Vec<Problem>) {
     match d {
         ReplicatedDevices::All(s) if s != "all" => {
-            out.push(Problem::new(path, format!("must be \"all\", a positive count or a list of device IDs, got {s:?}")));
+            out.push(Problem::new(
+                path,
+                format!("must be \"all\", a positive count or a list of device IDs, got {s:?}"),
+            ));
         }
         ReplicatedDevices::Count(n) if *n <= 0 => {
             out.push(Problem::new(path, format!("count must be > 0, got {n}")));
@@ -495,7 +577,9 @@ fn check_devices(d: &ReplicatedDevices, path: &str, out: &mut Vec<Problem>) {
             for (i, id) in ids.iter().enumerate() {
                 let is_index = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
                 let ok = is_index(id)
-                    || id.split_once(':').is_some_and(|(a, b)| is_index(a) && is_index(b))
+                    || id
+                        .split_once(':')
+                        .is_some_and(|(a, b)| is_index(a) && is_index(b))
                     || id.starts_with("GPU-")
                     || id.starts_with("MIG-");
                 if !ok {
@@ -515,16 +599,21 @@ fn check_resource_name(name: &str) -> Option<String> {
     let full = full_resource_name(name);
     let suffix = full.split_once('/').map_or("", |(_, s)| s);
     if full.len() > 63 {
-        return Some(format!("resource name {full:?} is longer than 63 characters"));
+        return Some(format!(
+            "resource name {full:?} is longer than 63 characters"
+        ));
     }
     let valid = !suffix.is_empty()
         && suffix.split('.').all(|l| {
             !l.is_empty()
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         });
-    (!valid).then(|| format!("{name:?} is not a valid resource name (lowercase DNS subdomain after the prefix)"))
+    (!valid).then(|| {
+        format!("{name:?} is not a valid resource name (lowercase DNS subdomain after the prefix)")
+    })
 }
 
 #[cfg(test)]
@@ -542,7 +631,10 @@ mod tests {
         );
         assert_eq!(c.sharing_strategy(), SharingStrategy::TimeSlicing);
         assert_eq!(c.replicas_for(names::RESOURCE_GPU), 4);
-        assert_eq!(c.advertised_name(names::RESOURCE_GPU), names::RESOURCE_GPU_SHARED);
+        assert_eq!(
+            c.advertised_name(names::RESOURCE_GPU),
+            names::RESOURCE_GPU_SHARED
+        );
         assert!(!c.fail_requests_greater_than_one());
         assert_eq!(c.device_list_strategies(), vec![DeviceListStrategy::Envvar]);
         assert!(c.validate().is_empty());
@@ -550,7 +642,9 @@ mod tests {
 
     #[test]
     fn mps_semantics() {
-        let c = parse("flags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n");
+        let c = parse(
+            "flags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n",
+        );
         assert_eq!(c.sharing_strategy(), SharingStrategy::Mps);
         assert!(c.fail_requests_greater_than_one());
         assert_eq!(c.replicas_for("nvidia.com/gpu"), 2);
@@ -571,8 +665,14 @@ mod tests {
             "flags.mpsRoot: is required for MPS sharing (e.g. /run/nvidia/mps)",
             "imex.channelIDs: only [] or [0] are supported, got [1]",
         ] {
-            assert!(msgs.iter().any(|m| m == want), "missing {want:?} in {msgs:?}");
+            assert!(
+                msgs.iter().any(|m| m == want),
+                "missing {want:?} in {msgs:?}"
+            );
         }
-        assert!(msgs.iter().any(|m| m.starts_with("sharing.mps.resources[0].devices[0]:")));
+        assert!(
+            msgs.iter()
+                .any(|m| m.starts_with("sharing.mps.resources[0].devices[0]:"))
+        );
     }
 }

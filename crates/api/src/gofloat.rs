@@ -1,7 +1,7 @@
 //! Serialize floats as Go's encoding/json does: an integral value has no fraction (`1`, not
 //! `1.0`), so a round trip of an upstream manifest gives back the same JSON.
 
-use serde::{Deserialize, Deserializer, Serializer};
+use serde::Serializer;
 
 /// Largest magnitude at which every integer is exactly representable as f64.
 const EXACT: f64 = 9_007_199_254_740_992.0;
@@ -23,17 +23,13 @@ pub mod opt {
             None => s.serialize_none(),
         }
     }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        Option::<f64>::deserialize(d)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     #[derive(serde::Serialize, serde::Deserialize)]
     struct T {
-        #[serde(with = "super::opt")]
+        #[serde(serialize_with = "super::opt::serialize")]
         v: Option<f64>,
     }
 

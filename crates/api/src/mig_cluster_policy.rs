@@ -56,6 +56,7 @@ pub struct MigLayout {
 /// Spec of a [`MigClusterPolicy`].
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
+    derive = "PartialEq",
     group = "nvidia.com",
     version = "v1alpha1",
     kind = "MigClusterPolicy",
@@ -154,7 +155,10 @@ impl MigClusterPolicySpec {
     }
     /// Whether a node with these labels is selected by this policy.
     pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
-        let by_labels = self.node_selector.as_ref().is_none_or(|s| label_selector_matches(s, labels));
+        let by_labels = self
+            .node_selector
+            .as_ref()
+            .is_none_or(|s| label_selector_matches(s, labels));
         let by_product = match &self.gpu_products {
             None => true,
             Some(list) => labels
@@ -169,18 +173,29 @@ impl MigClusterPolicySpec {
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if self.node_selector.is_none() && self.gpu_products.as_ref().is_none_or(Vec::is_empty) {
-            out.push(("spec".into(), "set nodeSelector and/or gpuProducts to choose nodes".into()));
+            out.push((
+                "spec".into(),
+                "set nodeSelector and/or gpuProducts to choose nodes".into(),
+            ));
         }
         match (&self.layout.config, &self.layout.custom) {
-            (Some(_), Some(_)) => out.push(("spec.layout".into(), "set exactly one of config or custom, not both".into())),
+            (Some(_), Some(_)) => out.push((
+                "spec.layout".into(),
+                "set exactly one of config or custom, not both".into(),
+            )),
             (None, None) => out.push(("spec.layout".into(), "set one of config or custom".into())),
             (Some(c), None) if !is_label_value(c) || c.is_empty() => out.push((
                 "spec.layout.config".into(),
-                format!("must be a valid label value (it becomes nvidia.com/mig.config), got {c:?}"),
+                format!(
+                    "must be a valid label value (it becomes nvidia.com/mig.config), got {c:?}"
+                ),
             )),
             (None, Some(entries)) => {
                 if entries.is_empty() {
-                    out.push(("spec.layout.custom".into(), "must have at least one entry".into()));
+                    out.push((
+                        "spec.layout.custom".into(),
+                        "must have at least one entry".into(),
+                    ));
                 }
                 for (i, e) in entries.iter().enumerate() {
                     for p in e.validate() {
@@ -193,8 +208,13 @@ impl MigClusterPolicySpec {
         if let Some(m) = &self.max_unavailable {
             if let Some(msg) = check_int_or_percent(m) {
                 out.push(("spec.maxUnavailable".into(), msg));
-            } else if matches!(m, IntOrString::Int(0)) || matches!(m, IntOrString::String(s) if s.trim_end_matches('%').trim() == "0") {
-                out.push(("spec.maxUnavailable".into(), "must be at least 1 (0 would never roll out)".into()));
+            } else if matches!(m, IntOrString::Int(0))
+                || matches!(m, IntOrString::String(s) if s.trim_end_matches('%').trim() == "0")
+            {
+                out.push((
+                    "spec.maxUnavailable".into(),
+                    "must be at least 1 (0 would never roll out)".into(),
+                ));
             }
         }
         if let Some(sel) = &self.node_selector {
@@ -202,10 +222,19 @@ impl MigClusterPolicySpec {
                 let p = format!("spec.nodeSelector.matchExpressions[{i}]");
                 let vals = e.values.as_ref().map_or(0, Vec::len);
                 match e.operator.as_str() {
-                    "In" | "NotIn" if vals == 0 => out.push((format!("{p}.values"), format!("must be non-empty for operator {}", e.operator))),
-                    "Exists" | "DoesNotExist" if vals > 0 => out.push((format!("{p}.values"), format!("must be empty for operator {}", e.operator))),
+                    "In" | "NotIn" if vals == 0 => out.push((
+                        format!("{p}.values"),
+                        format!("must be non-empty for operator {}", e.operator),
+                    )),
+                    "Exists" | "DoesNotExist" if vals > 0 => out.push((
+                        format!("{p}.values"),
+                        format!("must be empty for operator {}", e.operator),
+                    )),
                     "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-                    other => out.push((format!("{p}.operator"), format!("must be one of In, NotIn, Exists, DoesNotExist, got {other:?}"))),
+                    other => out.push((
+                        format!("{p}.operator"),
+                        format!("must be one of In, NotIn, Exists, DoesNotExist, got {other:?}"),
+                    )),
                 }
             }
         }
@@ -229,12 +258,22 @@ impl MigClusterPolicy {
     }
     /// Among `policies`, the index of the one that owns a node with `labels`: the oldest
     /// selecting policy (creationTimestamp, then name), so overlaps resolve deterministically.
-    pub fn owner_of(policies: &[MigClusterPolicy], labels: &BTreeMap<String, String>) -> Option<usize> {
+    pub fn owner_of(
+        policies: &[MigClusterPolicy],
+        labels: &BTreeMap<String, String>,
+    ) -> Option<usize> {
         (0..policies.len())
-            .filter(|&i| policies[i].metadata.deletion_timestamp.is_none() && policies[i].spec.selects(labels))
+            .filter(|&i| {
+                policies[i].metadata.deletion_timestamp.is_none()
+                    && policies[i].spec.selects(labels)
+            })
             .min_by_key(|&i| {
                 let m = &policies[i].metadata;
-                (m.creation_timestamp.is_none(), m.creation_timestamp.as_ref().map(|t| t.0), m.name.clone())
+                (
+                    m.creation_timestamp.is_none(),
+                    m.creation_timestamp.as_ref().map(|t| t.0),
+                    m.name.clone(),
+                )
             })
     }
 }
@@ -273,7 +312,8 @@ pub fn label_selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, Str
 pub fn is_label_value(v: &str) -> bool {
     v.is_empty()
         || (v.len() <= 63
-            && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             && v.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
             && v.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric))
 }
@@ -289,20 +329,37 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn product_match_ignores_gfd_suffixes() {
         let s = MigClusterPolicySpec {
             gpu_products: Some(vec!["NVIDIA-A100-SXM4-80GB".into()]),
-            layout: MigLayout { config: Some("all-1g.10gb".into()), ..Default::default() },
+            layout: MigLayout {
+                config: Some("all-1g.10gb".into()),
+                ..Default::default()
+            },
             ..Default::default()
         };
-        assert!(s.selects(&labels(&[(names::LABEL_GPU_PRODUCT, "NVIDIA-A100-SXM4-80GB")])));
-        assert!(s.selects(&labels(&[(names::LABEL_GPU_PRODUCT, "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb")])));
-        assert!(s.selects(&labels(&[(names::LABEL_GPU_PRODUCT, "NVIDIA-A100-SXM4-80GB-SHARED")])));
-        assert!(!s.selects(&labels(&[(names::LABEL_GPU_PRODUCT, "NVIDIA-H100-80GB-HBM3")])));
+        assert!(s.selects(&labels(&[(
+            names::LABEL_GPU_PRODUCT,
+            "NVIDIA-A100-SXM4-80GB"
+        )])));
+        assert!(s.selects(&labels(&[(
+            names::LABEL_GPU_PRODUCT,
+            "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+        )])));
+        assert!(s.selects(&labels(&[(
+            names::LABEL_GPU_PRODUCT,
+            "NVIDIA-A100-SXM4-80GB-SHARED"
+        )])));
+        assert!(!s.selects(&labels(&[(
+            names::LABEL_GPU_PRODUCT,
+            "NVIDIA-H100-80GB-HBM3"
+        )])));
         assert!(!s.selects(&labels(&[])));
         assert!(s.validate().is_empty());
     }
@@ -321,9 +378,15 @@ mod tests {
             gpu_products: Some(vec!["NVIDIA-H100-80GB-HBM3".into()]),
             ..Default::default()
         };
-        let node = labels(&[("pool", "train"), (names::LABEL_GPU_PRODUCT, "NVIDIA-H100-80GB-HBM3")]);
+        let node = labels(&[
+            ("pool", "train"),
+            (names::LABEL_GPU_PRODUCT, "NVIDIA-H100-80GB-HBM3"),
+        ]);
         assert!(s.selects(&node));
-        assert!(!s.selects(&labels(&[("pool", "infer"), (names::LABEL_GPU_PRODUCT, "NVIDIA-H100-80GB-HBM3")])));
+        assert!(!s.selects(&labels(&[
+            ("pool", "infer"),
+            (names::LABEL_GPU_PRODUCT, "NVIDIA-H100-80GB-HBM3")
+        ])));
     }
 
     #[test]
@@ -340,7 +403,10 @@ mod tests {
 
     #[test]
     fn layout_rules() {
-        let s = MigClusterPolicySpec { gpu_products: Some(vec!["x".into()]), ..Default::default() };
+        let s = MigClusterPolicySpec {
+            gpu_products: Some(vec!["x".into()]),
+            ..Default::default()
+        };
         assert!(s.validate().iter().any(|(p, _)| p == "spec.layout"));
         let mut p = MigClusterPolicy::new("split", MigClusterPolicySpec::default());
         p.spec.layout.custom = Some(vec![]);

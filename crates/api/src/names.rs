@@ -33,7 +33,8 @@ pub const NFD_GPU_LABELS: [&str; 3] = [
 ];
 pub const NFD_KERNEL_VERSION_FULL: &str = "feature.node.kubernetes.io/kernel-version.full";
 pub const NFD_OS_RELEASE_ID: &str = "feature.node.kubernetes.io/system-os_release.ID";
-pub const NFD_OS_RELEASE_VERSION_ID: &str = "feature.node.kubernetes.io/system-os_release.VERSION_ID";
+pub const NFD_OS_RELEASE_VERSION_ID: &str =
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID";
 
 // ---- Node labels: operator ----------------------------------------------------------------
 
@@ -355,8 +356,10 @@ pub const DEFAULT_CLUSTER_POLICY_NAME: &str = "cluster-policy";
 
 pub const DEFAULT_KAI_NAMESPACE: &str = "kai-scheduler";
 pub const ANNOTATION_TOPOLOGY: &str = "kai.scheduler/topology";
-pub const ANNOTATION_TOPOLOGY_REQUIRED_PLACEMENT: &str = "kai.scheduler/topology-required-placement";
-pub const ANNOTATION_TOPOLOGY_PREFERRED_PLACEMENT: &str = "kai.scheduler/topology-preferred-placement";
+pub const ANNOTATION_TOPOLOGY_REQUIRED_PLACEMENT: &str =
+    "kai.scheduler/topology-required-placement";
+pub const ANNOTATION_TOPOLOGY_PREFERRED_PLACEMENT: &str =
+    "kai.scheduler/topology-preferred-placement";
 pub const LABEL_ACCOUNTING: &str = "kai.scheduler/accounting";
 /// Default subgroup of pods without `kai.scheduler/subgroup-name`.
 pub const DEFAULT_SUBGROUP: &str = "default";

@@ -82,6 +82,7 @@ pub struct DriverLicensingConfig {
 /// Spec of an [`NVIDIADriver`].
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
+    derive = "PartialEq",
     group = "nvidia.com",
     version = "v1alpha1",
     kind = "NVIDIADriver",
@@ -214,14 +215,21 @@ impl NVIDIADriverSpec {
     }
     /// `licensingConfig.nlsEnabled` (nil ⇒ true for NVIDIADriver).
     pub fn nls_enabled(&self) -> bool {
-        flag(self.licensing_config.as_ref().and_then(|l| l.nls_enabled), true)
+        flag(
+            self.licensing_config.as_ref().and_then(|l| l.nls_enabled),
+            true,
+        )
     }
     /// Upgrade policy with NVIDIADriver defaults (autoUpgrade ⇒ true); `None` when absent.
     pub fn upgrade_policy(&self) -> Option<EffectiveUpgradePolicy> {
         self.upgrade_policy.as_ref().map(|p| p.effective(true))
     }
     pub fn image_or_default(&self) -> &str {
-        if self.image.is_empty() { DEFAULT_DRIVER_IMAGE } else { &self.image }
+        if self.image.is_empty() {
+            DEFAULT_DRIVER_IMAGE
+        } else {
+            &self.image
+        }
     }
     /// The node selector with its default (`nvidia.com/gpu.present=true`).
     pub fn effective_node_selector(&self) -> BTreeMap<String, String> {
@@ -241,19 +249,31 @@ impl NVIDIADriverSpec {
                 "must not be set when spec.default is true".into(),
             ));
         }
-        if self.node_selector.as_ref().is_some_and(|s| s.contains_key(names::LABEL_DRIVER_OWNER)) {
+        if self
+            .node_selector
+            .as_ref()
+            .is_some_and(|s| s.contains_key(names::LABEL_DRIVER_OWNER))
+        {
             out.push((
                 format!("spec.nodeSelector.{}", names::LABEL_DRIVER_OWNER),
                 "is a reserved key the operator sets".into(),
             ));
         }
-        if self.use_precompiled() && self.version.as_deref().is_some_and(|v| v.starts_with("sha256:")) {
+        if self.use_precompiled()
+            && self
+                .version
+                .as_deref()
+                .is_some_and(|v| v.starts_with("sha256:"))
+        {
             out.push((
                 "spec.version".into(),
                 "a digest cannot be used with usePrecompiled: true".into(),
             ));
         }
-        if let Some(m) = self.upgrade_policy.as_ref().and_then(|p| p.max_unavailable.as_ref())
+        if let Some(m) = self
+            .upgrade_policy
+            .as_ref()
+            .and_then(|p| p.max_unavailable.as_ref())
             && let Some(msg) = crate::common::check_int_or_percent(m)
         {
             out.push(("spec.upgradePolicy.maxUnavailable".into(), msg));
@@ -276,7 +296,12 @@ mod tests {
         assert!(s.nls_enabled());
         assert_eq!(s.driver_type(), DriverType::Gpu);
         assert_eq!(s.image_or_default(), DEFAULT_DRIVER_IMAGE);
-        assert_eq!(s.effective_node_selector().get(names::LABEL_GPU_PRESENT).map(String::as_str), Some("true"));
+        assert_eq!(
+            s.effective_node_selector()
+                .get(names::LABEL_GPU_PRESENT)
+                .map(String::as_str),
+            Some("true")
+        );
     }
 
     #[test]

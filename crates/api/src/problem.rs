@@ -19,7 +19,11 @@ impl Problem {
         let path = path.into();
         Problem {
             document: None,
-            path: if path.is_empty() { "<document>".to_string() } else { path },
+            path: if path.is_empty() {
+                "<document>".to_string()
+            } else {
+                path
+            },
             message: message.into(),
         }
     }

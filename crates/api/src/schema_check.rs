@@ -22,46 +22,69 @@ pub fn check(value: &Value, schema: &Value, unknown: UnknownFields) -> Vec<Probl
 fn walk(v: &Value, s: &Value, path: &str, unknown: UnknownFields, out: &mut Vec<Problem>) {
     let Some(s) = s.as_object() else { return };
     let flag = |k: &str| s.get(k).and_then(Value::as_bool).unwrap_or(false);
+    // A null field is pruned by the API server (and read as absent by the parsers).
     if v.is_null() {
-        if !flag("nullable") && s.contains_key("type") {
-            out.push(Problem::new(path, format!("must be {}, got null", expected(s))));
-        }
         return;
     }
     for key in ["anyOf", "oneOf"] {
-        if let Some(alts) = s.get(key).and_then(Value::as_array) {
-            let mut best: Option<Vec<Problem>> = None;
-            for alt in alts {
-                let mut sub = Vec::new();
-                walk(v, alt, path, unknown, &mut sub);
-                if sub.is_empty() {
-                    best = None;
-                    break;
-                }
-                if best.as_ref().is_none_or(|b| sub.len() < b.len()) {
-                    best = Some(sub);
-                }
+        let Some(alts) = s.get(key).and_then(Value::as_array) else {
+            continue;
+        };
+        // Alternatives that are all fixed values (schemars writes documented enums as a
+        // oneOf of consts) are an enum.
+        let fixed: Option<Vec<Value>> = alts
+            .iter()
+            .map(fixed_values)
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat());
+        if let Some(values) = fixed {
+            if !values.contains(v) {
+                let list: Vec<String> = values.iter().map(show).collect();
+                out.push(Problem::new(
+                    path,
+                    format!("must be one of {}, got {}", list.join(", "), show(v)),
+                ));
             }
-            if let Some(b) = best {
-                // Prefer the branch whose type matched; a plain type mismatch on every branch
-                // is reported as one message listing the accepted shapes.
-                let all_type = b.iter().all(|p| p.path == path && p.message.starts_with("must be"));
-                if all_type {
-                    let shapes: Vec<String> = alts
-                        .iter()
-                        .filter_map(|a| a.as_object().map(expected))
-                        .collect();
-                    out.push(Problem::new(path, format!("must be {}, got {}", shapes.join(" or "), show(v))));
-                } else {
-                    out.extend(b);
-                }
+            return;
+        }
+        // Otherwise report against the best alternative whose type matched, or say which
+        // shapes are accepted when none did.
+        let here = Problem::new(path, "").path;
+        let mut best: Option<Vec<Problem>> = None;
+        for alt in alts {
+            let mut sub = Vec::new();
+            walk(v, alt, path, unknown, &mut sub);
+            if sub.is_empty() {
                 return;
             }
+            let type_ok = !sub
+                .iter()
+                .any(|p| p.path == here && p.message.starts_with("must be a"));
+            if type_ok && best.as_ref().is_none_or(|b| sub.len() < b.len()) {
+                best = Some(sub);
+            }
         }
+        match best {
+            Some(b) => out.extend(b),
+            None => {
+                let shapes: Vec<String> = alts
+                    .iter()
+                    .filter_map(|a| a.as_object().map(shape))
+                    .collect();
+                out.push(Problem::new(
+                    path,
+                    format!("must be {}, got {}", shapes.join(" or "), show(v)),
+                ));
+            }
+        }
+        return;
     }
     if flag("x-kubernetes-int-or-string") {
         if !(v.is_string() || v.is_i64() || v.is_u64()) {
-            out.push(Problem::new(path, format!("must be an integer or a string, got {}", show(v))));
+            out.push(Problem::new(
+                path,
+                format!("must be an integer or a string, got {}", show(v)),
+            ));
         }
         return;
     }
@@ -76,26 +99,46 @@ fn walk(v: &Value, s: &Value, path: &str, unknown: UnknownFields, out: &mut Vec<
             _ => true,
         };
         if !ok {
-            out.push(Problem::new(path, format!("must be {}, got {} {}", expected(s), type_name(v), show(v))));
+            out.push(Problem::new(
+                path,
+                format!("must be {}, got {} {}", expected(s), type_name(v), show(v)),
+            ));
             return;
         }
+    }
+    if let Some(c) = s.get("const")
+        && c != v
+    {
+        out.push(Problem::new(
+            path,
+            format!("must be {}, got {}", show(c), show(v)),
+        ));
     }
     if let Some(e) = s.get("enum").and_then(Value::as_array)
         && !e.contains(v)
     {
         let list: Vec<String> = e.iter().map(show).collect();
-        out.push(Problem::new(path, format!("must be one of {}, got {}", list.join(", "), show(v))));
+        out.push(Problem::new(
+            path,
+            format!("must be one of {}, got {}", list.join(", "), show(v)),
+        ));
     }
     if let Some(n) = v.as_f64() {
         if let Some(min) = s.get("minimum").and_then(Value::as_f64)
             && n < min
         {
-            out.push(Problem::new(path, format!("must be >= {min}, got {}", show(v))));
+            out.push(Problem::new(
+                path,
+                format!("must be >= {min}, got {}", show(v)),
+            ));
         }
         if let Some(max) = s.get("maximum").and_then(Value::as_f64)
             && n > max
         {
-            out.push(Problem::new(path, format!("must be <= {max}, got {}", show(v))));
+            out.push(Problem::new(
+                path,
+                format!("must be <= {max}, got {}", show(v)),
+            ));
         }
     }
     match v {
@@ -111,9 +154,20 @@ fn walk(v: &Value, s: &Value, path: &str, unknown: UnknownFields, out: &mut Vec<
     }
 }
 
-fn object(m: &Map<String, Value>, s: &Map<String, Value>, path: &str, unknown: UnknownFields, out: &mut Vec<Problem>) {
+fn object(
+    m: &Map<String, Value>,
+    s: &Map<String, Value>,
+    path: &str,
+    unknown: UnknownFields,
+    out: &mut Vec<Problem>,
+) {
     let props = s.get("properties").and_then(Value::as_object);
-    for req in s.get("required").and_then(Value::as_array).into_iter().flatten() {
+    for req in s
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if let Some(r) = req.as_str()
             && !m.contains_key(r)
         {
@@ -140,10 +194,19 @@ fn object(m: &Map<String, Value>, s: &Map<String, Value>, path: &str, unknown: U
     }
 }
 
-fn unknown_field(p: &str, props: Option<&Map<String, Value>>, key: &str, unknown: UnknownFields, out: &mut Vec<Problem>) {
+fn unknown_field(
+    p: &str,
+    props: Option<&Map<String, Value>>,
+    key: &str,
+    unknown: UnknownFields,
+    out: &mut Vec<Problem>,
+) {
     let UnknownFields::Report(why) = unknown;
     let hint = props
-        .and_then(|ps| ps.keys().find(|known| known.eq_ignore_ascii_case(key) || close(known, key)))
+        .and_then(|ps| {
+            ps.keys()
+                .find(|known| known.eq_ignore_ascii_case(key) || close(known, key))
+        })
         .map(|k| format!(" (did you mean {k:?}?)"))
         .unwrap_or_default();
     out.push(Problem::new(p, format!("unknown field{hint}; {why}")));
@@ -157,6 +220,24 @@ fn close(a: &str, b: &str) -> bool {
     }
     let diff = a.bytes().zip(b.bytes()).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
     diff <= 2
+}
+
+/// The fixed values an alternative allows (`const` or a scalar `enum`), if that is all it says.
+fn fixed_values(alt: &Value) -> Option<Vec<Value>> {
+    let m = alt.as_object()?;
+    if let Some(c) = m.get("const") {
+        return Some(vec![c.clone()]);
+    }
+    let e = m.get("enum")?.as_array()?;
+    (!m.contains_key("properties") && !m.contains_key("items")).then(|| e.clone())
+}
+
+/// Describe an alternative for a "must be X or Y" message: its fixed values, else its type.
+fn shape(s: &Map<String, Value>) -> String {
+    match s.get("enum").and_then(Value::as_array) {
+        Some(e) => e.iter().map(show).collect::<Vec<_>>().join(" or "),
+        None => expected(s),
+    }
 }
 
 fn expected(s: &Map<String, Value>) -> String {
@@ -193,9 +274,18 @@ mod tests {
         let v = json!({"b":"z","c":[true,"no"],"d":{"k":"v"},"bb":1});
         let msgs: Vec<String> = check(&v, &s, R).iter().map(ToString::to_string).collect();
         assert!(msgs.contains(&"a: is required".to_string()), "{msgs:?}");
-        assert!(msgs.iter().any(|m| m.starts_with("b: must be one of \"x\", \"y\", got \"z\"")));
-        assert!(msgs.iter().any(|m| m.starts_with("c[1]: must be a boolean")));
-        assert!(msgs.iter().any(|m| m.starts_with("d.k: must be an integer")));
+        assert!(
+            msgs.iter()
+                .any(|m| m.starts_with("b: must be one of \"x\", \"y\", got \"z\""))
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.starts_with("c[1]: must be a boolean"))
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.starts_with("d.k: must be an integer"))
+        );
         assert!(msgs.iter().any(|m| m.starts_with("bb: unknown field")));
         let neg = check(&json!({"a":-1}), &s, R);
         assert_eq!(neg[0].to_string(), "a: must be >= 0, got -1");
@@ -207,7 +297,11 @@ mod tests {
         assert!(check(&json!("all"), &s, R).is_empty());
         assert!(check(&json!([1, 2]), &s, R).is_empty());
         assert_eq!(check(&json!([1, "x"]), &s, R)[0].path, "[1]");
-        assert!(check(&json!(true), &s, R)[0].message.contains("a string or a list"));
+        assert!(
+            check(&json!(true), &s, R)[0]
+                .message
+                .contains("a string or a list")
+        );
         let ios = json!({"x-kubernetes-int-or-string": true});
         assert!(check(&json!("25%"), &ios, R).is_empty());
         assert!(!check(&json!(1.5), &ios, R).is_empty());

@@ -34,7 +34,11 @@ pub enum DocKind {
 const MANIFESTS: &[(&str, &str, DocKind)] = &[
     ("ClusterPolicy", "nvidia.com/v1", DocKind::ClusterPolicy),
     ("NVIDIADriver", "nvidia.com/v1alpha1", DocKind::NVIDIADriver),
-    ("MigClusterPolicy", "nvidia.com/v1alpha1", DocKind::MigClusterPolicy),
+    (
+        "MigClusterPolicy",
+        "nvidia.com/v1alpha1",
+        DocKind::MigClusterPolicy,
+    ),
     ("Queue", "scheduling.run.ai/v2", DocKind::Queue),
     ("PodGroup", "scheduling.run.ai/v2alpha2", DocKind::PodGroup),
     ("ConfigMap", "v1", DocKind::ConfigMap),
@@ -56,7 +60,10 @@ pub fn parse_documents(text: &str) -> (Vec<Value>, Option<Problem>) {
                 let msg = e.to_string();
                 // serde_norway appends " at line X column Y"; the path already says where.
                 let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-                return (docs, Some(Problem::new(at, format!("YAML syntax error: {msg}"))));
+                return (
+                    docs,
+                    Some(Problem::new(at, format!("YAML syntax error: {msg}"))),
+                );
             }
         }
     }
@@ -96,7 +103,10 @@ pub fn detect(v: &Value) -> Result<DocKind, Problem> {
     let Some(m) = v.as_object() else {
         return Err(Problem::new(
             "<document>",
-            format!("must be a mapping (a manifest or config file), got {}", crate::problem::type_name(v)),
+            format!(
+                "must be a mapping (a manifest or config file), got {}",
+                crate::problem::type_name(v)
+            ),
         ));
     };
     let api = m.get("apiVersion").and_then(Value::as_str);
@@ -110,16 +120,28 @@ pub fn detect(v: &Value) -> Result<DocKind, Problem> {
             return if api == *want {
                 Ok(*k)
             } else {
-                Err(Problem::new("apiVersion", format!("{kind} is served as {want}, got {api:?}")))
+                Err(Problem::new(
+                    "apiVersion",
+                    format!("{kind} is served as {want}, got {api:?}"),
+                ))
             };
         }
         let known: Vec<&str> = MANIFESTS.iter().map(|(k, _, _)| *k).collect();
-        return Err(Problem::new("kind", format!("{kind:?} is not a kind gantry validates ({})", known.join(", "))));
+        return Err(Problem::new(
+            "kind",
+            format!(
+                "{kind:?} is not a kind gantry validates ({})",
+                known.join(", ")
+            ),
+        ));
     }
     if m.contains_key("mig-configs") {
         return Ok(DocKind::MigPartedConfig);
     }
-    if ["flags", "sharing", "resources", "imex"].iter().any(|k| m.contains_key(*k)) {
+    if ["flags", "sharing", "resources", "imex"]
+        .iter()
+        .any(|k| m.contains_key(*k))
+    {
         return Ok(DocKind::DevicePluginConfig);
     }
     Err(Problem::new(
@@ -132,24 +154,45 @@ pub fn detect(v: &Value) -> Result<DocKind, Problem> {
 pub fn validate_value(v: &Value) -> Vec<Problem> {
     match detect(v) {
         Err(p) => vec![p],
-        Ok(DocKind::ClusterPolicy) => manifest::<ClusterPolicy>(v, "nvidia.com/v1", "ClusterPolicy", |o| o.spec.validate()),
-        Ok(DocKind::NVIDIADriver) => manifest::<NVIDIADriver>(v, "nvidia.com/v1alpha1", "NVIDIADriver", |o| o.spec.validate()),
+        Ok(DocKind::ClusterPolicy) => {
+            manifest::<ClusterPolicy>(v, "nvidia.com/v1", "ClusterPolicy", |o| o.spec.validate())
+        }
+        Ok(DocKind::NVIDIADriver) => {
+            manifest::<NVIDIADriver>(v, "nvidia.com/v1alpha1", "NVIDIADriver", |o| {
+                o.spec.validate()
+            })
+        }
         Ok(DocKind::MigClusterPolicy) => {
             let mut out = Vec::new();
             if let Some(custom) = v.pointer("/spec/layout/custom").and_then(Value::as_array) {
                 for (i, e) in custom.iter().enumerate() {
-                    for p in check(e, &mig_parted::entry_check_schema(), UnknownFields::Report("mig-parted rejects unknown keys")) {
+                    for p in check(
+                        e,
+                        &mig_parted::entry_check_schema(),
+                        UnknownFields::Report("mig-parted rejects unknown keys"),
+                    ) {
                         out.push(prefixed(&index("spec.layout.custom", i), p));
                     }
                 }
             }
             if out.is_empty() {
-                out = manifest::<MigClusterPolicy>(v, "nvidia.com/v1alpha1", "MigClusterPolicy", |o| o.spec.validate());
+                out = manifest::<MigClusterPolicy>(
+                    v,
+                    "nvidia.com/v1alpha1",
+                    "MigClusterPolicy",
+                    |o| o.spec.validate(),
+                );
             }
             out
         }
-        Ok(DocKind::Queue) => manifest::<Queue>(v, "scheduling.run.ai/v2", "Queue", |o| o.spec.validate()),
-        Ok(DocKind::PodGroup) => manifest::<PodGroup>(v, "scheduling.run.ai/v2alpha2", "PodGroup", |o| o.spec.validate()),
+        Ok(DocKind::Queue) => {
+            manifest::<Queue>(v, "scheduling.run.ai/v2", "Queue", |o| o.spec.validate())
+        }
+        Ok(DocKind::PodGroup) => {
+            manifest::<PodGroup>(v, "scheduling.run.ai/v2alpha2", "PodGroup", |o| {
+                o.spec.validate()
+            })
+        }
         Ok(DocKind::ConfigMap) => config_map(v),
         Ok(DocKind::DevicePluginConfig) => device_plugin(v),
         Ok(DocKind::MigPartedConfig) => mig_parted_file(v),
@@ -168,7 +211,8 @@ fn prefixed(prefix: &str, p: Problem) -> Problem {
 }
 
 fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, Problem> {
-    serde_json::from_value(v.clone()).map_err(|e| Problem::new("<document>", format!("not a valid {what}: {e}")))
+    serde_json::from_value(v.clone())
+        .map_err(|e| Problem::new("<document>", format!("not a valid {what}: {e}")))
 }
 
 fn manifest<T: DeserializeOwned>(
@@ -184,28 +228,52 @@ fn manifest<T: DeserializeOwned>(
     }
     match crate::crds::schema_for(api, kind) {
         Some(schema) => out.extend(check(
-            v,
-            &schema,
+            &without_type_meta(v),
+            schema,
             UnknownFields::Report("not in the CRD schema, so the API server would drop it"),
         )),
-        None => out.push(Problem::new("<document>", format!("no schema for {kind} {api}"))),
+        None => out.push(Problem::new(
+            "<document>",
+            format!("no schema for {kind} {api}"),
+        )),
     }
     if !out.is_empty() {
         return out;
     }
     match typed::<T>(v, kind) {
-        Ok(obj) => semantic(&obj).into_iter().map(|(p, m)| Problem::new(p, m)).collect(),
+        Ok(obj) => semantic(&obj)
+            .into_iter()
+            .map(|(p, m)| Problem::new(p, m))
+            .collect(),
         Err(p) => vec![p],
     }
 }
 
+/// The CRD schema covers `spec` and `status`; the API server handles the type meta itself.
+fn without_type_meta(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        for k in ["apiVersion", "kind", "metadata"] {
+            m.remove(k);
+        }
+    }
+    v
+}
+
 fn device_plugin(v: &Value) -> Vec<Problem> {
-    let schema = schemars::generate::SchemaSettings::openapi3()
-        .with(|s| s.inline_subschemas = true)
-        .into_generator()
-        .into_root_schema_for::<DevicePluginConfig>();
-    let schema = schema.to_value();
-    let out = check(v, &schema, UnknownFields::Report("the device plugin ignores unknown keys"));
+    static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let schema = SCHEMA.get_or_init(|| {
+        schemars::generate::SchemaSettings::openapi3()
+            .with(|s| s.inline_subschemas = true)
+            .into_generator()
+            .into_root_schema_for::<DevicePluginConfig>()
+            .to_value()
+    });
+    let out = check(
+        v,
+        schema,
+        UnknownFields::Report("the device plugin ignores unknown keys"),
+    );
     if !out.is_empty() {
         return out;
     }
@@ -216,7 +284,11 @@ fn device_plugin(v: &Value) -> Vec<Problem> {
 }
 
 fn mig_parted_file(v: &Value) -> Vec<Problem> {
-    let out = check(v, &mig_parted::file_check_schema(), UnknownFields::Report("mig-parted rejects unknown keys"));
+    let out = check(
+        v,
+        &mig_parted::file_check_schema(),
+        UnknownFields::Report("mig-parted rejects unknown keys"),
+    );
     if !out.is_empty() {
         return out;
     }
@@ -230,27 +302,38 @@ fn mig_parted_file(v: &Value) -> Vec<Problem> {
 /// reads them in): each such value is validated under `data["<key>"]`.
 fn config_map(v: &Value) -> Vec<Problem> {
     let mut out = Vec::new();
-    let Some(data) = v.get("data") else { return out };
+    let Some(data) = v.get("data") else {
+        return out;
+    };
     let Some(data) = data.as_object() else {
         return vec![Problem::new("data", "must be a mapping of keys to strings")];
     };
     for (k, val) in data {
         let path = join("data", k);
         let Some(text) = val.as_str() else {
-            out.push(Problem::new(path, format!("must be a string, got {}", crate::problem::type_name(val))));
+            out.push(Problem::new(
+                path,
+                format!("must be a string, got {}", crate::problem::type_name(val)),
+            ));
             continue;
         };
         let (docs, syntax) = parse_documents(text);
         if let Some(p) = syntax {
             // Only report syntax errors in values that look like YAML configs.
-            if text.contains("mig-configs") || text.contains("sharing") || text.contains("version") {
+            if text.contains("mig-configs") || text.contains("sharing") || text.contains("version")
+            {
                 out.push(Problem::new(path, format!("{}: {}", p.path, p.message)));
             }
             continue;
         }
         for d in docs {
-            if let Ok(kind @ (DocKind::DevicePluginConfig | DocKind::MigPartedConfig)) = detect(&d) {
-                let ps = if kind == DocKind::DevicePluginConfig { device_plugin(&d) } else { mig_parted_file(&d) };
+            if let Ok(kind @ (DocKind::DevicePluginConfig | DocKind::MigPartedConfig)) = detect(&d)
+            {
+                let ps = if kind == DocKind::DevicePluginConfig {
+                    device_plugin(&d)
+                } else {
+                    mig_parted_file(&d)
+                };
                 out.extend(ps.into_iter().map(|p| prefixed(&path, p)));
             }
         }
@@ -263,7 +346,10 @@ mod tests {
     use super::*;
 
     fn msgs(text: &str) -> Vec<String> {
-        validate_text(text).iter().map(ToString::to_string).collect()
+        validate_text(text)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
@@ -277,11 +363,21 @@ mod tests {
 
     #[test]
     fn detects_kinds() {
-        assert!(msgs("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n")[0].starts_with("kind: \"Pod\" is not a kind"));
-        assert!(msgs("apiVersion: scheduling.run.ai/v1\nkind: Queue\n")[0].starts_with("apiVersion: Queue is served as scheduling.run.ai/v2"));
+        assert!(
+            msgs("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n")[0]
+                .starts_with("kind: \"Pod\" is not a kind")
+        );
+        assert!(
+            msgs("apiVersion: scheduling.run.ai/v1\nkind: Queue\n")[0]
+                .starts_with("apiVersion: Queue is served as scheduling.run.ai/v2")
+        );
         assert!(msgs("foo: bar\n")[0].contains("cannot tell what this is"));
-        assert_eq!(msgs("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n"),
-            vec!["sharing.timeSlicing.resources[0].replicas: must be >= 2, got 1".to_string()]);
+        assert_eq!(
+            msgs(
+                "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n"
+            ),
+            vec!["sharing.timeSlicing.resources[0].replicas: must be >= 2, got 1".to_string()]
+        );
     }
 
     #[test]
@@ -290,20 +386,35 @@ mod tests {
         assert_eq!(msgs(ok), Vec::<String>::new());
         let bad = "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: q}\nspec:\n  priority: high\n  resources:\n    gpu: {quota: -3}\n";
         let m = msgs(bad);
-        assert!(m.iter().any(|x| x.starts_with("spec.priority: must be an integer")), "{m:?}");
+        assert!(
+            m.iter()
+                .any(|x| x.starts_with("spec.priority: must be an integer")),
+            "{m:?}"
+        );
     }
 
     #[test]
     fn multi_document_numbers() {
         let m = msgs("version: v1\nflags: {migStrategy: half}\n---\nfoo: 1\n");
-        assert!(m[0].starts_with("document 1: flags.migStrategy: must be one of"), "{m:?}");
-        assert!(m[1].starts_with("document 2: <document>: cannot tell"), "{m:?}");
+        assert!(
+            m[0].starts_with("document 1: flags.migStrategy: must be one of"),
+            "{m:?}"
+        );
+        assert!(
+            m[1].starts_with("document 2: <document>: cannot tell"),
+            "{m:?}"
+        );
     }
 
     #[test]
     fn config_map_values() {
         let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  a: |\n    version: v1\n    sharing:\n      timeSlicing:\n        resources:\n        - {name: nvidia.com/gpu, replicas: 0}\n";
         let m = msgs(cm);
-        assert_eq!(m, vec!["data.a.sharing.timeSlicing.resources[0].replicas: must be >= 2, got 0".to_string()]);
+        assert_eq!(
+            m,
+            vec![
+                "data.a.sharing.timeSlicing.resources[0].replicas: must be >= 2, got 0".to_string()
+            ]
+        );
     }
 }

@@ -31,6 +31,8 @@ enum Command {
     /// Benchmarks that print a table.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Start the embedded control plane (Kubernetes API on 127.0.0.1 over HTTPS) in the foreground.
+    Up(cmd::up::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Command::Node(cmd) => cmd::node::run(cmd),
         Command::Sim(cmd) => cmd::sim::run(cmd),
         Command::Bench(cmd) => cmd::bench::run(cmd),
+        Command::Up(args) => cmd::up::run(args),
     };
     match result {
         Ok(code) => code,

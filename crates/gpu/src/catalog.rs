@@ -75,6 +75,9 @@ pub struct GpuModel {
     pub power_limit_w: u32,
     /// Typical idle draw.
     pub idle_power_w: u32,
+    /// Framebuffer the driver reserves (NVML `memory_info_v2().reserved`). Measured on our H200
+    /// (615 MiB of 143771); other models are estimated at the same share.
+    pub reserved_mib: u64,
     pub max_sm_mhz: u32,
     pub idle_sm_mhz: u32,
     pub max_mem_mhz: u32,
@@ -165,353 +168,51 @@ const GI_7: u32 = 4;
 const GI_1_REV1: u32 = 7;
 const GI_1_REV2: u32 = 9;
 
+#[rustfmt::skip]
 const A100_40GB_MIG: &[MigProfileSpec] = &[
-    p(
-        "1g.5gb",
-        19,
-        GI_1,
-        1,
-        1,
-        7,
-        4864,
-        14,
-        (1, 0, 0, 0, 0),
-        ALL_1G,
-    ),
-    p(
-        "1g.5gb+me",
-        20,
-        GI_1_REV1,
-        1,
-        1,
-        1,
-        4864,
-        14,
-        (1, 1, 0, 1, 1),
-        ALL_1G,
-    ),
-    p(
-        "1g.10gb",
-        15,
-        GI_1_REV2,
-        1,
-        2,
-        4,
-        9856,
-        14,
-        (1, 1, 0, 0, 0),
-        EVEN_4,
-    ),
-    p(
-        "2g.10gb",
-        14,
-        GI_2,
-        2,
-        2,
-        3,
-        9856,
-        28,
-        (2, 1, 0, 0, 0),
-        EVEN_3,
-    ),
-    p(
-        "3g.20gb",
-        9,
-        GI_3,
-        3,
-        4,
-        2,
-        19968,
-        42,
-        (3, 2, 0, 0, 0),
-        HALVES,
-    ),
-    p(
-        "4g.20gb",
-        5,
-        GI_4,
-        4,
-        4,
-        1,
-        19968,
-        56,
-        (4, 2, 0, 0, 0),
-        FIRST,
-    ),
-    p(
-        "7g.40gb",
-        0,
-        GI_7,
-        7,
-        8,
-        1,
-        40192,
-        98,
-        (7, 5, 0, 1, 1),
-        FIRST,
-    ),
+    //  name          id  enum       G  mem max  MiB     SMs  (CE, DEC, ENC, JPG, OFA)  starts
+    p("1g.5gb",      19, GI_1,      1, 1, 7,   4864,  14, (1, 0, 0, 0, 0), ALL_1G),
+    p("1g.5gb+me",   20, GI_1_REV1, 1, 1, 1,   4864,  14, (1, 1, 0, 1, 1), ALL_1G),
+    p("1g.10gb",     15, GI_1_REV2, 1, 2, 4,   9984,  14, (1, 1, 0, 0, 0), EVEN_4),
+    p("2g.10gb",     14, GI_2,      2, 2, 3,   9984,  28, (2, 1, 0, 0, 0), EVEN_3),
+    p("3g.20gb",      9, GI_3,      3, 4, 2,  20096,  42, (3, 2, 0, 0, 0), HALVES),
+    p("4g.20gb",      5, GI_4,      4, 4, 1,  20096,  56, (4, 2, 0, 0, 0), FIRST),
+    p("7g.40gb",      0, GI_7,      7, 8, 1,  40320,  98, (7, 5, 0, 1, 1), FIRST),
 ];
 
+#[rustfmt::skip]
 const A100_80GB_MIG: &[MigProfileSpec] = &[
-    p(
-        "1g.10gb",
-        19,
-        GI_1,
-        1,
-        1,
-        7,
-        9856,
-        14,
-        (1, 0, 0, 0, 0),
-        ALL_1G,
-    ),
-    p(
-        "1g.10gb+me",
-        20,
-        GI_1_REV1,
-        1,
-        1,
-        1,
-        9856,
-        14,
-        (1, 1, 0, 1, 1),
-        ALL_1G,
-    ),
-    p(
-        "1g.20gb",
-        15,
-        GI_1_REV2,
-        1,
-        2,
-        4,
-        19968,
-        14,
-        (1, 1, 0, 0, 0),
-        EVEN_4,
-    ),
-    p(
-        "2g.20gb",
-        14,
-        GI_2,
-        2,
-        2,
-        3,
-        19968,
-        28,
-        (2, 1, 0, 0, 0),
-        EVEN_3,
-    ),
-    p(
-        "3g.40gb",
-        9,
-        GI_3,
-        3,
-        4,
-        2,
-        40192,
-        42,
-        (3, 2, 0, 0, 0),
-        HALVES,
-    ),
-    p(
-        "4g.40gb",
-        5,
-        GI_4,
-        4,
-        4,
-        1,
-        40192,
-        56,
-        (4, 2, 0, 0, 0),
-        FIRST,
-    ),
-    p(
-        "7g.80gb",
-        0,
-        GI_7,
-        7,
-        8,
-        1,
-        80384,
-        98,
-        (7, 5, 0, 1, 1),
-        FIRST,
-    ),
+    p("1g.10gb",     19, GI_1,      1, 1, 7,   9728,  14, (1, 0, 0, 0, 0), ALL_1G),
+    p("1g.10gb+me",  20, GI_1_REV1, 1, 1, 1,   9728,  14, (1, 1, 0, 1, 1), ALL_1G),
+    p("1g.20gb",     15, GI_1_REV2, 1, 2, 4,  19968,  14, (1, 1, 0, 0, 0), EVEN_4),
+    p("2g.20gb",     14, GI_2,      2, 2, 3,  19968,  28, (2, 1, 0, 0, 0), EVEN_3),
+    p("3g.40gb",      9, GI_3,      3, 4, 2,  40192,  42, (3, 2, 0, 0, 0), HALVES),
+    p("4g.40gb",      5, GI_4,      4, 4, 1,  40192,  56, (4, 2, 0, 0, 0), FIRST),
+    p("7g.80gb",      0, GI_7,      7, 8, 1,  80896,  98, (7, 5, 0, 1, 1), FIRST),
 ];
 
+#[rustfmt::skip]
 const H100_80GB_MIG: &[MigProfileSpec] = &[
-    p(
-        "1g.10gb",
-        19,
-        GI_1,
-        1,
-        1,
-        7,
-        9984,
-        16,
-        (1, 1, 0, 1, 0),
-        ALL_1G,
-    ),
-    p(
-        "1g.10gb+me",
-        20,
-        GI_1_REV1,
-        1,
-        1,
-        1,
-        9984,
-        16,
-        (1, 1, 0, 1, 1),
-        ALL_1G,
-    ),
-    p(
-        "1g.20gb",
-        15,
-        GI_1_REV2,
-        1,
-        2,
-        4,
-        20096,
-        26,
-        (1, 1, 0, 1, 0),
-        EVEN_4,
-    ),
-    p(
-        "2g.20gb",
-        14,
-        GI_2,
-        2,
-        2,
-        3,
-        20096,
-        32,
-        (2, 2, 0, 2, 0),
-        EVEN_3,
-    ),
-    p(
-        "3g.40gb",
-        9,
-        GI_3,
-        3,
-        4,
-        2,
-        40448,
-        60,
-        (3, 3, 0, 3, 0),
-        HALVES,
-    ),
-    p(
-        "4g.40gb",
-        5,
-        GI_4,
-        4,
-        4,
-        1,
-        40448,
-        64,
-        (4, 4, 0, 4, 0),
-        FIRST,
-    ),
-    p(
-        "7g.80gb",
-        0,
-        GI_7,
-        7,
-        8,
-        1,
-        81152,
-        132,
-        (8, 7, 0, 7, 1),
-        FIRST,
-    ),
+    p("1g.10gb",     19, GI_1,      1, 1, 7,   9984,  16, (1, 1, 0, 1, 0), ALL_1G),
+    p("1g.10gb+me",  20, GI_1_REV1, 1, 1, 1,   9984,  16, (1, 1, 0, 1, 1), ALL_1G),
+    p("1g.20gb",     15, GI_1_REV2, 1, 2, 4,  20096,  26, (1, 1, 0, 1, 0), EVEN_4),
+    p("2g.20gb",     14, GI_2,      2, 2, 3,  20096,  32, (2, 2, 0, 2, 0), EVEN_3),
+    p("3g.40gb",      9, GI_3,      3, 4, 2,  40448,  60, (3, 3, 0, 3, 0), HALVES),
+    p("4g.40gb",      5, GI_4,      4, 4, 1,  40448,  64, (4, 4, 0, 4, 0), FIRST),
+    p("7g.80gb",      0, GI_7,      7, 8, 1,  81152, 132, (8, 7, 0, 7, 1), FIRST),
 ];
 
-/// Read on our H200 (reference §6.4).
+/// Read on our H200 with NVML through this crate (`examples/nvml_probe.rs`) and with
+/// `nvidia-smi mig -lgip`/`-lgipp`, driver 580.159.04.
+#[rustfmt::skip]
 const H200_MIG: &[MigProfileSpec] = &[
-    p(
-        "1g.18gb",
-        19,
-        GI_1,
-        1,
-        1,
-        7,
-        16384,
-        16,
-        (1, 1, 0, 1, 0),
-        ALL_1G,
-    ),
-    p(
-        "1g.18gb+me",
-        20,
-        GI_1_REV1,
-        1,
-        1,
-        1,
-        16384,
-        16,
-        (1, 1, 0, 1, 1),
-        ALL_1G,
-    ),
-    p(
-        "1g.35gb",
-        15,
-        GI_1_REV2,
-        1,
-        2,
-        4,
-        33280,
-        26,
-        (1, 1, 0, 1, 0),
-        EVEN_4,
-    ),
-    p(
-        "2g.35gb",
-        14,
-        GI_2,
-        2,
-        2,
-        3,
-        33280,
-        32,
-        (2, 2, 0, 2, 0),
-        EVEN_3,
-    ),
-    p(
-        "3g.71gb",
-        9,
-        GI_3,
-        3,
-        4,
-        2,
-        71424,
-        60,
-        (3, 3, 0, 3, 0),
-        HALVES,
-    ),
-    p(
-        "4g.71gb",
-        5,
-        GI_4,
-        4,
-        4,
-        1,
-        71424,
-        64,
-        (4, 4, 0, 4, 0),
-        FIRST,
-    ),
-    p(
-        "7g.141gb",
-        0,
-        GI_7,
-        7,
-        8,
-        1,
-        143360,
-        132,
-        (8, 7, 0, 7, 1),
-        FIRST,
-    ),
+    p("1g.18gb",     19, GI_1,      1, 1, 7,  16384,  16, (1, 1, 0, 1, 0), ALL_1G),
+    p("1g.18gb+me",  20, GI_1_REV1, 1, 1, 1,  16384,  16, (1, 1, 0, 1, 1), ALL_1G),
+    p("1g.35gb",     15, GI_1_REV2, 1, 2, 4,  33280,  26, (1, 1, 0, 1, 0), EVEN_4),
+    p("2g.35gb",     14, GI_2,      2, 2, 3,  33280,  32, (2, 2, 0, 2, 0), EVEN_3),
+    p("3g.71gb",      9, GI_3,      3, 4, 2,  71424,  60, (3, 3, 0, 3, 0), HALVES),
+    p("4g.71gb",      5, GI_4,      4, 4, 1,  71424,  64, (4, 4, 0, 4, 0), FIRST),
+    p("7g.141gb",     0, GI_7,      7, 8, 1, 143360, 132, (8, 7, 0, 7, 1), FIRST),
 ];
 
 pub const A100_SXM4_40GB: GpuModel = GpuModel {
@@ -525,6 +226,7 @@ pub const A100_SXM4_40GB: GpuModel = GpuModel {
     sm_count: 108,
     power_limit_w: 400,
     idle_power_w: 55,
+    reserved_mib: 175,
     max_sm_mhz: 1410,
     idle_sm_mhz: 210,
     max_mem_mhz: 1215,
@@ -549,6 +251,7 @@ pub const A100_SXM4_80GB: GpuModel = GpuModel {
     sm_count: 108,
     power_limit_w: 400,
     idle_power_w: 60,
+    reserved_mib: 350,
     max_sm_mhz: 1410,
     idle_sm_mhz: 210,
     max_mem_mhz: 1593,
@@ -573,6 +276,7 @@ pub const H100_SXM5_80GB: GpuModel = GpuModel {
     sm_count: 132,
     power_limit_w: 700,
     idle_power_w: 70,
+    reserved_mib: 349,
     max_sm_mhz: 1980,
     idle_sm_mhz: 345,
     max_mem_mhz: 2619,
@@ -596,7 +300,8 @@ pub const H200: GpuModel = GpuModel {
     compute_capability: (9, 0),
     sm_count: 132,
     power_limit_w: 700,
-    idle_power_w: 75,
+    idle_power_w: 80,
+    reserved_mib: 615,
     max_sm_mhz: 1980,
     idle_sm_mhz: 345,
     max_mem_mhz: 3201,
@@ -621,6 +326,7 @@ pub const L4: GpuModel = GpuModel {
     sm_count: 58,
     power_limit_w: 72,
     idle_power_w: 16,
+    reserved_mib: 98,
     max_sm_mhz: 2040,
     idle_sm_mhz: 210,
     max_mem_mhz: 6251,
@@ -645,6 +351,7 @@ pub const T4: GpuModel = GpuModel {
     sm_count: 40,
     power_limit_w: 70,
     idle_power_w: 10,
+    reserved_mib: 66,
     max_sm_mhz: 1590,
     idle_sm_mhz: 300,
     max_mem_mhz: 5001,
@@ -719,8 +426,18 @@ mod tests {
             for p in m.mig {
                 assert!(p.memory_mib < m.memory_mib, "{} {}", m.key, p.name);
                 assert!(p.sm_count <= m.sm_count, "{} {}", m.key, p.name);
-                assert!(p.slices * p.max_count <= COMPUTE_SLICES, "{} {}", m.key, p.name);
-                assert!(p.max_count as usize <= p.starts.len(), "{} {}", m.key, p.name);
+                assert!(
+                    p.slices * p.max_count <= COMPUTE_SLICES,
+                    "{} {}",
+                    m.key,
+                    p.name
+                );
+                assert!(
+                    p.max_count as usize <= p.starts.len(),
+                    "{} {}",
+                    m.key,
+                    p.name
+                );
                 for s in p.starts {
                     assert!(s + p.memory_slices <= MEMORY_SLICES, "{} {}", m.key, p.name);
                     assert_eq!(s % p.memory_slices, 0, "{} {} aligned", m.key, p.name);
@@ -729,7 +446,10 @@ mod tests {
             // The whole-GPU profile exists on every MIG model and owns all memory slices.
             if m.mig_capable() {
                 let full = m.mig.iter().find(|p| p.slices == 7).expect("7g profile");
-                assert_eq!((full.id, full.memory_slices, full.starts), (0, 8, &[0u32][..]));
+                assert_eq!(
+                    (full.id, full.memory_slices, full.starts),
+                    (0, 8, &[0u32][..])
+                );
             }
         }
     }
@@ -742,7 +462,16 @@ mod tests {
         let rows: Vec<_> = h
             .mig
             .iter()
-            .map(|p| (p.name, p.id, p.slices, p.max_count, p.memory_mib, p.sm_count))
+            .map(|p| {
+                (
+                    p.name,
+                    p.id,
+                    p.slices,
+                    p.max_count,
+                    p.memory_mib,
+                    p.sm_count,
+                )
+            })
             .collect();
         assert_eq!(
             rows,
@@ -758,7 +487,12 @@ mod tests {
         );
         let full = h.mig_profile("7g.141gb").expect("7g").to_profile();
         assert_eq!(
-            (full.engines.copy, full.engines.decoder, full.engines.jpeg, full.engines.ofa),
+            (
+                full.engines.copy,
+                full.engines.decoder,
+                full.engines.jpeg,
+                full.engines.ofa
+            ),
             (8, 7, 7, 1)
         );
     }
@@ -767,8 +501,14 @@ mod tests {
     fn lookup_by_key_alias_and_nvml_name() {
         assert_eq!(find("H100-80GB").map(|m| m.key), Some("H100-80GB"));
         assert_eq!(find("h100-sxm5-80gb").map(|m| m.key), Some("H100-80GB"));
-        assert_eq!(find("NVIDIA H100 80GB HBM3").map(|m| m.key), Some("H100-80GB"));
-        assert_eq!(find("NVIDIA A100-SXM4-40GB").map(|m| m.key), Some("A100-40GB"));
+        assert_eq!(
+            find("NVIDIA H100 80GB HBM3").map(|m| m.key),
+            Some("H100-80GB")
+        );
+        assert_eq!(
+            find("NVIDIA A100-SXM4-40GB").map(|m| m.key),
+            Some("A100-40GB")
+        );
         assert_eq!(find("a100-80gb").map(|m| m.key), Some("A100-80GB"));
         assert_eq!(find("H200-141GB").map(|m| m.key), Some("H200"));
         assert_eq!(find("Tesla T4").map(|m| m.key), Some("T4"));

@@ -289,8 +289,14 @@ mod tests {
     #[test]
     fn profile_strings_parse() {
         assert_eq!(parse_profile("1g.10gb"), Some((1, "1g.10gb".to_string())));
-        assert_eq!(parse_profile("1c.2g.20gb"), Some((1, "2g.20gb".to_string())));
-        assert_eq!(parse_profile("1g.10gb+me"), Some((1, "1g.10gb+me".to_string())));
+        assert_eq!(
+            parse_profile("1c.2g.20gb"),
+            Some((1, "2g.20gb".to_string()))
+        );
+        assert_eq!(
+            parse_profile("1g.10gb+me"),
+            Some((1, "1g.10gb+me".to_string()))
+        );
         assert_eq!(parse_profile("3c.2g.20gb"), None);
         assert_eq!(parse_profile("bogus"), None);
     }

@@ -92,6 +92,18 @@ pub struct Clocks {
     pub throttle_reasons: u64,
 }
 
+/// Time, in nanoseconds since driver load, that clocks were held down by each policy
+/// (`nvmlDeviceGetViolationStatus`; dcgm-exporter's `DCGM_FI_DEV_*_VIOLATION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Violations {
+    pub power_ns: u64,
+    pub thermal_ns: u64,
+    pub sync_boost_ns: u64,
+    pub board_limit_ns: u64,
+    pub low_utilization_ns: u64,
+    pub reliability_ns: u64,
+}
+
 /// ECC error totals (single-bit = corrected, double-bit = uncorrected).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct EccCounts {
@@ -118,7 +130,7 @@ pub struct RowRemap {
     pub retired_pending: bool,
 }
 
-/// PCIe link state and counters.
+/// PCIe link state and replay counter (cheap: no sampling window).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PcieInfo {
     pub link_gen: u32,
@@ -126,9 +138,12 @@ pub struct PcieInfo {
     pub link_width: u32,
     pub max_link_width: u32,
     pub replay_counter: u64,
-    /// Transmit throughput in KB/s (NVML's 20 ms window).
+}
+
+/// PCIe throughput in KB/s over NVML's 20 ms sampling window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PcieThroughput {
     pub tx_kbps: u32,
-    /// Receive throughput in KB/s.
     pub rx_kbps: u32,
 }
 
@@ -145,6 +160,11 @@ pub struct NvLinkInfo {
     pub tx_kib: u64,
     /// Data received since driver load, in KiB.
     pub rx_kib: u64,
+    /// Data-link error counters since driver load (`nvmlDeviceGetNvLinkErrorCounter`).
+    pub crc_flit_errors: u64,
+    pub crc_data_errors: u64,
+    pub replay_errors: u64,
+    pub recovery_errors: u64,
 }
 
 /// How two GPUs reach each other, best first; mirrors `nvmlGpuTopologyLevel_t` plus NVLink.

@@ -125,3 +125,61 @@ proptest! {
         }
     }
 }
+
+/// Independent brute force: can these profiles (name, memory slices, compute slices, starts)
+/// be placed without sharing a memory slice and within the compute slices?
+fn fits(items: &[(u32, u32, Vec<u32>)], used: u8, compute: u32) -> bool {
+    let Some(((size, slices, starts), rest)) = items.split_first() else {
+        return true;
+    };
+    if compute + slices > COMPUTE_SLICES {
+        return false;
+    }
+    starts.iter().any(|&s| {
+        let mask = (((1u16 << size) - 1) << s) as u8;
+        s + size <= MEMORY_SLICES && used & mask == 0 && fits(rest, used | mask, compute + slices)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn layouts_apply_exactly_when_some_placement_exists(
+        model in prop_oneof![Just("A100-40GB"), Just("A100-80GB"), Just("H100-80GB"), Just("H200")],
+        counts in proptest::collection::vec(prop_oneof![6 => Just(0u32), 2 => 1u32..3, 1 => 3u32..8], 7),
+    ) {
+        let b = SimBackend::new(SimConfig::for_model(model, 1, 9).expect("model"));
+        let profiles = b.mig_profiles(0).expect("profiles");
+        let wanted: Vec<(&str, u32)> = profiles
+            .iter()
+            .zip(&counts)
+            .filter(|(_, n)| **n > 0)
+            .map(|(p, n)| (p.name.as_str(), *n))
+            .collect();
+        let layout = gantry_gpu::layout::MigLayout::enabled(wanted.iter().copied());
+        let feasible = wanted.iter().all(|(name, n)| {
+            profiles.iter().any(|p| p.name == *name && *n <= p.max_count)
+        }) && {
+            let items: Vec<(u32, u32, Vec<u32>)> = wanted
+                .iter()
+                .flat_map(|(name, n)| {
+                    let p = profiles.iter().find(|p| p.name == *name).expect("profile");
+                    std::iter::repeat_n((p.memory_slices, p.slices, p.placement_starts.clone()), *n as usize)
+                })
+                .collect();
+            fits(&items, 0, 0)
+        };
+        match gantry_gpu::layout::apply(&b, 0, &layout) {
+            Ok(()) => {
+                prop_assert!(feasible, "applied an impossible layout {wanted:?}");
+                prop_assert_eq!(gantry_gpu::layout::current(&b, 0).expect("current"), layout);
+                check_invariants(&b);
+            }
+            Err(e) => {
+                prop_assert!(!feasible, "refused a possible layout {wanted:?}: {e}");
+                prop_assert!(b.mig_devices(0).map(|d| d.is_empty()).unwrap_or(true));
+            }
+        }
+    }
+}

@@ -29,12 +29,18 @@ fn shared_as_dyn_backend_with_catalog_identity() {
     assert_eq!(info.pci_subsystem_id, 0x18BF_10DE);
     assert_eq!(info.compute_capability, (9, 0));
     assert!(info.mig_capable);
-    assert!(info.uuid.starts_with("GPU-") && info.uuid.len() == 40, "{}", info.uuid);
+    assert!(
+        info.uuid.starts_with("GPU-") && info.uuid.len() == 40,
+        "{}",
+        info.uuid
+    );
     assert_eq!(b.memory(3).expect("memory").total_mib, 143771);
     assert_eq!(b.driver_version().expect("driver"), "580.159.04");
     assert_eq!(b.cuda_driver_version().expect("cuda"), 13000);
-    let uuids: std::collections::BTreeSet<_> =
-        (0..8).map(|i| b.device_info(i).expect("info").uuid).collect();
+    assert_eq!(b.vgpu_license_status(0), Ok(0));
+    let uuids: std::collections::BTreeSet<_> = (0..8)
+        .map(|i| b.device_info(i).expect("info").uuid)
+        .collect();
     assert_eq!(uuids.len(), 8, "UUIDs are unique per GPU");
     assert!(matches!(b.device_info(8), Err(GpuError::NotFound(_))));
 }
@@ -59,6 +65,8 @@ fn metrics_move_with_load() {
     assert_eq!(b.utilization(0).expect("util").gpu_pct, 0);
     assert_ne!(idle_clocks.throttle_reasons & throttle::GPU_IDLE, 0);
     let e0 = b.total_energy_mj(0).expect("energy");
+    let idle_tx = b.pcie_throughput(0).expect("pcie").tx_kbps;
+    assert_eq!(b.pcie(0).expect("pcie").link_gen, 5);
 
     b.set_load(0, 0.9, 40_000).expect("load");
     b.advance(Duration::from_secs(120));
@@ -69,13 +77,24 @@ fn metrics_move_with_load() {
     assert_eq!(m.used_mib, 40_000);
     assert_eq!(m.used_mib + m.free_mib + m.reserved_mib, m.total_mib);
     let p = b.power(0).expect("power");
-    assert!(p.usage_mw > idle_power * 4, "{} vs idle {}", p.usage_mw, idle_power);
+    assert!(
+        p.usage_mw > idle_power * 4,
+        "{} vs idle {}",
+        p.usage_mw,
+        idle_power
+    );
     assert!(p.usage_mw <= p.limit_mw);
     assert_eq!(p.limit_mw, 700_000);
     let t = b.temperature(0).expect("temp");
-    assert!(t.gpu_c > idle_temp + 20, "{} vs idle {}", t.gpu_c, idle_temp);
+    assert!(
+        t.gpu_c > idle_temp + 20,
+        "{} vs idle {}",
+        t.gpu_c,
+        idle_temp
+    );
     assert!(t.memory_c.expect("HBM sensor") > t.gpu_c);
     assert!(b.clocks(0).expect("clocks").sm_mhz > idle_clocks.sm_mhz);
+    assert!(b.pcie_throughput(0).expect("pcie").tx_kbps > idle_tx * 10);
     // Energy over 120 s at several hundred watts.
     let e1 = b.total_energy_mj(0).expect("energy");
     assert!(e1 - e0 > 120 * 400_000, "energy grew by {} mJ", e1 - e0);
@@ -84,6 +103,21 @@ fn metrics_move_with_load() {
     // NVLink counters grow on the busy GPU.
     let tx: u64 = b.nvlinks(0).expect("links").iter().map(|l| l.tx_kib).sum();
     assert!(tx > 0);
+
+    // Idle time counted as low-utilisation clock violation; no power capping at 90 %.
+    let v = b.violations(0).expect("violations");
+    assert_eq!(v.low_utilization_ns, 60_000_000_000);
+    assert_eq!(v.power_ns, 0);
+    b.set_load(0, 1.0, 40_000).expect("full load");
+    b.advance(Duration::from_secs(10));
+    assert_eq!(
+        b.violations(0).expect("violations").power_ns,
+        10_000_000_000
+    );
+    assert_ne!(
+        b.clocks(0).expect("clocks").throttle_reasons & throttle::SW_POWER_CAP,
+        0
+    );
 
     // Load goes away: temperature falls back, energy keeps counting slowly.
     b.set_load(0, 0.0, 0).expect("unload");
@@ -113,8 +147,14 @@ fn processes_drive_load_and_show_up() {
     assert!(b.stop_process(100));
     assert!(!b.stop_process(100));
     assert_eq!(b.memory(0).expect("mem").used_mib, 0);
-    assert!(b.temperature(0).expect("temp").memory_c.is_none(), "GDDR part");
-    assert!(matches!(b.profiling(0, None), Err(GpuError::NotSupported { .. })));
+    assert!(
+        b.temperature(0).expect("temp").memory_c.is_none(),
+        "GDDR part"
+    );
+    assert!(matches!(
+        b.profiling(0, None),
+        Err(GpuError::NotSupported { .. })
+    ));
     assert!(
         b.set_load(0, 1.5, 0).is_err(),
         "utilisation above 1.0 is refused"
@@ -139,7 +179,10 @@ fn mig_processes_load_their_instance() {
     b.advance(Duration::from_secs(60));
     assert_eq!(b.mig_device_memory(&d.uuid).expect("mem").used_mib, 30_000);
     assert_eq!(b.mig_device_memory(&devs[0].uuid).expect("mem").used_mib, 0);
-    assert!(matches!(b.utilization(0), Err(GpuError::NotSupported { .. })));
+    assert!(matches!(
+        b.utilization(0),
+        Err(GpuError::NotSupported { .. })
+    ));
     let prof = b.profiling(0, Some(d.gpu_instance_id)).expect("gpm");
     assert!(prof.graphics_active > 0.9);
     let other = b.profiling(0, Some(devs[0].gpu_instance_id)).expect("gpm");
@@ -178,17 +221,36 @@ fn injected_xid_reaches_every_subscriber() {
     assert_eq!((ev.gpu, ev.kind, ev.xid), (5, event_kind::XID_CRITICAL, 31));
     assert_eq!(ev.gpu_uuid, b.device_info(5).expect("info").uuid);
     assert_eq!(ev.gpu_instance_id, None);
-    assert_eq!(all.wait(Duration::from_secs(1)).expect("wait").map(|e| e.xid), Some(31));
+    assert_eq!(
+        all.wait(Duration::from_secs(1))
+            .expect("wait")
+            .map(|e| e.xid),
+        Some(31)
+    );
     assert_eq!(b.last_xid(5).expect("xid"), 31);
     // MIG-attributed XID keeps its instance ids.
     b.inject_xid(2, 13, Some(3), Some(0)).expect("xid");
-    let ev = health.wait(Duration::from_secs(1)).expect("wait").expect("event");
-    assert_eq!((ev.gpu_instance_id, ev.compute_instance_id), (Some(3), Some(0)));
-    assert_eq!(all.wait(Duration::from_secs(1)).expect("wait").map(|e| e.xid), Some(13));
+    let ev = health
+        .wait(Duration::from_secs(1))
+        .expect("wait")
+        .expect("event");
+    assert_eq!(
+        (ev.gpu_instance_id, ev.compute_instance_id),
+        (Some(3), Some(0))
+    );
+    assert_eq!(
+        all.wait(Duration::from_secs(1))
+            .expect("wait")
+            .map(|e| e.xid),
+        Some(13)
+    );
     // MIG changes are events too, but not health events.
     b.set_mig_mode(0, true).expect("mig");
     assert_eq!(health.wait(Duration::from_millis(10)).expect("wait"), None);
-    let mig = all.wait(Duration::from_secs(1)).expect("wait").expect("event");
+    let mig = all
+        .wait(Duration::from_secs(1))
+        .expect("wait")
+        .expect("event");
     assert_eq!(mig.kind, event_kind::MIG_CONFIG_CHANGE);
     // A dropped subscriber does not break delivery to the others.
     drop(all);
@@ -201,7 +263,10 @@ fn gpu_lost_fails_calls_until_reset() {
     let b = sim("A100-80GB", 8);
     let mut events = b.subscribe(event_kind::HEALTH).expect("subscribe");
     b.inject_fallen_off_bus(4).expect("fault");
-    let ev = events.wait(Duration::from_secs(1)).expect("wait").expect("event");
+    let ev = events
+        .wait(Duration::from_secs(1))
+        .expect("wait")
+        .expect("event");
     assert_eq!((ev.gpu, ev.xid), (4, XID_FALLEN_OFF_BUS));
     for r in [
         b.memory(4).map(|_| ()),
@@ -227,9 +292,15 @@ fn double_bit_ecc_counts_and_reports() {
     let b = sim("H200", 2);
     let mut events = b.subscribe(event_kind::ALL).expect("subscribe");
     b.inject_ecc_dbe(1).expect("dbe");
-    let first = events.wait(Duration::from_secs(1)).expect("wait").expect("event");
+    let first = events
+        .wait(Duration::from_secs(1))
+        .expect("wait")
+        .expect("event");
     assert_eq!(first.kind, event_kind::DOUBLE_BIT_ECC);
-    let xid = events.wait(Duration::from_secs(1)).expect("wait").expect("event");
+    let xid = events
+        .wait(Duration::from_secs(1))
+        .expect("wait")
+        .expect("event");
     assert_eq!(xid.xid, XID_DOUBLE_BIT_ECC);
     let ecc = b.ecc(1).expect("ecc");
     assert_eq!((ecc.dbe_volatile, ecc.dbe_aggregate), (1, 1));
@@ -240,7 +311,10 @@ fn double_bit_ecc_counts_and_reports() {
     assert_eq!(b.ecc(1).expect("ecc").sbe_volatile, 5);
     b.reset_gpu(1).expect("reset");
     let ecc = b.ecc(1).expect("ecc");
-    assert_eq!((ecc.dbe_volatile, ecc.dbe_aggregate, ecc.sbe_volatile), (0, 1, 0));
+    assert_eq!(
+        (ecc.dbe_volatile, ecc.dbe_aggregate, ecc.sbe_volatile),
+        (0, 1, 0)
+    );
     assert!(!b.row_remap(1).expect("remap").pending);
     assert_eq!(b.ecc(0).expect("ecc").dbe_aggregate, 0);
 }
@@ -261,9 +335,27 @@ fn topology_nvswitch_for_hgx_and_pcie_for_l4() {
     let links = hgx.nvlinks(2).expect("links");
     assert_eq!(links.len(), 18);
     assert!(links.iter().all(|l| l.active && l.remote_is_switch));
+    assert!(
+        links
+            .iter()
+            .all(|l| l.crc_flit_errors == 0 && l.replay_errors == 0)
+    );
+    hgx.inject_nvlink_crc_errors(2, 5, 120).expect("crc errors");
+    let l5 = &hgx.nvlinks(2).expect("links")[5];
+    assert_eq!(
+        (l5.crc_flit_errors, l5.crc_data_errors, l5.replay_errors),
+        (120, 30, 120)
+    );
+    assert!(
+        hgx.inject_nvlink_crc_errors(2, 18, 1).is_err(),
+        "no link 18"
+    );
 
     let a100 = sim("A100-40GB", 4);
-    assert_eq!(a100.topology(0, 3).expect("topo"), TopologyLevel::NvLink { links: 4 });
+    assert_eq!(
+        a100.topology(0, 3).expect("topo"),
+        TopologyLevel::NvLink { links: 4 }
+    );
     let peers: std::collections::BTreeSet<_> = a100
         .nvlinks(0)
         .expect("links")
@@ -277,9 +369,7 @@ fn topology_nvswitch_for_hgx_and_pcie_for_l4() {
     assert_eq!(l4.topology(0, 1).expect("topo"), TopologyLevel::Single);
     assert_eq!(l4.topology(0, 2).expect("topo"), TopologyLevel::Node);
     assert_eq!(l4.topology(0, 7).expect("topo"), TopologyLevel::System);
-    assert!(
-        TopologyLevel::NvLink { links: 18 }.distance() < TopologyLevel::Single.distance()
-    );
+    assert!(TopologyLevel::NvLink { links: 18 }.distance() < TopologyLevel::Single.distance());
 }
 
 #[test]
@@ -317,9 +407,18 @@ fn nvml_with_a_bogus_driver_root_says_what_it_tried() {
         Err(e @ GpuError::LibraryNotFound { .. }) => {
             let msg = e.to_string();
             assert!(msg.starts_with("NVML library not found: "), "{msg}");
-            assert!(msg.contains("gantry-no-driver-here/usr/lib64/libnvidia-ml.so.1"), "{msg}");
-            assert!(msg.contains("/usr/local/nvidia/lib64/libnvidia-ml.so.1"), "{msg}");
-            assert!(msg.ends_with("is the NVIDIA driver installed? set --driver-root"), "{msg}");
+            assert!(
+                msg.contains("gantry-no-driver-here/usr/lib64/libnvidia-ml.so.1"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("/usr/local/nvidia/lib64/libnvidia-ml.so.1"),
+                "{msg}"
+            );
+            assert!(
+                msg.ends_with("is the NVIDIA driver installed? set --driver-root"),
+                "{msg}"
+            );
         }
         Err(e) => panic!("unexpected error: {e:?}"),
     }

@@ -10,7 +10,8 @@ use std::time::Duration;
 use gantry_gpu::layout::{self, MigLayout};
 use gantry_gpu::{Backend, SimBackend, SimConfig};
 use gantry_node::device_plugin::settings::{
-    DeviceListStrategy, MigStrategy, ReplicatedResource, DeviceSelector, Settings, Sharing, SharingKind,
+    DeviceListStrategy, DeviceSelector, MigStrategy, ReplicatedResource, Settings, Sharing,
+    SharingKind,
 };
 use gantry_node::device_plugin::{self, ConfigSource, Options, PluginStatus, uds};
 use gantry_node::proto::deviceplugin as pb;
@@ -33,10 +34,15 @@ struct Seen {
 
 impl Seen {
     fn healthy(&self, resource: &str) -> usize {
-        self.devices.get(resource).map_or(0, |d| d.iter().filter(|d| d.health == pb::HEALTHY).count())
+        self.devices
+            .get(resource)
+            .map_or(0, |d| d.iter().filter(|d| d.health == pb::HEALTHY).count())
     }
     fn ids(&self, resource: &str) -> Vec<String> {
-        self.devices.get(resource).map(|d| d.iter().map(|d| d.id.clone()).collect()).unwrap_or_default()
+        self.devices
+            .get(resource)
+            .map(|d| d.iter().map(|d| d.id.clone()).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -56,7 +62,10 @@ impl KubeletService {
 
 #[tonic::async_trait]
 impl Registration for KubeletService {
-    async fn register(&self, request: Request<pb::RegisterRequest>) -> Result<Response<pb::Empty>, Status> {
+    async fn register(
+        &self,
+        request: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
         let req = request.into_inner();
         if req.version != pb::VERSION {
             return Err(Status::invalid_argument("unsupported version"));
@@ -66,7 +75,10 @@ impl Registration for KubeletService {
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         let mut client = DevicePluginClient::new(channel);
-        let opts = client.get_device_plugin_options(pb::Empty {}).await?.into_inner();
+        let opts = client
+            .get_device_plugin_options(pb::Empty {})
+            .await?
+            .into_inner();
         assert!(opts.get_preferred_allocation_available);
         let mut stream = client.list_and_watch(pb::Empty {}).await?.into_inner();
         let resource = req.resource_name.clone();
@@ -81,7 +93,8 @@ impl Registration for KubeletService {
             // Stream ended: the kubelet marks the resource's devices unhealthy.
             this.update(|s| {
                 if let Some(devs) = s.devices.get_mut(&resource) {
-                    devs.iter_mut().for_each(|d| d.health = pb::UNHEALTHY.to_string());
+                    devs.iter_mut()
+                        .for_each(|d| d.health = pb::UNHEALTHY.to_string());
                 }
             });
         });
@@ -103,7 +116,11 @@ impl TestKubelet {
         let listener = UnixListener::bind(&socket).unwrap();
         let (tx, notify) = watch::channel(0);
         let seen = Arc::new(Mutex::new(Seen::default()));
-        let service = KubeletService { dir: dir.to_path_buf(), seen: seen.clone(), notify: Arc::new(tx) };
+        let service = KubeletService {
+            dir: dir.to_path_buf(),
+            seen: seen.clone(),
+            notify: Arc::new(tx),
+        };
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
@@ -113,7 +130,12 @@ impl TestKubelet {
                 })
                 .await;
         });
-        TestKubelet { dir: dir.to_path_buf(), seen, notify, stop: Some(stop) }
+        TestKubelet {
+            dir: dir.to_path_buf(),
+            seen,
+            notify,
+            stop: Some(stop),
+        }
     }
 
     /// Waits until `pred` holds on what the kubelet has seen.
@@ -126,8 +148,14 @@ impl TestKubelet {
                     return seen;
                 }
             }
-            if tokio::time::timeout_at(deadline, self.notify.changed()).await.is_err() {
-                panic!("timed out waiting for {what}; kubelet saw {:#?}", self.seen.lock().unwrap());
+            if tokio::time::timeout_at(deadline, self.notify.changed())
+                .await
+                .is_err()
+            {
+                panic!(
+                    "timed out waiting for {what}; kubelet saw {:#?}",
+                    self.seen.lock().unwrap()
+                );
             }
         }
     }
@@ -146,9 +174,12 @@ impl TestKubelet {
 
     async fn client(&self, resource: &str) -> DevicePluginClient<tonic::transport::Channel> {
         let short = resource.trim_start_matches("nvidia.com/");
-        let channel = uds::connect(&self.dir.join(format!("nvidia-{short}.sock")), Duration::from_secs(5))
-            .await
-            .unwrap();
+        let channel = uds::connect(
+            &self.dir.join(format!("nvidia-{short}.sock")),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
         DevicePluginClient::new(channel)
     }
 }
@@ -171,13 +202,24 @@ impl Plugin {
         let handle = tokio::spawn(device_plugin::run(opts, backend, async {
             let _ = stopped.await;
         }));
-        Plugin { stop: Some(stop), handle, status }
+        Plugin {
+            stop: Some(stop),
+            handle,
+            status,
+        }
     }
 
-    async fn wait_status(&mut self, what: &str, pred: impl Fn(&PluginStatus) -> bool) -> PluginStatus {
+    async fn wait_status(
+        &mut self,
+        what: &str,
+        pred: impl Fn(&PluginStatus) -> bool,
+    ) -> PluginStatus {
         match tokio::time::timeout(WAIT, self.status.wait_for(|s| pred(s))).await {
             Ok(Ok(s)) => s.clone(),
-            _ => panic!("timed out waiting for {what}; status {:#?}", *self.status.borrow()),
+            _ => panic!(
+                "timed out waiting for {what}; status {:#?}",
+                *self.status.borrow()
+            ),
         }
     }
 
@@ -190,7 +232,9 @@ impl Plugin {
 }
 
 fn sim(model: &str, gpus: u32) -> Arc<SimBackend> {
-    Arc::new(SimBackend::new(SimConfig::for_model(model, gpus, 7).unwrap()))
+    Arc::new(SimBackend::new(
+        SimConfig::for_model(model, gpus, 7).unwrap(),
+    ))
 }
 
 fn inline(settings: Settings) -> ConfigSource {
@@ -214,7 +258,9 @@ fn time_sliced(replicas: u32, rename: Option<&str>) -> Settings {
 }
 
 fn uuids(backend: &dyn Backend) -> Vec<String> {
-    (0..backend.device_count().unwrap()).map(|i| backend.device_info(i).unwrap().uuid).collect()
+    (0..backend.device_count().unwrap())
+        .map(|i| backend.device_info(i).unwrap().uuid)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,7 +269,9 @@ async fn whole_gpus_are_advertised_and_allocated() {
     let backend = sim("H100-80GB", 8);
     let mut kubelet = TestKubelet::start(dir.path());
     let plugin = Plugin::start(dir.path(), ConfigSource::Defaults, backend.clone());
-    let seen = kubelet.wait("8 GPUs", |s| s.healthy("nvidia.com/gpu") == 8).await;
+    let seen = kubelet
+        .wait("8 GPUs", |s| s.healthy("nvidia.com/gpu") == 8)
+        .await;
     assert_eq!(seen.registrations, ["nvidia.com/gpu"]);
     assert_eq!(seen.ids("nvidia.com/gpu"), uuids(backend.as_ref()));
     assert!(dir.path().join("nvidia-gpu.sock").exists());
@@ -233,22 +281,31 @@ async fn whole_gpus_are_advertised_and_allocated() {
     let resp = client
         .allocate(pb::AllocateRequest {
             container_requests: vec![
-                pb::ContainerAllocateRequest { devices_ids: vec![uuids[1].clone()] },
-                pb::ContainerAllocateRequest { devices_ids: vec![uuids[2].clone(), uuids[3].clone()] },
+                pb::ContainerAllocateRequest {
+                    devices_ids: vec![uuids[1].clone()],
+                },
+                pb::ContainerAllocateRequest {
+                    devices_ids: vec![uuids[2].clone(), uuids[3].clone()],
+                },
             ],
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(resp.container_responses.len(), 2);
-    assert_eq!(resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"], uuids[1]);
+    assert_eq!(
+        resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+        uuids[1]
+    );
     assert_eq!(
         resp.container_responses[1].envs["NVIDIA_VISIBLE_DEVICES"],
         format!("{},{}", uuids[2], uuids[3])
     );
     let err = client
         .allocate(pb::AllocateRequest {
-            container_requests: vec![pb::ContainerAllocateRequest { devices_ids: vec!["GPU-bogus".into()] }],
+            container_requests: vec![pb::ContainerAllocateRequest {
+                devices_ids: vec!["GPU-bogus".into()],
+            }],
         })
         .await
         .unwrap_err();
@@ -271,17 +328,25 @@ async fn whole_gpus_are_advertised_and_allocated() {
     assert_eq!(got[0], uuids[5]);
 
     plugin.stop().await;
-    assert!(!dir.path().join("nvidia-gpu.sock").exists(), "clean shutdown removes the socket");
+    assert!(
+        !dir.path().join("nvidia-gpu.sock").exists(),
+        "clean shutdown removes the socket"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_slicing_with_and_without_rename() {
-    for (rename, resource) in [(None, "nvidia.com/gpu"), (Some("nvidia.com/gpu.shared"), "nvidia.com/gpu.shared")] {
+    for (rename, resource) in [
+        (None, "nvidia.com/gpu"),
+        (Some("nvidia.com/gpu.shared"), "nvidia.com/gpu.shared"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let backend = sim("A100-40GB", 2);
         let mut kubelet = TestKubelet::start(dir.path());
         let plugin = Plugin::start(dir.path(), inline(time_sliced(4, rename)), backend.clone());
-        let seen = kubelet.wait("8 replicas", |s| s.healthy(resource) == 8).await;
+        let seen = kubelet
+            .wait("8 replicas", |s| s.healthy(resource) == 8)
+            .await;
         assert_eq!(seen.registrations, [resource]);
         let u = uuids(backend.as_ref());
         let ids = seen.ids(resource);
@@ -298,7 +363,10 @@ async fn time_slicing_with_and_without_rename() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"], u[0], "replicas collapse");
+        assert_eq!(
+            resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"], u[0],
+            "replicas collapse"
+        );
         plugin.stop().await;
     }
 }
@@ -312,7 +380,10 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = TestKubelet::start(dir.path());
-    let mixed = Settings { mig_strategy: MigStrategy::Mixed, ..Settings::default() };
+    let mixed = Settings {
+        mig_strategy: MigStrategy::Mixed,
+        ..Settings::default()
+    };
     let plugin = Plugin::start(dir.path(), inline(mixed), backend.clone());
     let seen = kubelet
         .wait("mixed resources", |s| {
@@ -322,25 +393,39 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
         })
         .await;
     assert_eq!(seen.registrations.len(), 3);
-    assert!(seen.ids("nvidia.com/mig-3g.40gb").iter().all(|id| id.starts_with("MIG-")));
+    assert!(
+        seen.ids("nvidia.com/mig-3g.40gb")
+            .iter()
+            .all(|id| id.starts_with("MIG-"))
+    );
     let mig_uuid = seen.ids("nvidia.com/mig-2g.20gb")[0].clone();
     let mut client = kubelet.client("nvidia.com/mig-2g.20gb").await;
     let resp = client
         .allocate(pb::AllocateRequest {
-            container_requests: vec![pb::ContainerAllocateRequest { devices_ids: vec![mig_uuid.clone()] }],
+            container_requests: vec![pb::ContainerAllocateRequest {
+                devices_ids: vec![mig_uuid.clone()],
+            }],
         })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"], mig_uuid);
+    assert_eq!(
+        resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+        mig_uuid
+    );
     plugin.stop().await;
 
     // single on unlike MIG devices is refused (and nothing is advertised)...
     let dir = tempfile::tempdir().unwrap();
     let _kubelet = TestKubelet::start(dir.path());
-    let single = Settings { mig_strategy: MigStrategy::Single, ..Settings::default() };
+    let single = Settings {
+        mig_strategy: MigStrategy::Single,
+        ..Settings::default()
+    };
     let mut plugin = Plugin::start(dir.path(), inline(single.clone()), backend.clone());
-    let status = plugin.wait_status("single refused", |s| s.config_error.is_some()).await;
+    let status = plugin
+        .wait_status("single refused", |s| s.config_error.is_some())
+        .await;
     assert!(status.config_error.unwrap().contains("migStrategy single"));
     assert!(status.resources.is_empty());
     plugin.stop().await;
@@ -353,8 +438,14 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = TestKubelet::start(dir.path());
     let plugin = Plugin::start(dir.path(), inline(single), backend.clone());
-    let seen = kubelet.wait("single", |s| s.healthy("nvidia.com/gpu") == 14).await;
-    assert!(seen.ids("nvidia.com/gpu").iter().all(|id| id.starts_with("MIG-")));
+    let seen = kubelet
+        .wait("single", |s| s.healthy("nvidia.com/gpu") == 14)
+        .await;
+    assert!(
+        seen.ids("nvidia.com/gpu")
+            .iter()
+            .all(|id| id.starts_with("MIG-"))
+    );
     plugin.stop().await;
 }
 
@@ -371,13 +462,20 @@ async fn allocate_per_device_list_strategy() {
     for (strategy, name) in cases {
         let dir = tempfile::tempdir().unwrap();
         let mut kubelet = TestKubelet::start(dir.path());
-        let settings = Settings { device_list_strategies: [strategy].into(), ..Settings::default() };
+        let settings = Settings {
+            device_list_strategies: [strategy].into(),
+            ..Settings::default()
+        };
         let plugin = Plugin::start(dir.path(), inline(settings), backend.clone());
-        kubelet.wait("2 GPUs", |s| s.healthy("nvidia.com/gpu") == 2).await;
+        kubelet
+            .wait("2 GPUs", |s| s.healthy("nvidia.com/gpu") == 2)
+            .await;
         let mut client = kubelet.client("nvidia.com/gpu").await;
         let r = client
             .allocate(pb::AllocateRequest {
-                container_requests: vec![pb::ContainerAllocateRequest { devices_ids: vec![u[1].clone()] }],
+                container_requests: vec![pb::ContainerAllocateRequest {
+                    devices_ids: vec![u[1].clone()],
+                }],
             })
             .await
             .unwrap()
@@ -385,10 +483,18 @@ async fn allocate_per_device_list_strategy() {
             .container_responses
             .remove(0);
         match strategy {
-            DeviceListStrategy::Envvar => assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], u[1], "{name}"),
+            DeviceListStrategy::Envvar => {
+                assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], u[1], "{name}")
+            }
             DeviceListStrategy::VolumeMounts => {
-                assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], "/var/run/nvidia-container-devices");
-                assert_eq!(r.mounts[0].container_path, format!("/var/run/nvidia-container-devices/{}", u[1]));
+                assert_eq!(
+                    r.envs["NVIDIA_VISIBLE_DEVICES"],
+                    "/var/run/nvidia-container-devices"
+                );
+                assert_eq!(
+                    r.mounts[0].container_path,
+                    format!("/var/run/nvidia-container-devices/{}", u[1])
+                );
             }
             DeviceListStrategy::CdiAnnotations => {
                 assert!(r.envs.is_empty(), "{name}");
@@ -411,23 +517,45 @@ async fn xid_79_turns_every_replica_unhealthy_and_recovers_after_reset() {
     let backend = sim("H100-80GB", 2);
     let u = uuids(backend.as_ref());
     let mut kubelet = TestKubelet::start(dir.path());
-    let plugin = Plugin::start(dir.path(), inline(time_sliced(4, Some("nvidia.com/gpu.shared"))), backend.clone());
-    kubelet.wait("8 replicas", |s| s.healthy("nvidia.com/gpu.shared") == 8).await;
+    let plugin = Plugin::start(
+        dir.path(),
+        inline(time_sliced(4, Some("nvidia.com/gpu.shared"))),
+        backend.clone(),
+    );
+    kubelet
+        .wait("8 replicas", |s| s.healthy("nvidia.com/gpu.shared") == 8)
+        .await;
 
     // XID 13 is an application error: nothing changes.
     backend.inject_xid(1, 13, None, None).unwrap();
     // XID 79: every replica of GPU 1 goes Unhealthy in one message.
     backend.inject_fallen_off_bus(1).unwrap();
-    let seen = kubelet.wait("GPU 1 unhealthy", |s| s.healthy("nvidia.com/gpu.shared") == 4).await;
+    let seen = kubelet
+        .wait("GPU 1 unhealthy", |s| {
+            s.healthy("nvidia.com/gpu.shared") == 4
+        })
+        .await;
     for d in &seen.devices["nvidia.com/gpu.shared"] {
-        let expect = if d.id.starts_with(&u[1]) { pb::UNHEALTHY } else { pb::HEALTHY };
+        let expect = if d.id.starts_with(&u[1]) {
+            pb::UNHEALTHY
+        } else {
+            pb::HEALTHY
+        };
         assert_eq!(d.health, expect, "{}", d.id);
     }
-    assert_eq!(seen.devices["nvidia.com/gpu.shared"].len(), 8, "IDs stay advertised");
+    assert_eq!(
+        seen.devices["nvidia.com/gpu.shared"].len(),
+        8,
+        "IDs stay advertised"
+    );
 
     // The GPU is reset: its replicas come back.
     backend.reset_gpu(1).unwrap();
-    kubelet.wait("GPU 1 healthy again", |s| s.healthy("nvidia.com/gpu.shared") == 8).await;
+    kubelet
+        .wait("GPU 1 healthy again", |s| {
+            s.healthy("nvidia.com/gpu.shared") == 8
+        })
+        .await;
     plugin.stop().await;
 }
 
@@ -437,16 +565,32 @@ async fn xid_13_is_ignored_and_dbe_recovers_on_reset() {
     let backend = sim("H100-80GB", 2);
     let mut kubelet = TestKubelet::start(dir.path());
     let mut plugin = Plugin::start(dir.path(), ConfigSource::Defaults, backend.clone());
-    kubelet.wait("2 GPUs", |s| s.healthy("nvidia.com/gpu") == 2).await;
+    kubelet
+        .wait("2 GPUs", |s| s.healthy("nvidia.com/gpu") == 2)
+        .await;
     backend.inject_xid(0, 13, None, None).unwrap();
     backend.inject_xid(0, 31, None, None).unwrap();
     // A double-bit ECC error is fatal; it is the marker that the XIDs above were processed.
     backend.inject_ecc_dbe(1).unwrap();
-    let seen = kubelet.wait("GPU 1 unhealthy", |s| s.healthy("nvidia.com/gpu") == 1).await;
-    assert_eq!(seen.devices["nvidia.com/gpu"][0].health, pb::HEALTHY, "XID 13/31 ignored");
-    assert_eq!(plugin.wait_status("1 unhealthy", |s| s.unhealthy == 1).await.unhealthy, 1);
+    let seen = kubelet
+        .wait("GPU 1 unhealthy", |s| s.healthy("nvidia.com/gpu") == 1)
+        .await;
+    assert_eq!(
+        seen.devices["nvidia.com/gpu"][0].health,
+        pb::HEALTHY,
+        "XID 13/31 ignored"
+    );
+    assert_eq!(
+        plugin
+            .wait_status("1 unhealthy", |s| s.unhealthy == 1)
+            .await
+            .unhealthy,
+        1
+    );
     backend.reset_gpu(1).unwrap();
-    kubelet.wait("GPU 1 healthy", |s| s.healthy("nvidia.com/gpu") == 2).await;
+    kubelet
+        .wait("GPU 1 healthy", |s| s.healthy("nvidia.com/gpu") == 2)
+        .await;
     plugin.stop().await;
 }
 
@@ -456,15 +600,24 @@ async fn a_kubelet_restart_is_survived() {
     let backend = sim("L4", 4);
     let mut kubelet = TestKubelet::start(dir.path());
     let mut plugin = Plugin::start(dir.path(), ConfigSource::Defaults, backend.clone());
-    kubelet.wait("4 GPUs", |s| s.healthy("nvidia.com/gpu") == 4).await;
-    let generation = plugin.wait_status("registered", |s| s.registered.len() == 1).await.generation;
+    kubelet
+        .wait("4 GPUs", |s| s.healthy("nvidia.com/gpu") == 4)
+        .await;
+    let generation = plugin
+        .wait_status("registered", |s| s.registered.len() == 1)
+        .await
+        .generation;
 
     kubelet.crash();
     // The plugin notices its socket is gone and restarts while the kubelet is away.
-    plugin.wait_status("restart", |s| s.generation > generation).await;
+    plugin
+        .wait_status("restart", |s| s.generation > generation)
+        .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut kubelet = TestKubelet::start(dir.path());
-    let seen = kubelet.wait("re-registration", |s| s.healthy("nvidia.com/gpu") == 4).await;
+    let seen = kubelet
+        .wait("re-registration", |s| s.healthy("nvidia.com/gpu") == 4)
+        .await;
     assert_eq!(seen.registrations, ["nvidia.com/gpu"]);
     assert!(dir.path().join("nvidia-gpu.sock").exists());
 
@@ -472,8 +625,146 @@ async fn a_kubelet_restart_is_survived() {
     let before = plugin.status.borrow().generation;
     let _ = std::fs::remove_file(dir.path().join("kubelet.sock"));
     let mut kubelet2 = TestKubelet::start(dir.path());
-    kubelet2.wait("re-registration after new kubelet.sock", |s| s.healthy("nvidia.com/gpu") == 4).await;
+    kubelet2
+        .wait("re-registration after new kubelet.sock", |s| {
+            s.healthy("nvidia.com/gpu") == 4
+        })
+        .await;
     assert!(plugin.status.borrow().generation > before);
     drop(kubelet);
+    plugin.stop().await;
+}
+
+const TS4_RENAMED: &str = "version: v1
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 4
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_keeps_the_last_good_one_and_good_changes_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin_dir = dir.path().join("device-plugins");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, TS4_RENAMED).unwrap();
+    let backend = sim("A100-80GB", 2);
+    let mut kubelet = TestKubelet::start(&plugin_dir);
+    let mut plugin = Plugin::start(
+        &plugin_dir,
+        ConfigSource::File(config.clone()),
+        backend.clone(),
+    );
+    kubelet
+        .wait("time-sliced", |s| s.healthy("nvidia.com/gpu.shared") == 8)
+        .await;
+    let generation = plugin.status.borrow().generation;
+
+    // Invalid (replicas < 2), then unparseable: reported, still serving the time-sliced config.
+    std::fs::write(&config, TS4_RENAMED.replace("replicas: 4", "replicas: 1")).unwrap();
+    let status = plugin
+        .wait_status("config error", |s| s.config_error.is_some())
+        .await;
+    let error = status.config_error.unwrap();
+    assert!(
+        error.contains("config.yaml") && error.contains("replicas"),
+        "{error}"
+    );
+    std::fs::write(&config, "sharing: [").unwrap();
+    plugin
+        .wait_status("syntax error", |s| {
+            s.config_error.as_deref().is_some_and(|e| e != error)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        plugin.status.borrow().generation,
+        generation,
+        "no restart on a bad config"
+    );
+    assert_eq!(
+        plugin
+            .status
+            .borrow()
+            .resources
+            .get("nvidia.com/gpu.shared"),
+        Some(&8)
+    );
+    assert!(
+        dir.path()
+            .join("device-plugins/nvidia-gpu.shared.sock")
+            .exists()
+    );
+
+    // A valid config that cannot apply on this node (there is no GPU 5)...
+    std::fs::write(
+        &config,
+        TS4_RENAMED.replace("replicas: 4", "replicas: 2\n        devices: [\"5\"]"),
+    )
+    .unwrap();
+    plugin
+        .wait_status("apply error", |s| {
+            s.config_error
+                .as_deref()
+                .is_some_and(|e| e.contains("\"5\""))
+        })
+        .await;
+    assert_eq!(plugin.status.borrow().generation, generation);
+    // ...then a plain config reloads without a kubelet restart.
+    std::fs::write(&config, "version: v1\nflags:\n  migStrategy: none\n").unwrap();
+    let seen = kubelet
+        .wait("whole GPUs again", |s| s.healthy("nvidia.com/gpu") == 2)
+        .await;
+    assert!(seen.registrations.contains(&"nvidia.com/gpu".to_string()));
+    let status = plugin
+        .wait_status("error cleared", |s| s.config_error.is_none())
+        .await;
+    assert_eq!(
+        status.resources.keys().collect::<Vec<_>>(),
+        ["nvidia.com/gpu"]
+    );
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_configs_from_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin_dir = dir.path().join("device-plugins");
+    let configs = dir.path().join("available-configs");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    std::fs::create_dir_all(&configs).unwrap();
+    std::fs::write(configs.join("ts4"), TS4_RENAMED).unwrap();
+    std::fs::write(configs.join("plain"), "version: v1\n").unwrap();
+    // ConfigMap volumes carry `..data` links; they are not configs.
+    std::fs::write(configs.join("..data"), "garbage: [").unwrap();
+    let backend = sim("H100-80GB", 1);
+    let mut kubelet = TestKubelet::start(&plugin_dir);
+    let source = ConfigSource::Named {
+        dir: configs.clone(),
+        default: Some("ts4".into()),
+        fallbacks: device_plugin::named::DEFAULT_FALLBACKS.to_vec(),
+    };
+    let plugin = Plugin::start(&plugin_dir, source, backend.clone());
+    kubelet
+        .wait("default named config", |s| {
+            s.healthy("nvidia.com/gpu.shared") == 4
+        })
+        .await;
+    // Editing the selected config reloads.
+    std::fs::write(
+        configs.join("ts4"),
+        TS4_RENAMED.replace("replicas: 4", "replicas: 3"),
+    )
+    .unwrap();
+    kubelet
+        .wait("edited config", |s| {
+            s.devices
+                .get("nvidia.com/gpu.shared")
+                .is_some_and(|d| d.len() == 3)
+        })
+        .await;
     plugin.stop().await;
 }

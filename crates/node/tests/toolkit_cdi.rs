@@ -2,11 +2,11 @@
 //! firmware, sockets and device nodes): the spec lists exactly the files present, validates
 //! against CDI 1.1.0, is written only when it changes, and generation is deterministic.
 
+use gantry_node::toolkit::Outcome;
 use gantry_node::toolkit::agent::{self, AgentConfig};
 use gantry_node::toolkit::cdi::{self, DriverFiles, Gpu, Input, MigDevice, Options, Spec};
 use gantry_node::toolkit::hostfs::HostRoot;
 use gantry_node::toolkit::reload::RecordingReloader;
-use gantry_node::toolkit::Outcome;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 use std::fs;
@@ -69,7 +69,8 @@ fn discover(root: &Path) -> DriverFiles {
 fn paths_in(spec: &Spec) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut mounts = BTreeSet::new();
     let mut nodes = BTreeSet::new();
-    let edits = std::iter::once(&spec.container_edits).chain(spec.devices.iter().map(|d| &d.container_edits));
+    let edits = std::iter::once(&spec.container_edits)
+        .chain(spec.devices.iter().map(|d| &d.container_edits));
     for e in edits {
         mounts.extend(e.mounts.iter().map(|m| m.host_path.clone()));
         nodes.extend(e.device_nodes.iter().filter_map(|n| n.host_path.clone()));
@@ -80,10 +81,30 @@ fn paths_in(spec: &Spec) -> (BTreeSet<String>, BTreeSet<String>) {
 fn backend_like_input(driver: DriverFiles) -> Input {
     Input {
         gpus: vec![
-            Gpu { index: 1, uuid: Some("GPU-b2f1c3d4-0000-1111-2222-333344445555".into()), minor: 1, pci_bus_id: Some("00000000:3B:00.0".into()), ..Default::default() },
-            Gpu { index: 0, uuid: Some("GPU-a1e0b2c3-0000-1111-2222-333344445555".into()), minor: 0, pci_bus_id: Some("00000000:17:00.0".into()), ..Default::default() },
+            Gpu {
+                index: 1,
+                uuid: Some("GPU-b2f1c3d4-0000-1111-2222-333344445555".into()),
+                minor: 1,
+                pci_bus_id: Some("00000000:3B:00.0".into()),
+                ..Default::default()
+            },
+            Gpu {
+                index: 0,
+                uuid: Some("GPU-a1e0b2c3-0000-1111-2222-333344445555".into()),
+                minor: 0,
+                pci_bus_id: Some("00000000:17:00.0".into()),
+                ..Default::default()
+            },
         ],
-        migs: vec![MigDevice { parent: 0, index: 0, gi: 1, ci: 0, uuid: Some("MIG-5c1f3e2a-aaaa-bbbb-cccc-ddddeeeeffff".into()), gi_cap_minor: 12, ci_cap_minor: 13 }],
+        migs: vec![MigDevice {
+            parent: 0,
+            index: 0,
+            gi: 1,
+            ci: 0,
+            uuid: Some("MIG-5c1f3e2a-aaaa-bbbb-cccc-ddddeeeeffff".into()),
+            gi_cap_minor: 12,
+            ci_cap_minor: 13,
+        }],
         driver,
     }
 }
@@ -97,29 +118,61 @@ fn spec_lists_exactly_the_present_files() {
     cdi::validate(&spec).unwrap();
 
     let (mounts, nodes) = paths_in(&spec);
-    let want_mounts: BTreeSet<String> = PRESENT.iter().filter(|p| !p.starts_with("dev/")).map(|p| format!("/{p}")).collect();
-    let want_nodes: BTreeSet<String> = PRESENT.iter().filter(|p| p.starts_with("dev/")).filter(|p| !p.ends_with("cap1") && !p.ends_with("cap2")).map(|p| format!("/{p}")).collect();
+    let want_mounts: BTreeSet<String> = PRESENT
+        .iter()
+        .filter(|p| !p.starts_with("dev/"))
+        .map(|p| format!("/{p}"))
+        .collect();
+    let want_nodes: BTreeSet<String> = PRESENT
+        .iter()
+        .filter(|p| p.starts_with("dev/"))
+        .filter(|p| !p.ends_with("cap1") && !p.ends_with("cap2"))
+        .map(|p| format!("/{p}"))
+        .collect();
     assert_eq!(mounts, want_mounts);
     assert_eq!(nodes, want_nodes);
 
     let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, ["0", "GPU-a1e0b2c3-0000-1111-2222-333344445555", "0:0", "MIG-5c1f3e2a-aaaa-bbbb-cccc-ddddeeeeffff", "1", "GPU-b2f1c3d4-0000-1111-2222-333344445555", "all"]);
+    assert_eq!(
+        names,
+        [
+            "0",
+            "GPU-a1e0b2c3-0000-1111-2222-333344445555",
+            "0:0",
+            "MIG-5c1f3e2a-aaaa-bbbb-cccc-ddddeeeeffff",
+            "1",
+            "GPU-b2f1c3d4-0000-1111-2222-333344445555",
+            "all"
+        ]
+    );
     assert_eq!(spec.kind, "nvidia.com/gpu");
     assert_eq!(spec.cdi_version, "0.5.0");
     let env = &spec.container_edits.env;
     assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=void".to_string()));
     assert!(env.contains(&"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib/x86_64-linux-gnu".to_string()));
-    let hooks: Vec<String> = spec.container_edits.hooks.iter().map(|h| h.args.join(" ")).collect();
-    assert_eq!(hooks, [
-        "nvidia-cdi-hook create-symlinks --link libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
-        "nvidia-cdi-hook enable-cuda-compat --host-driver-version=550.54.15",
-        "nvidia-cdi-hook update-ldcache --folder /usr/lib/x86_64-linux-gnu",
-    ]);
+    let hooks: Vec<String> = spec
+        .container_edits
+        .hooks
+        .iter()
+        .map(|h| h.args.join(" "))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            "nvidia-cdi-hook create-symlinks --link libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+            "nvidia-cdi-hook enable-cuda-compat --host-driver-version=550.54.15",
+            "nvidia-cdi-hook update-ldcache --folder /usr/lib/x86_64-linux-gnu",
+        ]
+    );
 
     // The spec survives a strict round trip and matches the golden file.
     let yaml = cdi::to_yaml(&spec).unwrap();
-    assert_eq!(cdi::from_yaml(&yaml, Path::new("nvidia.yaml")).unwrap(), spec);
-    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/toolkit/cdi/fake-root.yaml");
+    assert_eq!(
+        cdi::from_yaml(&yaml, Path::new("nvidia.yaml")).unwrap(),
+        spec
+    );
+    let golden =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/toolkit/cdi/fake-root.yaml");
     if std::env::var_os("GANTRY_UPDATE_GOLDEN").is_some() {
         fs::create_dir_all(golden.parent().unwrap()).unwrap();
         fs::write(&golden, &yaml).unwrap();
@@ -130,18 +183,41 @@ fn spec_lists_exactly_the_present_files() {
 #[test]
 fn a_driver_root_moves_host_paths_not_container_paths() {
     let tmp = tempfile::tempdir().unwrap();
-    for f in ["run/nvidia/driver/usr/lib64/libcuda.so.570.1.2", "run/nvidia/driver/dev/nvidia0", "run/nvidia/driver/dev/nvidiactl"] {
+    for f in [
+        "run/nvidia/driver/usr/lib64/libcuda.so.570.1.2",
+        "run/nvidia/driver/dev/nvidia0",
+        "run/nvidia/driver/dev/nvidiactl",
+    ] {
         let p = tmp.path().join(f);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, "").unwrap();
     }
-    let driver = cdi::discover(&HostRoot::new(tmp.path()), Path::new("/run/nvidia/driver"), Path::new("/run/nvidia/driver"), None).unwrap();
-    let input = Input { gpus: cdi::gpus_from_device_nodes(&driver), migs: vec![], driver };
+    let driver = cdi::discover(
+        &HostRoot::new(tmp.path()),
+        Path::new("/run/nvidia/driver"),
+        Path::new("/run/nvidia/driver"),
+        None,
+    )
+    .unwrap();
+    let input = Input {
+        gpus: cdi::gpus_from_device_nodes(&driver),
+        migs: vec![],
+        driver,
+    };
     let spec = cdi::generate(&input, &Options::default()).unwrap();
     let m = &spec.container_edits.mounts[0];
-    assert_eq!((m.host_path.as_str(), m.container_path.as_str()), ("/run/nvidia/driver/usr/lib64/libcuda.so.570.1.2", "/usr/lib64/libcuda.so.570.1.2"));
+    assert_eq!(
+        (m.host_path.as_str(), m.container_path.as_str()),
+        (
+            "/run/nvidia/driver/usr/lib64/libcuda.so.570.1.2",
+            "/usr/lib64/libcuda.so.570.1.2"
+        )
+    );
     let n = &spec.devices[0].container_edits.device_nodes[0];
-    assert_eq!((n.path.as_str(), n.host_path.as_deref()), ("/dev/nvidia0", Some("/run/nvidia/driver/dev/nvidia0")));
+    assert_eq!(
+        (n.path.as_str(), n.host_path.as_deref()),
+        ("/dev/nvidia0", Some("/run/nvidia/driver/dev/nvidia0"))
+    );
 }
 
 #[test]
@@ -150,11 +226,15 @@ fn missing_nodes_are_errors_not_silent_omissions() {
     let driver = discover(root.path());
     let mut input = backend_like_input(driver);
     input.gpus[0].minor = 7;
-    let err = cdi::generate(&input, &Options::default()).unwrap_err().to_string();
+    let err = cdi::generate(&input, &Options::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/dev/nvidia7 not found"), "{err}");
     let mut input = backend_like_input(discover(root.path()));
     input.migs[0].ci_cap_minor = 99;
-    let err = cdi::generate(&input, &Options::default()).unwrap_err().to_string();
+    let err = cdi::generate(&input, &Options::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("nvidia-cap99 not found"), "{err}");
 }
 
@@ -181,7 +261,10 @@ fn cdi_only_writes_once_and_follows_device_changes() {
     assert_eq!(report.cdi_devices, ["0", "1", "2", "all"]);
     assert!(rec.reloads.is_empty(), "CDI never signals the runtime");
 
-    let undo = AgentConfig { uninstall: true, ..cfg };
+    let undo = AgentConfig {
+        uninstall: true,
+        ..cfg
+    };
     let report = agent::run(&undo, &mut rec).unwrap();
     assert_eq!(report.files, vec![(spec_path, Outcome::Removed)]);
     assert!(!root.path().join("run/cdi/nvidia.yaml").exists());
@@ -192,16 +275,30 @@ fn no_gpus_is_an_error_naming_the_dev_root() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = AgentConfig::new(tmp.path());
     cfg.cdi_only = true;
-    let err = agent::run(&cfg, &mut RecordingReloader::default()).unwrap_err().to_string();
+    let err = agent::run(&cfg, &mut RecordingReloader::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no /dev/nvidia<N> device nodes"), "{err}");
 }
 
 fn arb_driver() -> impl Strategy<Value = DriverFiles> {
     let libs = prop::collection::btree_set("lib[a-z-]{1,8}", 0..6);
-    let bins = prop::sample::subsequence(vec!["nvidia-smi", "nvidia-debugdump", "nvidia-imex"], 0..3);
-    let ctl = prop::sample::subsequence(vec!["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"], 0..4);
+    let bins =
+        prop::sample::subsequence(vec!["nvidia-smi", "nvidia-debugdump", "nvidia-imex"], 0..3);
+    let ctl = prop::sample::subsequence(
+        vec![
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-modeset",
+        ],
+        0..4,
+    );
     (libs, bins, ctl, any::<bool>()).prop_map(|(libs, bins, ctl, cuda)| {
-        let mut libraries: Vec<PathBuf> = libs.into_iter().map(|l| PathBuf::from(format!("/usr/lib64/{l}.so.{VERSION}"))).collect();
+        let mut libraries: Vec<PathBuf> = libs
+            .into_iter()
+            .map(|l| PathBuf::from(format!("/usr/lib64/{l}.so.{VERSION}")))
+            .collect();
         if cuda {
             libraries.insert(0, PathBuf::from(format!("/usr/lib64/libcuda.so.{VERSION}")));
         }
@@ -210,7 +307,10 @@ fn arb_driver() -> impl Strategy<Value = DriverFiles> {
             dev_root: PathBuf::from("/"),
             version: Some(VERSION.into()),
             libraries,
-            binaries: bins.into_iter().map(|b| PathBuf::from(format!("/usr/bin/{b}"))).collect(),
+            binaries: bins
+                .into_iter()
+                .map(|b| PathBuf::from(format!("/usr/bin/{b}")))
+                .collect(),
             control_nodes: ctl.into_iter().map(PathBuf::from).collect(),
             gpu_minors: (0..8).collect(),
             cap_minors: (0..200).collect(),
@@ -221,31 +321,41 @@ fn arb_driver() -> impl Strategy<Value = DriverFiles> {
 
 fn arb_input() -> impl Strategy<Value = Input> {
     let gpus = prop::collection::btree_map(0u32..8, (any::<bool>(), "[0-9a-f]{8}"), 1..6);
-    (gpus, arb_driver(), prop::collection::vec((0usize..8, 1u32..8, 0u32..4), 0..10)).prop_map(|(gpus, driver, migs)| {
-        let gpus: Vec<Gpu> = gpus
-            .into_iter()
-            .map(|(i, (has_uuid, u))| Gpu { index: i, minor: i, uuid: has_uuid.then(|| format!("GPU-{u}-0000")), ..Default::default() })
-            .collect();
-        let mut seen = BTreeSet::new();
-        let migs = migs
-            .into_iter()
-            .filter_map(|(p, gi, ci)| {
-                let parent = gpus[p % gpus.len()].index;
-                seen.insert((parent, gi, ci)).then_some((parent, gi, ci))
-            })
-            .enumerate()
-            .map(|(n, (parent, gi, ci))| MigDevice {
-                parent,
-                index: n as u32,
-                gi,
-                ci,
-                uuid: Some(format!("MIG-{parent}-{gi}-{ci}")),
-                gi_cap_minor: 10 + gi * 10,
-                ci_cap_minor: 11 + gi * 10 + ci,
-            })
-            .collect();
-        Input { gpus, migs, driver }
-    })
+    (
+        gpus,
+        arb_driver(),
+        prop::collection::vec((0usize..8, 1u32..8, 0u32..4), 0..10),
+    )
+        .prop_map(|(gpus, driver, migs)| {
+            let gpus: Vec<Gpu> = gpus
+                .into_iter()
+                .map(|(i, (has_uuid, u))| Gpu {
+                    index: i,
+                    minor: i,
+                    uuid: has_uuid.then(|| format!("GPU-{u}-0000")),
+                    ..Default::default()
+                })
+                .collect();
+            let mut seen = BTreeSet::new();
+            let migs = migs
+                .into_iter()
+                .filter_map(|(p, gi, ci)| {
+                    let parent = gpus[p % gpus.len()].index;
+                    seen.insert((parent, gi, ci)).then_some((parent, gi, ci))
+                })
+                .enumerate()
+                .map(|(n, (parent, gi, ci))| MigDevice {
+                    parent,
+                    index: n as u32,
+                    gi,
+                    ci,
+                    uuid: Some(format!("MIG-{parent}-{gi}-{ci}")),
+                    gi_cap_minor: 10 + gi * 10,
+                    ci_cap_minor: 11 + gi * 10 + ci,
+                })
+                .collect();
+            Input { gpus, migs, driver }
+        })
 }
 
 proptest! {

@@ -19,13 +19,18 @@ fn testdata() -> PathBuf {
 
 fn read_tree(root: &Path) -> Tree {
     fn walk(root: &Path, dir: &Path, out: &mut Tree) {
-        let Ok(entries) = fs::read_dir(dir) else { return };
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
         for entry in entries.map(|e| e.unwrap()) {
             let path = entry.path();
             if path.is_dir() {
                 walk(root, &path, out);
             } else {
-                out.insert(path.strip_prefix(root).unwrap().to_path_buf(), fs::read(&path).unwrap());
+                out.insert(
+                    path.strip_prefix(root).unwrap().to_path_buf(),
+                    fs::read(&path).unwrap(),
+                );
             }
         }
     }
@@ -43,7 +48,10 @@ fn write_tree(root: &Path, tree: &Tree) {
 }
 
 fn without_backups(tree: &Tree) -> Tree {
-    tree.iter().filter(|(p, _)| !p.to_string_lossy().ends_with(BACKUP_SUFFIX)).map(|(p, b)| (p.clone(), b.clone())).collect()
+    tree.iter()
+        .filter(|(p, _)| !p.to_string_lossy().ends_with(BACKUP_SUFFIX))
+        .map(|(p, b)| (p.clone(), b.clone()))
+        .collect()
 }
 
 fn config(host: &Path, runtime: Runtime, flags: &str) -> AgentConfig {
@@ -62,31 +70,52 @@ fn config(host: &Path, runtime: Runtime, flags: &str) -> AgentConfig {
 }
 
 fn same(got: &Tree, want: &Tree, what: &str) {
-    assert!(got == want, "{what}\n--- got:\n{}\n--- want:\n{}", show(got), show(want));
+    assert!(
+        got == want,
+        "{what}\n--- got:\n{}\n--- want:\n{}",
+        show(got),
+        show(want)
+    );
 }
 
 fn show(tree: &Tree) -> String {
-    tree.iter().map(|(p, b)| format!("=== {}\n{}", p.display(), String::from_utf8_lossy(b))).collect()
+    tree.iter()
+        .map(|(p, b)| format!("=== {}\n{}", p.display(), String::from_utf8_lossy(b)))
+        .collect()
 }
 
 /// Lines of `before` appear in `after` in order, except lines whose value we are allowed to
-/// change (trailing commas aside, since JSON needs one before an appended member). A one-line
+/// change (and an older tool's `nvidia` runtime tables) (trailing commas aside, since JSON needs one before an appended member). A one-line
 /// file (compact JSON) is checked as a prefix instead.
 fn kept_in_order(before: &str, after: &str) -> Result<(), String> {
     if before.lines().count() == 1 {
         let head = before.trim_end().trim_end_matches('}');
-        return after.starts_with(head).then_some(()).ok_or_else(|| format!("{after:?} does not start with {head:?}"));
+        return after
+            .starts_with(head)
+            .then_some(())
+            .ok_or_else(|| format!("{after:?} does not start with {head:?}"));
     }
     let norm = |l: &str| l.trim_end().trim_end_matches(',').to_string();
     let mut after_lines = after.lines().map(norm);
+    let mut in_ours = false;
     for line in before.lines() {
-        let ours = ["default_runtime_name", "default-runtime", "enable_cdi", "imports ="];
-        if ours.iter().any(|k| line.contains(k)) {
+        if line.trim_start().starts_with('[') {
+            in_ours = line.contains(".nvidia");
+        }
+        let ours = [
+            "default_runtime_name",
+            "default-runtime",
+            "enable_cdi",
+            "imports =",
+        ];
+        if in_ours || ours.iter().any(|k| line.contains(k)) {
             continue;
         }
         let want = norm(line);
         if !after_lines.any(|l| l == want) {
-            return Err(format!("line {line:?} of the input is missing or out of order in the output"));
+            return Err(format!(
+                "line {line:?} of the input is missing or out of order in the output"
+            ));
         }
     }
     Ok(())
@@ -111,44 +140,91 @@ fn run_case(case: &Path, runtime: Runtime) {
         write_tree(&expected_dir, &after);
     }
     let expected = read_tree(&expected_dir);
-    same(&after, &expected, &format!("{name}: output differs from expected/"));
-    assert!(report.files.iter().any(|(_, o)| *o != Outcome::Unchanged), "{name}: nothing changed");
-    assert_eq!(reloads.reloads, vec![runtime], "{name}: one reload after a change");
+    same(
+        &after,
+        &expected,
+        &format!("{name}: output differs from expected/"),
+    );
+    assert!(
+        report.files.iter().any(|(_, o)| *o != Outcome::Unchanged),
+        "{name}: nothing changed"
+    );
+    assert_eq!(
+        reloads.reloads,
+        vec![runtime],
+        "{name}: one reload after a change"
+    );
 
     // Everything else kept, and the originals backed up.
     for (rel, before) in &input {
         let now = &after[rel];
         if now != before {
             let backup = PathBuf::from(format!("{}{BACKUP_SUFFIX}", rel.display()));
-            assert_eq!(after_all.get(&backup), Some(before), "{name}: backup of {}", rel.display());
-            kept_in_order(&String::from_utf8_lossy(before), &String::from_utf8_lossy(now)).unwrap_or_else(|e| panic!("{name}: {}: {e}", rel.display()));
+            assert_eq!(
+                after_all.get(&backup),
+                Some(before),
+                "{name}: backup of {}",
+                rel.display()
+            );
+            kept_in_order(
+                &String::from_utf8_lossy(before),
+                &String::from_utf8_lossy(now),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {}: {e}", rel.display()));
         }
     }
 
     // A second run is a no-op.
     let mut again = RecordingReloader::default();
     let report = agent::run(&cfg, &mut again).unwrap_or_else(|e| panic!("{name}: second run: {e}"));
-    assert!(report.files.iter().all(|(_, o)| *o == Outcome::Unchanged), "{name}: second run changed {:?}", report.files);
+    assert!(
+        report.files.iter().all(|(_, o)| *o == Outcome::Unchanged),
+        "{name}: second run changed {:?}",
+        report.files
+    );
     assert!(again.reloads.is_empty(), "{name}: second run reloaded");
-    same(&read_tree(tmp.path()), &after_all, &format!("{name}: second run touched files"));
+    same(
+        &read_tree(tmp.path()),
+        &after_all,
+        &format!("{name}: second run touched files"),
+    );
 
     // Uninstall restores the input exactly.
-    let undo = AgentConfig { uninstall: true, ..cfg.clone() };
+    let undo = AgentConfig {
+        uninstall: true,
+        ..cfg.clone()
+    };
     let mut undo_reloads = RecordingReloader::default();
     agent::run(&undo, &mut undo_reloads).unwrap_or_else(|e| panic!("{name}: uninstall: {e}"));
     let restored = read_tree(tmp.path());
-    same(&restored, &input, &format!("{name}: uninstall did not restore the input"));
-    assert_eq!(undo_reloads.reloads, vec![runtime], "{name}: reload after uninstall");
+    same(
+        &restored,
+        &input,
+        &format!("{name}: uninstall did not restore the input"),
+    );
+    assert_eq!(
+        undo_reloads.reloads,
+        vec![runtime],
+        "{name}: reload after uninstall"
+    );
 
     // And uninstalling again changes nothing.
     let mut none = RecordingReloader::default();
     agent::run(&undo, &mut none).unwrap_or_else(|e| panic!("{name}: second uninstall: {e}"));
-    same(&read_tree(tmp.path()), &input, &format!("{name}: second uninstall"));
+    same(
+        &read_tree(tmp.path()),
+        &input,
+        &format!("{name}: second uninstall"),
+    );
     assert!(none.reloads.is_empty(), "{name}: second uninstall reloaded");
 }
 
 fn run_corpus(dir: &str, runtime: Runtime) {
-    let mut cases: Vec<PathBuf> = fs::read_dir(testdata().join(dir)).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut cases: Vec<PathBuf> = fs::read_dir(testdata().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
     cases.sort();
     assert!(cases.len() >= 3, "corpus {dir} is too small");
     for case in cases {
@@ -175,7 +251,10 @@ fn crio_corpus() {
 /// and the position. `case`: first line runtime and flags, second line the expected message.
 #[test]
 fn malformed_files_are_untouched_and_named() {
-    let mut cases: Vec<PathBuf> = fs::read_dir(testdata().join("malformed")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut cases: Vec<PathBuf> = fs::read_dir(testdata().join("malformed"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     cases.sort();
     assert!(cases.len() >= 5);
     for case in cases {
@@ -195,10 +274,20 @@ fn malformed_files_are_untouched_and_named() {
         write_tree(tmp.path(), &input);
         let cfg = config(tmp.path(), runtime, &flags.join(" "));
         let mut reloads = RecordingReloader::default();
-        let err = agent::run(&cfg, &mut reloads).expect_err(&case.display().to_string()).to_string();
-        assert!(err.contains(want), "{}: error {err:?} does not contain {want:?}", case.display());
+        let err = agent::run(&cfg, &mut reloads)
+            .expect_err(&case.display().to_string())
+            .to_string();
+        assert!(
+            err.contains(want),
+            "{}: error {err:?} does not contain {want:?}",
+            case.display()
+        );
         assert!(err.contains("left untouched"), "{err}");
-        same(&read_tree(tmp.path()), &input, &format!("{}: files were touched", case.display()));
+        same(
+            &read_tree(tmp.path()),
+            &input,
+            &format!("{}: files were touched", case.display()),
+        );
         assert!(reloads.reloads.is_empty());
     }
 }
@@ -216,13 +305,21 @@ fn uninstall_after_a_later_edit_removes_only_our_entries() {
     text.push_str("\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gvisor]\n  runtime_type = \"io.containerd.runsc.v1\"\n");
     fs::write(&path, &text).unwrap();
 
-    let undo = AgentConfig { uninstall: true, ..cfg };
+    let undo = AgentConfig {
+        uninstall: true,
+        ..cfg
+    };
     agent::run(&undo, &mut RecordingReloader::default()).unwrap();
     let out = fs::read_to_string(&path).unwrap();
     assert!(out.contains("runtimes.gvisor"), "{out}");
     assert!(!out.contains("nvidia"), "{out}");
-    assert!(!tmp.path().join(format!("etc/containerd/config.toml{BACKUP_SUFFIX}")).exists());
-    let original = String::from_utf8(input[Path::new("etc/containerd/config.toml")].clone()).unwrap();
+    assert!(
+        !tmp.path()
+            .join(format!("etc/containerd/config.toml{BACKUP_SUFFIX}"))
+            .exists()
+    );
+    let original =
+        String::from_utf8(input[Path::new("etc/containerd/config.toml")].clone()).unwrap();
     kept_in_order(&original, &out).unwrap();
 }
 
@@ -232,11 +329,19 @@ fn dry_run_writes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let input = read_tree(&testdata().join("containerd/v3-containerd2/input"));
     write_tree(tmp.path(), &input);
-    let cfg = AgentConfig { dry_run: true, ..config(tmp.path(), Runtime::Containerd, "drop-in") };
+    let cfg = AgentConfig {
+        dry_run: true,
+        ..config(tmp.path(), Runtime::Containerd, "drop-in")
+    };
     let mut reloads = RecordingReloader::default();
     let report = agent::run(&cfg, &mut reloads).unwrap();
     assert_eq!(report.planned.len(), 2, "{report:?}");
-    assert!(report.planned.iter().any(|p| p.path == Path::new("/etc/containerd/conf.d/99-nvidia.toml")));
+    assert!(
+        report
+            .planned
+            .iter()
+            .any(|p| p.path == Path::new("/etc/containerd/conf.d/99-nvidia.toml"))
+    );
     same(&read_tree(tmp.path()), &input, "dry run");
     assert!(reloads.reloads.is_empty());
 }
@@ -247,8 +352,10 @@ fn auto_detects_the_runtime() {
     let tmp = tempfile::tempdir().unwrap();
     let host = gantry_node::toolkit::hostfs::HostRoot::new(tmp.path());
     assert!(Runtime::detect(&host).is_err());
-    host.write_atomic(Path::new("/etc/docker/daemon.json"), b"{}").unwrap();
+    host.write_atomic(Path::new("/etc/docker/daemon.json"), b"{}")
+        .unwrap();
     assert_eq!(Runtime::detect(&host).unwrap(), Runtime::Docker);
-    host.write_atomic(Path::new("/run/containerd/containerd.sock"), b"").unwrap();
+    host.write_atomic(Path::new("/run/containerd/containerd.sock"), b"")
+        .unwrap();
     assert_eq!(Runtime::detect(&host).unwrap(), Runtime::Containerd);
 }

@@ -1,6 +1,32 @@
 //! Gantry scheduler core: a pure function from a cluster snapshot to decisions
 //! (binds, evictions, unschedulable reasons), following KAI Scheduler's behaviour.
+//!
+//! Flow: the adapter fills a [`ClusterInput`] from its cache; [`Snapshot::build`] indexes it;
+//! [`schedule`] runs one cycle (allocate, consolidation, reclaim, preempt, stale-gang
+//! eviction) and returns [`Decisions`].
 
+pub mod actions;
+pub mod bench;
+pub mod config;
+pub mod decisions;
+pub mod fairshare;
+pub mod frag;
 pub mod input;
+pub mod placement;
+pub mod predicates;
 pub mod request;
+pub mod sharing;
 pub mod snapshot;
+pub mod state;
+pub mod statement;
+
+pub use actions::schedule;
+pub use config::{Action, Config, Policy, Strategy};
+pub use decisions::{Bind, Decisions, EvictReason, Eviction, GpuBinding, NodeReason, Unschedulable};
+pub use input::ClusterInput;
+pub use snapshot::Snapshot;
+
+/// Build the snapshot from the cache and run one cycle.
+pub fn run_cycle(input: &ClusterInput, cfg: &Config) -> Decisions {
+    schedule(&Snapshot::build(input), cfg)
+}

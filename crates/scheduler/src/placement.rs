@@ -7,11 +7,12 @@ use crate::decisions::{NodeReason, summarize};
 use crate::frag::Mix;
 use crate::predicates::ClassCache;
 use crate::request::GpuRequest;
-use crate::sharing::{GpuOrder, fit_gpu, fits_existing_share, shared_milli};
+use crate::sharing::{GpuOrder, can_fit_gpu, fit_gpu, fits_existing_share, shared_milli};
 use crate::snapshot::{NodeId, PodId, Snapshot, CPU, MEM};
 use crate::state::{GpuPlacement, Placement, State};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
 
 pub struct Placer {
     pub cfg: Config,
@@ -20,6 +21,9 @@ pub struct Placer {
     rank: Vec<u32>,
     mix: Mix,
     rng: ChaCha8Rng,
+    /// Fragmentation-aware memo per node: (shape, node version) -> best (delta, devices).
+    frag_cache: Vec<Vec<(u32, u32, f64, GpuPlacement)>>,
+    shapes: HashMap<(GpuRequest, i64, i64), u32>,
 }
 
 impl Placer {
@@ -36,7 +40,8 @@ impl Placer {
             rank[n as usize] = r as u32;
         }
         let mix = if cfg.policy == Policy::FragmentationAware { Mix::from_snapshot(s) } else { Mix::default() };
-        Placer { cfg: cfg.clone(), classes: ClassCache::new(s, order), rank, mix, rng }
+        let frag_cache = if mix.is_empty() { Vec::new() } else { vec![Vec::new(); s.nodes.len()] };
+        Placer { cfg: cfg.clone(), classes: ClassCache::new(s, order), rank, mix, rng, frag_cache, shapes: HashMap::new() }
     }
 
     fn gpu_order(&self) -> GpuOrder {
@@ -46,8 +51,14 @@ impl Placer {
         }
     }
 
-    /// Cheap dynamic checks, then the GPU fit.
+    /// Cheap dynamic checks, then the GPU fit (devices chosen).
     fn fit(&self, s: &Snapshot, st: &State, node: NodeId, pod: PodId) -> Result<GpuPlacement, NodeReason> {
+        self.can_fit(s, st, node, pod)?;
+        fit_gpu(s, st, node, &s.pods[pod as usize].gpu, self.gpu_order())
+    }
+
+    /// Whether the pod fits the node now, without choosing devices.
+    fn can_fit(&self, s: &Snapshot, st: &State, node: NodeId, pod: PodId) -> Result<(), NodeReason> {
         let p = &s.pods[pod as usize];
         let n = node as usize;
         if st.free_pods[n] < 1 {
@@ -59,7 +70,7 @@ impl Placer {
         if st.free_mem[n] < p.res.0[MEM] {
             return Err(NodeReason::InsufficientMemory);
         }
-        fit_gpu(s, st, node, &p.gpu, self.gpu_order())
+        can_fit_gpu(s, st, node, &p.gpu)
     }
 
     /// The best placement for `pod`, or `None` when no node fits.
@@ -78,20 +89,25 @@ impl Placer {
             Policy::Kai => self.place_kai(s, st, pod, list),
             Policy::FragmentationAware if p.gpu.wants_gpu() && !self.mix.is_empty() => self.place_frag(s, st, pod, list),
             Policy::FragmentationAware => self.place_kai(s, st, pod, list),
-            Policy::FirstFit => list.iter().find_map(|&n| self.fit(s, st, n, pod).ok().map(|gpu| Placement { node: n, gpu })),
+            Policy::FirstFit => {
+                let node = list.iter().copied().find(|&n| self.can_fit(s, st, n, pod).is_ok())?;
+                Some(Placement { node, gpu: self.fit(s, st, node, pod).ok()? })
+            }
             Policy::RandomFit => {
-                let fits: Vec<(NodeId, GpuPlacement)> = list.iter().filter_map(|&n| self.fit(s, st, n, pod).ok().map(|g| (n, g))).collect();
+                let fits: Vec<NodeId> = list.iter().copied().filter(|&n| self.can_fit(s, st, n, pod).is_ok()).collect();
                 if fits.is_empty() {
                     return None;
                 }
-                let (node, gpu) = fits[self.rng.random_range(0..fits.len())].clone();
-                Some(Placement { node, gpu })
+                let node = fits[self.rng.random_range(0..fits.len())];
+                Some(Placement { node, gpu: self.fit(s, st, node, pod).ok()? })
             }
             Policy::BestFit => {
                 // Least normalised capacity left over after placing (GPU, CPU, memory).
-                let mut best: Option<(f64, NodeId, GpuPlacement)> = None;
+                let mut best: Option<(f64, NodeId)> = None;
                 for &n in list {
-                    let Ok(gpu) = self.fit(s, st, n, pod) else { continue };
+                    if self.can_fit(s, st, n, pod).is_err() {
+                        continue;
+                    }
                     let node = &s.nodes[n as usize];
                     let i = n as usize;
                     let gpu_left = if node.gpus > 0 { (st.free_gpu[i] - p.res.0[0]) as f64 / (f64::from(node.gpus) * 1000.0) } else { 0.0 };
@@ -99,10 +115,11 @@ impl Placer {
                     let mem_left = (st.free_mem[i] - p.res.0[MEM]) as f64 / node.memory_bytes.max(1) as f64;
                     let left = if p.gpu.wants_gpu() { gpu_left * 4.0 + cpu_left + mem_left } else { gpu_left + cpu_left + mem_left };
                     if best.as_ref().is_none_or(|b| left < b.0) {
-                        best = Some((left, n, gpu));
+                        best = Some((left, n));
                     }
                 }
-                best.map(|(_, node, gpu)| Placement { node, gpu })
+                let (_, node) = best?;
+                Some(Placement { node, gpu: self.fit(s, st, node, pod).ok()? })
             }
         }
     }
@@ -146,7 +163,7 @@ impl Placer {
             if best.as_ref().is_some_and(|(b, _)| !gt(&key, b)) {
                 continue;
             }
-            if self.fit(s, st, n, pod).is_err() {
+            if self.can_fit(s, st, n, pod).is_err() {
                 continue;
             }
             best = Some((key, n));
@@ -162,47 +179,75 @@ impl Placer {
 
     /// Fragmentation-aware: least growth of expected fragmentation; for fractions every
     /// distinct candidate device is tried. KAI binpack (least free GPU) breaks ties.
-    fn place_frag(&self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+    fn place_frag(&mut self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
-        let mut best: Option<((f64, i64), Placement)> = None;
+        let next = self.shapes.len() as u32;
+        let shape = *self.shapes.entry((p.gpu.clone(), cpu, mem)).or_insert(next);
+        let mut best: Option<((f64, i64), NodeId, GpuPlacement)> = None;
         for &n in list {
-            let Ok(gpu) = self.fit(s, st, n, pod) else { continue };
-            let cand: Vec<GpuPlacement> = match &gpu {
-                GpuPlacement::Shared { milli, gpus } if gpus.len() == 1 => {
-                    let mut seen: Vec<u32> = Vec::new();
-                    let mut v = Vec::new();
-                    for (i, g) in st.node_gpus(n).iter().enumerate() {
-                        let free = g.free_milli();
-                        // Idle and shared devices with equal free differ (a whole-GPU pod can use only idle).
-                        let key = free * 2 + u32::from(g.is_idle());
-                        if free >= u32::from(*milli) && !seen.contains(&key) {
-                            seen.push(key);
-                            v.push(GpuPlacement::Shared { gpus: vec![i as u8], milli: *milli });
-                        }
-                    }
-                    v
+            let version = st.node_version[n as usize];
+            let cached = self.frag_cache[n as usize].iter().find(|e| e.0 == shape && e.1 == version).map(|e| (e.2, e.3.clone()));
+            let (d, gpu) = match cached {
+                Some(c) => c,
+                None => {
+                    let Some(c) = self.frag_best_on_node(s, st, pod, n) else { continue };
+                    let memo = &mut self.frag_cache[n as usize];
+                    memo.retain(|e| e.1 == version);
+                    memo.push((shape, version, c.0, c.1.clone()));
+                    c
                 }
-                other => vec![other.clone()],
             };
-            for c in cand {
-                let take: Vec<(u8, u32, bool)> = match &c {
-                    GpuPlacement::Whole(idx) => idx.iter().map(|&i| (i, 1000, true)).collect(),
-                    GpuPlacement::Shared { gpus, milli } => gpus.iter().map(|&i| (i, u32::from(*milli), false)).collect(),
-                    _ => Vec::new(),
-                };
-                let d = self.mix.delta(st, n, cpu, mem, &take);
-                let key = (d, st.free_gpu[n as usize]);
-                let better = match &best {
-                    None => true,
-                    Some((b, _)) => key.0 < b.0 - 1e-9 || ((key.0 - b.0).abs() <= 1e-9 && key.1 < b.1),
-                };
-                if better {
-                    best = Some((key, Placement { node: n, gpu: c }));
-                }
+            if d.is_nan() {
+                continue;
+            }
+            let key = (d, st.free_gpu[n as usize]);
+            let better = match &best {
+                None => true,
+                Some((b, _, _)) => key.0 < b.0 - 1e-9 || ((key.0 - b.0).abs() <= 1e-9 && key.1 < b.1),
+            };
+            if better {
+                best = Some((key, n, gpu));
             }
         }
-        best.map(|(_, pl)| pl)
+        best.map(|(_, node, gpu)| Placement { node, gpu })
+    }
+
+    /// Best devices on one node and the fragmentation growth they cause; NaN delta = no fit.
+    fn frag_best_on_node(&self, s: &Snapshot, st: &State, pod: PodId, n: NodeId) -> Option<(f64, GpuPlacement)> {
+        let p = &s.pods[pod as usize];
+        let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
+        let Ok(gpu) = self.fit(s, st, n, pod) else { return Some((f64::NAN, GpuPlacement::None)) };
+        let cand: Vec<GpuPlacement> = match &gpu {
+            GpuPlacement::Shared { milli, gpus } if gpus.len() == 1 => {
+                let mut seen: Vec<u32> = Vec::new();
+                let mut v = Vec::new();
+                for (i, g) in st.node_gpus(n).iter().enumerate() {
+                    let free = g.free_milli();
+                    // Idle and shared devices with equal free differ (whole-GPU pods use only idle ones).
+                    let key = free * 2 + u32::from(g.is_idle());
+                    if free >= u32::from(*milli) && !seen.contains(&key) {
+                        seen.push(key);
+                        v.push(GpuPlacement::Shared { gpus: vec![i as u8], milli: *milli });
+                    }
+                }
+                v
+            }
+            other => vec![other.clone()],
+        };
+        let mut best: Option<(f64, GpuPlacement)> = None;
+        for c in cand {
+            let take: Vec<(u8, u32, bool)> = match &c {
+                GpuPlacement::Whole(idx) => idx.iter().map(|&i| (i, 1000, true)).collect(),
+                GpuPlacement::Shared { gpus, milli } => gpus.iter().map(|&i| (i, u32::from(*milli), false)).collect(),
+                _ => Vec::new(),
+            };
+            let d = self.mix.delta(st, n, cpu, mem, &take);
+            if best.as_ref().is_none_or(|b| d < b.0 - 1e-9) {
+                best = Some((d, c));
+            }
+        }
+        best
     }
 
     /// "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu".
@@ -213,7 +258,7 @@ impl Placer {
         let list = cn.nodes.clone();
         let mut fit = 0;
         for n in list {
-            match self.fit(s, st, n, pod) {
+            match self.can_fit(s, st, n, pod) {
                 Ok(_) => fit += 1,
                 Err(r) => match counts.iter_mut().find(|(x, _)| *x == r) {
                     Some(e) => e.1 += 1,

@@ -63,6 +63,38 @@ pub fn fit_gpu(s: &Snapshot, st: &State, node: NodeId, req: &GpuRequest, order: 
     }
 }
 
+/// The same checks as `fit_gpu` without choosing devices (no allocation: the hot path).
+pub fn can_fit_gpu(s: &Snapshot, st: &State, node: NodeId, req: &GpuRequest) -> Result<(), NodeReason> {
+    match req {
+        GpuRequest::None => Ok(()),
+        GpuRequest::Whole(n) => {
+            if u32::from(st.idle_gpus[node as usize]) < *n { Err(NodeReason::InsufficientGpu) } else { Ok(()) }
+        }
+        GpuRequest::Mig { profile, count } => {
+            let free = st.mig_free[node as usize].iter().find(|(p, _)| p == profile).map_or(0, |e| e.1);
+            if free < i64::from(*count) {
+                return Err(NodeReason::InsufficientMig(s.mig_profiles[*profile as usize].clone()));
+            }
+            Ok(())
+        }
+        GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
+            let n = &s.nodes[node as usize];
+            if n.mig_enabled {
+                return Err(NodeReason::MigNodeNoFractions);
+            }
+            if n.gpus == 0 {
+                return Err(NodeReason::InsufficientGpu);
+            }
+            let milli = shared_milli(s, node, req)?;
+            if st.free_gpu[node as usize] < i64::from(milli) * i64::from(*devices) {
+                return Err(NodeReason::InsufficientGpuShare);
+            }
+            let fitting = st.node_gpus(node).iter().filter(|g| g.free_milli() >= milli).count();
+            if fitting < *devices as usize { Err(NodeReason::InsufficientGpuShare) } else { Ok(()) }
+        }
+    }
+}
+
 /// Choose `devices` distinct devices with at least `milli` free.
 pub fn pick_shared(slots: &[GpuSlot], milli: u32, devices: u32, order: GpuOrder) -> Option<Vec<u8>> {
     let mut cand: Vec<(u32, bool, u8)> = slots

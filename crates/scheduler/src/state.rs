@@ -58,6 +58,8 @@ pub struct State {
     /// Allocated per queue, rolled up to every ancestor.
     pub q_alloc: Vec<Res>,
     pub q_alloc_np: Vec<Res>,
+    /// Bumped on every change to a node, so per-node caches know when they are stale.
+    pub node_version: Vec<u32>,
     /// Placed pods per gang and per (gang, sub-group).
     pub group_placed: Vec<u32>,
     pub sub_base: Vec<u32>,
@@ -91,6 +93,7 @@ impl State {
             gpus: vec![GpuSlot::default(); total as usize],
             mig_free: s.nodes.iter().map(|n| n.mig.iter().map(|&(p, c)| (p, i64::from(c))).collect()).collect(),
             placement: vec![None; s.pods.len()],
+            node_version: vec![0; n],
             q_alloc: vec![Res::default(); s.queues.len()],
             q_alloc_np: vec![Res::default(); s.queues.len()],
             group_placed: vec![0; s.groups.len()],
@@ -160,6 +163,7 @@ impl State {
     fn change(&mut self, s: &Snapshot, pod: PodId, pl: &Placement, sign: i64) {
         let p = &s.pods[pod as usize];
         let n = pl.node as usize;
+        self.node_version[n] = self.node_version[n].wrapping_add(1);
         self.free_cpu[n] -= sign * p.res.0[CPU];
         self.free_mem[n] -= sign * p.res.0[MEM];
         self.free_pods[n] -= sign;

@@ -8,8 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{
-    ContainerProbeSpec, ContainerSettings, EnvOnly, Extra, ImageSpec, NameRef, ServiceMonitorConfig,
-    UpgradePolicy, flag,
+    ContainerProbeSpec, ContainerSettings, EnvOnly, Extra, ImageSpec, NameRef,
+    ServiceMonitorConfig, UpgradePolicy, flag,
 };
 
 /// Generic operand: `enabled`, image block, container settings.
@@ -55,7 +55,11 @@ pub struct OperatorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
     /// OpenShift only; nil means on.
-    #[serde(rename = "use_ocp_driver_toolkit", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "use_ocp_driver_toolkit",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub use_ocp_driver_toolkit: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<OperatorMetricsSpec>,
@@ -203,7 +207,11 @@ pub struct DriverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Hand driver management to NVIDIADriver CRs. nil means false.
-    #[serde(rename = "useNvidiaDriverCRD", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "useNvidiaDriverCRD",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub use_nvidia_driver_crd: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_precompiled: Option<bool>,
@@ -228,8 +236,6 @@ pub struct DriverSpec {
     pub manager: Option<DriverManagerSpec>,
     #[serde(flatten)]
     pub container: ContainerSettings,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_network: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_config: Option<RepoConfigSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -379,12 +385,14 @@ pub struct DcgmExporterSpec {
     #[serde(rename = "hostPID", default, skip_serializing_if = "Option::is_none")]
     pub host_pid: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_network: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpc_job_mapping: Option<HpcJobMappingSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_pod_labels: Option<bool>,
-    #[serde(rename = "enablePodUID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "enablePodUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub enable_pod_uid: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_label_allowlist_regex: Option<Vec<String>>,

@@ -16,6 +16,7 @@ pub use components::*;
 /// the rest are optional.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
+    derive = "PartialEq",
     group = "nvidia.com",
     version = "v1",
     kind = "ClusterPolicy",
@@ -163,12 +164,18 @@ impl ClusterPolicySpec {
         flag(self.driver.rdma.as_ref().and_then(|r| r.enabled), false)
     }
     pub fn rdma_use_host_mofed(&self) -> bool {
-        flag(self.driver.rdma.as_ref().and_then(|r| r.use_host_mofed), false)
+        flag(
+            self.driver.rdma.as_ref().and_then(|r| r.use_host_mofed),
+            false,
+        )
     }
     /// The driver upgrade policy with defaults, or `None` when `upgradePolicy` is absent
     /// (the upgrade machine is then off, as upstream).
     pub fn driver_upgrade_policy(&self) -> Option<EffectiveUpgradePolicy> {
-        self.driver.upgrade_policy.as_ref().map(|p| p.effective(false))
+        self.driver
+            .upgrade_policy
+            .as_ref()
+            .map(|p| p.effective(false))
     }
     /// Whether automatic driver upgrades run (off with sandbox workloads).
     pub fn driver_auto_upgrade(&self) -> bool {
@@ -210,7 +217,10 @@ impl ClusterPolicySpec {
         flag(self.dcgm_exporter.enabled, true)
     }
     pub fn dcgm_exporter_service_monitor_enabled(&self) -> bool {
-        self.dcgm_exporter.service_monitor.as_ref().is_some_and(|s| s.is_enabled())
+        self.dcgm_exporter
+            .service_monitor
+            .as_ref()
+            .is_some_and(|s| s.is_enabled())
     }
     /// `gfd.enabled` (nil ⇒ true).
     pub fn gfd_enabled(&self) -> bool {
@@ -222,7 +232,10 @@ impl ClusterPolicySpec {
     }
     /// `mig.strategy`; unset means the node components' default `none`.
     pub fn mig_strategy(&self) -> MigStrategy {
-        self.mig.as_ref().and_then(|m| m.strategy).unwrap_or_default()
+        self.mig
+            .as_ref()
+            .and_then(|m| m.strategy)
+            .unwrap_or_default()
     }
     /// `migManager.enabled` (nil ⇒ true).
     pub fn mig_manager_enabled(&self) -> bool {
@@ -269,13 +282,22 @@ impl ClusterPolicySpec {
     }
     /// `sandboxWorkloads.enabled` (nil ⇒ false).
     pub fn sandbox_workloads_enabled(&self) -> bool {
-        flag(self.sandbox_workloads.as_ref().and_then(|s| s.enabled), false)
+        flag(
+            self.sandbox_workloads.as_ref().and_then(|s| s.enabled),
+            false,
+        )
     }
     pub fn sandbox_default_workload(&self) -> WorkloadConfig {
-        self.sandbox_workloads.as_ref().and_then(|s| s.default_workload).unwrap_or_default()
+        self.sandbox_workloads
+            .as_ref()
+            .and_then(|s| s.default_workload)
+            .unwrap_or_default()
     }
     pub fn sandbox_mode(&self) -> SandboxMode {
-        self.sandbox_workloads.as_ref().and_then(|s| s.mode).unwrap_or_default()
+        self.sandbox_workloads
+            .as_ref()
+            .and_then(|s| s.mode)
+            .unwrap_or_default()
     }
     /// Workload config of a node from its `nvidia.com/gpu.workload.config` label value:
     /// always `container` when sandbox workloads are off; missing/invalid ⇒ the default.
@@ -293,7 +315,10 @@ impl ClusterPolicySpec {
     }
     /// `vgpuDeviceManager.enabled` (nil ⇒ false).
     pub fn vgpu_device_manager_enabled(&self) -> bool {
-        flag(self.vgpu_device_manager.as_ref().and_then(|c| c.enabled), false)
+        flag(
+            self.vgpu_device_manager.as_ref().and_then(|c| c.enabled),
+            false,
+        )
     }
     /// `vfioManager.enabled` (nil ⇒ false).
     pub fn vfio_manager_enabled(&self) -> bool {
@@ -301,11 +326,15 @@ impl ClusterPolicySpec {
     }
     /// `sandboxDevicePlugin.enabled` (nil ⇒ false).
     pub fn sandbox_device_plugin_enabled(&self) -> bool {
-        self.sandbox_device_plugin.as_ref().is_some_and(|c| c.is_enabled(false))
+        self.sandbox_device_plugin
+            .as_ref()
+            .is_some_and(|c| c.is_enabled(false))
     }
     /// `kataSandboxDevicePlugin.enabled` (nil ⇒ false).
     pub fn kata_sandbox_device_plugin_enabled(&self) -> bool {
-        self.kata_sandbox_device_plugin.as_ref().is_some_and(|c| c.is_enabled(false))
+        self.kata_sandbox_device_plugin
+            .as_ref()
+            .is_some_and(|c| c.is_enabled(false))
     }
     /// `ccManager.enabled` (nil ⇒ false).
     pub fn cc_manager_enabled(&self) -> bool {
@@ -381,7 +410,11 @@ impl ClusterPolicySpec {
                 out.push(("spec.driver.upgradePolicy.maxUnavailable".into(), msg));
             }
         }
-        if let Some(r) = self.daemonsets.rolling_update.as_ref().and_then(|r| r.max_unavailable.clone())
+        if let Some(r) = self
+            .daemonsets
+            .rolling_update
+            .as_ref()
+            .and_then(|r| r.max_unavailable.clone())
             && let Some(msg) = crate::common::check_int_or_percent(
                 &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(r),
             )
@@ -439,7 +472,10 @@ mod tests {
     fn explicit_false_is_false() {
         let mut s = ClusterPolicySpec::default();
         s.driver.enabled = Some(false);
-        s.cdi = Some(CdiSpec { enabled: Some(false), ..Default::default() });
+        s.cdi = Some(CdiSpec {
+            enabled: Some(false),
+            ..Default::default()
+        });
         assert!(!s.driver_enabled());
         assert!(!s.cdi_enabled());
     }
@@ -447,20 +483,32 @@ mod tests {
     #[test]
     fn workload_config_resolution() {
         let mut s = ClusterPolicySpec::default();
-        assert_eq!(s.workload_config_for(Some("vm-vgpu")), WorkloadConfig::Container);
+        assert_eq!(
+            s.workload_config_for(Some("vm-vgpu")),
+            WorkloadConfig::Container
+        );
         s.sandbox_workloads = Some(SandboxWorkloadsSpec {
             enabled: Some(true),
             default_workload: Some(WorkloadConfig::VmPassthrough),
             ..Default::default()
         });
-        assert_eq!(s.workload_config_for(Some("vm-vgpu")), WorkloadConfig::VmVgpu);
-        assert_eq!(s.workload_config_for(Some("bogus")), WorkloadConfig::VmPassthrough);
+        assert_eq!(
+            s.workload_config_for(Some("vm-vgpu")),
+            WorkloadConfig::VmVgpu
+        );
+        assert_eq!(
+            s.workload_config_for(Some("bogus")),
+            WorkloadConfig::VmPassthrough
+        );
     }
 
     #[test]
     fn nri_requires_cdi_and_toolkit() {
         let mut s = ClusterPolicySpec::default();
-        s.cdi = Some(CdiSpec { nri_plugin_enabled: Some(true), ..Default::default() });
+        s.cdi = Some(CdiSpec {
+            nri_plugin_enabled: Some(true),
+            ..Default::default()
+        });
         assert!(s.validate().is_empty());
         s.toolkit.enabled = Some(false);
         assert_eq!(s.validate()[0].0, "spec.cdi.nriPluginEnabled");

@@ -81,6 +81,7 @@ pub struct SubGroup {
 /// Spec of a [`PodGroup`].
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
+    derive = "PartialEq",
     group = "scheduling.run.ai",
     version = "v2alpha2",
     kind = "PodGroup",
@@ -140,7 +141,8 @@ impl PodGroupSpec {
     }
     /// Explicit preemptibility, else derived from the resolved priority.
     pub fn preemptibility(&self, priority: i32) -> Preemptibility {
-        self.preemptibility.unwrap_or_else(|| Preemptibility::from_priority(priority))
+        self.preemptibility
+            .unwrap_or_else(|| Preemptibility::from_priority(priority))
     }
     /// `markUnschedulable` (omitted ⇒ true).
     pub fn mark_unschedulable(&self) -> bool {
@@ -183,13 +185,19 @@ impl PodGroupSpec {
             push("spec.minMember".into(), format!("must be >= 0, got {m}"));
         }
         if self.min_member.is_some() && self.min_sub_group.is_some() {
-            push("spec.minSubGroup".into(), "cannot be set together with spec.minMember".into());
+            push(
+                "spec.minSubGroup".into(),
+                "cannot be set together with spec.minMember".into(),
+            );
         }
         if let Some(b) = self.scheduling_backoff
             && b != -1
             && b != 1
         {
-            push("spec.schedulingBackoff".into(), format!("only -1 and 1 are supported, got {b}"));
+            push(
+                "spec.schedulingBackoff".into(),
+                format!("only -1 and 1 are supported, got {b}"),
+            );
         }
         for (f, v) in [
             ("preemptionDelay", &self.preemption_delay),
@@ -209,46 +217,74 @@ impl PodGroupSpec {
             } else if m < 0 || m as usize > roots {
                 push(
                     "spec.minSubGroup".into(),
-                    format!("must be between 0 and the number of root SubGroups ({roots}), got {m}"),
+                    format!(
+                        "must be between 0 and the number of root SubGroups ({roots}), got {m}"
+                    ),
                 );
             }
         }
-        let names: BTreeMap<&str, usize> =
-            subs.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        let names: BTreeMap<&str, usize> = subs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
         let mut seen = BTreeSet::new();
         for (i, s) in subs.iter().enumerate() {
             let p = format!("spec.subGroups[{i}]");
             if !is_dns_label(&s.name) {
-                push(format!("{p}.name"), format!("must be an RFC 1123 DNS label, got {:?}", s.name));
+                push(
+                    format!("{p}.name"),
+                    format!("must be an RFC 1123 DNS label, got {:?}", s.name),
+                );
             }
             if !seen.insert(s.name.as_str()) {
-                push(format!("{p}.name"), format!("duplicate SubGroup name {:?}", s.name));
+                push(
+                    format!("{p}.name"),
+                    format!("duplicate SubGroup name {:?}", s.name),
+                );
             }
             if let Some(parent) = s.parent.as_deref().filter(|p| !p.is_empty()) {
                 if !names.contains_key(parent) {
-                    push(format!("{p}.parent"), format!("names no SubGroup of this PodGroup: {parent:?}"));
+                    push(
+                        format!("{p}.parent"),
+                        format!("names no SubGroup of this PodGroup: {parent:?}"),
+                    );
                 } else if !is_dns_label(parent) {
-                    push(format!("{p}.parent"), format!("must be an RFC 1123 DNS label, got {parent:?}"));
+                    push(
+                        format!("{p}.parent"),
+                        format!("must be an RFC 1123 DNS label, got {parent:?}"),
+                    );
                 }
             }
             let children = self.children_of(Some(&s.name)).len();
             if children == 0 {
                 if s.min_member.is_none() {
-                    push(format!("{p}.minMember"), "is required on a leaf SubGroup".into());
+                    push(
+                        format!("{p}.minMember"),
+                        "is required on a leaf SubGroup".into(),
+                    );
                 }
                 if s.min_sub_group.is_some() {
-                    push(format!("{p}.minSubGroup"), "is not allowed on a leaf SubGroup".into());
+                    push(
+                        format!("{p}.minSubGroup"),
+                        "is not allowed on a leaf SubGroup".into(),
+                    );
                 }
             } else {
                 if s.min_member.is_some() {
-                    push(format!("{p}.minMember"), "is not allowed on a SubGroup with children (use minSubGroup)".into());
+                    push(
+                        format!("{p}.minMember"),
+                        "is not allowed on a SubGroup with children (use minSubGroup)".into(),
+                    );
                 }
                 if let Some(m) = s.min_sub_group
                     && (m < 0 || m as usize > children)
                 {
                     push(
                         format!("{p}.minSubGroup"),
-                        format!("must be between 0 and the number of child SubGroups ({children}), got {m}"),
+                        format!(
+                            "must be between 0 and the number of child SubGroups ({children}), got {m}"
+                        ),
                     );
                 }
             }
@@ -265,10 +301,16 @@ impl PodGroupSpec {
             while let Some(c) = cur {
                 steps += 1;
                 if steps > subs.len() {
-                    push(format!("spec.subGroups[{i}].parent"), format!("SubGroup {:?} is part of a parent cycle", s.name));
+                    push(
+                        format!("spec.subGroups[{i}].parent"),
+                        format!("SubGroup {:?} is part of a parent cycle", s.name),
+                    );
                     break;
                 }
-                cur = names.get(c).and_then(|&j| subs[j].parent.as_deref()).filter(|p| !p.is_empty());
+                cur = names
+                    .get(c)
+                    .and_then(|&j| subs[j].parent.as_deref())
+                    .filter(|p| !p.is_empty());
             }
         }
         out
@@ -283,7 +325,11 @@ pub struct PodGroupCondition {
     pub type_: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
-    #[serde(rename = "transitionID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "transitionID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub transition_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
@@ -349,7 +395,11 @@ pub struct SchedulingCondition {
     /// Deprecated: see `reasons`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    #[serde(rename = "transitionID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "transitionID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub transition_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
@@ -398,7 +448,12 @@ pub mod reason {
 mod tests {
     use super::*;
 
-    fn sg(name: &str, parent: Option<&str>, min_member: Option<i32>, min_sub: Option<i32>) -> SubGroup {
+    fn sg(
+        name: &str,
+        parent: Option<&str>,
+        min_member: Option<i32>,
+        min_sub: Option<i32>,
+    ) -> SubGroup {
         SubGroup {
             name: name.into(),
             parent: parent.map(Into::into),
@@ -413,7 +468,10 @@ mod tests {
         let s = PodGroupSpec::default();
         assert_eq!(s.min_member(), 1);
         assert!(s.is_gang());
-        let e = PodGroupSpec { min_member: Some(0), ..Default::default() };
+        let e = PodGroupSpec {
+            min_member: Some(0),
+            ..Default::default()
+        };
         assert!(!e.is_gang());
         assert_eq!(s.preemptibility(50), Preemptibility::Preemptible);
         assert_eq!(s.preemptibility(100), Preemptibility::NonPreemptible);
@@ -456,7 +514,10 @@ mod tests {
             "spec.subGroups[2].parent",
             "spec.subGroups[2].minSubGroup",
         ] {
-            assert!(paths.iter().any(|p| p == want), "missing {want} in {paths:?}");
+            assert!(
+                paths.iter().any(|p| p == want),
+                "missing {want} in {paths:?}"
+            );
         }
     }
 }

@@ -23,6 +23,7 @@ pub const UNLIMITED: f64 = -1.0;
 /// Spec of a [`Queue`].
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
+    derive = "PartialEq",
     group = "scheduling.run.ai",
     version = "v2",
     kind = "Queue",
@@ -82,11 +83,23 @@ pub struct QueueResources {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueResource {
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "gofloat::opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "gofloat::opt::serialize"
+    )]
     pub quota: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "gofloat::opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "gofloat::opt::serialize"
+    )]
     pub over_quota_weight: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "gofloat::opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "gofloat::opt::serialize"
+    )]
     pub limit: Option<f64>,
     #[serde(flatten)]
     #[schemars(skip)]
@@ -265,7 +278,10 @@ impl QueueSpec {
             && !super::is_dns_label(p)
             && !super::is_dns_subdomain(p)
         {
-            out.push(("spec.parentQueue".into(), format!("must be a valid object name, got {p:?}")));
+            out.push((
+                "spec.parentQueue".into(),
+                format!("must be a valid object name, got {p:?}"),
+            ));
         }
         out
     }
@@ -316,7 +332,10 @@ mod tests {
 
     #[test]
     fn omitted_values_are_zero() {
-        let s = QueueSpec { resources: Some(QueueResources::default()), ..Default::default() };
+        let s = QueueSpec {
+            resources: Some(QueueResources::default()),
+            ..Default::default()
+        };
         let gpu = s.resource(QueueResourceKind::Gpu);
         assert_eq!(gpu.limit, Limit::Max(0.0));
         assert!(!gpu.limit.allows(0.5));
@@ -331,7 +350,10 @@ mod tests {
         let r = QueueResource::open();
         assert_eq!(r.limit(), Limit::Unlimited);
         assert!(r.limit().allows(1e9));
-        let q = QueueResource { quota: Some(-1.0), ..Default::default() };
+        let q = QueueResource {
+            quota: Some(-1.0),
+            ..Default::default()
+        };
         assert_eq!(q.quota(), Quota::AllAvailable);
     }
 
@@ -339,7 +361,11 @@ mod tests {
     fn validate_negative_values() {
         let s = QueueSpec {
             resources: Some(QueueResources {
-                gpu: Some(QueueResource { quota: Some(-2.0), limit: Some(-1.0), ..Default::default() }),
+                gpu: Some(QueueResource {
+                    quota: Some(-2.0),
+                    limit: Some(-1.0),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -347,6 +373,11 @@ mod tests {
         let p = s.validate();
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].0, "spec.resources.gpu.quota");
-        assert!(QueueSpec::default().validate().iter().any(|(p, _)| p == "spec.resources"));
+        assert!(
+            QueueSpec::default()
+                .validate()
+                .iter()
+                .any(|(p, _)| p == "spec.resources")
+        );
     }
 }

@@ -14,7 +14,13 @@ pub mod pci {
     pub const A100_40GB: &[&str] = &["0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"];
     /// H100-80GB, H800-80GB, A100-80GB, A800-80GB.
     pub const CLASS_80GB: &[&str] = &[
-        "0x233010DE", "0x233110DE", "0x232210DE", "0x20B210DE", "0x20B510DE", "0x20F310DE", "0x20F510DE",
+        "0x233010DE",
+        "0x233110DE",
+        "0x232210DE",
+        "0x20B210DE",
+        "0x20B510DE",
+        "0x20F310DE",
+        "0x20F510DE",
         "0x232410DE",
     ];
     pub const A30: &[&str] = &["0x20B710DE"];
@@ -68,16 +74,27 @@ const SINGLE_PROFILE: &[(&str, &[&str], i64)] = &[
 
 /// `all-balanced` per GPU group.
 const BALANCED: &[(&[&str], &[(&str, i64)])] = &[
-    (pci::A100_40GB, &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)]),
-    (pci::CLASS_80GB, &[("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)]),
+    (
+        pci::A100_40GB,
+        &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)],
+    ),
+    (
+        pci::CLASS_80GB,
+        &[("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)],
+    ),
     (pci::H200, &[("1g.18gb", 2), ("2g.35gb", 1), ("3g.71gb", 1)]),
-    (pci::H100_NVL, &[("1g.12gb", 2), ("2g.24gb", 1), ("3g.47gb", 1)]),
+    (
+        pci::H100_NVL,
+        &[("1g.12gb", 2), ("2g.24gb", 1), ("3g.47gb", 1)],
+    ),
     (pci::A30, &[("1g.6gb", 2), ("2g.12gb", 1)]),
     (pci::B200, &[("1g.23gb", 2), ("2g.45gb", 1), ("3g.90gb", 1)]),
 ];
 
 fn filter(ids: &[&str]) -> Option<DeviceFilter> {
-    Some(DeviceFilter::Many(ids.iter().map(|s| s.to_string()).collect()))
+    Some(DeviceFilter::Many(
+        ids.iter().map(|s| s.to_string()).collect(),
+    ))
 }
 
 fn enabled(ids: &[&str], devices: &[(&str, i64)]) -> MigConfigEntry {
@@ -85,7 +102,12 @@ fn enabled(ids: &[&str], devices: &[(&str, i64)]) -> MigConfigEntry {
         device_filter: filter(ids),
         devices: Devices::All,
         mig_enabled: true,
-        mig_devices: Some(devices.iter().map(|(p, n)| (p.to_string(), *n)).collect::<BTreeMap<_, _>>()),
+        mig_devices: Some(
+            devices
+                .iter()
+                .map(|(p, n)| (p.to_string(), *n))
+                .collect::<BTreeMap<_, _>>(),
+        ),
     }
 }
 
@@ -94,7 +116,12 @@ pub fn default_config() -> MigPartedConfig {
     let mut c: IndexMap<String, Vec<MigConfigEntry>> = IndexMap::new();
     c.insert(
         "all-disabled".into(),
-        vec![MigConfigEntry { device_filter: None, devices: Devices::All, mig_enabled: false, mig_devices: None }],
+        vec![MigConfigEntry {
+            device_filter: None,
+            devices: Devices::All,
+            mig_enabled: false,
+            mig_devices: None,
+        }],
     );
     c.insert(
         "all-enabled".into(),
@@ -108,14 +135,28 @@ pub fn default_config() -> MigPartedConfig {
     // all-1g.10gb exists on both the 40 GB (4 instances) and the 80 GB class (7).
     c.insert(
         "all-1g.10gb".into(),
-        vec![enabled(pci::A100_40GB, &[("1g.10gb", 4)]), enabled(pci::CLASS_80GB, &[("1g.10gb", 7)])],
+        vec![
+            enabled(pci::A100_40GB, &[("1g.10gb", 4)]),
+            enabled(pci::CLASS_80GB, &[("1g.10gb", 7)]),
+        ],
     );
     for (profile, ids, max) in SINGLE_PROFILE {
         let name = format!("all-{}", profile.replace('+', "."));
-        c.entry(name).or_default().push(enabled(ids, &[(profile, *max)]));
+        c.entry(name)
+            .or_default()
+            .push(enabled(ids, &[(profile, *max)]));
     }
-    c.insert("all-balanced".into(), BALANCED.iter().map(|(ids, devs)| enabled(ids, devs)).collect());
-    MigPartedConfig { version: Some("v1".into()), mig_configs: c }
+    c.insert(
+        "all-balanced".into(),
+        BALANCED
+            .iter()
+            .map(|(ids, devs)| enabled(ids, devs))
+            .collect(),
+    );
+    MigPartedConfig {
+        version: Some("v1".into()),
+        mig_configs: c,
+    }
 }
 
 /// The default config as YAML (the `config.yaml` key of the default ConfigMap).
@@ -130,8 +171,10 @@ pub fn default_configs_for(device_id: u32) -> IndexMap<String, Vec<MigConfigEntr
         .mig_configs
         .into_iter()
         .filter_map(|(name, entries)| {
-            let keep: Vec<MigConfigEntry> =
-                entries.into_iter().filter(|e| e.applies_to(0, device_id, None)).collect();
+            let keep: Vec<MigConfigEntry> = entries
+                .into_iter()
+                .filter(|e| e.applies_to(0, device_id, None))
+                .collect();
             (!keep.is_empty()).then_some((name, keep))
         })
         .collect()
@@ -145,10 +188,19 @@ mod tests {
     fn defaults_are_valid() {
         let c = default_config();
         assert_eq!(c.validate(), vec![]);
-        for name in ["all-disabled", "all-enabled", "all-1g.10gb", "all-balanced", "all-1g.18gb", "all-7g.141gb", "all-1g.5gb.me"] {
+        for name in [
+            "all-disabled",
+            "all-enabled",
+            "all-1g.10gb",
+            "all-balanced",
+            "all-1g.18gb",
+            "all-7g.141gb",
+            "all-1g.5gb.me",
+        ] {
             assert!(c.mig_configs.contains_key(name), "{name}");
         }
-        let back: MigPartedConfig = serde_yaml::from_str(&default_config_yaml()).unwrap_or_else(|e| panic!("{e}"));
+        let back: MigPartedConfig =
+            serde_yaml::from_str(&default_config_yaml()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, c);
     }
 
@@ -159,10 +211,25 @@ mod tests {
         assert!(!h200.contains_key("all-1g.10gb"));
         let bal = &h200["all-balanced"];
         assert_eq!(bal.len(), 1);
-        assert_eq!(bal[0].mig_devices.as_ref().and_then(|m| m.get("1g.18gb")), Some(&2));
+        assert_eq!(
+            bal[0].mig_devices.as_ref().and_then(|m| m.get("1g.18gb")),
+            Some(&2)
+        );
         let a100_40 = default_configs_for(0x20B0_10DE);
-        assert_eq!(a100_40["all-1g.10gb"][0].mig_devices.as_ref().and_then(|m| m.get("1g.10gb")), Some(&4));
+        assert_eq!(
+            a100_40["all-1g.10gb"][0]
+                .mig_devices
+                .as_ref()
+                .and_then(|m| m.get("1g.10gb")),
+            Some(&4)
+        );
         let a100_80 = default_configs_for(0x20B2_10DE);
-        assert_eq!(a100_80["all-1g.10gb"][0].mig_devices.as_ref().and_then(|m| m.get("1g.10gb")), Some(&7));
+        assert_eq!(
+            a100_80["all-1g.10gb"][0]
+                .mig_devices
+                .as_ref()
+                .and_then(|m| m.get("1g.10gb")),
+            Some(&7)
+        );
     }
 }

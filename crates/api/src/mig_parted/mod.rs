@@ -66,13 +66,21 @@ impl DeviceFilter {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MigConfigEntry {
-    #[serde(rename = "device-filter", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "device-filter",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub device_filter: Option<DeviceFilter>,
     pub devices: Devices,
     #[serde(rename = "mig-enabled")]
     pub mig_enabled: bool,
     /// Profile → instance count per GPU. `{}` with `mig-enabled: true` = MIG on, no instances.
-    #[serde(rename = "mig-devices", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "mig-devices",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub mig_devices: Option<BTreeMap<String, i64>>,
 }
 
@@ -97,7 +105,9 @@ impl<'de> Deserialize<'de> for Devices {
                 if v == "all" {
                     Ok(Devices::All)
                 } else {
-                    Err(E::custom(format!("devices must be \"all\" or a list of GPU indices, got {v:?}")))
+                    Err(E::custom(format!(
+                        "devices must be \"all\" or a list of GPU indices, got {v:?}"
+                    )))
                 }
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Devices, A::Error> {
@@ -116,7 +126,9 @@ impl<'de> Deserialize<'de> for Devices {
 pub fn parse_pci_filter(s: &str) -> Option<(u32, Option<u32>)> {
     let hex = |t: &str| {
         let h = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X"))?;
-        (h.len() == 8).then(|| u32::from_str_radix(h, 16).ok()).flatten()
+        (h.len() == 8)
+            .then(|| u32::from_str_radix(h, 16).ok())
+            .flatten()
     };
     match s.split_once(':') {
         Some((d, sub)) => Some((hex(d)?, Some(hex(sub)?))),
@@ -133,9 +145,10 @@ impl MigConfigEntry {
             Devices::Indices(v) => v.contains(&gpu_index),
         };
         let by_filter = self.device_filter.as_ref().is_none_or(|f| {
-            f.ids().iter().filter_map(|id| parse_pci_filter(id)).any(|(d, sub)| {
-                d == device_id && sub.is_none_or(|s| Some(s) == subsystem_id)
-            })
+            f.ids()
+                .iter()
+                .filter_map(|id| parse_pci_filter(id))
+                .any(|(d, sub)| d == device_id && sub.is_none_or(|s| Some(s) == subsystem_id))
         });
         by_index && by_filter
     }
@@ -146,7 +159,9 @@ impl MigConfigEntry {
         self.mig_devices
             .iter()
             .flatten()
-            .filter_map(|(p, &n)| Some((p.parse().ok()?, u32::try_from(n).ok().filter(|&n| n > 0)?)))
+            .filter_map(|(p, &n)| {
+                Some((p.parse().ok()?, u32::try_from(n).ok().filter(|&n| n > 0)?))
+            })
             .collect()
     }
 
@@ -155,12 +170,18 @@ impl MigConfigEntry {
         let mut out = Vec::new();
         if let Devices::Indices(v) = &self.devices {
             if v.is_empty() {
-                out.push(Problem::new("devices", "must be \"all\" or a non-empty list of GPU indices"));
+                out.push(Problem::new(
+                    "devices",
+                    "must be \"all\" or a non-empty list of GPU indices",
+                ));
             }
             let mut seen = std::collections::BTreeSet::new();
             for (i, d) in v.iter().enumerate() {
                 if !seen.insert(d) {
-                    out.push(Problem::new(index("devices", i), format!("duplicate GPU index {d}")));
+                    out.push(Problem::new(
+                        index("devices", i),
+                        format!("duplicate GPU index {d}"),
+                    ));
                 }
             }
         }
@@ -171,13 +192,21 @@ impl MigConfigEntry {
                         DeviceFilter::One(_) => "device-filter".to_string(),
                         DeviceFilter::Many(_) => index("device-filter", i),
                     };
-                    out.push(Problem::new(p, format!("must be a PCI ID like 0x20B010DE (optionally :0xSSSSssss), got {id:?}")));
+                    out.push(Problem::new(
+                        p,
+                        format!(
+                            "must be a PCI ID like 0x20B010DE (optionally :0xSSSSssss), got {id:?}"
+                        ),
+                    ));
                 }
             }
         }
         match (&self.mig_devices, self.mig_enabled) {
             (Some(m), false) if !m.is_empty() => {
-                out.push(Problem::new("mig-devices", "must be empty or absent when mig-enabled is false"));
+                out.push(Problem::new(
+                    "mig-devices",
+                    "must be empty or absent when mig-enabled is false",
+                ));
             }
             (None, true) => out.push(Problem::new(
                 "mig-devices",
@@ -192,11 +221,17 @@ impl MigConfigEntry {
                     out.push(Problem::new(path.clone(), e));
                 }
                 if n < 0 {
-                    out.push(Problem::new(path, format!("instance count must be >= 0, got {n}")));
+                    out.push(Problem::new(
+                        path,
+                        format!("instance count must be >= 0, got {n}"),
+                    ));
                 }
             }
             if !m.is_empty() && m.values().all(|&n| n <= 0) {
-                out.push(Problem::new("mig-devices", "at least one count must be > 0 (use {} for MIG on without instances)"));
+                out.push(Problem::new(
+                    "mig-devices",
+                    "at least one count must be > 0 (use {} for MIG on without instances)",
+                ));
             }
         }
         out
@@ -207,7 +242,13 @@ impl MigPartedConfig {
     /// The entry that applies to a GPU under `config` (entries apply in order, so the last
     /// matching one wins), or `None` when the config is unknown or no entry matches (the GPU
     /// is then left as it is).
-    pub fn entry_for(&self, config: &str, gpu_index: u32, device_id: u32, subsystem_id: Option<u32>) -> Option<&MigConfigEntry> {
+    pub fn entry_for(
+        &self,
+        config: &str,
+        gpu_index: u32,
+        device_id: u32,
+        subsystem_id: Option<u32>,
+    ) -> Option<&MigConfigEntry> {
         self.mig_configs
             .get(config)?
             .iter()
@@ -220,7 +261,10 @@ impl MigPartedConfig {
         let mut out = Vec::new();
         match self.version.as_deref() {
             Some("v1") => {}
-            Some(v) => out.push(Problem::new("version", format!("must be \"v1\", got {v:?}"))),
+            Some(v) => out.push(Problem::new(
+                "version",
+                format!("must be \"v1\", got {v:?}"),
+            )),
             None => out.push(Problem::new("version", "is required (set version: v1)")),
         }
         if self.mig_configs.is_empty() {
@@ -307,15 +351,28 @@ mod tests {
 
     #[test]
     fn devices_all_or_list() {
-        assert_eq!(entry("{devices: all, mig-enabled: false}").devices, Devices::All);
-        assert_eq!(entry("{devices: [0, 2], mig-enabled: false}").devices, Devices::Indices(vec![0, 2]));
-        assert!(serde_yaml::from_str::<MigConfigEntry>("{devices: some, mig-enabled: false}").is_err());
-        assert!(serde_yaml::from_str::<MigConfigEntry>("{devices: all, mig-enabled: false, extra: 1}").is_err());
+        assert_eq!(
+            entry("{devices: all, mig-enabled: false}").devices,
+            Devices::All
+        );
+        assert_eq!(
+            entry("{devices: [0, 2], mig-enabled: false}").devices,
+            Devices::Indices(vec![0, 2])
+        );
+        assert!(
+            serde_yaml::from_str::<MigConfigEntry>("{devices: some, mig-enabled: false}").is_err()
+        );
+        assert!(
+            serde_yaml::from_str::<MigConfigEntry>("{devices: all, mig-enabled: false, extra: 1}")
+                .is_err()
+        );
     }
 
     #[test]
     fn applies_and_last_wins() {
-        let e = entry("{device-filter: '0x20B010DE', devices: [1], mig-enabled: true, mig-devices: {}}");
+        let e = entry(
+            "{device-filter: '0x20B010DE', devices: [1], mig-enabled: true, mig-devices: {}}",
+        );
         assert!(e.applies_to(1, 0x20B0_10DE, None));
         assert!(!e.applies_to(0, 0x20B0_10DE, None));
         assert!(!e.applies_to(1, 0x2330_10DE, None));
@@ -324,8 +381,14 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
-        assert!(cfg.entry_for("c", 1, 0, None).is_some_and(|e| e.mig_enabled));
-        assert!(cfg.entry_for("c", 0, 0, None).is_some_and(|e| !e.mig_enabled));
+        assert!(
+            cfg.entry_for("c", 1, 0, None)
+                .is_some_and(|e| e.mig_enabled)
+        );
+        assert!(
+            cfg.entry_for("c", 0, 0, None)
+                .is_some_and(|e| !e.mig_enabled)
+        );
         assert!(cfg.entry_for("nope", 0, 0, None).is_none());
     }
 
@@ -333,19 +396,35 @@ mod tests {
     fn entry_rules() {
         let e = entry("{devices: [0, 0], mig-enabled: false, mig-devices: {1g.10gb: 1}}");
         let p: Vec<String> = e.validate().iter().map(ToString::to_string).collect();
-        assert!(p.contains(&"devices[1]: duplicate GPU index 0".to_string()), "{p:?}");
-        assert!(p.iter().any(|m| m.starts_with("mig-devices: must be empty")));
+        assert!(
+            p.contains(&"devices[1]: duplicate GPU index 0".to_string()),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("mig-devices: must be empty"))
+        );
         let e = entry("{devices: all, mig-enabled: true, mig-devices: {1g.7gb: 1, 2g.20gb: -1}}");
         let p: Vec<String> = e.validate().iter().map(ToString::to_string).collect();
-        assert!(p.iter().any(|m| m.starts_with("mig-devices[\"1g.7gb\"]: unknown MIG profile")), "{p:?}");
-        assert!(p.iter().any(|m| m.contains("instance count must be >= 0, got -1")));
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("mig-devices[\"1g.7gb\"]: unknown MIG profile")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|m| m.contains("instance count must be >= 0, got -1"))
+        );
         assert!(entry("{devices: all, mig-enabled: true}").validate().len() == 1);
     }
 
     #[test]
     fn pci_filter() {
         assert_eq!(parse_pci_filter("0x20B010DE"), Some((0x20B0_10DE, None)));
-        assert_eq!(parse_pci_filter("0x20B010DE:0x134F10DE"), Some((0x20B0_10DE, Some(0x134F_10DE))));
+        assert_eq!(
+            parse_pci_filter("0x20B010DE:0x134F10DE"),
+            Some((0x20B0_10DE, Some(0x134F_10DE)))
+        );
         assert_eq!(parse_pci_filter("20B010DE"), None);
         assert_eq!(parse_pci_filter("0x20B0"), None);
     }

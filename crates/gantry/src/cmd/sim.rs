@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gantry_sim::cluster::{Fault, control};
+use gantry_sim::cluster::{self, Fault, control};
 
 #[derive(clap::Subcommand)]
 pub enum SimCommand {
@@ -39,9 +39,9 @@ pub struct FaultArgs {
     /// GPU index on the node (for --xid, --off-bus, --ecc-dbe, --clear).
     #[arg(long)]
     gpu: Option<u32>,
-    /// Data directory of the running `gantry up`.
-    #[arg(long, env = "GANTRY_DATA_DIR", default_value = ".gantry")]
-    data_dir: PathBuf,
+    /// `--data-dir` of the running `gantry up` (none: the in-memory sim's `$TMPDIR/gantry-sim`).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 fn fault(args: &FaultArgs) -> anyhow::Result<Fault> {
@@ -72,7 +72,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
                 fault: fault(&args)?,
             };
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let msg = rt.block_on(control::send(&args.data_dir, &req))?;
+            let msg = rt.block_on(control::send(&cluster::sim_dir(args.data_dir.as_deref()), &req))?;
             println!("{msg}");
             Ok(ExitCode::SUCCESS)
         }

@@ -11,8 +11,9 @@ use std::time::Duration;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, PcieUtilCounter,
-    RetirementCause, TemperatureSensor, TopologyLevel as NvTopo,
+    PerformancePolicy, RetirementCause, TemperatureSensor, TopologyLevel as NvTopo,
 };
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
@@ -27,8 +28,8 @@ use crate::error::{GpuError, Result};
 use crate::mig::{self, Occupant};
 use crate::types::{
     Clocks, ComputeInstance, DeviceInfo, EccCounts, Engines, Event, GpuInstance, MemoryInfo,
-    MigDevice, MigMode, MigProfile, NvLinkInfo, PcieInfo, Placement, Power, ProcessInfo, Profiling,
-    RowRemap, Temperature, TopologyLevel, Utilization,
+    MigDevice, MigMode, MigProfile, NvLinkInfo, PcieInfo, PcieThroughput, Placement, Power,
+    ProcessInfo, Profiling, RowRemap, Temperature, TopologyLevel, Utilization, Violations,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -51,6 +52,8 @@ pub struct NvmlBackend {
     nvml: &'static Nvml,
     library: PathBuf,
     gpm: Mutex<HashMap<(u32, Option<u32>), GpmSample<'static>>>,
+    /// PCI bus ids of the GPUs, to tell GPU peers from NVSwitches at the far end of a link.
+    gpu_buses: Vec<String>,
 }
 
 impl std::fmt::Debug for NvmlBackend {
@@ -102,6 +105,20 @@ fn profile_suffix(nvml_profile: u32) -> &'static str {
     }
 }
 
+/// `nvidia-smi`'s spelling of a brand from nvml-wrapper's variant name.
+fn brand_name(variant: &str) -> String {
+    match variant {
+        "Nvidia" => "NVIDIA".to_string(),
+        "NvidiaRTX" => "NVIDIA RTX".to_string(),
+        "NvidiaVApps" => "NVIDIA Virtual Applications".to_string(),
+        "NvidiaVPC" => "NVIDIA Virtual PC".to_string(),
+        "NvidiaVCS" => "NVIDIA Virtual Compute Server".to_string(),
+        "NvidiaVWS" => "NVIDIA RTX Virtual Workstation".to_string(),
+        "NvidiaCloudGaming" => "NVIDIA Cloud Gaming".to_string(),
+        other => other.to_string(),
+    }
+}
+
 impl NvmlBackend {
     /// Load NVML from under `driver_root` (see [`candidate_paths`]) and initialise it.
     pub fn open(driver_root: Option<&Path>) -> Result<Self> {
@@ -112,10 +129,16 @@ impl NvmlBackend {
     pub fn open_from(candidates: &[PathBuf]) -> Result<Self> {
         let (nvml, library) = load::load(candidates)?;
         tracing::info!(library = %library.display(), "NVML loaded");
+        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+        let gpu_buses = (0..nvml.device_count().unwrap_or(0))
+            .filter_map(|i| nvml.device_by_index(i).ok()?.pci_info().ok())
+            .map(|p| p.bus_id)
+            .collect();
         Ok(NvmlBackend {
-            nvml: Box::leak(Box::new(nvml)),
+            nvml,
             library,
             gpm: Mutex::new(HashMap::new()),
+            gpu_buses,
         })
     }
 
@@ -301,7 +324,7 @@ impl Backend for NvmlBackend {
                 .unwrap_or_default(),
             brand: optional(d.brand())
                 .map_err(e("nvmlDeviceGetBrand"))?
-                .map(|b| format!("{b:?}"))
+                .map(|b| brand_name(&format!("{b:?}")))
                 .unwrap_or_default(),
             board_part_number: optional(d.board_part_number())
                 .map_err(e("nvmlDeviceGetBoardPartNumber"))?
@@ -399,6 +422,23 @@ impl Backend for NvmlBackend {
         })
     }
 
+    fn violations(&self, gpu: u32) -> Result<Violations> {
+        let d = self.dev(gpu)?;
+        let v = |p: PerformancePolicy| {
+            optional(d.violation_status(p))
+                .map(|t| t.map(|t| t.violation_time).unwrap_or(0))
+                .map_err(|e| err(gpu, "nvmlDeviceGetViolationStatus", e))
+        };
+        Ok(Violations {
+            power_ns: v(PerformancePolicy::Power)?,
+            thermal_ns: v(PerformancePolicy::Thermal)?,
+            sync_boost_ns: v(PerformancePolicy::SyncBoost)?,
+            board_limit_ns: v(PerformancePolicy::BoardLimit)?,
+            low_utilization_ns: v(PerformancePolicy::LowUtilization)?,
+            reliability_ns: v(PerformancePolicy::Reliability)?,
+        })
+    }
+
     fn ecc(&self, gpu: u32) -> Result<EccCounts> {
         let d = self.dev(gpu)?;
         let enabled = optional(d.is_ecc_enabled())
@@ -467,23 +507,23 @@ impl Backend for NvmlBackend {
                 d.pcie_replay_counter(),
                 "nvmlDeviceGetPcieReplayCounter",
             )?),
-            tx_kbps: o(
-                d.pcie_throughput(PcieUtilCounter::Send),
-                "nvmlDeviceGetPcieThroughput",
-            )?,
-            rx_kbps: o(
-                d.pcie_throughput(PcieUtilCounter::Receive),
-                "nvmlDeviceGetPcieThroughput",
-            )?,
+        })
+    }
+
+    fn pcie_throughput(&self, gpu: u32) -> Result<PcieThroughput> {
+        let d = self.dev(gpu)?;
+        let t = |c: PcieUtilCounter| {
+            d.pcie_throughput(c)
+                .map_err(|e| err(gpu, "nvmlDeviceGetPcieThroughput", e))
+        };
+        Ok(PcieThroughput {
+            tx_kbps: t(PcieUtilCounter::Send)?,
+            rx_kbps: t(PcieUtilCounter::Receive)?,
         })
     }
 
     fn nvlinks(&self, gpu: u32) -> Result<Vec<NvLinkInfo>> {
         let d = self.dev(gpu)?;
-        let gpu_buses: Vec<String> = (0..self.device_count()?)
-            .filter_map(|i| self.nvml.device_by_index(i).ok()?.pci_info().ok())
-            .map(|p| p.bus_id)
-            .collect();
         let mut links = Vec::new();
         for link in 0..MAX_NVLINKS {
             let l = d.link_wrapper_for(link);
@@ -500,13 +540,22 @@ impl Backend for NvmlBackend {
             } else {
                 String::new()
             };
+            let errors = |c: ErrorCounter| {
+                optional(l.error_counter(c))
+                    .map(|v| v.unwrap_or(0))
+                    .map_err(|e| err(gpu, "nvmlDeviceGetNvLinkErrorCounter", e))
+            };
             links.push(NvLinkInfo {
                 link,
                 active,
-                remote_is_switch: active && !remote.is_empty() && !gpu_buses.contains(&remote),
+                remote_is_switch: active && !remote.is_empty() && !self.gpu_buses.contains(&remote),
                 remote_pci_bus_id: remote,
                 tx_kib: 0,
                 rx_kib: 0,
+                crc_flit_errors: errors(ErrorCounter::DlCrcFlit)?,
+                crc_data_errors: errors(ErrorCounter::DlCrcData)?,
+                replay_errors: errors(ErrorCounter::DlReplay)?,
+                recovery_errors: errors(ErrorCounter::DlRecovery)?,
             });
         }
         let fields: Vec<(u32, u32)> = links
@@ -585,6 +634,14 @@ impl Backend for NvmlBackend {
                 compute_instance_id: p.compute_instance_id,
             })
             .collect())
+    }
+
+    fn vgpu_license_status(&self, gpu: u32) -> Result<u32> {
+        let d = self.dev(gpu)?;
+        Ok(optional(raw::vgpu_license_state(self.nvml, &d))
+            .map_err(|e| err(gpu, "nvmlDeviceGetGridLicensableFeatures_v4", e))?
+            .flatten()
+            .unwrap_or(0))
     }
 
     fn profiling(&self, gpu: u32, gpu_instance: Option<u32>) -> Result<Profiling> {
@@ -767,15 +824,12 @@ impl Backend for NvmlBackend {
     }
 
     fn mig_device_memory(&self, uuid: &str) -> Result<MemoryInfo> {
-        let d = self
-            .nvml
-            .device_by_uuid(uuid)
-            .map_err(|e| match e {
-                NvmlError::NotFound | NvmlError::InvalidArg => {
-                    GpuError::NotFound(format!("MIG device {uuid}"))
-                }
-                e => err(0, "nvmlDeviceGetHandleByUUID", e),
-            })?;
+        let d = self.nvml.device_by_uuid(uuid).map_err(|e| match e {
+            NvmlError::NotFound | NvmlError::InvalidArg => {
+                GpuError::NotFound(format!("MIG device {uuid}"))
+            }
+            e => err(0, "nvmlDeviceGetHandleByUUID", e),
+        })?;
         let m = d.memory_info().map_err(|e| GpuError::Nvml {
             call: format!("nvmlDeviceGetMemoryInfo ({uuid})"),
             message: e.to_string(),

@@ -11,9 +11,11 @@ use std::os::raw::c_uint;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, EventSet, Nvml};
 use nvml_wrapper_sys::bindings::{
-    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, nvmlComputeInstance_t, nvmlComputeInstanceInfo_t,
-    nvmlComputeInstanceProfileInfo_t, nvmlEventData_t, nvmlFieldValue_t, nvmlGpuInstance_t,
-    nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_GRID_LICENSE_FEATURE_MAX_COUNT,
+    nvmlComputeInstance_t, nvmlComputeInstanceInfo_t, nvmlComputeInstanceProfileInfo_t,
+    nvmlEventData_t, nvmlFieldValue_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
+    nvmlGpuInstancePlacement_t, nvmlGridLicensableFeatures_t,
+    nvmlGridLicenseFeatureCode_t_NVML_GRID_LICENSE_FEATURE_CODE_VGPU,
 };
 
 /// Enough room for every instance NVML can report per profile.
@@ -334,4 +336,24 @@ pub fn event_wait(
         gpu_instance_id: data.gpuInstanceId,
         compute_instance_id: data.computeInstanceId,
     }))
+}
+
+/// State of the vGPU licensable feature; `None` when the GPU has no licensing (not a vGPU).
+pub fn vgpu_license_state(nvml: &Nvml, dev: &Device<'_>) -> Result<Option<u32>, NvmlError> {
+    let sym = nvml_sym(nvml.lib().nvmlDeviceGetGridLicensableFeatures_v4.as_ref())?;
+    // SAFETY: all-zero is a valid bit pattern for this plain C struct of ints and char arrays.
+    let mut f: nvmlGridLicensableFeatures_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `f` is a local out-struct of the size NVML expects for the _v4 call.
+    unsafe { nvml_try(sym(dev.handle(), &mut f))? };
+    if f.isGridLicenseSupported == 0 {
+        return Ok(None);
+    }
+    let n = f
+        .licensableFeaturesCount
+        .min(NVML_GRID_LICENSE_FEATURE_MAX_COUNT) as usize;
+    Ok(f.gridLicensableFeatures
+        .iter()
+        .take(n)
+        .find(|x| x.featureCode == nvmlGridLicenseFeatureCode_t_NVML_GRID_LICENSE_FEATURE_CODE_VGPU)
+        .map(|x| x.featureState))
 }

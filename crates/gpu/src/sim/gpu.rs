@@ -7,18 +7,18 @@ use crate::error::{GpuError, Result};
 use crate::mig::{self, Occupant};
 use crate::sim::ids;
 use crate::types::{
-    Clocks, ComputeInstance, DeviceInfo, EccCounts, Engines, GpuInstance, MemoryInfo, MigDevice,
-    MigMode, MigProfile, PcieInfo, Placement, Power, ProcessInfo, Profiling, RowRemap, Temperature,
-    Utilization, throttle,
+    Clocks, ComputeInstance, DeviceInfo, EccCounts, GpuInstance, MemoryInfo, MigDevice, MigMode,
+    MigProfile, PcieInfo, PcieThroughput, Placement, Power, ProcessInfo, Profiling, RowRemap,
+    Temperature, Utilization, Violations, throttle,
 };
 
-/// Ambient / idle GPU temperature and the rise at full load, °C.
-const IDLE_TEMP_C: f64 = 32.0;
-const FULL_LOAD_RISE_C: f64 = 42.0;
+/// Idle GPU temperature (our H200 idles at 39 °C, HBM 41 °C) and the rise at full load, °C.
+const IDLE_TEMP_C: f64 = 38.0;
+const FULL_LOAD_RISE_C: f64 = 38.0;
 /// Thermal time constant, seconds.
 const THERMAL_TAU_S: f64 = 30.0;
 /// HBM runs a few degrees hotter than the die.
-const HBM_OFFSET_C: f64 = 6.0;
+const HBM_OFFSET_C: f64 = 3.0;
 
 /// A process on a simulated GPU (whole GPU, or a MIG device of it).
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +72,10 @@ pub(crate) struct SimGpu {
     temp_c: f64,
     nvlink_tx_kib: f64,
     nvlink_rx_kib: f64,
+    /// Per link: CRC flit, CRC data, replay, recovery errors.
+    pub nvlink_errors: Vec<[u64; 4]>,
+    power_violation_ns: f64,
+    low_util_ns: f64,
 }
 
 impl SimGpu {
@@ -120,6 +124,9 @@ impl SimGpu {
             temp_c: IDLE_TEMP_C,
             nvlink_tx_kib: 0.0,
             nvlink_rx_kib: 0.0,
+            nvlink_errors: vec![[0; 4]; model.nvlinks as usize],
+            power_violation_ns: 0.0,
+            low_util_ns: 0.0,
         }
     }
 
@@ -176,8 +183,7 @@ impl SimGpu {
     }
 
     fn reserved_mib(&self) -> u64 {
-        // The driver keeps a small share of the framebuffer for itself (~0.4 %).
-        self.model.memory_mib / 256
+        self.model.reserved_mib
     }
 
     fn usable_mib(&self) -> u64 {
@@ -209,6 +215,12 @@ impl SimGpu {
         }
         let util = self.util();
         self.energy_mj += self.power_w_at(util) * 1000.0 * dt;
+        // Same thresholds as `clocks()`: idle clocks down, full load runs into the power cap.
+        if util <= 0.0 {
+            self.low_util_ns += dt * 1e9;
+        } else if util >= 0.95 {
+            self.power_violation_ns += dt * 1e9;
+        }
         let target = IDLE_TEMP_C + FULL_LOAD_RISE_C * util;
         self.temp_c = target + (self.temp_c - target) * (-dt / THERMAL_TAU_S).exp();
         if self.model.nvlinks > 0 && !self.mig.current {
@@ -304,6 +316,15 @@ impl SimGpu {
         })
     }
 
+    pub fn violations(&self) -> Result<Violations> {
+        self.alive()?;
+        Ok(Violations {
+            power_ns: self.power_violation_ns as u64,
+            low_utilization_ns: self.low_util_ns as u64,
+            ..Violations::default()
+        })
+    }
+
     pub fn ecc(&self) -> Result<EccCounts> {
         self.alive()?;
         Ok(self.ecc)
@@ -314,20 +335,32 @@ impl SimGpu {
         Ok(self.remap)
     }
 
-    pub fn pcie(&self, now: Duration) -> Result<PcieInfo> {
+    pub fn pcie(&self) -> Result<PcieInfo> {
         self.alive()?;
-        let u = self.util();
-        // Host traffic: a few hundred MB/s while busy (input pipelines, checkpoints).
-        let base = 400_000.0 * u * (1.0 + 0.1 * self.jitter(3, now));
-        let gen_ = if u > 0.0 { self.model.pcie_gen } else { 1 };
+        // GDDR boards drop the link to gen 1 when idle; the HBM parts stay at full speed.
+        let busy = self.util() > 0.0;
+        let gen_ = if busy || self.model.hbm {
+            self.model.pcie_gen
+        } else {
+            1
+        };
         Ok(PcieInfo {
             link_gen: gen_,
             max_link_gen: self.model.pcie_gen,
             link_width: self.model.pcie_width,
             max_link_width: self.model.pcie_width,
             replay_counter: self.pcie_replays,
-            tx_kbps: base.max(0.0) as u32,
-            rx_kbps: (base * 1.6).max(0.0) as u32,
+        })
+    }
+
+    pub fn pcie_throughput(&self, now: Duration) -> Result<PcieThroughput> {
+        self.alive()?;
+        // Host traffic: a few hundred MB/s while busy (input pipelines, checkpoints), and the
+        // driver's own trickle (our idle H200 shows 0.5–1.5 MB/s).
+        let tx = 1_000.0 + 400_000.0 * self.util() * (1.0 + 0.1 * self.jitter(3, now));
+        Ok(PcieThroughput {
+            tx_kbps: tx.max(0.0) as u32,
+            rx_kbps: (tx * 1.6).max(0.0) as u32,
         })
     }
 
@@ -660,7 +693,7 @@ impl SimGpu {
                     ci_slices: c.slices,
                     memory_mib: p.memory_mib,
                     sm_count: p.sm_count * c.slices / p.slices.max(1),
-                    engines: Engines { ..p.engines },
+                    engines: p.engines,
                 }
             })
             .collect())

@@ -16,8 +16,8 @@ use crate::catalog::{self, GpuModel};
 use crate::error::{GpuError, Result};
 use crate::types::{
     Clocks, ComputeInstance, DeviceInfo, EccCounts, Event, GpuInstance, MemoryInfo, MigDevice,
-    MigMode, MigProfile, NvLinkInfo, PcieInfo, Placement, Power, ProcessInfo, Profiling, RowRemap,
-    Temperature, TopologyLevel, Utilization, event_kind,
+    MigMode, MigProfile, NvLinkInfo, PcieInfo, PcieThroughput, Placement, Power, ProcessInfo,
+    Profiling, RowRemap, Temperature, TopologyLevel, Utilization, Violations, event_kind,
 };
 use clock::SimClock;
 use gpu::SimGpu;
@@ -187,9 +187,9 @@ impl SimBackend {
     /// Register a process on a GPU or on a MIG device of it (`gpu_instance`/`compute_instance`).
     /// Replaces a process with the same pid.
     pub fn start_process(&self, process: SimProcess) -> Result<()> {
+        self.with_gpu(process.gpu, |g, _| g.check_process(&process))?;
         self.stop_process(process.pid);
         self.with_gpu(process.gpu, |g, _| {
-            g.check_process(&process)?;
             g.processes.push(process);
             Ok(())
         })
@@ -298,6 +298,22 @@ impl SimBackend {
         Ok(())
     }
 
+    /// `count` CRC flit errors on one NVLink (a marginal link): the link retransmits each one
+    /// (replay counter), and about one in four also corrupts data.
+    pub fn inject_nvlink_crc_errors(&self, gpu: u32, link: u32, count: u64) -> Result<()> {
+        self.with_gpu(gpu, |g, _| {
+            g.alive()?;
+            let links = g.nvlink_errors.len();
+            let e = g.nvlink_errors.get_mut(link as usize).ok_or_else(|| {
+                GpuError::NotFound(format!("NVLink {link} on GPU {gpu} ({links} links)"))
+            })?;
+            e[0] += count;
+            e[1] += count / 4;
+            e[2] += count;
+            Ok(())
+        })
+    }
+
     /// Add PCIe replays (a flaky link).
     pub fn inject_pcie_replays(&self, gpu: u32, count: u64) -> Result<()> {
         self.with_gpu(gpu, |g, _| {
@@ -395,6 +411,10 @@ impl Backend for SimBackend {
         self.with_gpu(gpu, |g, _| g.clocks())
     }
 
+    fn violations(&self, gpu: u32) -> Result<Violations> {
+        self.with_gpu(gpu, |g, _| g.violations())
+    }
+
     fn ecc(&self, gpu: u32) -> Result<EccCounts> {
         self.with_gpu(gpu, |g, _| g.ecc())
     }
@@ -404,17 +424,31 @@ impl Backend for SimBackend {
     }
 
     fn pcie(&self, gpu: u32) -> Result<PcieInfo> {
-        self.with_gpu(gpu, |g, now| g.pcie(now))
+        self.with_gpu(gpu, |g, _| g.pcie())
+    }
+
+    fn pcie_throughput(&self, gpu: u32) -> Result<PcieThroughput> {
+        self.with_gpu(gpu, |g, now| g.pcie_throughput(now))
     }
 
     fn nvlinks(&self, gpu: u32) -> Result<Vec<NvLinkInfo>> {
-        let (tx, rx) = self.with_gpu(gpu, |g, _| {
+        let (tx, rx, errors) = self.with_gpu(gpu, |g, _| {
             g.alive()?;
-            Ok(g.nvlink_counters())
+            let (tx, rx) = g.nvlink_counters();
+            Ok((tx, rx, g.nvlink_errors.clone()))
         })?;
         let gpus = lock(&self.gpus);
         let buses: Vec<String> = gpus.iter().map(|g| g.info.pci_bus_id.clone()).collect();
-        Ok(topology::nvlinks(self.config.model, gpu, &buses, tx, rx))
+        let mut links = topology::nvlinks(self.config.model, gpu, &buses, tx, rx);
+        for (l, e) in links.iter_mut().zip(errors) {
+            [
+                l.crc_flit_errors,
+                l.crc_data_errors,
+                l.replay_errors,
+                l.recovery_errors,
+            ] = e;
+        }
+        Ok(links)
     }
 
     fn topology(&self, a: u32, b: u32) -> Result<TopologyLevel> {
@@ -427,6 +461,11 @@ impl Backend for SimBackend {
 
     fn processes(&self, gpu: u32) -> Result<Vec<ProcessInfo>> {
         self.with_gpu(gpu, |g, _| g.processes())
+    }
+
+    fn vgpu_license_status(&self, gpu: u32) -> Result<u32> {
+        // Simulated GPUs are bare-metal passthrough, never vGPU guests.
+        self.with_gpu(gpu, |g, _| g.alive().map(|()| 0))
     }
 
     fn profiling(&self, gpu: u32, gpu_instance: Option<u32>) -> Result<Profiling> {

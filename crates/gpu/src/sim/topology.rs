@@ -83,6 +83,10 @@ pub fn nvlinks(
                 remote_is_switch: is_switch,
                 tx_kib: if active { per_link(tx_kib) } else { 0 },
                 rx_kib: if active { per_link(rx_kib) } else { 0 },
+                crc_flit_errors: 0,
+                crc_data_errors: 0,
+                replay_errors: 0,
+                recovery_errors: 0,
             }
         })
         .collect()

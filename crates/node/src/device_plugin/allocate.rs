@@ -18,8 +18,12 @@ pub const CDI_KIND: &str = "nvidia.com/gpu";
 pub const CDI_ANNOTATION_PLUGIN: &str = "nvidia-device-plugin";
 pub const ENV_MPS_PIPE: &str = "CUDA_MPS_PIPE_DIRECTORY";
 /// Control device nodes every GPU container needs.
-pub const CONTROL_NODES: [&str; 4] =
-    ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
+pub const CONTROL_NODES: [&str; 4] = [
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
 
 /// `/dev/nvidia-caps/nvidia-cap<N>` minors of MIG GI/CI access files, keyed by
 /// `gpu<minor>/gi<g>/access` and `gpu<minor>/gi<g>/ci<c>/access` (the driver's
@@ -48,9 +52,10 @@ impl MigMinors {
             Some(ci) => format!("gpu{gpu_minor}/gi{gi}/ci{ci}/access"),
             None => format!("gpu{gpu_minor}/gi{gi}/access"),
         };
-        self.0.get(&key).copied().unwrap_or_else(|| {
-            3 + gpu_minor * 135 + gi * 9 + ci.map_or(0, |c| c + 1)
-        })
+        self.0
+            .get(&key)
+            .copied()
+            .unwrap_or_else(|| 3 + gpu_minor * 135 + gi * 9 + ci.map_or(0, |c| c + 1))
     }
 }
 
@@ -103,10 +108,12 @@ pub fn allocate(
     let only_cdi = strategies.iter().all(|s| s.is_cdi());
 
     if strategies.contains(&DeviceListStrategy::Envvar) {
-        resp.envs.insert(ENV_VISIBLE_DEVICES.into(), device_ids.join(","));
+        resp.envs
+            .insert(ENV_VISIBLE_DEVICES.into(), device_ids.join(","));
     }
     if strategies.contains(&DeviceListStrategy::VolumeMounts) {
-        resp.envs.insert(ENV_VISIBLE_DEVICES.into(), VOLUME_MOUNT_ROOT.into());
+        resp.envs
+            .insert(ENV_VISIBLE_DEVICES.into(), VOLUME_MOUNT_ROOT.into());
         for id in &device_ids {
             resp.mounts.push(Mount {
                 container_path: format!("{VOLUME_MOUNT_ROOT}/{id}"),
@@ -115,15 +122,24 @@ pub fn allocate(
             });
         }
     }
-    let cdi_names: Vec<String> = device_ids.iter().map(|id| format!("{CDI_KIND}={id}")).collect();
+    let cdi_names: Vec<String> = device_ids
+        .iter()
+        .map(|id| format!("{CDI_KIND}={id}"))
+        .collect();
     if strategies.contains(&DeviceListStrategy::CdiAnnotations) {
         resp.annotations.insert(
-            format!("{}{CDI_ANNOTATION_PLUGIN}_{}", settings.cdi_annotation_prefix, ctx.annotation_id),
+            format!(
+                "{}{CDI_ANNOTATION_PLUGIN}_{}",
+                settings.cdi_annotation_prefix, ctx.annotation_id
+            ),
             cdi_names.join(","),
         );
     }
     if strategies.contains(&DeviceListStrategy::CdiCri) {
-        resp.cdi_devices = cdi_names.iter().map(|name| CdiDevice { name: name.clone() }).collect();
+        resp.cdi_devices = cdi_names
+            .iter()
+            .map(|name| CdiDevice { name: name.clone() })
+            .collect();
     }
     if settings.pass_device_specs && !only_cdi {
         resp.devices = device_specs(&physical, settings, ctx.mig_minors);
@@ -156,7 +172,11 @@ pub fn allocate(
     Ok(resp)
 }
 
-fn device_specs(physical: &[&Physical], settings: &Settings, minors: &MigMinors) -> Vec<DeviceSpec> {
+fn device_specs(
+    physical: &[&Physical],
+    settings: &Settings,
+    minors: &MigMinors,
+) -> Vec<DeviceSpec> {
     let root = settings.dev_root.trim_end_matches('/');
     let spec = |path: String| DeviceSpec {
         host_path: format!("{root}{path}"),
@@ -167,10 +187,21 @@ fn device_specs(physical: &[&Physical], settings: &Settings, minors: &MigMinors)
     for phys in physical {
         let paths = match phys {
             Physical::Gpu { minor, .. } => vec![format!("/dev/nvidia{minor}")],
-            Physical::Mig { parent_minor, gi, ci, .. } => vec![
+            Physical::Mig {
+                parent_minor,
+                gi,
+                ci,
+                ..
+            } => vec![
                 format!("/dev/nvidia{parent_minor}"),
-                format!("/dev/nvidia-caps/nvidia-cap{}", minors.minor(*parent_minor, *gi, None)),
-                format!("/dev/nvidia-caps/nvidia-cap{}", minors.minor(*parent_minor, *gi, Some(*ci))),
+                format!(
+                    "/dev/nvidia-caps/nvidia-cap{}",
+                    minors.minor(*parent_minor, *gi, None)
+                ),
+                format!(
+                    "/dev/nvidia-caps/nvidia-cap{}",
+                    minors.minor(*parent_minor, *gi, Some(*ci))
+                ),
             ],
         };
         for p in paths {
@@ -191,7 +222,10 @@ mod tests {
     use crate::device_plugin::settings::MigStrategy;
 
     fn ctx(minors: &MigMinors) -> AllocateContext<'_> {
-        AllocateContext { annotation_id: "abc", mig_minors: minors }
+        AllocateContext {
+            annotation_id: "abc",
+            mig_minors: minors,
+        }
     }
 
     fn ids(v: &[&str]) -> Vec<String> {
@@ -199,7 +233,10 @@ mod tests {
     }
 
     fn with(strategies: &[DeviceListStrategy]) -> Settings {
-        Settings { device_list_strategies: strategies.iter().copied().collect(), ..Settings::default() }
+        Settings {
+            device_list_strategies: strategies.iter().copied().collect(),
+            ..Settings::default()
+        }
     }
 
     #[test]
@@ -210,7 +247,10 @@ mod tests {
         let r = allocate(set, &s, &ids(&["GPU-00000002", "GPU-00000000"]), ctx(&m)).unwrap();
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "GPU-00000002,GPU-00000000");
         assert!(r.mounts.is_empty() && r.devices.is_empty() && r.cdi_devices.is_empty());
-        let s = Settings { device_id_strategy: DeviceIdStrategy::Index, ..s };
+        let s = Settings {
+            device_id_strategy: DeviceIdStrategy::Index,
+            ..s
+        };
         let r = allocate(set, &s, &ids(&["GPU-00000002"]), ctx(&m)).unwrap();
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "2");
         assert!(matches!(
@@ -227,7 +267,10 @@ mod tests {
         let r = allocate(set, &s, &ids(&["GPU-00000001"]), ctx(&m)).unwrap();
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], VOLUME_MOUNT_ROOT);
         assert_eq!(r.mounts.len(), 1);
-        assert_eq!(r.mounts[0].container_path, "/var/run/nvidia-container-devices/GPU-00000001");
+        assert_eq!(
+            r.mounts[0].container_path,
+            "/var/run/nvidia-container-devices/GPU-00000001"
+        );
         assert_eq!(r.mounts[0].host_path, "/dev/null");
     }
 
@@ -236,12 +279,18 @@ mod tests {
         let m = MigMinors::default();
         let s = Settings {
             pass_device_specs: true,
-            ..with(&[DeviceListStrategy::CdiAnnotations, DeviceListStrategy::CdiCri])
+            ..with(&[
+                DeviceListStrategy::CdiAnnotations,
+                DeviceListStrategy::CdiCri,
+            ])
         };
         let set = &build(&inv(2), &s).unwrap()[0];
         let r = allocate(set, &s, &ids(&["GPU-00000001"]), ctx(&m)).unwrap();
         assert!(r.envs.is_empty() && r.devices.is_empty() && r.mounts.is_empty());
-        assert_eq!(r.annotations["cdi.k8s.io/nvidia-device-plugin_abc"], "nvidia.com/gpu=GPU-00000001");
+        assert_eq!(
+            r.annotations["cdi.k8s.io/nvidia-device-plugin_abc"],
+            "nvidia.com/gpu=GPU-00000001"
+        );
         assert_eq!(r.cdi_devices[0].name, "nvidia.com/gpu=GPU-00000001");
     }
 
@@ -250,14 +299,25 @@ mod tests {
         let m = MigMinors::default();
         let mut s = time_sliced(4, None);
         let set = &build(&inv(2), &s).unwrap()[0];
-        let r = allocate(set, &s, &ids(&["GPU-00000000::1", "GPU-00000000::3"]), ctx(&m)).unwrap();
+        let r = allocate(
+            set,
+            &s,
+            &ids(&["GPU-00000000::1", "GPU-00000000::3"]),
+            ctx(&m),
+        )
+        .unwrap();
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "GPU-00000000");
         if let Some(sh) = s.sharing.as_mut() {
             sh.fail_requests_greater_than_one = true;
         }
         let set = &build(&inv(2), &s).unwrap()[0];
         assert!(matches!(
-            allocate(set, &s, &ids(&["GPU-00000000::1", "GPU-00000001::0"]), ctx(&m)),
+            allocate(
+                set,
+                &s,
+                &ids(&["GPU-00000000::1", "GPU-00000001::0"]),
+                ctx(&m)
+            ),
             Err(RequestError::SharedRequestTooLarge { count: 2, .. })
         ));
         assert!(allocate(set, &s, &ids(&["GPU-00000000::1"]), ctx(&m)).is_ok());
@@ -265,25 +325,45 @@ mod tests {
 
     #[test]
     fn device_specs_for_gpus_and_mig() {
-        let m = MigMinors::parse("config 1\nmonitor 2\ngpu1/gi3/access 30\ngpu1/gi3/ci0/access 31\n");
+        let m =
+            MigMinors::parse("config 1\nmonitor 2\ngpu1/gi3/access 30\ngpu1/gi3/ci0/access 31\n");
         let s = Settings {
             pass_device_specs: true,
             mig_strategy: MigStrategy::Mixed,
             dev_root: "/run/nvidia/driver".into(),
             ..Settings::default()
         };
-        let inventory = Inventory { gpus: vec![gpu(0, &[]), gpu(1, &[("3g.40gb", 3)])] };
+        let inventory = Inventory {
+            gpus: vec![gpu(0, &[]), gpu(1, &[("3g.40gb", 3)])],
+        };
         let sets = build(&inventory, &s).unwrap();
-        let mig = sets.iter().find(|s| s.name == "nvidia.com/mig-3g.40gb").unwrap();
+        let mig = sets
+            .iter()
+            .find(|s| s.name == "nvidia.com/mig-3g.40gb")
+            .unwrap();
         let r = allocate(mig, &s, &ids(&["MIG-1-0"]), ctx(&m)).unwrap();
-        let paths: Vec<&str> = r.devices.iter().map(|d| d.container_path.as_str()).collect();
+        let paths: Vec<&str> = r
+            .devices
+            .iter()
+            .map(|d| d.container_path.as_str())
+            .collect();
         assert_eq!(&paths[..4], CONTROL_NODES);
-        assert_eq!(&paths[4..], ["/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31"]);
+        assert_eq!(
+            &paths[4..],
+            [
+                "/dev/nvidia1",
+                "/dev/nvidia-caps/nvidia-cap30",
+                "/dev/nvidia-caps/nvidia-cap31"
+            ]
+        );
         assert_eq!(r.devices[4].host_path, "/run/nvidia/driver/dev/nvidia1");
         assert_eq!(r.devices[4].permissions, "rw");
         // Without the file: the driver's fixed layout.
         let r = allocate(mig, &s, &ids(&["MIG-1-0"]), ctx(&MigMinors::default())).unwrap();
-        assert_eq!(r.devices[5].container_path, format!("/dev/nvidia-caps/nvidia-cap{}", 3 + 135 + 27));
+        assert_eq!(
+            r.devices[5].container_path,
+            format!("/dev/nvidia-caps/nvidia-cap{}", 3 + 135 + 27)
+        );
     }
 
     #[test]

@@ -31,8 +31,20 @@ pub struct BenchCase {
 /// The two configurations: 8 whole GPUs, and 1,000 replicas (8 GPUs × 125).
 pub fn default_cases() -> Vec<BenchCase> {
     vec![
-        BenchCase { name: "8 GPUs", model: "H100-80GB", gpus: 8, replicas: None, request_size: 2 },
-        BenchCase { name: "1,000 replicas", model: "H100-80GB", gpus: 8, replicas: Some(125), request_size: 4 },
+        BenchCase {
+            name: "8 GPUs",
+            model: "H100-80GB",
+            gpus: 8,
+            replicas: None,
+            request_size: 2,
+        },
+        BenchCase {
+            name: "1,000 replicas",
+            model: "H100-80GB",
+            gpus: 8,
+            replicas: Some(125),
+            request_size: 4,
+        },
     ]
 }
 
@@ -47,7 +59,10 @@ pub struct BenchRow {
     pub max_us: f64,
 }
 
-pub async fn run_bench(cases: &[BenchCase], calls: usize) -> Result<Vec<BenchRow>, DevicePluginError> {
+pub async fn run_bench(
+    cases: &[BenchCase],
+    calls: usize,
+) -> Result<Vec<BenchRow>, DevicePluginError> {
     let mut rows = Vec::new();
     for case in cases {
         rows.extend(bench_case(case, calls).await?);
@@ -87,13 +102,19 @@ async fn bench_case(case: &BenchCase, calls: usize) -> Result<Vec<BenchRow>, Dev
         let _ = stopped.await;
     }));
     let result = async {
-        let _ = tokio::time::timeout(Duration::from_secs(10), status.wait_for(|s| !s.resources.is_empty())).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            status.wait_for(|s| !s.resources.is_empty()),
+        )
+        .await;
         let socket = dir.join("nvidia-gpu.sock");
-        let channel = uds::connect(&socket, Duration::from_secs(5)).await.map_err(|e| DevicePluginError::Serve {
-            resource: "nvidia.com/gpu".into(),
-            socket: socket.clone(),
-            message: e.to_string(),
-        })?;
+        let channel = uds::connect(&socket, Duration::from_secs(5))
+            .await
+            .map_err(|e| DevicePluginError::Serve {
+                resource: "nvidia.com/gpu".into(),
+                socket: socket.clone(),
+                message: e.to_string(),
+            })?;
         let mut client = DevicePluginClient::new(channel);
         let ids = first_list(&mut client, &socket).await?;
         measure(case, &mut client, &ids, calls).await
@@ -114,9 +135,15 @@ async fn first_list(
         socket: socket.to_path_buf(),
         message,
     };
-    let mut stream = client.list_and_watch(pb::Empty {}).await.map_err(|e| err(e.to_string()))?.into_inner();
+    let mut stream = client
+        .list_and_watch(pb::Empty {})
+        .await
+        .map_err(|e| err(e.to_string()))?
+        .into_inner();
     let first = stream.message().await.map_err(|e| err(e.to_string()))?;
-    Ok(first.map(|m| m.devices.into_iter().map(|d| d.id).collect()).unwrap_or_default())
+    Ok(first
+        .map(|m| m.devices.into_iter().map(|d| d.id).collect())
+        .unwrap_or_default())
 }
 
 async fn measure(
@@ -136,11 +163,15 @@ async fn measure(
     let mut pref = Vec::with_capacity(calls);
     for i in 0..warmup + calls {
         // Rotate through the devices so every call asks for a different set.
-        let request: Vec<String> = (0..case.request_size).map(|k| ids[(i * case.request_size + k) % n].clone()).collect();
+        let request: Vec<String> = (0..case.request_size)
+            .map(|k| ids[(i * case.request_size + k) % n].clone())
+            .collect();
         let t = Instant::now();
         client
             .allocate(pb::AllocateRequest {
-                container_requests: vec![pb::ContainerAllocateRequest { devices_ids: request }],
+                container_requests: vec![pb::ContainerAllocateRequest {
+                    devices_ids: request,
+                }],
             })
             .await
             .map_err(rpc_err)?;
@@ -164,7 +195,10 @@ async fn measure(
             pref.push(p);
         }
     }
-    Ok(vec![row(case.name, "Allocate", alloc), row(case.name, "GetPreferredAllocation", pref)])
+    Ok(vec![
+        row(case.name, "Allocate", alloc),
+        row(case.name, "GetPreferredAllocation", pref),
+    ])
 }
 
 fn row(case: &'static str, rpc: &'static str, mut samples: Vec<Duration>) -> BenchRow {
@@ -184,6 +218,8 @@ fn row(case: &'static str, rpc: &'static str, mut samples: Vec<Duration>) -> Ben
 }
 
 fn scratch_dir() -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     std::env::temp_dir().join(format!("gantry-dp-bench-{}-{nanos}", std::process::id()))
 }

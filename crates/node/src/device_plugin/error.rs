@@ -10,25 +10,43 @@ pub enum DevicePluginError {
     #[error(
         "migStrategy single: GPUs disagree on MIG mode (enabled on {enabled:?}, disabled on {disabled:?}); use migStrategy mixed or make them alike"
     )]
-    SingleMixedModes { enabled: Vec<u32>, disabled: Vec<u32> },
-    #[error("migStrategy single: GPU {gpu} has MIG enabled but no MIG devices; apply a MIG layout first")]
+    SingleMixedModes {
+        enabled: Vec<u32>,
+        disabled: Vec<u32>,
+    },
+    #[error(
+        "migStrategy single: GPU {gpu} has MIG enabled but no MIG devices; apply a MIG layout first"
+    )]
     SingleNoMigDevices { gpu: u32 },
     #[error(
         "migStrategy single: MIG devices differ ({first} on GPU {first_gpu}, {other} on GPU {other_gpu}); use migStrategy mixed"
     )]
-    SingleUnlike { first: String, first_gpu: u32, other: String, other_gpu: u32 },
-    #[error("sharing.mps: resource {resource} includes MIG device {device}; MPS cannot share MIG devices")]
+    SingleUnlike {
+        first: String,
+        first_gpu: u32,
+        other: String,
+        other_gpu: u32,
+    },
+    #[error(
+        "sharing.mps: resource {resource} includes MIG device {device}; MPS cannot share MIG devices"
+    )]
     MpsOnMig { resource: String, device: String },
     #[error("sharing.mps needs flags.mpsRoot (the host directory for MPS pipes and logs)")]
     MpsWithoutRoot,
     #[error("sharing.mps cannot be combined with migStrategy mixed")]
     MpsWithMixed,
-    #[error("sharing resource {resource}: devices entry {entry:?} matches no device of that resource")]
+    #[error(
+        "sharing resource {resource}: devices entry {entry:?} matches no device of that resource"
+    )]
     UnknownDeviceSelector { resource: String, entry: String },
     #[error("resource name {name:?} is invalid: {reason}")]
     BadResourceName { name: String, reason: String },
     #[error("sharing: device {device} is selected by two entries ({first} and {second})")]
-    DeviceSharedTwice { device: String, first: String, second: String },
+    DeviceSharedTwice {
+        device: String,
+        first: String,
+        second: String,
+    },
 
     // ---- config loading ----
     #[error("device plugin config {path}: {message}")]
@@ -40,16 +58,30 @@ pub enum DevicePluginError {
     #[error("GPU backend: {0}")]
     Gpu(#[from] gantry_gpu::GpuError),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("registering {resource} with the kubelet at {socket}: {message}")]
-    Register { resource: String, socket: PathBuf, message: String },
+    Register {
+        resource: String,
+        socket: PathBuf,
+        message: String,
+    },
     #[error("serving {resource} on {socket}: {message}")]
-    Serve { resource: String, socket: PathBuf, message: String },
+    Serve {
+        resource: String,
+        socket: PathBuf,
+        message: String,
+    },
 }
 
 impl DevicePluginError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        DevicePluginError::Io { path: path.into(), source }
+        DevicePluginError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }
 
@@ -62,6 +94,12 @@ pub enum RequestError {
         "resource {resource}: request for {count} devices; maximum request size for shared resources is 1"
     )]
     SharedRequestTooLarge { resource: String, count: usize },
-    #[error("resource {resource}: allocation size {size} is larger than the {available} available devices")]
-    NotEnoughDevices { resource: String, size: usize, available: usize },
+    #[error(
+        "resource {resource}: allocation size {size} is larger than the {available} available devices"
+    )]
+    NotEnoughDevices {
+        resource: String,
+        size: usize,
+        available: usize,
+    },
 }

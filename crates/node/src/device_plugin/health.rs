@@ -63,7 +63,9 @@ impl HealthPolicy {
                         Ok(xid) => {
                             set.insert(xid);
                         }
-                        Err(_) => warnings.push(format!("{var}: {item:?} is not an XID number; skipped")),
+                        Err(_) => {
+                            warnings.push(format!("{var}: {item:?} is not an XID number; skipped"))
+                        }
                     }
                 }
             }
@@ -103,7 +105,11 @@ impl HealthPolicy {
             return None;
         };
         let target = match (event.gpu_instance_id, event.compute_instance_id) {
-            (Some(gi), Some(ci)) => Target::Mig { gpu: event.gpu, gi, ci },
+            (Some(gi), Some(ci)) => Target::Mig {
+                gpu: event.gpu,
+                gi,
+                ci,
+            },
             (Some(gi), None) => Target::GpuInstance { gpu: event.gpu, gi },
             _ => Target::Gpu(event.gpu),
         };
@@ -133,16 +139,26 @@ impl Target {
     pub fn covers(self, phys: &Physical) -> bool {
         match (self, phys) {
             (Target::Gpu(g), p) => p.gpu() == g,
-            (Target::GpuInstance { gpu, gi }, Physical::Mig { parent, gi: pgi, .. }) => {
-                *parent == gpu && *pgi == gi
-            }
-            (Target::Mig { gpu, gi, ci }, Physical::Mig { parent, gi: pgi, ci: pci, .. }) => {
-                *parent == gpu && *pgi == gi && *pci == ci
-            }
+            (
+                Target::GpuInstance { gpu, gi },
+                Physical::Mig {
+                    parent, gi: pgi, ..
+                },
+            ) => *parent == gpu && *pgi == gi,
+            (
+                Target::Mig { gpu, gi, ci },
+                Physical::Mig {
+                    parent,
+                    gi: pgi,
+                    ci: pci,
+                    ..
+                },
+            ) => *parent == gpu && *pgi == gi && *pci == ci,
             // A MIG-attributed event on a GPU advertised whole still hits that GPU.
-            (Target::GpuInstance { gpu, .. } | Target::Mig { gpu, .. }, Physical::Gpu { index, .. }) => {
-                *index == gpu
-            }
+            (
+                Target::GpuInstance { gpu, .. } | Target::Mig { gpu, .. },
+                Physical::Gpu { index, .. },
+            ) => *index == gpu,
         }
     }
 }
@@ -206,7 +222,13 @@ impl Faults {
 
     /// Records a fault; returns whether anything changed. `probe` is the GPU's state now
     /// (for the reset baseline).
-    pub fn record(&mut self, target: Target, kind: FaultKind, probe: Option<Probe>, now: Instant) -> bool {
+    pub fn record(
+        &mut self,
+        target: Target,
+        kind: FaultKind,
+        probe: Option<Probe>,
+        now: Instant,
+    ) -> bool {
         let fault = Fault {
             kind,
             since: now,
@@ -256,7 +278,9 @@ fn cleared(f: &mut Fault, probe: Probe, policy: &HealthPolicy, now: Instant) -> 
         && !probe.remap_pending
         && !probe.remap_failure;
     let healthy_since = *f.healthy_since.get_or_insert(now);
-    let held = policy.xid_hold.is_some_and(|hold| now.duration_since(healthy_since) >= hold);
+    let held = policy
+        .xid_hold
+        .is_some_and(|hold| now.duration_since(healthy_since) >= hold);
     match f.kind {
         FaultKind::Lost if f.seen_lost => true,
         FaultKind::Memory => memory_ok,
@@ -280,7 +304,11 @@ mod tests {
     }
 
     fn gpu_phys(index: u32) -> Physical {
-        Physical::Gpu { index, uuid: format!("GPU-{index}"), minor: index }
+        Physical::Gpu {
+            index,
+            uuid: format!("GPU-{index}"),
+            minor: index,
+        }
     }
 
     #[test]
@@ -289,9 +317,18 @@ mod tests {
         for x in DEFAULT_IGNORED_XIDS {
             assert_eq!(p.classify(&xid(0, x)), None, "xid {x}");
         }
-        assert_eq!(p.classify(&xid(1, 79)), Some((Target::Gpu(1), FaultKind::Lost)));
-        assert_eq!(p.classify(&xid(0, 48)), Some((Target::Gpu(0), FaultKind::Memory)));
-        assert_eq!(p.classify(&xid(0, 62)), Some((Target::Gpu(0), FaultKind::Xid(62))));
+        assert_eq!(
+            p.classify(&xid(1, 79)),
+            Some((Target::Gpu(1), FaultKind::Lost))
+        );
+        assert_eq!(
+            p.classify(&xid(0, 48)),
+            Some((Target::Gpu(0), FaultKind::Memory))
+        );
+        assert_eq!(
+            p.classify(&xid(0, 62)),
+            Some((Target::Gpu(0), FaultKind::Xid(62)))
+        );
         let mut sbe = xid(0, 0);
         sbe.kind = event_kind::SINGLE_BIT_ECC;
         assert_eq!(p.classify(&sbe), None);
@@ -315,12 +352,33 @@ mod tests {
 
     #[test]
     fn a_gpu_fault_covers_every_device_it_backs() {
-        let mig = Physical::Mig { parent: 2, parent_minor: 2, index: 0, uuid: "MIG-a".into(), gi: 1, ci: 0 };
+        let mig = Physical::Mig {
+            parent: 2,
+            parent_minor: 2,
+            index: 0,
+            uuid: "MIG-a".into(),
+            gi: 1,
+            ci: 0,
+        };
         assert!(Target::Gpu(2).covers(&mig));
         assert!(Target::Gpu(2).covers(&gpu_phys(2)));
         assert!(!Target::Gpu(1).covers(&mig));
-        assert!(Target::Mig { gpu: 2, gi: 1, ci: 0 }.covers(&mig));
-        assert!(!Target::Mig { gpu: 2, gi: 2, ci: 0 }.covers(&mig));
+        assert!(
+            Target::Mig {
+                gpu: 2,
+                gi: 1,
+                ci: 0
+            }
+            .covers(&mig)
+        );
+        assert!(
+            !Target::Mig {
+                gpu: 2,
+                gi: 2,
+                ci: 0
+            }
+            .covers(&mig)
+        );
         assert!(Target::GpuInstance { gpu: 2, gi: 1 }.covers(&mig));
     }
 
@@ -329,9 +387,25 @@ mod tests {
         let policy = HealthPolicy::default();
         let t0 = Instant::now();
         let mut faults = Faults::default();
-        assert!(faults.record(Target::Gpu(0), FaultKind::Lost, Some(Probe { lost: true, ..Probe::default() }), t0));
+        assert!(faults.record(
+            Target::Gpu(0),
+            FaultKind::Lost,
+            Some(Probe {
+                lost: true,
+                ..Probe::default()
+            }),
+            t0
+        ));
         assert!(faults.unhealthy(&gpu_phys(0)));
-        assert!(!faults.observe(0, Probe { lost: true, ..Probe::default() }, &policy, t0));
+        assert!(!faults.observe(
+            0,
+            Probe {
+                lost: true,
+                ..Probe::default()
+            },
+            &policy,
+            t0
+        ));
         assert!(faults.observe(0, Probe::default(), &policy, t0));
         assert!(!faults.unhealthy(&gpu_phys(0)));
     }
@@ -340,25 +414,51 @@ mod tests {
     fn memory_fault_recovers_when_ecc_state_clears() {
         let policy = HealthPolicy::default();
         let t0 = Instant::now();
-        let bad = Probe { ecc_volatile: Some((0, 1)), remap_pending: true, ..Probe::default() };
+        let bad = Probe {
+            ecc_volatile: Some((0, 1)),
+            remap_pending: true,
+            ..Probe::default()
+        };
         let mut faults = Faults::default();
         faults.record(Target::Gpu(3), FaultKind::Memory, Some(bad), t0);
         assert!(!faults.observe(3, bad, &policy, t0));
-        assert!(faults.observe(3, Probe { ecc_volatile: Some((0, 0)), ..Probe::default() }, &policy, t0));
+        assert!(faults.observe(
+            3,
+            Probe {
+                ecc_volatile: Some((0, 0)),
+                ..Probe::default()
+            },
+            &policy,
+            t0
+        ));
     }
 
     #[test]
     fn other_xids_need_a_reset_or_the_hold_time() {
         let t0 = Instant::now();
-        let fine = Probe { ecc_volatile: Some((5, 0)), ..Probe::default() };
+        let fine = Probe {
+            ecc_volatile: Some((5, 0)),
+            ..Probe::default()
+        };
         let mut faults = Faults::default();
         faults.record(Target::Gpu(0), FaultKind::Xid(62), Some(fine), t0);
         let policy = HealthPolicy::default();
         assert!(!faults.observe(0, fine, &policy, t0 + Duration::from_secs(3600)));
         // A reset zeroes the volatile counters.
-        assert!(faults.observe(0, Probe { ecc_volatile: Some((0, 0)), ..Probe::default() }, &policy, t0));
+        assert!(faults.observe(
+            0,
+            Probe {
+                ecc_volatile: Some((0, 0)),
+                ..Probe::default()
+            },
+            &policy,
+            t0
+        ));
 
-        let held = HealthPolicy { xid_hold: Some(Duration::from_secs(10)), ..HealthPolicy::default() };
+        let held = HealthPolicy {
+            xid_hold: Some(Duration::from_secs(10)),
+            ..HealthPolicy::default()
+        };
         faults.record(Target::Gpu(0), FaultKind::Xid(62), Some(fine), t0);
         assert!(!faults.observe(0, fine, &held, t0));
         assert!(!faults.observe(0, fine, &held, t0 + Duration::from_secs(9)));

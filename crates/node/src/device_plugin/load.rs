@@ -12,7 +12,11 @@ use super::manager::Options;
 use super::named::{self, Fallback};
 use super::node_api;
 use super::resources::{self, ResourceSet};
-use super::settings::{AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, MigStrategy, Settings};
+use super::settings::{
+    AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, DeviceSelector, MigStrategy,
+    ReplicatedResource, ResourcePattern, Settings, Sharing, SharingKind, qualify_resource_name,
+};
+use gantry_api::device_plugin_config::DevicePluginConfig;
 
 /// Where the config file comes from.
 #[derive(Debug, Clone, Default)]
@@ -26,9 +30,18 @@ pub enum ConfigSource {
     File(PathBuf),
     /// A directory of named configs (a mounted ConfigMap), picked by the node label
     /// `nvidia.com/device-plugin.config`, else `default`, else the fallbacks.
-    Named { dir: PathBuf, default: Option<String>, fallbacks: Vec<Fallback> },
+    Named {
+        dir: PathBuf,
+        default: Option<String>,
+        fallbacks: Vec<Fallback>,
+    },
     /// The same, read straight from a ConfigMap through the API (needs `Options::kube`).
-    ConfigMap { namespace: String, name: String, default: Option<String>, fallbacks: Vec<Fallback> },
+    ConfigMap {
+        namespace: String,
+        name: String,
+        default: Option<String>,
+        fallbacks: Vec<Fallback>,
+    },
 }
 
 /// Flags / env that beat the config file (upstream precedence: flag > file > default).
@@ -83,7 +96,14 @@ impl ConfigState {
     pub fn new(opts: &Options) -> Self {
         let mut good = Settings::default();
         opts.overrides.apply(&mut good);
-        ConfigState { good, applied: None, candidate: None, rejected: None, error: None, reported: None }
+        ConfigState {
+            good,
+            applied: None,
+            candidate: None,
+            rejected: None,
+            error: None,
+            reported: None,
+        }
     }
 
     /// The settings being served.
@@ -95,8 +115,10 @@ impl ConfigState {
         self.error.as_deref()
     }
 
-    /// Re-reads the source. Returns true when a new, parseable config waits to be applied.
-    pub async fn refresh(&mut self, opts: &Options) -> bool {
+    /// Re-reads the source. Returns true when a new config waits to be applied: it parses,
+    /// validates and (when `inventory` is given) yields resources on it. Otherwise the
+    /// problem is reported and the current config stays.
+    pub async fn refresh(&mut self, opts: &Options, inventory: Option<&Inventory>) -> bool {
         let (fingerprint, content) = match read_source(opts).await {
             Ok(v) => v,
             Err(msg) => {
@@ -109,7 +131,10 @@ impl ConfigState {
             return false;
         }
         if self.rejected.as_ref() == Some(&fingerprint)
-            || self.candidate.as_ref().is_some_and(|(fp, _)| *fp == fingerprint)
+            || self
+                .candidate
+                .as_ref()
+                .is_some_and(|(fp, _)| *fp == fingerprint)
         {
             return false;
         }
@@ -121,6 +146,14 @@ impl ConfigState {
         match parsed {
             Ok(mut settings) => {
                 opts.overrides.apply(&mut settings);
+                if let Some(inv) = inventory
+                    && let Err(e) = build_sets(inv, &settings)
+                {
+                    self.rejected = Some(fingerprint);
+                    self.report(opts, format!("{e}; keeping the last good config"))
+                        .await;
+                    return false;
+                }
                 self.candidate = Some((fingerprint, settings));
                 true
             }
@@ -146,14 +179,19 @@ impl ConfigState {
                 }
                 Err(e) => {
                     self.rejected = Some(fingerprint);
-                    self.report(opts, format!("{e}; keeping the last good config")).await;
+                    self.report(opts, format!("{e}; keeping the last good config"))
+                        .await;
                 }
             }
         }
         match build_sets(inv, &self.good) {
             Ok(sets) => Some(sets),
             Err(e) => {
-                self.report(opts, format!("{e}; serving no resources until this is fixed")).await;
+                self.report(
+                    opts,
+                    format!("{e}; serving no resources until this is fixed"),
+                )
+                .await;
                 None
             }
         }
@@ -190,35 +228,56 @@ enum Loaded {
 async fn read_source(opts: &Options) -> Result<(Vec<u8>, Loaded), String> {
     match &opts.config {
         ConfigSource::Defaults => Ok((b"built-in".to_vec(), Loaded::Builtin)),
-        ConfigSource::Inline(settings) => Ok((b"inline".to_vec(), Loaded::Inline((**settings).clone()))),
+        ConfigSource::Inline(settings) => {
+            Ok((b"inline".to_vec(), Loaded::Inline((**settings).clone())))
+        }
         ConfigSource::File(path) => {
             let bytes = read(path)?;
             Ok((bytes.clone(), Loaded::File(path.clone(), bytes)))
         }
-        ConfigSource::Named { dir, default, fallbacks } => {
+        ConfigSource::Named {
+            dir,
+            default,
+            fallbacks,
+        } => {
             let label = node_label(opts).await?;
             let available = named::list(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             let chosen = named::select(&available, label.as_deref(), default.as_deref(), fallbacks)
                 .map_err(|e| format!("named configs in {}: {e}", dir.display()))?;
-            let Some(name) = chosen else { return Ok((b"built-in".to_vec(), Loaded::Builtin)) };
+            let Some(name) = chosen else {
+                return Ok((b"built-in".to_vec(), Loaded::Builtin));
+            };
             let path = dir.join(&name);
             let bytes = read(&path)?;
             Ok((fingerprint(&name, &bytes), Loaded::File(path, bytes)))
         }
-        ConfigSource::ConfigMap { namespace, name, default, fallbacks } => {
-            let client = opts
-                .kube
-                .as_ref()
-                .ok_or_else(|| format!("ConfigMap {namespace}/{name}: no API client to read it with"))?;
+        ConfigSource::ConfigMap {
+            namespace,
+            name,
+            default,
+            fallbacks,
+        } => {
+            let client = opts.kube.as_ref().ok_or_else(|| {
+                format!("ConfigMap {namespace}/{name}: no API client to read it with")
+            })?;
             let label = node_label(opts).await?;
             let data = node_api::config_map_data(client, namespace, name)
                 .await
                 .map_err(|e| format!("reading ConfigMap {namespace}/{name}: {e}"))?;
-            let available: Vec<String> = data.keys().filter(|k| !k.starts_with('.')).cloned().collect();
+            let available: Vec<String> = data
+                .keys()
+                .filter(|k| !k.starts_with('.'))
+                .cloned()
+                .collect();
             let chosen = named::select(&available, label.as_deref(), default.as_deref(), fallbacks)
                 .map_err(|e| format!("ConfigMap {namespace}/{name}: {e}"))?;
-            let Some(key) = chosen else { return Ok((b"built-in".to_vec(), Loaded::Builtin)) };
-            let bytes = data.get(&key).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+            let Some(key) = chosen else {
+                return Ok((b"built-in".to_vec(), Loaded::Builtin));
+            };
+            let bytes = data
+                .get(&key)
+                .map(|v| v.as_bytes().to_vec())
+                .unwrap_or_default();
             let path = PathBuf::from(format!("ConfigMap {namespace}/{name} key {key}"));
             Ok((fingerprint(&key, &bytes), Loaded::File(path, bytes)))
         }
@@ -235,9 +294,12 @@ fn fingerprint(name: &str, bytes: &[u8]) -> Vec<u8> {
 /// The node's config label, when the plugin knows its node and has API access.
 async fn node_label(opts: &Options) -> Result<Option<String>, String> {
     match (&opts.kube, &opts.node_name) {
-        (Some(client), Some(node)) => node_api::config_label(client, node)
-            .await
-            .map_err(|e| format!("reading node {node} label {}: {e}", gantry_api::names::LABEL_DEVICE_PLUGIN_CONFIG)),
+        (Some(client), Some(node)) => node_api::config_label(client, node).await.map_err(|e| {
+            format!(
+                "reading node {node} label {}: {e}",
+                gantry_api::names::LABEL_DEVICE_PLUGIN_CONFIG
+            )
+        }),
         _ => Ok(None),
     }
 }
@@ -246,11 +308,193 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("device plugin config {}: {e}", path.display()))
 }
 
-/// Parses and validates a config file v1 (via `gantry_api`) into settings.
+/// Parses and validates a config file v1 (YAML or JSON; `gantry_api` types and
+/// validation) into settings. An empty file means built-in defaults.
 pub fn parse_settings(path: &Path, bytes: &[u8]) -> Result<Settings, DevicePluginError> {
-    let _ = bytes;
-    Err(DevicePluginError::Config {
+    let err = |message: String| DevicePluginError::Config {
         path: path.to_path_buf(),
-        message: "config file support is being wired to gantry_api".to_string(),
-    })
+        message,
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| err(format!("not UTF-8: {e}")))?;
+    if text.trim().is_empty() {
+        return Ok(Settings::default());
+    }
+    let config: DevicePluginConfig = serde_yaml::from_str(text).map_err(|e| err(e.to_string()))?;
+    let problems = config.validate();
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(err(list.join("; ")));
+    }
+    for key in config.extra.keys() {
+        tracing::warn!(file = %path.display(), key = %key, "unknown top-level key ignored");
+    }
+    Ok(settings_from_config(&config))
+}
+
+/// Config file v1 → settings, with Gantry's fixes: `resources`, `rename` and `devices`
+/// are honoured.
+pub fn settings_from_config(c: &DevicePluginConfig) -> Settings {
+    use gantry_api::cluster_policy::MigStrategy as ApiMig;
+    use gantry_api::device_plugin_config as api;
+    let flags = c.flags.as_ref();
+    let mut s = Settings {
+        mig_strategy: match c.mig_strategy() {
+            ApiMig::None => MigStrategy::None,
+            ApiMig::Single => MigStrategy::Single,
+            ApiMig::Mixed => MigStrategy::Mixed,
+        },
+        device_list_strategies: c
+            .device_list_strategies()
+            .into_iter()
+            .map(|d| match d {
+                api::DeviceListStrategy::Envvar => DeviceListStrategy::Envvar,
+                api::DeviceListStrategy::VolumeMounts => DeviceListStrategy::VolumeMounts,
+                api::DeviceListStrategy::CdiAnnotations => DeviceListStrategy::CdiAnnotations,
+                api::DeviceListStrategy::CdiCri => DeviceListStrategy::CdiCri,
+            })
+            .collect(),
+        device_id_strategy: match c.device_id_strategy() {
+            api::DeviceIdStrategy::Uuid => DeviceIdStrategy::Uuid,
+            api::DeviceIdStrategy::Index => DeviceIdStrategy::Index,
+        },
+        pass_device_specs: c.pass_device_specs(),
+        cdi_annotation_prefix: c.cdi_annotation_prefix().to_string(),
+        dev_root: flags
+            .and_then(|f| {
+                f.nvidia_dev_root
+                    .clone()
+                    .or_else(|| f.nvidia_driver_root.clone())
+            })
+            .unwrap_or_else(|| "/".to_string()),
+        gdrcopy_enabled: flags.and_then(|f| f.gdrcopy_enabled).unwrap_or(false),
+        gds_enabled: flags.and_then(|f| f.gds_enabled).unwrap_or(false),
+        mofed_enabled: flags.and_then(|f| f.mofed_enabled).unwrap_or(false),
+        allocation_policy: match c.shared_devices_allocation_policy() {
+            api::AllocationPolicy::Distributed => AllocationPolicy::Distributed,
+            api::AllocationPolicy::Packed => AllocationPolicy::Packed,
+        },
+        mps_root: c.mps_root().map(str::to_string),
+        ..Settings::default()
+    };
+    let patterns = |list: &Option<Vec<api::ResourcePattern>>| -> Vec<ResourcePattern> {
+        list.iter()
+            .flatten()
+            .map(|p| ResourcePattern {
+                pattern: p.pattern.clone(),
+                name: qualify_resource_name(&p.name),
+            })
+            .collect()
+    };
+    if let Some(r) = &c.resources {
+        s.gpu_patterns = patterns(&r.gpus);
+        s.mig_patterns = patterns(&r.mig);
+    }
+    if c.sharing_strategy() != api::SharingStrategy::None
+        && let Some((r, strategy)) = c.replicated()
+    {
+        let rename_by_default = r.rename_by_default.unwrap_or(false);
+        s.sharing = Some(Sharing {
+            kind: if strategy == api::SharingStrategy::Mps {
+                SharingKind::Mps
+            } else {
+                SharingKind::TimeSlicing
+            },
+            fail_requests_greater_than_one: c.fail_requests_greater_than_one(),
+            resources: r
+                .resources
+                .iter()
+                .filter(|x| x.replicas > 1)
+                .map(|x| {
+                    let name = qualify_resource_name(&x.name);
+                    let rename = match &x.rename {
+                        Some(rn) if !rn.is_empty() => Some(qualify_resource_name(rn)),
+                        _ if rename_by_default => Some(format!("{name}.shared")),
+                        _ => None,
+                    };
+                    ReplicatedResource {
+                        rename,
+                        devices: match &x.devices {
+                            None | Some(api::ReplicatedDevices::All(_)) => DeviceSelector::All,
+                            Some(api::ReplicatedDevices::Count(n)) => {
+                                DeviceSelector::Count(usize::try_from(*n).unwrap_or(0))
+                            }
+                            Some(api::ReplicatedDevices::List(ids)) => {
+                                DeviceSelector::List(ids.clone())
+                            }
+                        },
+                        replicas: u32::try_from(x.replicas).unwrap_or(u32::MAX),
+                        name,
+                    }
+                })
+                .collect(),
+        });
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Settings, DevicePluginError> {
+        parse_settings(Path::new("/config/config.yaml"), text.as_bytes())
+    }
+
+    #[test]
+    fn upstream_time_slicing_example() {
+        let s = parse(
+            "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, cdi-cri]\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    failRequestsGreaterThanOne: true\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n",
+        )
+        .unwrap();
+        let sh = s.sharing.unwrap();
+        assert_eq!(sh.kind, SharingKind::TimeSlicing);
+        assert!(sh.fail_requests_greater_than_one);
+        assert_eq!(
+            sh.resources[0].rename.as_deref(),
+            Some("nvidia.com/gpu.shared")
+        );
+        assert_eq!(sh.resources[0].replicas, 4);
+        assert_eq!(
+            s.device_list_strategies,
+            BTreeSet::from([DeviceListStrategy::Envvar, DeviceListStrategy::CdiCri])
+        );
+    }
+
+    #[test]
+    fn rename_devices_and_resources_are_kept() {
+        let s = parse(
+            "{\"resources\": {\"gpus\": [{\"pattern\": \"*A100*\", \"name\": \"a100\"}]}, \"sharing\": {\"timeSlicing\": {\"resources\": [{\"name\": \"gpu\", \"rename\": \"gpu.ts\", \"devices\": [\"0\", \"1\"], \"replicas\": 2}]}}, \"flags\": {\"migStrategy\": \"mixed\", \"nvidiaDriverRoot\": \"/run/nvidia/driver\"}}",
+        )
+        .unwrap();
+        assert_eq!(s.gpu_patterns[0].name, "nvidia.com/a100");
+        let r = &s.sharing.unwrap().resources[0];
+        assert_eq!(r.rename.as_deref(), Some("nvidia.com/gpu.ts"));
+        assert_eq!(
+            r.devices,
+            DeviceSelector::List(vec!["0".into(), "1".into()])
+        );
+        assert_eq!(s.mig_strategy, MigStrategy::Mixed);
+        assert_eq!(s.dev_root, "/run/nvidia/driver");
+    }
+
+    #[test]
+    fn bad_files_name_the_problem() {
+        let e = parse("version: v2\n").unwrap_err().to_string();
+        assert!(
+            e.contains("/config/config.yaml") && e.contains("version"),
+            "{e}"
+        );
+        let e = parse("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 1}\n")
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("sharing.timeSlicing.resources[0].replicas"),
+            "{e}"
+        );
+        assert!(parse("flags: [").is_err());
+        assert_eq!(parse("  \n").unwrap(), Settings::default());
+        // MPS defaults to strict requests.
+        let s = parse("flags: {mpsRoot: /run/nvidia/mps}\nsharing: {mps: {resources: [{name: gpu, replicas: 2}]}}").unwrap();
+        assert!(s.sharing.unwrap().fail_requests_greater_than_one);
+    }
 }

@@ -107,7 +107,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), DevicePluginError> {
     tokio::pin!(shutdown);
-    std::fs::create_dir_all(&opts.plugin_dir).map_err(|e| DevicePluginError::io(&opts.plugin_dir, e))?;
+    std::fs::create_dir_all(&opts.plugin_dir)
+        .map_err(|e| DevicePluginError::io(&opts.plugin_dir, e))?;
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
     let stop_events = Arc::new(AtomicBool::new(false));
     if opts.health.disabled {
@@ -117,7 +118,7 @@ pub async fn run(
     }
     let mut status = PluginStatus::default();
     let mut config = ConfigState::new(&opts);
-    config.refresh(&opts).await;
+    config.refresh(&opts, None).await;
     let mut faults = Faults::default();
     let mut ticker = tokio::time::interval(opts.poll_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -146,7 +147,7 @@ pub async fn run(
                     if let Some(reason) = generation.needs_restart(&opts, backend.as_ref()) {
                         break reason;
                     }
-                    if config.refresh(&opts).await {
+                    if config.refresh(&opts, Some(&generation.inventory)).await {
                         break "config changed".to_string();
                     }
                     generation.register_pending(&opts).await;
@@ -161,7 +162,12 @@ pub async fn run(
     result
 }
 
-async fn start(opts: &Options, backend: &dyn Backend, config: &mut ConfigState, faults: &Faults) -> Generation {
+async fn start(
+    opts: &Options,
+    backend: &dyn Backend,
+    config: &mut ConfigState,
+    faults: &Faults,
+) -> Generation {
     let inventory = match Inventory::read(backend) {
         Ok((inv, _lost)) => inv,
         Err(e) => {
@@ -203,14 +209,20 @@ async fn start(opts: &Options, backend: &dyn Backend, config: &mut ConfigState, 
                 handle,
                 registered: false,
             }),
-            Err(e) => tracing::error!(error = %e, "cannot serve resource; retrying on the next restart"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serve resource; retrying on the next restart")
+            }
         }
     }
     for s in &servers {
         tracing::info!(resource = %s.ctx.set.name, devices = s.ctx.set.devices.len(),
             socket = %s.socket.display(), "serving");
     }
-    Generation { inventory, servers, kubelet_identity: None }
+    Generation {
+        inventory,
+        servers,
+        kubelet_identity: None,
+    }
 }
 
 fn read_topology(backend: &dyn Backend, inv: &Inventory) -> Topology {
@@ -229,15 +241,25 @@ fn read_topology(backend: &dyn Backend, inv: &Inventory) -> Topology {
 type Identity = (u64, u64, i64, i64);
 
 fn socket_identity(path: &Path) -> Option<Identity> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 impl Generation {
     async fn register_pending(&mut self, opts: &Options) {
-        let Some(kubelet) = &opts.kubelet_socket else { return };
+        let Some(kubelet) = &opts.kubelet_socket else {
+            return;
+        };
         for s in self.servers.iter_mut().filter(|s| !s.registered) {
-            let Some(identity) = socket_identity(kubelet) else { return };
-            let endpoint = s.socket.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let Some(identity) = socket_identity(kubelet) else {
+                return;
+            };
+            let endpoint = s
+                .socket
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             match uds::register(kubelet, &endpoint, &s.ctx.set.name).await {
                 Ok(()) => {
                     tracing::info!(resource = %s.ctx.set.name, "registered with the kubelet");
@@ -269,7 +291,10 @@ impl Generation {
             && let Some(now) = socket_identity(kubelet)
             && now != known
         {
-            return Some(format!("{} was re-created (kubelet restart)", kubelet.display()));
+            return Some(format!(
+                "{} was re-created (kubelet restart)",
+                kubelet.display()
+            ));
         }
         if let Some(s) = self.servers.iter().find(|s| !s.socket.exists()) {
             return Some(format!("{} was removed", s.socket.display()));
@@ -287,7 +312,10 @@ impl Generation {
             let _ = s.stop.send(true);
         }
         for s in self.servers {
-            if tokio::time::timeout(Duration::from_secs(5), s.handle).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(5), s.handle)
+                .await
+                .is_err()
+            {
                 tracing::warn!(socket = %s.socket.display(), "server did not stop in 5 s");
             }
             let _ = std::fs::remove_file(&s.socket);
@@ -299,15 +327,31 @@ impl Generation {
 /// their old entry: they stay advertised (as Unhealthy) rather than vanishing.
 pub fn layout_changed(old: &Inventory, new: &Inventory, lost_now: &[u32]) -> bool {
     new.gpus.iter().any(|g| old.gpu(g.index) != Some(g))
-        || old.gpus.iter().any(|g| new.gpu(g.index).is_none() && !lost_now.contains(&g.index))
+        || old
+            .gpus
+            .iter()
+            .any(|g| new.gpu(g.index).is_none() && !lost_now.contains(&g.index))
 }
 
-fn publish(opts: &Options, status: &mut PluginStatus, generation: &Generation, config: &ConfigState, faults: &Faults) {
+fn publish(
+    opts: &Options,
+    status: &mut PluginStatus,
+    generation: &Generation,
+    config: &ConfigState,
+    faults: &Faults,
+) {
     let Some(tx) = &opts.status else { return };
-    status.resources =
-        generation.servers.iter().map(|s| (s.ctx.set.name.clone(), s.ctx.set.devices.len())).collect();
-    status.registered =
-        generation.servers.iter().filter(|s| s.registered).map(|s| s.ctx.set.name.clone()).collect();
+    status.resources = generation
+        .servers
+        .iter()
+        .map(|s| (s.ctx.set.name.clone(), s.ctx.set.devices.len()))
+        .collect();
+    status.registered = generation
+        .servers
+        .iter()
+        .filter(|s| s.registered)
+        .map(|s| s.ctx.set.name.clone())
+        .collect();
     status.config_error = config.error().map(str::to_string);
     status.unhealthy = generation
         .servers
@@ -329,21 +373,48 @@ fn publish(opts: &Options, status: &mut PluginStatus, generation: &Generation, c
 /// A GPU's health-relevant state now.
 pub fn probe(backend: &dyn Backend, gpu: u32) -> Probe {
     if backend.device_info(gpu).is_err() {
-        return Probe { lost: true, ..Probe::default() };
+        return Probe {
+            lost: true,
+            ..Probe::default()
+        };
     }
-    let ecc = backend.ecc(gpu).ok().filter(|e| e.enabled).map(|e| (e.sbe_volatile, e.dbe_volatile));
+    let ecc = backend
+        .ecc(gpu)
+        .ok()
+        .filter(|e| e.enabled)
+        .map(|e| (e.sbe_volatile, e.dbe_volatile));
     let remap = backend.row_remap(gpu).unwrap_or_default();
-    Probe { lost: false, ecc_volatile: ecc, remap_pending: remap.pending, remap_failure: remap.failure }
+    Probe {
+        lost: false,
+        ecc_volatile: ecc,
+        remap_pending: remap.pending,
+        remap_failure: remap.failure,
+    }
 }
 
-fn on_event(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Faults, event: &Event) -> bool {
+fn on_event(
+    policy: &HealthPolicy,
+    backend: &dyn Backend,
+    faults: &mut Faults,
+    event: &Event,
+) -> bool {
     let Some((target, kind)) = policy.classify(event) else {
-        tracing::debug!(gpu = event.gpu, xid = event.xid, kind = event.kind, "health event ignored");
+        tracing::debug!(
+            gpu = event.gpu,
+            xid = event.xid,
+            kind = event.kind,
+            "health event ignored"
+        );
         return false;
     };
     tracing::warn!(gpu = event.gpu, uuid = %event.gpu_uuid, xid = event.xid, ?target, ?kind,
         "GPU fault: marking its devices Unhealthy");
-    faults.record(target, kind, Some(probe(backend, event.gpu)), Instant::now())
+    faults.record(
+        target,
+        kind,
+        Some(probe(backend, event.gpu)),
+        Instant::now(),
+    )
 }
 
 fn probe_faults(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Faults) -> bool {
@@ -358,7 +429,11 @@ fn probe_faults(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Fault
 }
 
 /// Reads the backend's event stream on a plain thread (the stream blocks).
-fn spawn_event_reader(backend: Arc<dyn Backend>, tx: mpsc::UnboundedSender<Event>, stop: Arc<AtomicBool>) {
+fn spawn_event_reader(
+    backend: Arc<dyn Backend>,
+    tx: mpsc::UnboundedSender<Event>,
+    stop: Arc<AtomicBool>,
+) {
     let spawned = std::thread::Builder::new().name("dp-health".into()).spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             let mut stream = match backend.subscribe(event_kind::HEALTH) {

@@ -22,7 +22,9 @@ impl std::str::FromStr for Fallback {
             "named" => Ok(Fallback::Named),
             "single" => Ok(Fallback::Single),
             "empty" => Ok(Fallback::Empty),
-            other => Err(format!("unknown fallback strategy {other:?} (named, single, empty)")),
+            other => Err(format!(
+                "unknown fallback strategy {other:?} (named, single, empty)"
+            )),
         }
     }
 }
@@ -38,7 +40,9 @@ pub fn select(
     default: Option<&str>,
     fallbacks: &[Fallback],
 ) -> Result<Option<String>, String> {
-    let wanted = label.filter(|l| !l.is_empty()).or(default.filter(|d| !d.is_empty()));
+    let wanted = label
+        .filter(|l| !l.is_empty())
+        .or(default.filter(|d| !d.is_empty()));
     if let Some(name) = wanted {
         return if available.iter().any(|a| a == name) {
             Ok(Some(name.to_string()))
@@ -48,7 +52,9 @@ pub fn select(
     }
     for fb in fallbacks {
         match fb {
-            Fallback::Named if available.iter().any(|a| a == "default") => return Ok(Some("default".into())),
+            Fallback::Named if available.iter().any(|a| a == "default") => {
+                return Ok(Some("default".into()));
+            }
             Fallback::Single if available.len() == 1 => return Ok(Some(available[0].clone())),
             Fallback::Empty => return Ok(None),
             _ => {}
@@ -85,12 +91,31 @@ mod tests {
     #[test]
     fn label_then_default_then_fallbacks() {
         let avail = names(&["a100", "default", "ts4"]);
-        assert_eq!(select(&avail, Some("ts4"), Some("a100"), &DEFAULT_FALLBACKS), Ok(Some("ts4".into())));
-        assert_eq!(select(&avail, Some(""), Some("a100"), &DEFAULT_FALLBACKS), Ok(Some("a100".into())));
-        assert_eq!(select(&avail, None, None, &DEFAULT_FALLBACKS), Ok(Some("default".into())));
-        assert!(select(&avail, Some("nope"), None, &DEFAULT_FALLBACKS).unwrap_err().contains("nope"));
-        assert_eq!(select(&names(&["only"]), None, None, &DEFAULT_FALLBACKS), Ok(Some("only".into())));
+        assert_eq!(
+            select(&avail, Some("ts4"), Some("a100"), &DEFAULT_FALLBACKS),
+            Ok(Some("ts4".into()))
+        );
+        assert_eq!(
+            select(&avail, Some(""), Some("a100"), &DEFAULT_FALLBACKS),
+            Ok(Some("a100".into()))
+        );
+        assert_eq!(
+            select(&avail, None, None, &DEFAULT_FALLBACKS),
+            Ok(Some("default".into()))
+        );
+        assert!(
+            select(&avail, Some("nope"), None, &DEFAULT_FALLBACKS)
+                .unwrap_err()
+                .contains("nope")
+        );
+        assert_eq!(
+            select(&names(&["only"]), None, None, &DEFAULT_FALLBACKS),
+            Ok(Some("only".into()))
+        );
         assert!(select(&names(&["x", "y"]), None, None, &DEFAULT_FALLBACKS).is_err());
-        assert_eq!(select(&names(&["x", "y"]), None, None, &[Fallback::Empty]), Ok(None));
+        assert_eq!(
+            select(&names(&["x", "y"]), None, None, &[Fallback::Empty]),
+            Ok(None)
+        );
     }
 }

@@ -13,13 +13,23 @@ pub const REASON_CONFIG_ERROR: &str = "DevicePluginConfigError";
 const COMPONENT: &str = "gantry-device-plugin";
 
 /// The node's `nvidia.com/device-plugin.config` label (`None` when unset).
-pub async fn config_label(client: &kube::Client, node: &str) -> Result<Option<String>, kube::Error> {
+pub async fn config_label(
+    client: &kube::Client,
+    node: &str,
+) -> Result<Option<String>, kube::Error> {
     let node: Node = Api::<Node>::all(client.clone()).get(node).await?;
-    Ok(node.metadata.labels.and_then(|mut l| l.remove(names::LABEL_DEVICE_PLUGIN_CONFIG)))
+    Ok(node
+        .metadata
+        .labels
+        .and_then(|mut l| l.remove(names::LABEL_DEVICE_PLUGIN_CONFIG)))
 }
 
 /// Emits a Warning event on the Node naming the config error.
-pub async fn config_error_event(client: &kube::Client, node: &str, message: &str) -> Result<(), kube::Error> {
+pub async fn config_error_event(
+    client: &kube::Client,
+    node: &str,
+    message: &str,
+) -> Result<(), kube::Error> {
     let now = k8s_openapi::jiff::Timestamp::now();
     let event = Event {
         metadata: ObjectMeta {
@@ -50,7 +60,9 @@ pub async fn config_error_event(client: &kube::Client, node: &str, message: &str
         }),
         ..Event::default()
     };
-    Api::<Event>::namespaced(client.clone(), EVENT_NAMESPACE).create(&PostParams::default(), &event).await?;
+    Api::<Event>::namespaced(client.clone(), EVENT_NAMESPACE)
+        .create(&PostParams::default(), &event)
+        .await?;
     Ok(())
 }
 
@@ -65,6 +77,7 @@ pub async fn config_map_data(
     namespace: &str,
     name: &str,
 ) -> Result<std::collections::BTreeMap<String, String>, kube::Error> {
-    let cm: k8s_openapi::api::core::v1::ConfigMap = Api::namespaced(client.clone(), namespace).get(name).await?;
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        Api::namespaced(client.clone(), namespace).get(name).await?;
     Ok(cm.data.unwrap_or_default())
 }

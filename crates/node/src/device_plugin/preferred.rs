@@ -61,7 +61,10 @@ pub fn preferred(
 ) -> Result<Vec<String>, RequestError> {
     for id in available.iter().chain(must_include) {
         if set.device(id).is_none() {
-            return Err(RequestError::UnknownDevice { resource: set.name.clone(), id: id.clone() });
+            return Err(RequestError::UnknownDevice {
+                resource: set.name.clone(),
+                id: id.clone(),
+            });
         }
     }
     let mut chosen: Vec<String> = Vec::with_capacity(size);
@@ -71,7 +74,10 @@ pub fn preferred(
         }
     }
     let taken: HashSet<&str> = chosen.iter().map(String::as_str).collect();
-    let candidates: Vec<&String> = available.iter().filter(|id| !taken.contains(id.as_str())).collect();
+    let candidates: Vec<&String> = available
+        .iter()
+        .filter(|id| !taken.contains(id.as_str()))
+        .collect();
     if chosen.len() >= size {
         chosen.truncate(size.max(must_include.len()));
         return Ok(chosen);
@@ -84,7 +90,10 @@ pub fn preferred(
             available: candidates.len() + chosen.len(),
         });
     }
-    let whole_gpus = set.devices.iter().all(|d| d.replica.is_none() && !d.physical.is_mig());
+    let whole_gpus = set
+        .devices
+        .iter()
+        .all(|d| d.replica.is_none() && !d.physical.is_mig());
     if whole_gpus {
         chosen.extend(closest_gpus(set, &chosen, &candidates, need, topology));
     } else {
@@ -175,8 +184,11 @@ fn greedy(fixed: &[u32], cands: &[u32], need: usize, topo: &Topology) -> Vec<usi
         }
         picked
     };
-    let seeds: Vec<Vec<usize>> =
-        if fixed.is_empty() { (0..cands.len()).map(|i| vec![i]).collect() } else { vec![Vec::new()] };
+    let seeds: Vec<Vec<usize>> = if fixed.is_empty() {
+        (0..cands.len()).map(|i| vec![i]).collect()
+    } else {
+        vec![Vec::new()]
+    };
     let mut best: Option<(u32, Vec<usize>)> = None;
     for seed in seeds {
         let picked = grow(seed);
@@ -222,7 +234,10 @@ fn by_load(
                 continue;
             }
             let gpu = gpu_of(set, id);
-            let (a, r) = (allocated.get(&gpu).copied().unwrap_or(0), round.get(&gpu).copied().unwrap_or(0));
+            let (a, r) = (
+                allocated.get(&gpu).copied().unwrap_or(0),
+                round.get(&gpu).copied().unwrap_or(0),
+            );
             let key = match policy {
                 AllocationPolicy::Distributed => (a + r, r),
                 AllocationPolicy::Packed => (-r, -a),
@@ -251,7 +266,11 @@ mod tests {
         let mut levels = Vec::new();
         for a in 0..8u32 {
             for b in a + 1..8 {
-                let level = if a / 4 == b / 4 { TopologyLevel::NvLink { links: 4 } } else { TopologyLevel::System };
+                let level = if a / 4 == b / 4 {
+                    TopologyLevel::NvLink { links: 4 }
+                } else {
+                    TopologyLevel::System
+                };
                 levels.push(((a, b), level));
             }
         }
@@ -266,12 +285,35 @@ mod tests {
     fn whole_gpus_prefer_one_nvlink_island() {
         let set = &build(&inv(8), &Settings::default()).unwrap()[0];
         let avail = gpu_ids(&[0, 2, 4, 5, 6, 7]);
-        let got = preferred(set, &avail, &[], 3, AllocationPolicy::Distributed, &islands()).unwrap();
+        let got = preferred(
+            set,
+            &avail,
+            &[],
+            3,
+            AllocationPolicy::Distributed,
+            &islands(),
+        )
+        .unwrap();
         assert_eq!(got, gpu_ids(&[4, 5, 6]));
-        let got = preferred(set, &avail, &gpu_ids(&[0]), 2, AllocationPolicy::Distributed, &islands()).unwrap();
+        let got = preferred(
+            set,
+            &avail,
+            &gpu_ids(&[0]),
+            2,
+            AllocationPolicy::Distributed,
+            &islands(),
+        )
+        .unwrap();
         assert_eq!(got, gpu_ids(&[0, 2]));
         assert!(matches!(
-            preferred(set, &avail, &[], 7, AllocationPolicy::Distributed, &islands()),
+            preferred(
+                set,
+                &avail,
+                &[],
+                7,
+                AllocationPolicy::Distributed,
+                &islands()
+            ),
             Err(RequestError::NotEnoughDevices { .. })
         ));
     }
@@ -282,7 +324,14 @@ mod tests {
         let all: Vec<u32> = (0..32).collect();
         let topo = Topology::from_levels((0..32u32).flat_map(|a| {
             (a + 1..32).map(move |b| {
-                ((a, b), if a / 8 == b / 8 { TopologyLevel::NvLink { links: 2 } } else { TopologyLevel::Node })
+                (
+                    (a, b),
+                    if a / 8 == b / 8 {
+                        TopologyLevel::NvLink { links: 2 }
+                    } else {
+                        TopologyLevel::Node
+                    },
+                )
             })
         }));
         let avail = gpu_ids(&all[3..]);
@@ -293,13 +342,21 @@ mod tests {
     #[test]
     fn replicas_spread_or_pack() {
         let set = &build(&inv(2), &time_sliced(4, None)).unwrap()[0];
-        let avail: Vec<String> = set.devices.iter().map(|d| d.id.clone()).filter(|id| id != "GPU-00000000::0").collect();
+        let avail: Vec<String> = set
+            .devices
+            .iter()
+            .map(|d| d.id.clone())
+            .filter(|id| id != "GPU-00000000::0")
+            .collect();
         let topo = Topology::default();
         // GPU 0 already has one replica in use: distributed starts on GPU 1 and alternates.
         let got = preferred(set, &avail, &[], 2, AllocationPolicy::Distributed, &topo).unwrap();
         assert_eq!(got, ["GPU-00000001::0", "GPU-00000000::1"]);
         // Packed fills the busiest GPU first and stays on it.
         let got = preferred(set, &avail, &[], 3, AllocationPolicy::Packed, &topo).unwrap();
-        assert_eq!(got, ["GPU-00000000::1", "GPU-00000000::2", "GPU-00000000::3"]);
+        assert_eq!(
+            got,
+            ["GPU-00000000::1", "GPU-00000000::2", "GPU-00000000::3"]
+        );
     }
 }

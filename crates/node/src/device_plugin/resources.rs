@@ -14,8 +14,19 @@ use gantry_api::names;
 /// The physical thing behind a plugin device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Physical {
-    Gpu { index: u32, uuid: String, minor: u32 },
-    Mig { parent: u32, parent_minor: u32, index: u32, uuid: String, gi: u32, ci: u32 },
+    Gpu {
+        index: u32,
+        uuid: String,
+        minor: u32,
+    },
+    Mig {
+        parent: u32,
+        parent_minor: u32,
+        index: u32,
+        uuid: String,
+        gi: u32,
+        ci: u32,
+    },
 }
 
 impl Physical {
@@ -47,7 +58,11 @@ impl Physical {
     }
 
     fn of_gpu(gpu: &Gpu) -> Self {
-        Physical::Gpu { index: gpu.index, uuid: gpu.uuid.clone(), minor: gpu.minor }
+        Physical::Gpu {
+            index: gpu.index,
+            uuid: gpu.uuid.clone(),
+            minor: gpu.minor,
+        }
     }
 
     fn of_mig(mig: &Mig, parent_minor: u32) -> Self {
@@ -91,8 +106,17 @@ pub struct ResourceSet {
 
 impl ResourceSet {
     pub fn new(name: String, devices: Vec<PluginDevice>, sharing: Option<ResourceSharing>) -> Self {
-        let by_id = devices.iter().enumerate().map(|(i, d)| (d.id.clone(), i)).collect();
-        ResourceSet { name, devices, sharing, by_id }
+        let by_id = devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.id.clone(), i))
+            .collect();
+        ResourceSet {
+            name,
+            devices,
+            sharing,
+            by_id,
+        }
     }
 
     pub fn device(&self, id: &str) -> Option<&PluginDevice> {
@@ -111,7 +135,10 @@ impl ResourceSet {
 }
 
 pub fn socket_name(resource: &str) -> String {
-    match resource.strip_prefix(names::NVIDIA_GROUP).and_then(|r| r.strip_prefix('/')) {
+    match resource
+        .strip_prefix(names::NVIDIA_GROUP)
+        .and_then(|r| r.strip_prefix('/'))
+    {
         Some(short) => format!("nvidia-{short}.sock"),
         None => format!("{}.sock", resource.replace('/', "-")),
     }
@@ -134,8 +161,11 @@ pub fn build(inv: &Inventory, settings: &Settings) -> Result<Vec<ResourceSet>, D
             }
         }
         for entry in &sharing.resources {
-            let candidates: Vec<&Physical> =
-                base.iter().filter(|(_, r)| *r == entry.name).map(|(p, _)| p).collect();
+            let candidates: Vec<&Physical> = base
+                .iter()
+                .filter(|(_, r)| *r == entry.name)
+                .map(|(p, _)| p)
+                .collect();
             let chosen = select(&candidates, &entry.devices, &entry.name)?;
             let target = entry.rename.clone().unwrap_or_else(|| entry.name.clone());
             validate_name(&target)?;
@@ -144,7 +174,9 @@ pub fn build(inv: &Inventory, settings: &Settings) -> Result<Vec<ResourceSet>, D
                 replicas: entry.replicas,
                 fail_requests_greater_than_one: sharing.fail_requests_greater_than_one,
             };
-            let slot = sets.entry(target.clone()).or_insert_with(|| (Vec::new(), Some(share)));
+            let slot = sets
+                .entry(target.clone())
+                .or_insert_with(|| (Vec::new(), Some(share)));
             slot.1 = Some(share);
             for phys in chosen {
                 if sharing.kind == SharingKind::Mps && phys.is_mig() {
@@ -176,11 +208,14 @@ pub fn build(inv: &Inventory, settings: &Settings) -> Result<Vec<ResourceSet>, D
             continue;
         }
         validate_name(resource)?;
-        sets.entry(resource.clone()).or_insert_with(|| (Vec::new(), None)).0.push(PluginDevice {
-            id: phys.uuid().to_string(),
-            physical: phys.clone(),
-            replica: None,
-        });
+        sets.entry(resource.clone())
+            .or_insert_with(|| (Vec::new(), None))
+            .0
+            .push(PluginDevice {
+                id: phys.uuid().to_string(),
+                physical: phys.clone(),
+                replica: None,
+            });
     }
 
     Ok(sets
@@ -196,9 +231,15 @@ fn base_devices(
     inv: &Inventory,
     settings: &Settings,
 ) -> Result<Vec<(Physical, String)>, DevicePluginError> {
-    let default_gpu = [ResourcePattern { pattern: "*".into(), name: names::RESOURCE_GPU.into() }];
-    let gpu_patterns: &[ResourcePattern] =
-        if settings.gpu_patterns.is_empty() { &default_gpu } else { &settings.gpu_patterns };
+    let default_gpu = [ResourcePattern {
+        pattern: "*".into(),
+        name: names::RESOURCE_GPU.into(),
+    }];
+    let gpu_patterns: &[ResourcePattern] = if settings.gpu_patterns.is_empty() {
+        &default_gpu
+    } else {
+        &settings.gpu_patterns
+    };
     let use_mig = |gpu: &Gpu| settings.mig_strategy != MigStrategy::None && gpu.mig_enabled;
 
     if settings.mig_strategy == MigStrategy::Single {
@@ -216,7 +257,10 @@ fn base_devices(
             continue;
         }
         if gpu.mig_devices.is_empty() {
-            tracing::warn!(gpu = gpu.index, "MIG enabled but no MIG devices; nothing advertised");
+            tracing::warn!(
+                gpu = gpu.index,
+                "MIG enabled but no MIG devices; nothing advertised"
+            );
         }
         for mig in &gpu.mig_devices {
             let name = if !settings.mig_patterns.is_empty() {
@@ -224,7 +268,11 @@ fn base_devices(
             } else if settings.mig_strategy == MigStrategy::Single {
                 Some(names::RESOURCE_GPU.to_string())
             } else if mig.whole_instance {
-                Some(format!("{}{}", names::RESOURCE_MIG_PREFIX, mig.profile.replace('+', ".")))
+                Some(format!(
+                    "{}{}",
+                    names::RESOURCE_MIG_PREFIX,
+                    mig.profile.replace('+', ".")
+                ))
             } else {
                 None
             };
@@ -239,7 +287,10 @@ fn base_devices(
 }
 
 fn first_match(patterns: &[ResourcePattern], text: &str) -> Option<String> {
-    patterns.iter().find(|p| glob_match(&p.pattern, text)).map(|p| p.name.clone())
+    patterns
+        .iter()
+        .find(|p| glob_match(&p.pattern, text))
+        .map(|p| p.name.clone())
 }
 
 /// `single`: one MIG mode for all GPUs, ≥ 1 MIG device each, all MIG devices alike.
@@ -286,12 +337,13 @@ fn select<'a>(
         DeviceSelector::List(entries) => {
             let mut out: Vec<&Physical> = Vec::new();
             for entry in entries {
-                let hit = candidates.iter().find(|p| selector_matches(p, entry)).ok_or_else(|| {
-                    DevicePluginError::UnknownDeviceSelector {
+                let hit = candidates
+                    .iter()
+                    .find(|p| selector_matches(p, entry))
+                    .ok_or_else(|| DevicePluginError::UnknownDeviceSelector {
                         resource: resource.to_string(),
                         entry: entry.clone(),
-                    }
-                })?;
+                    })?;
                 if !out.contains(hit) {
                     out.push(hit);
                 }
@@ -313,21 +365,32 @@ fn selector_matches(phys: &Physical, entry: &str) -> bool {
 
 /// Rewrites legacy `MIG-GPU-<uuid>/<gi>/<ci>` selectors to the MIG device's own UUID.
 pub fn rewrite_legacy_mig_selectors(settings: &mut Settings, inv: &Inventory) {
-    let Some(sharing) = settings.sharing.as_mut() else { return };
+    let Some(sharing) = settings.sharing.as_mut() else {
+        return;
+    };
     for entry in &mut sharing.resources {
-        let DeviceSelector::List(list) = &mut entry.devices else { continue };
+        let DeviceSelector::List(list) = &mut entry.devices else {
+            continue;
+        };
         for item in list.iter_mut() {
-            let Some(rest) = item.strip_prefix("MIG-") else { continue };
+            let Some(rest) = item.strip_prefix("MIG-") else {
+                continue;
+            };
             let mut parts = rest.split('/');
             let (Some(parent), Some(gi), Some(ci), None) =
                 (parts.next(), parts.next(), parts.next(), parts.next())
             else {
                 continue;
             };
-            let (Ok(gi), Ok(ci)) = (gi.parse::<u32>(), ci.parse::<u32>()) else { continue };
-            let hit = inv.gpus.iter().filter(|g| g.uuid == parent).flat_map(|g| &g.mig_devices).find(
-                |m| m.gpu_instance == gi && m.compute_instance == ci,
-            );
+            let (Ok(gi), Ok(ci)) = (gi.parse::<u32>(), ci.parse::<u32>()) else {
+                continue;
+            };
+            let hit = inv
+                .gpus
+                .iter()
+                .filter(|g| g.uuid == parent)
+                .flat_map(|g| &g.mig_devices)
+                .find(|m| m.gpu_instance == gi && m.compute_instance == ci);
             if let Some(mig) = hit {
                 *item = mig.uuid.clone();
             }
@@ -353,9 +416,14 @@ pub fn validate_name(name: &str) -> Result<(), DevicePluginError> {
     }
     let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
     let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if short.is_empty() || !short.chars().all(ok_char) || !alnum(short.chars().next()) || !alnum(short.chars().last())
+    if short.is_empty()
+        || !short.chars().all(ok_char)
+        || !alnum(short.chars().next())
+        || !alnum(short.chars().last())
     {
-        return Err(bad("the part after '/' must be lower-case alphanumerics, '-' or '.'"));
+        return Err(bad(
+            "the part after '/' must be lower-case alphanumerics, '-' or '.'",
+        ));
     }
     Ok(())
 }
@@ -389,7 +457,9 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn inv(n: u32) -> Inventory {
-        Inventory { gpus: (0..n).map(|i| gpu(i, &[])).collect() }
+        Inventory {
+            gpus: (0..n).map(|i| gpu(i, &[])).collect(),
+        }
     }
 
     pub(crate) fn time_sliced(replicas: u32, rename: Option<&str>) -> Settings {
@@ -409,7 +479,9 @@ pub(crate) mod tests {
     }
 
     fn summary(sets: &[ResourceSet]) -> Vec<(String, usize)> {
-        sets.iter().map(|s| (s.name.clone(), s.devices.len())).collect()
+        sets.iter()
+            .map(|s| (s.name.clone(), s.devices.len()))
+            .collect()
     }
 
     #[test]
@@ -425,7 +497,15 @@ pub(crate) mod tests {
         let sets = build(&inv(2), &time_sliced(4, None)).unwrap();
         assert_eq!(summary(&sets), [("nvidia.com/gpu".to_string(), 8)]);
         let ids: Vec<&str> = sets[0].devices.iter().map(|d| d.id.as_str()).collect();
-        assert_eq!(&ids[..4], ["GPU-00000000::0", "GPU-00000000::1", "GPU-00000000::2", "GPU-00000000::3"]);
+        assert_eq!(
+            &ids[..4],
+            [
+                "GPU-00000000::0",
+                "GPU-00000000::1",
+                "GPU-00000000::2",
+                "GPU-00000000::3"
+            ]
+        );
 
         let sets = build(&inv(2), &time_sliced(4, Some("nvidia.com/gpu.shared"))).unwrap();
         assert_eq!(summary(&sets), [("nvidia.com/gpu.shared".to_string(), 8)]);
@@ -441,12 +521,18 @@ pub(crate) mod tests {
         let sets = build(&inv(4), &s).unwrap();
         assert_eq!(
             summary(&sets),
-            [("nvidia.com/gpu".to_string(), 2), ("nvidia.com/gpu.shared".to_string(), 4)]
+            [
+                ("nvidia.com/gpu".to_string(), 2),
+                ("nvidia.com/gpu.shared".to_string(), 4)
+            ]
         );
         if let Some(sh) = s.sharing.as_mut() {
             sh.resources[0].devices = DeviceSelector::List(vec!["7".into()]);
         }
-        assert!(matches!(build(&inv(4), &s), Err(DevicePluginError::UnknownDeviceSelector { .. })));
+        assert!(matches!(
+            build(&inv(4), &s),
+            Err(DevicePluginError::UnknownDeviceSelector { .. })
+        ));
         if let Some(sh) = s.sharing.as_mut() {
             sh.resources[0].devices = DeviceSelector::Count(1);
         }
@@ -457,7 +543,10 @@ pub(crate) mod tests {
     #[test]
     fn user_resource_patterns_are_honoured() {
         let s = Settings {
-            gpu_patterns: vec![ResourcePattern { pattern: "*H100*".into(), name: "nvidia.com/h100".into() }],
+            gpu_patterns: vec![ResourcePattern {
+                pattern: "*H100*".into(),
+                name: "nvidia.com/h100".into(),
+            }],
             ..Settings::default()
         };
         let sets = build(&inv(2), &s).unwrap();
@@ -466,12 +555,22 @@ pub(crate) mod tests {
 
     #[test]
     fn mig_strategies() {
-        let balanced = [("1g.10gb", 7), ("1g.10gb", 8), ("2g.20gb", 3), ("3g.40gb", 2)];
-        let inventory = Inventory { gpus: vec![gpu(0, &balanced), gpu(1, &balanced)] };
+        let balanced = [
+            ("1g.10gb", 7),
+            ("1g.10gb", 8),
+            ("2g.20gb", 3),
+            ("3g.40gb", 2),
+        ];
+        let inventory = Inventory {
+            gpus: vec![gpu(0, &balanced), gpu(1, &balanced)],
+        };
         let none = build(&inventory, &Settings::default()).unwrap();
         assert_eq!(summary(&none), [("nvidia.com/gpu".to_string(), 2)]);
 
-        let mixed = Settings { mig_strategy: MigStrategy::Mixed, ..Settings::default() };
+        let mixed = Settings {
+            mig_strategy: MigStrategy::Mixed,
+            ..Settings::default()
+        };
         assert_eq!(
             summary(&build(&inventory, &mixed).unwrap()),
             [
@@ -481,14 +580,27 @@ pub(crate) mod tests {
             ]
         );
 
-        let single = Settings { mig_strategy: MigStrategy::Single, ..Settings::default() };
-        assert!(matches!(build(&inventory, &single), Err(DevicePluginError::SingleUnlike { .. })));
-        let alike = Inventory { gpus: vec![gpu(0, &[("1g.10gb", 7); 7]), gpu(1, &[("1g.10gb", 7); 7])] };
+        let single = Settings {
+            mig_strategy: MigStrategy::Single,
+            ..Settings::default()
+        };
+        assert!(matches!(
+            build(&inventory, &single),
+            Err(DevicePluginError::SingleUnlike { .. })
+        ));
+        let alike = Inventory {
+            gpus: vec![gpu(0, &[("1g.10gb", 7); 7]), gpu(1, &[("1g.10gb", 7); 7])],
+        };
         let sets = build(&alike, &single).unwrap();
         assert_eq!(summary(&sets), [("nvidia.com/gpu".to_string(), 14)]);
         assert_eq!(sets[0].devices[0].physical.index_id(), "0:0");
-        let half = Inventory { gpus: vec![gpu(0, &[("1g.10gb", 7)]), gpu(1, &[])] };
-        assert!(matches!(build(&half, &single), Err(DevicePluginError::SingleMixedModes { .. })));
+        let half = Inventory {
+            gpus: vec![gpu(0, &[("1g.10gb", 7)]), gpu(1, &[])],
+        };
+        assert!(matches!(
+            build(&half, &single),
+            Err(DevicePluginError::SingleMixedModes { .. })
+        ));
     }
 
     #[test]
@@ -497,12 +609,20 @@ pub(crate) mod tests {
         if let Some(sh) = s.sharing.as_mut() {
             sh.kind = SharingKind::Mps;
         }
-        assert!(matches!(build(&inv(1), &s), Err(DevicePluginError::MpsWithoutRoot)));
+        assert!(matches!(
+            build(&inv(1), &s),
+            Err(DevicePluginError::MpsWithoutRoot)
+        ));
         s.mps_root = Some("/run/nvidia/mps".into());
         assert_eq!(build(&inv(1), &s).unwrap()[0].devices.len(), 4);
         s.mig_strategy = MigStrategy::Single;
-        let migs = Inventory { gpus: vec![gpu(0, &[("1g.10gb", 7)])] };
-        assert!(matches!(build(&migs, &s), Err(DevicePluginError::MpsOnMig { .. })));
+        let migs = Inventory {
+            gpus: vec![gpu(0, &[("1g.10gb", 7)])],
+        };
+        assert!(matches!(
+            build(&migs, &s),
+            Err(DevicePluginError::MpsOnMig { .. })
+        ));
     }
 
     #[test]

@@ -31,7 +31,12 @@ pub fn device_list(set: &ResourceSet, faults: &Faults) -> Vec<pb::Device> {
         .iter()
         .map(|d| pb::Device {
             id: d.id.clone(),
-            health: if faults.unhealthy(&d.physical) { pb::UNHEALTHY } else { pb::HEALTHY }.to_string(),
+            health: if faults.unhealthy(&d.physical) {
+                pb::UNHEALTHY
+            } else {
+                pb::HEALTHY
+            }
+            .to_string(),
             topology: None,
         })
         .collect()
@@ -39,7 +44,10 @@ pub fn device_list(set: &ResourceSet, faults: &Faults) -> Vec<pb::Device> {
 
 /// Options every plugin advertises (and registers with).
 pub fn plugin_options() -> pb::DevicePluginOptions {
-    pb::DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }
+    pb::DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: true,
+    }
 }
 
 #[derive(Clone)]
@@ -80,7 +88,11 @@ impl DevicePlugin for PluginService {
         tokio::spawn(async move {
             loop {
                 let list = devices.borrow_and_update().clone();
-                if tx.send(Ok(pb::ListAndWatchResponse { devices: list })).await.is_err() {
+                if tx
+                    .send(Ok(pb::ListAndWatchResponse { devices: list }))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 tokio::select! {
@@ -117,7 +129,9 @@ impl DevicePlugin for PluginService {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
             container_responses.push(pb::ContainerPreferredAllocationResponse { device_i_ds: ids });
         }
-        Ok(Response::new(pb::PreferredAllocationResponse { container_responses }))
+        Ok(Response::new(pb::PreferredAllocationResponse {
+            container_responses,
+        }))
     }
 
     async fn allocate(
@@ -128,12 +142,17 @@ impl DevicePlugin for PluginService {
         let mut container_responses = Vec::new();
         for req in request.into_inner().container_requests {
             let annotation_id = uuid::Uuid::new_v4().to_string();
-            let actx = AllocateContext { annotation_id: &annotation_id, mig_minors: &ctx.mig_minors };
+            let actx = AllocateContext {
+                annotation_id: &annotation_id,
+                mig_minors: &ctx.mig_minors,
+            };
             let resp = allocate(&ctx.set, &ctx.settings, &req.devices_ids, actx)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
             container_responses.push(resp);
         }
-        Ok(Response::new(pb::AllocateResponse { container_responses }))
+        Ok(Response::new(pb::AllocateResponse {
+            container_responses,
+        }))
     }
 
     async fn pre_start_container(

@@ -78,7 +78,9 @@ pub async fn register(
         socket: kubelet_socket.to_path_buf(),
         message,
     };
-    let channel = connect(kubelet_socket, Duration::from_secs(5)).await.map_err(|e| err(e.to_string()))?;
+    let channel = connect(kubelet_socket, Duration::from_secs(5))
+        .await
+        .map_err(|e| err(e.to_string()))?;
     let mut client = RegistrationClient::new(channel);
     client
         .register(pb::RegisterRequest {

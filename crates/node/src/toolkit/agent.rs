@@ -51,7 +51,10 @@ impl AgentConfig {
             drop_in: false,
             drop_in_path: None,
             cdi: cdi::Options {
-                hook_path: toolkit_dir.join("nvidia-cdi-hook").to_string_lossy().into_owned(),
+                hook_path: toolkit_dir
+                    .join("nvidia-cdi-hook")
+                    .to_string_lossy()
+                    .into_owned(),
                 ..Default::default()
             },
             toolkit_dir,
@@ -81,7 +84,10 @@ impl AgentConfig {
         cfg.enable_cdi = self.enable_cdi;
         match runtime {
             Runtime::Containerd if self.drop_in || self.drop_in_path.is_some() => {
-                cfg.drop_in = self.drop_in_path.clone().or_else(|| runtime.default_drop_in().map(PathBuf::from));
+                cfg.drop_in = self
+                    .drop_in_path
+                    .clone()
+                    .or_else(|| runtime.default_drop_in().map(PathBuf::from));
             }
             Runtime::Crio if self.drop_in_path.is_some() => cfg.drop_in = self.drop_in_path.clone(),
             _ => {}
@@ -118,15 +124,27 @@ pub fn run(cfg: &AgentConfig, reloader: &mut dyn Reloader) -> Result<AgentReport
         };
         report.runtime = Some(runtime);
         let rc = cfg.runtime_config(runtime);
-        let plan = if cfg.uninstall { install::plan_uninstall(&cfg.host, &rc)? } else { install::plan_install(&cfg.host, &rc)? };
+        let plan = if cfg.uninstall {
+            install::plan_uninstall(&cfg.host, &rc)?
+        } else {
+            install::plan_install(&cfg.host, &rc)?
+        };
         if cfg.dry_run {
             for change in plan.changes.iter().filter(|c| c.changes()) {
                 report.planned.push(PlannedFile {
                     path: change.path.clone(),
-                    content: change.after.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
+                    content: change
+                        .after
+                        .as_ref()
+                        .map(|b| String::from_utf8_lossy(b).into_owned()),
                 });
             }
-            report.files.extend(plan.changes.iter().filter(|c| !c.changes()).map(|c| (c.path.clone(), Outcome::Unchanged)));
+            report.files.extend(
+                plan.changes
+                    .iter()
+                    .filter(|c| !c.changes())
+                    .map(|c| (c.path.clone(), Outcome::Unchanged)),
+            );
         } else {
             let applied = install::apply(&cfg.host, &plan)?;
             if applied.changed() {
@@ -143,10 +161,15 @@ pub fn run(cfg: &AgentConfig, reloader: &mut dyn Reloader) -> Result<AgentReport
     if cfg.uninstall {
         if cfg.dry_run {
             if cfg.host.read(&spec_path)?.is_some() {
-                report.planned.push(PlannedFile { path: spec_path, content: None });
+                report.planned.push(PlannedFile {
+                    path: spec_path,
+                    content: None,
+                });
             }
         } else {
-            report.files.push((spec_path, cdi::remove_spec(&cfg.host, &cfg.cdi_dir)?));
+            report
+                .files
+                .push((spec_path, cdi::remove_spec(&cfg.host, &cfg.cdi_dir)?));
         }
         return Ok(report);
     }
@@ -157,18 +180,31 @@ pub fn run(cfg: &AgentConfig, reloader: &mut dyn Reloader) -> Result<AgentReport
         if cfg.host.read(&spec_path)?.as_deref() == Some(text.as_bytes()) {
             report.files.push((spec_path, Outcome::Unchanged));
         } else {
-            report.planned.push(PlannedFile { path: spec_path, content: Some(text) });
+            report.planned.push(PlannedFile {
+                path: spec_path,
+                content: Some(text),
+            });
         }
     } else {
-        report.files.push((spec_path, cdi::write_spec(&cfg.host, &cfg.cdi_dir, &spec)?));
+        report
+            .files
+            .push((spec_path, cdi::write_spec(&cfg.host, &cfg.cdi_dir, &spec)?));
     }
     Ok(report)
 }
 
 /// Discovers the driver files and builds the spec for the configured (or found) devices.
 pub fn generate_spec(cfg: &AgentConfig) -> Result<cdi::Spec, ToolkitError> {
-    let dev_root = cfg.dev_root.clone().unwrap_or_else(|| cfg.driver_root.clone());
-    let driver = cdi::discover(&cfg.host, &cfg.driver_root, &dev_root, cfg.driver_version.as_deref())?;
+    let dev_root = cfg
+        .dev_root
+        .clone()
+        .unwrap_or_else(|| cfg.driver_root.clone());
+    let driver = cdi::discover(
+        &cfg.host,
+        &cfg.driver_root,
+        &dev_root,
+        cfg.driver_version.as_deref(),
+    )?;
     let (gpus, migs) = match &cfg.devices {
         Some((g, m)) => (g.clone(), m.clone()),
         None => (cdi::gpus_from_device_nodes(&driver), Vec::new()),

@@ -5,7 +5,7 @@
 //! every other byte of the user's file is reproduced as parsed.
 
 use super::error::ToolkitError;
-use super::tomlutil::{self, dotted, get, get_or_create, plain, set_value, str_at};
+use super::tomlutil::{self, dotted, get, get_or_create, set_value, str_at};
 use std::path::Path;
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
@@ -64,14 +64,13 @@ pub fn configure(doc: &mut DocumentMut, opts: &Options, path: &Path) -> Result<(
 
     let desired = desired_runtime(doc, plugin, opts, path)?;
     let runtimes = get_or_create(doc.as_item_mut(), &runtimes_path, path)?;
-    let current = runtimes
-        .as_table_like()
-        .and_then(|t| t.get(&opts.runtime_name))
-        .map(plain);
-    if current.as_ref() != Some(&plain(&desired))
-        && let Some(table) = runtimes.as_table_like_mut()
-    {
-        table.insert(&opts.runtime_name, desired);
+    if let Some(table) = runtimes.as_table_like_mut() {
+        match table.get_mut(&opts.runtime_name) {
+            Some(current) => tomlutil::sync(current, &desired),
+            None => {
+                table.insert(&opts.runtime_name, desired);
+            }
+        }
     }
 
     let current_default = get(doc.as_item(), &default_path, path)?
@@ -80,7 +79,11 @@ pub fn configure(doc: &mut DocumentMut, opts: &Options, path: &Path) -> Result<(
     if opts.set_as_default {
         if current_default.as_deref() != Some(opts.runtime_name.as_str()) {
             let containerd = get_or_create(doc.as_item_mut(), &default_path, path)?;
-            set_value(containerd, "default_runtime_name", Value::from(opts.runtime_name.as_str()));
+            set_value(
+                containerd,
+                "default_runtime_name",
+                Value::from(opts.runtime_name.as_str()),
+            );
         }
     } else if current_default.as_deref() == Some(opts.runtime_name.as_str()) {
         remove_key(doc, &default_path, "default_runtime_name", path)?;
@@ -97,10 +100,19 @@ pub fn configure(doc: &mut DocumentMut, opts: &Options, path: &Path) -> Result<(
 
 /// Removes what [`configure`] adds: the runtime, and `default_runtime_name` if it names it.
 /// `enable_cdi` is left alone: it may have been the user's own setting.
-pub fn unconfigure(doc: &mut DocumentMut, runtime_name: &str, path: &Path) -> Result<(), ToolkitError> {
+pub fn unconfigure(
+    doc: &mut DocumentMut,
+    runtime_name: &str,
+    path: &Path,
+) -> Result<(), ToolkitError> {
     let version = version(doc, path)?;
     let plugin = cri_plugin(version).unwrap_or_default();
-    remove_key(doc, &["plugins", plugin, "containerd", "runtimes"], runtime_name, path)?;
+    remove_key(
+        doc,
+        &["plugins", plugin, "containerd", "runtimes"],
+        runtime_name,
+        path,
+    )?;
     let default_path = ["plugins", plugin, "containerd"];
     let names_ours = get(doc.as_item(), &default_path, path)?
         .and_then(|c| str_at(c, "default_runtime_name"))
@@ -113,7 +125,12 @@ pub fn unconfigure(doc: &mut DocumentMut, runtime_name: &str, path: &Path) -> Re
 
 /// The drop-in file for `main`: `version`, then a copy of the whole CRI plugin table (containerd
 /// before 2.1 replaces plugin tables key by key instead of merging them), then our edits.
-pub fn drop_in(main: &DocumentMut, opts: &Options, main_path: &Path, drop_in_path: &Path) -> Result<DocumentMut, ToolkitError> {
+pub fn drop_in(
+    main: &DocumentMut,
+    opts: &Options,
+    main_path: &Path,
+    drop_in_path: &Path,
+) -> Result<DocumentMut, ToolkitError> {
     let version = version(main, main_path)?;
     let plugin = cri_plugin(version).unwrap_or_default();
     let mut doc = DocumentMut::new();
@@ -142,7 +159,10 @@ pub fn add_import(main: &mut DocumentMut, glob: &str, path: &Path) -> Result<(),
         }
         Some(item) => {
             let Some(array) = item.as_array_mut() else {
-                return Err(ToolkitError::config(path, "`imports` must be an array of strings"));
+                return Err(ToolkitError::config(
+                    path,
+                    "`imports` must be an array of strings",
+                ));
             };
             if !array.iter().any(|v| v.as_str() == Some(glob)) {
                 array.push(glob);
@@ -158,7 +178,10 @@ pub fn remove_import(main: &mut DocumentMut, glob: &str, path: &Path) -> Result<
         return Ok(());
     };
     let Some(array) = item.as_array_mut() else {
-        return Err(ToolkitError::config(path, "`imports` must be an array of strings"));
+        return Err(ToolkitError::config(
+            path,
+            "`imports` must be an array of strings",
+        ));
     };
     if array.iter().any(|v| v.as_str() == Some(glob)) {
         array.retain(|v| v.as_str() != Some(glob));
@@ -168,7 +191,12 @@ pub fn remove_import(main: &mut DocumentMut, glob: &str, path: &Path) -> Result<
 
 /// The runtime table we want: a copy of the runtime containerd uses today (so settings such as
 /// `SystemdCgroup` carry over), pointed at the NVIDIA runtime binary.
-fn desired_runtime(doc: &DocumentMut, plugin: &str, opts: &Options, path: &Path) -> Result<Item, ToolkitError> {
+fn desired_runtime(
+    doc: &DocumentMut,
+    plugin: &str,
+    opts: &Options,
+    path: &Path,
+) -> Result<Item, ToolkitError> {
     let containerd = get(doc.as_item(), &["plugins", plugin, "containerd"], path)?;
     let runtimes = match containerd {
         Some(c) => get(c, &["runtimes"], path)?,
@@ -180,7 +208,11 @@ fn desired_runtime(doc: &DocumentMut, plugin: &str, opts: &Options, path: &Path)
         .into_iter()
         .chain(["runc", "crun"]);
     let source = candidates
-        .filter_map(|name| runtimes.and_then(|r| r.as_table_like()).and_then(|r| r.get(name)))
+        .filter_map(|name| {
+            runtimes
+                .and_then(|r| r.as_table_like())
+                .and_then(|r| r.get(name))
+        })
         .find(|item| item.is_table_like());
 
     let mut runtime = match source {
@@ -188,7 +220,11 @@ fn desired_runtime(doc: &DocumentMut, plugin: &str, opts: &Options, path: &Path)
         None => Item::Table(Table::new()),
     };
     if str_at(&runtime, "runtime_type").is_none_or(str::is_empty) {
-        set_value(&mut runtime, "runtime_type", Value::from("io.containerd.runc.v2"));
+        set_value(
+            &mut runtime,
+            "runtime_type",
+            Value::from("io.containerd.runc.v2"),
+        );
     }
     let here = [
         "plugins",
@@ -197,12 +233,21 @@ fn desired_runtime(doc: &DocumentMut, plugin: &str, opts: &Options, path: &Path)
         "runtimes",
         opts.runtime_name.as_str(),
     ];
-    let options = get_or_create(&mut runtime, &["options"], Path::new(&dotted(&here)))
-        .map_err(|_| ToolkitError::config(path, format!("`{}.options` must be a table", dotted(&here))))?;
+    let options =
+        get_or_create(&mut runtime, &["options"], Path::new(&dotted(&here))).map_err(|_| {
+            ToolkitError::config(path, format!("`{}.options` must be a table", dotted(&here)))
+        })?;
     if let Item::Table(t) = options {
         t.set_implicit(false);
     }
-    set_value(options, "BinaryName", Value::from(opts.binary_path.as_str()));
+    set_value(
+        options,
+        "BinaryName",
+        Value::from(opts.binary_path.as_str()),
+    );
+    if let Some(inline) = options.as_inline_table_mut() {
+        inline.fmt();
+    }
     Ok(runtime)
 }
 
@@ -210,7 +255,12 @@ fn str_bool(item: &Item, key: &str) -> Option<bool> {
     item.as_table_like()?.get(key)?.as_bool()
 }
 
-fn remove_key(doc: &mut DocumentMut, table: &[&str], key: &str, path: &Path) -> Result<(), ToolkitError> {
+fn remove_key(
+    doc: &mut DocumentMut,
+    table: &[&str],
+    key: &str,
+    path: &Path,
+) -> Result<(), ToolkitError> {
     if get(doc.as_item(), table, path)?.is_some()
         && let Some(t) = get_or_create(doc.as_item_mut(), table, path)?.as_table_like_mut()
     {
@@ -245,7 +295,10 @@ mod tests {
         assert_eq!(doc["version"].as_integer(), Some(2));
         let p = &doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"];
         assert_eq!(p["default_runtime_name"].as_str(), Some("nvidia"));
-        assert_eq!(p["runtimes"]["nvidia"]["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
+        assert_eq!(
+            p["runtimes"]["nvidia"]["runtime_type"].as_str(),
+            Some("io.containerd.runc.v2")
+        );
         assert_eq!(
             p["runtimes"]["nvidia"]["options"]["BinaryName"].as_str(),
             Some("/usr/local/nvidia/toolkit/nvidia-container-runtime")
@@ -258,9 +311,13 @@ mod tests {
         let out = run(src, false);
         assert!(out.starts_with(src), "{out}");
         let doc: DocumentMut = out.parse().unwrap();
-        let nv = &doc["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"];
+        let nv =
+            &doc["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["nvidia"];
         assert_eq!(nv["options"]["SystemdCgroup"].as_bool(), Some(true));
-        assert!(out.contains("\n    BinaryName = "), "indented like siblings: {out}");
+        assert!(
+            out.contains("\n    BinaryName = "),
+            "indented like siblings: {out}"
+        );
     }
 
     #[test]
@@ -287,7 +344,8 @@ mod tests {
 
     #[test]
     fn imports_are_added_once_and_removed() {
-        let mut doc = tomlutil::parse("version = 2\nimports = [\"/a/*.toml\"]\n", Path::new("c")).unwrap();
+        let mut doc =
+            tomlutil::parse("version = 2\nimports = [\"/a/*.toml\"]\n", Path::new("c")).unwrap();
         add_import(&mut doc, "/etc/containerd/conf.d/*.toml", Path::new("c")).unwrap();
         add_import(&mut doc, "/etc/containerd/conf.d/*.toml", Path::new("c")).unwrap();
         assert_eq!(doc["imports"].as_array().map(|a| a.len()), Some(2));

@@ -17,7 +17,10 @@ pub struct Options {
 /// The drop-in for the given sources (`crio.conf`, then the other drop-ins in the order CRI-O
 /// reads them; later ones win). The runtime table is a copy of the default runtime (or `runc`,
 /// `crun`) so settings such as `monitor_path` carry over, pointed at the NVIDIA runtime.
-pub fn drop_in(sources: &[(PathBuf, DocumentMut)], opts: &Options) -> Result<DocumentMut, ToolkitError> {
+pub fn drop_in(
+    sources: &[(PathBuf, DocumentMut)],
+    opts: &Options,
+) -> Result<DocumentMut, ToolkitError> {
     let mut default_name: Option<String> = None;
     let mut runtimes: Vec<(String, Item)> = Vec::new();
     for (path, doc) in sources {
@@ -54,7 +57,15 @@ pub fn drop_in(sources: &[(PathBuf, DocumentMut)], opts: &Options) -> Result<Doc
         t.set_implicit(false);
         runtime = Item::Table(t);
     }
-    set_value(&mut runtime, "runtime_path", Value::from(opts.binary_path.as_str()));
+    // The drop-in is ours: default layout, not the source file's indentation.
+    if let Item::Table(t) = &mut runtime {
+        t.decor_mut().clear();
+    }
+    set_value(
+        &mut runtime,
+        "runtime_path",
+        Value::from(opts.binary_path.as_str()),
+    );
     set_value(&mut runtime, "runtime_type", Value::from("oci"));
 
     let here = Path::new("crio drop-in");
@@ -64,7 +75,11 @@ pub fn drop_in(sources: &[(PathBuf, DocumentMut)], opts: &Options) -> Result<Doc
         if let Item::Table(t) = crio_runtime {
             t.set_implicit(false);
         }
-        set_value(crio_runtime, "default_runtime", Value::from(opts.runtime_name.as_str()));
+        set_value(
+            crio_runtime,
+            "default_runtime",
+            Value::from(opts.runtime_name.as_str()),
+        );
     }
     let table = get_or_create(doc.as_item_mut(), &["crio", "runtime", "runtimes"], here)?;
     if let Some(t) = table.as_table_like_mut() {
@@ -78,7 +93,11 @@ mod tests {
     use super::*;
 
     fn opts() -> Options {
-        Options { runtime_name: "nvidia".into(), binary_path: "/t/nvidia-container-runtime".into(), set_as_default: true }
+        Options {
+            runtime_name: "nvidia".into(),
+            binary_path: "/t/nvidia-container-runtime".into(),
+            set_as_default: true,
+        }
     }
 
     #[test]
@@ -93,7 +112,14 @@ mod tests {
 
     #[test]
     fn no_sources_gives_a_minimal_runtime() {
-        let doc = drop_in(&[], &Options { set_as_default: false, ..opts() }).unwrap();
+        let doc = drop_in(
+            &[],
+            &Options {
+                set_as_default: false,
+                ..opts()
+            },
+        )
+        .unwrap();
         assert_eq!(
             doc.to_string(),
             "[crio.runtime.runtimes.nvidia]\nruntime_path = \"/t/nvidia-container-runtime\"\nruntime_type = \"oci\"\n"

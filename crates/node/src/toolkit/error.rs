@@ -3,14 +3,18 @@ use std::path::PathBuf;
 /// Every error names the file (or process) concerned and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolkitError {
-    #[error("{path}: invalid TOML at line {line}, column {column}: {message} (file left untouched)")]
+    #[error(
+        "{path}: invalid TOML at line {line}, column {column}: {message} (file left untouched)"
+    )]
     Toml {
         path: PathBuf,
         line: usize,
         column: usize,
         message: String,
     },
-    #[error("{path}: invalid JSON at line {line}, column {column}: {message} (file left untouched)")]
+    #[error(
+        "{path}: invalid JSON at line {line}, column {column}: {message} (file left untouched)"
+    )]
     Json {
         path: PathBuf,
         line: usize,
@@ -33,7 +37,11 @@ pub enum ToolkitError {
 }
 
 impl ToolkitError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
         Self::Io {
             action,
             path: path.into(),

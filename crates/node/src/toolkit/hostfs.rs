@@ -97,25 +97,36 @@ impl HostRoot {
     /// mode and owner.
     pub fn write_atomic(&self, host_path: &Path, bytes: &[u8]) -> Result<(), ToolkitError> {
         let path = self.real_path(host_path);
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| self.0.clone());
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.0.clone());
         fs::create_dir_all(&dir).map_err(|e| ToolkitError::io("creating directory", &dir, e))?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.gantry-tmp-{}", std::process::id()));
         let existing = fs::metadata(&path).ok();
         let result = (|| {
-            let mut f = fs::File::create(&tmp).map_err(|e| ToolkitError::io("creating", &tmp, e))?;
-            f.write_all(bytes).map_err(|e| ToolkitError::io("writing", &tmp, e))?;
+            let mut f =
+                fs::File::create(&tmp).map_err(|e| ToolkitError::io("creating", &tmp, e))?;
+            f.write_all(bytes)
+                .map_err(|e| ToolkitError::io("writing", &tmp, e))?;
             let mode = existing.as_ref().map_or(0o644, |m| m.mode() & 0o7777);
             f.set_permissions(fs::Permissions::from_mode(mode))
                 .map_err(|e| ToolkitError::io("setting permissions of", &tmp, e))?;
             if let Some(m) = &existing {
-                let mine = f.metadata().map_err(|e| ToolkitError::io("inspecting", &tmp, e))?;
+                let mine = f
+                    .metadata()
+                    .map_err(|e| ToolkitError::io("inspecting", &tmp, e))?;
                 if (mine.uid(), mine.gid()) != (m.uid(), m.gid()) {
                     std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()))
                         .map_err(|e| ToolkitError::io("setting owner of", &tmp, e))?;
                 }
             }
-            f.sync_all().map_err(|e| ToolkitError::io("syncing", &tmp, e))?;
+            f.sync_all()
+                .map_err(|e| ToolkitError::io("syncing", &tmp, e))?;
             fs::rename(&tmp, &path).map_err(|e| ToolkitError::io("renaming into place", &path, e))
         })();
         if result.is_err() {
@@ -179,10 +190,17 @@ mod tests {
         fs::write(dir.path().join("run/x/socket"), "").unwrap();
         fs::create_dir_all(dir.path().join("var")).unwrap();
         std::os::unix::fs::symlink("/run", dir.path().join("var/run")).unwrap();
-        assert_eq!(host.resolve(Path::new("/var/run/x/socket")), Some(PathBuf::from("/run/x/socket")));
+        assert_eq!(
+            host.resolve(Path::new("/var/run/x/socket")),
+            Some(PathBuf::from("/run/x/socket"))
+        );
         assert_eq!(host.resolve(Path::new("/var/run/missing")), None);
-        assert_eq!(host.real_path(Path::new("/var/run/cdi/nvidia.yaml")), dir.path().join("run/cdi/nvidia.yaml"));
-        host.write_atomic(Path::new("/var/run/cdi/nvidia.yaml"), b"x").unwrap();
+        assert_eq!(
+            host.real_path(Path::new("/var/run/cdi/nvidia.yaml")),
+            dir.path().join("run/cdi/nvidia.yaml")
+        );
+        host.write_atomic(Path::new("/var/run/cdi/nvidia.yaml"), b"x")
+            .unwrap();
         assert!(dir.path().join("run/cdi/nvidia.yaml").exists());
     }
 

@@ -5,155 +5,10 @@
 use super::error::ToolkitError;
 use super::hostfs::{HostRoot, backup_path};
 use super::reload::Reloader;
+pub use super::runtime::{Runtime, RuntimeConfig};
 use super::{containerd, crio, docker, tomlutil};
 use std::fmt;
 use std::path::{Path, PathBuf};
-
-/// A container runtime we know how to configure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Runtime {
-    Containerd,
-    Docker,
-    Crio,
-}
-
-impl Runtime {
-    pub fn default_config(self) -> &'static str {
-        match self {
-            Runtime::Containerd => "/etc/containerd/config.toml",
-            Runtime::Docker => "/etc/docker/daemon.json",
-            Runtime::Crio => "/etc/crio/crio.conf",
-        }
-    }
-
-    /// The drop-in upstream writes (Docker has none).
-    pub fn default_drop_in(self) -> Option<&'static str> {
-        match self {
-            Runtime::Containerd => Some("/etc/containerd/conf.d/99-nvidia.toml"),
-            Runtime::Crio => Some("/etc/crio/crio.conf.d/99-nvidia.toml"),
-            Runtime::Docker => None,
-        }
-    }
-
-    /// The daemon's process name (`/proc/<pid>/comm`).
-    pub fn process_name(self) -> &'static str {
-        match self {
-            Runtime::Containerd => "containerd",
-            Runtime::Docker => "dockerd",
-            Runtime::Crio => "crio",
-        }
-    }
-
-    pub fn default_pid_file(self) -> &'static str {
-        match self {
-            Runtime::Containerd => "/run/containerd/containerd.pid",
-            Runtime::Docker => "/var/run/docker.pid",
-            Runtime::Crio => "/var/run/crio/crio.pid",
-        }
-    }
-
-    fn sockets(self) -> &'static [&'static str] {
-        match self {
-            Runtime::Containerd => &["/run/containerd/containerd.sock", "/var/run/containerd/containerd.sock"],
-            Runtime::Docker => &["/var/run/docker.sock", "/run/docker.sock"],
-            Runtime::Crio => &["/var/run/crio/crio.sock", "/run/crio/crio.sock"],
-        }
-    }
-
-    /// Picks the node's runtime: the first (containerd, CRI-O, Docker) whose socket or config
-    /// file exists under the host root. containerd comes first because Docker runs on it.
-    pub fn detect(host: &HostRoot) -> Result<Runtime, ToolkitError> {
-        [Runtime::Containerd, Runtime::Crio, Runtime::Docker]
-            .into_iter()
-            .find(|r| {
-                r.sockets()
-                    .iter()
-                    .chain([r.default_config()].iter())
-                    .any(|p| host.resolve(Path::new(p)).is_some())
-            })
-            .ok_or_else(|| {
-                ToolkitError::config(
-                    host.root(),
-                    "no container runtime found (looked for containerd, CRI-O and Docker sockets and \
-                     config files under this host root); pass --runtime",
-                )
-            })
-    }
-}
-
-impl fmt::Display for Runtime {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Runtime::Containerd => "containerd",
-            Runtime::Docker => "docker",
-            Runtime::Crio => "crio",
-        })
-    }
-}
-
-/// How to configure one runtime. Paths are host paths (resolved under the host root).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuntimeConfig {
-    pub runtime: Runtime,
-    /// The runtime's main config file.
-    pub config: PathBuf,
-    /// containerd: write the drop-in here plus an `imports` line (else edit `config` in place).
-    /// CRI-O: our drop-in (always used). Docker: ignored.
-    pub drop_in: Option<PathBuf>,
-    pub runtime_name: String,
-    /// Absolute host path of `nvidia-container-runtime`.
-    pub binary_path: String,
-    pub set_as_default: bool,
-    pub enable_cdi: bool,
-}
-
-impl RuntimeConfig {
-    /// Upstream defaults for `runtime` with the runtime binary in `toolkit_dir`; containerd is
-    /// edited in place unless `drop_in` is set afterwards.
-    pub fn new(runtime: Runtime, toolkit_dir: &Path) -> Self {
-        Self {
-            runtime,
-            config: PathBuf::from(runtime.default_config()),
-            drop_in: match runtime {
-                Runtime::Crio => runtime.default_drop_in().map(PathBuf::from),
-                _ => None,
-            },
-            runtime_name: super::DEFAULT_RUNTIME_NAME.to_string(),
-            binary_path: toolkit_dir.join("nvidia-container-runtime").to_string_lossy().into_owned(),
-            set_as_default: false,
-            enable_cdi: false,
-        }
-    }
-
-    fn containerd(&self, set_as_default: bool, enable_cdi: bool) -> containerd::Options {
-        containerd::Options {
-            runtime_name: self.runtime_name.clone(),
-            binary_path: self.binary_path.clone(),
-            set_as_default,
-            enable_cdi,
-        }
-    }
-
-    fn docker(&self, set_as_default: bool, enable_cdi: bool) -> docker::Options {
-        docker::Options {
-            runtime_name: self.runtime_name.clone(),
-            binary_path: self.binary_path.clone(),
-            set_as_default,
-            enable_cdi,
-        }
-    }
-
-    /// Every option combination an earlier install may have used (for "is this file exactly
-    /// what we wrote?" on uninstall).
-    fn variants(&self) -> [(bool, bool); 4] {
-        [
-            (self.set_as_default, self.enable_cdi),
-            (!self.set_as_default, self.enable_cdi),
-            (self.set_as_default, !self.enable_cdi),
-            (!self.set_as_default, !self.enable_cdi),
-        ]
-    }
-}
 
 /// One file's planned change. `before == after` means nothing to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,6 +17,9 @@ pub struct FileChange {
     pub path: PathBuf,
     pub before: Option<Vec<u8>>,
     pub after: Option<Vec<u8>>,
+    /// `before` is the user's content (not something we wrote): back it up before the first
+    /// change if no backup exists yet.
+    pub back_up: bool,
 }
 
 impl FileChange {
@@ -215,12 +73,19 @@ fn text(bytes: Option<&[u8]>, path: &Path) -> Result<String, ToolkitError> {
     match bytes {
         None => Ok(String::new()),
         Some(b) => String::from_utf8(b.to_vec()).map_err(|e| {
-            ToolkitError::config(path, format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+            ToolkitError::config(
+                path,
+                format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+            )
         }),
     }
 }
 
-fn containerd_in_place(src: &str, opts: &containerd::Options, path: &Path) -> Result<String, ToolkitError> {
+fn containerd_in_place(
+    src: &str,
+    opts: &containerd::Options,
+    path: &Path,
+) -> Result<String, ToolkitError> {
     let mut doc = tomlutil::parse(src, path)?;
     containerd::configure(&mut doc, opts, path)?;
     Ok(doc.to_string())
@@ -244,24 +109,48 @@ pub fn plan_install(host: &HostRoot, cfg: &RuntimeConfig) -> Result<Plan, Toolki
     let mut changes = Vec::new();
     match (cfg.runtime, &cfg.drop_in) {
         (Runtime::Containerd, None) => {
-            let after = containerd_in_place(&main_text, &cfg.containerd(cfg.set_as_default, cfg.enable_cdi), &cfg.config)?;
-            changes.push(change(&cfg.config, main_before, after, &main_text));
+            let install = |src: &str, (d, c): (bool, bool)| {
+                containerd_in_place(src, &cfg.containerd(d, c), &cfg.config)
+            };
+            let base = original_base(host, cfg, &main_text, &install)?;
+            let after = install(&base, (cfg.set_as_default, cfg.enable_cdi))?;
+            changes.push(change(&cfg.config, main_before, after, &main_text, &base));
         }
         (Runtime::Containerd, Some(drop_in)) => {
-            let main = tomlutil::parse(&main_text, &cfg.config)?;
+            let glob = import_glob(drop_in);
+            let install = |src: &str, _: (bool, bool)| with_import(src, &glob, &cfg.config);
+            let base = original_base(host, cfg, &main_text, &install)?;
+            let main = tomlutil::parse(&base, &cfg.config)?;
             let opts = cfg.containerd(cfg.set_as_default, cfg.enable_cdi);
             let dropped = containerd::drop_in(&main, &opts, &cfg.config, drop_in)?.to_string();
             let drop_before = host.read(drop_in)?;
-            changes.push(FileChange { path: drop_in.clone(), before: drop_before, after: Some(dropped.into_bytes()) });
-            let after = with_import(&main_text, &import_glob(drop_in), &cfg.config)?;
-            changes.push(change(&cfg.config, main_before, after, &main_text));
+            let ours = |bytes: &[u8]| {
+                cfg.variants().into_iter().any(|(d, c)| {
+                    containerd::drop_in(&main, &cfg.containerd(d, c), &cfg.config, drop_in)
+                        .is_ok_and(|doc| doc.to_string().as_bytes() == bytes)
+                })
+            };
+            changes.push(FileChange {
+                path: drop_in.clone(),
+                back_up: drop_before.as_deref().is_some_and(|b| !ours(b)),
+                before: drop_before,
+                after: Some(dropped.into_bytes()),
+            });
+            let after = install(&base, (cfg.set_as_default, cfg.enable_cdi))?;
+            changes.push(change(&cfg.config, main_before, after, &main_text, &base));
         }
         (Runtime::Docker, _) => {
-            let after = docker::configure(&main_text, &cfg.docker(cfg.set_as_default, cfg.enable_cdi), &cfg.config)?;
-            changes.push(change(&cfg.config, main_before, after, &main_text));
+            let install = |src: &str, (d, c): (bool, bool)| {
+                docker::configure(src, &cfg.docker(d, c), &cfg.config)
+            };
+            let base = original_base(host, cfg, &main_text, &install)?;
+            let after = install(&base, (cfg.set_as_default, cfg.enable_cdi))?;
+            changes.push(change(&cfg.config, main_before, after, &main_text, &base));
         }
         (Runtime::Crio, drop_in) => {
-            let drop_in = drop_in.clone().unwrap_or_else(|| PathBuf::from(Runtime::Crio.default_drop_in().unwrap_or_default()));
+            let drop_in = drop_in.clone().unwrap_or_else(|| {
+                PathBuf::from(Runtime::Crio.default_drop_in().unwrap_or_default())
+            });
             let sources = crio_sources(host, &cfg.config, main_before.as_deref(), &drop_in)?;
             let opts = crio::Options {
                 runtime_name: cfg.runtime_name.clone(),
@@ -269,17 +158,84 @@ pub fn plan_install(host: &HostRoot, cfg: &RuntimeConfig) -> Result<Plan, Toolki
                 set_as_default: cfg.set_as_default,
             };
             let after = crio::drop_in(&sources, &opts)?.to_string();
-            changes.push(FileChange { path: drop_in.clone(), before: host.read(&drop_in)?, after: Some(after.into_bytes()) });
+            let before = host.read(&drop_in)?;
+            let ours = |bytes: &[u8]| {
+                [true, false].into_iter().any(|d| {
+                    let opts = crio::Options {
+                        set_as_default: d,
+                        ..opts.clone()
+                    };
+                    crio::drop_in(&sources, &opts)
+                        .is_ok_and(|doc| doc.to_string().as_bytes() == bytes)
+                })
+            };
+            changes.push(FileChange {
+                path: drop_in.clone(),
+                back_up: before.as_deref().is_some_and(|b| !ours(b)),
+                before,
+                after: Some(after.into_bytes()),
+            });
         }
     }
-    Ok(Plan { uninstall: false, changes })
+    Ok(Plan {
+        uninstall: false,
+        changes,
+    })
+}
+
+/// Whether `current` is exactly what an install (with any options) makes of `original`.
+fn is_ours(
+    cfg: &RuntimeConfig,
+    original: &str,
+    current: &str,
+    install: &impl Fn(&str, (bool, bool)) -> Result<String, ToolkitError>,
+) -> bool {
+    cfg.variants()
+        .into_iter()
+        .any(|v| install(original, v).is_ok_and(|out| out == current))
+}
+
+/// The text an install starts from: the original from our backup while the file is still
+/// exactly what we made of it (so changing options never compounds, and uninstall can always
+/// give the original back), else the file as it is now.
+fn original_base(
+    host: &HostRoot,
+    cfg: &RuntimeConfig,
+    current: &str,
+    install: &impl Fn(&str, (bool, bool)) -> Result<String, ToolkitError>,
+) -> Result<String, ToolkitError> {
+    // No backup means the file did not exist before us (or we never changed it).
+    let original = match host.read(&backup_path(&cfg.config))? {
+        Some(bytes) => String::from_utf8(bytes).ok(),
+        None => Some(String::new()),
+    };
+    match original {
+        Some(original) if is_ours(cfg, &original, current, install) => Ok(original),
+        _ => Ok(current.to_string()),
+    }
 }
 
 /// A change whose "after" equals the text of "before" is no change, even for a missing file
-/// that would be created empty.
-fn change(path: &Path, before: Option<Vec<u8>>, after: String, before_text: &str) -> FileChange {
-    let after = if before.is_none() && after == before_text { None } else { Some(after.into_bytes()) };
-    FileChange { path: path.to_path_buf(), before, after }
+/// that would be created empty. `base` is what the install started from: when it is not the
+/// file itself, the file is our own earlier output and needs no backup.
+fn change(
+    path: &Path,
+    before: Option<Vec<u8>>,
+    after: String,
+    before_text: &str,
+    base: &str,
+) -> FileChange {
+    let after = if before.is_none() && after == before_text {
+        None
+    } else {
+        Some(after.into_bytes())
+    };
+    FileChange {
+        path: path.to_path_buf(),
+        back_up: before.is_some() && base == before_text,
+        before,
+        after,
+    }
 }
 
 /// `crio.conf`, then the drop-in directory's other files in CRI-O's (lexical) order.
@@ -291,7 +247,10 @@ fn crio_sources(
 ) -> Result<Vec<(PathBuf, toml_edit::DocumentMut)>, ToolkitError> {
     let mut sources = Vec::new();
     if config_bytes.is_some() {
-        sources.push((config.to_path_buf(), tomlutil::parse(&text(config_bytes, config)?, config)?));
+        sources.push((
+            config.to_path_buf(),
+            tomlutil::parse(&text(config_bytes, config)?, config)?,
+        ));
     }
     let Some(dir) = drop_in.parent() else {
         return Ok(sources);
@@ -313,13 +272,17 @@ fn crio_sources(
             continue;
         }
         let bytes = host.read(&path)?;
-        sources.push((path.clone(), tomlutil::parse(&text(bytes.as_deref(), &path)?, &path)?));
+        sources.push((
+            path.clone(),
+            tomlutil::parse(&text(bytes.as_deref(), &path)?, &path)?,
+        ));
     }
     Ok(sources)
 }
 
 /// The changes that undo [`plan_install`]: a file that is still exactly what we wrote gets its
-/// backup back byte for byte; a file edited since loses only our entries; files we created go.
+/// backup back byte for byte; a file edited since loses only our entries; files we created go;
+/// files without a backup of ours (we never changed them) stay as they are.
 pub fn plan_uninstall(host: &HostRoot, cfg: &RuntimeConfig) -> Result<Plan, ToolkitError> {
     let mut changes = Vec::new();
     let glob = cfg.drop_in.as_deref().map(import_glob);
@@ -351,15 +314,25 @@ pub fn plan_uninstall(host: &HostRoot, cfg: &RuntimeConfig) -> Result<Plan, Tool
             changes.push(undo_edit(host, cfg, &cfg.config, install, remove)?);
         }
         (Runtime::Crio, drop_in) => {
-            let drop_in = drop_in.clone().unwrap_or_else(|| PathBuf::from(Runtime::Crio.default_drop_in().unwrap_or_default()));
+            let drop_in = drop_in.clone().unwrap_or_else(|| {
+                PathBuf::from(Runtime::Crio.default_drop_in().unwrap_or_default())
+            });
             changes.push(undo_owned(host, &drop_in)?);
         }
     }
-    Ok(Plan { uninstall: true, changes })
+    Ok(Plan {
+        uninstall: true,
+        changes,
+    })
 }
 
 fn undo_owned(host: &HostRoot, path: &Path) -> Result<FileChange, ToolkitError> {
-    Ok(FileChange { path: path.to_path_buf(), before: host.read(path)?, after: host.read(&backup_path(path))? })
+    Ok(FileChange {
+        path: path.to_path_buf(),
+        back_up: false,
+        before: host.read(path)?,
+        after: host.read(&backup_path(path))?,
+    })
 }
 
 fn undo_edit(
@@ -371,22 +344,34 @@ fn undo_edit(
 ) -> Result<FileChange, ToolkitError> {
     let current = host.read(path)?;
     let backup = host.read(&backup_path(path))?;
-    let ours = |original: &str, current: &str| {
-        cfg.variants().into_iter().any(|v| install(original, v).is_ok_and(|out| out == current))
-    };
+    let ours = |original: &str, current: &str| is_ours(cfg, original, current, &install);
     let after = match (&current, backup) {
         (None, backup) => backup,
         (Some(cur), Some(original)) => {
             let cur_text = text(Some(cur.as_slice()), path)?;
             let orig_text = text(Some(original.as_slice()), &backup_path(path))?;
-            if ours(&orig_text, &cur_text) { Some(original) } else { Some(remove(&cur_text)?.into_bytes()) }
+            if ours(&orig_text, &cur_text) {
+                Some(original)
+            } else {
+                Some(remove(&cur_text)?.into_bytes())
+            }
         }
+        // No backup: we never changed this file, unless we created it from nothing.
         (Some(cur), None) => {
             let cur_text = text(Some(cur.as_slice()), path)?;
-            if ours("", &cur_text) { None } else { Some(remove(&cur_text)?.into_bytes()) }
+            if ours("", &cur_text) {
+                None
+            } else {
+                current.clone()
+            }
         }
     };
-    Ok(FileChange { path: path.to_path_buf(), before: current, after })
+    Ok(FileChange {
+        path: path.to_path_buf(),
+        before: current,
+        after,
+        back_up: false,
+    })
 }
 
 /// Applies a plan: install keeps a backup of each file's first original; uninstall drops it.
@@ -398,12 +383,14 @@ pub fn apply(host: &HostRoot, plan: &Plan) -> Result<Report, ToolkitError> {
             Outcome::Unchanged
         } else {
             if !plan.uninstall
+                && change.back_up
                 && let Some(before) = &change.before
                 && host.read(&backup)?.is_none()
             {
                 host.write_atomic(&backup, before)?;
             }
-            let restoring = plan.uninstall && change.after.is_some() && host.read(&backup)? == change.after;
+            let restoring =
+                plan.uninstall && change.after.is_some() && host.read(&backup)? == change.after;
             match (&change.before, &change.after) {
                 (_, Some(after)) => host.write_atomic(&change.path, after)?,
                 (_, None) => host.remove(&change.path)?,
@@ -424,8 +411,17 @@ pub fn apply(host: &HostRoot, plan: &Plan) -> Result<Report, ToolkitError> {
 }
 
 /// Plans, applies and — only when a file changed — asks the runtime to reload.
-pub fn run(host: &HostRoot, cfg: &RuntimeConfig, uninstall: bool, reloader: &mut dyn Reloader) -> Result<Report, ToolkitError> {
-    let plan = if uninstall { plan_uninstall(host, cfg)? } else { plan_install(host, cfg)? };
+pub fn run(
+    host: &HostRoot,
+    cfg: &RuntimeConfig,
+    uninstall: bool,
+    reloader: &mut dyn Reloader,
+) -> Result<Report, ToolkitError> {
+    let plan = if uninstall {
+        plan_uninstall(host, cfg)?
+    } else {
+        plan_install(host, cfg)?
+    };
     let report = apply(host, &plan)?;
     if report.changed() {
         reloader.reload(cfg.runtime)?;

@@ -14,7 +14,9 @@ pub mod docker;
 mod error;
 pub mod hostfs;
 pub mod install;
+mod jsonedit;
 pub mod reload;
+mod runtime;
 mod tomlutil;
 
 pub use error::ToolkitError;

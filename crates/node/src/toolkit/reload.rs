@@ -21,13 +21,23 @@ pub struct SignalReloader {
 
 impl SignalReloader {
     fn pid(&self, runtime: Runtime) -> Result<u32, ToolkitError> {
-        let pid_file = self.pid_file.clone().unwrap_or_else(|| PathBuf::from(runtime.default_pid_file()));
+        let pid_file = self
+            .pid_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(runtime.default_pid_file()));
         if let Some(bytes) = self.host.read(&pid_file)? {
             let text = String::from_utf8_lossy(&bytes);
-            return text.trim().parse::<u32>().map_err(|_| ToolkitError::Reload {
-                runtime: runtime.to_string(),
-                message: format!("pid file {} holds {:?}, not a process id", pid_file.display(), text.trim()),
-            });
+            return text
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| ToolkitError::Reload {
+                    runtime: runtime.to_string(),
+                    message: format!(
+                        "pid file {} holds {:?}, not a process id",
+                        pid_file.display(),
+                        text.trim()
+                    ),
+                });
         }
         find_process(&self.host, runtime.process_name())?.ok_or_else(|| ToolkitError::Reload {
             runtime: runtime.to_string(),
@@ -44,7 +54,15 @@ impl SignalReloader {
 impl Reloader for SignalReloader {
     fn reload(&mut self, runtime: Runtime) -> Result<(), ToolkitError> {
         let pid = self.pid(runtime)?;
-        run(runtime, &["kill".to_string(), "-s".into(), "HUP".into(), pid.to_string()])
+        run(
+            runtime,
+            &[
+                "kill".to_string(),
+                "-s".into(),
+                "HUP".into(),
+                pid.to_string(),
+            ],
+        )
     }
 }
 
@@ -60,7 +78,8 @@ fn find_process(host: &HostRoot, name: &str) -> Result<Option<u32>, ToolkitError
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
         .filter(|pid| {
-            std::fs::read_to_string(proc_dir.join(pid.to_string()).join("comm")).is_ok_and(|c| c.trim_end() == name)
+            std::fs::read_to_string(proc_dir.join(pid.to_string()).join("comm"))
+                .is_ok_and(|c| c.trim_end() == name)
         })
         .collect();
     pids.sort_unstable();
@@ -79,8 +98,13 @@ impl Reloader for CommandReloader {
 }
 
 fn run(runtime: Runtime, argv: &[String]) -> Result<(), ToolkitError> {
-    let err = |message: String| ToolkitError::Reload { runtime: runtime.to_string(), message };
-    let (program, args) = argv.split_first().ok_or_else(|| err("empty reload command".into()))?;
+    let err = |message: String| ToolkitError::Reload {
+        runtime: runtime.to_string(),
+        message,
+    };
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| err("empty reload command".into()))?;
     let out = Command::new(program)
         .args(args)
         .output()
@@ -127,11 +151,17 @@ mod tests {
     fn pid_from_file_and_from_proc() {
         let dir = tempfile::tempdir().unwrap();
         let host = HostRoot::new(dir.path());
-        host.write_atomic(Path::new("/var/run/docker.pid"), b"4242\n").unwrap();
-        let r = SignalReloader { host: host.clone(), pid_file: None };
+        host.write_atomic(Path::new("/var/run/docker.pid"), b"4242\n")
+            .unwrap();
+        let r = SignalReloader {
+            host: host.clone(),
+            pid_file: None,
+        };
         assert_eq!(r.pid(Runtime::Docker).unwrap(), 4242);
-        host.write_atomic(Path::new("/proc/77/comm"), b"containerd\n").unwrap();
-        host.write_atomic(Path::new("/proc/78/comm"), b"containerd-shim\n").unwrap();
+        host.write_atomic(Path::new("/proc/77/comm"), b"containerd\n")
+            .unwrap();
+        host.write_atomic(Path::new("/proc/78/comm"), b"containerd-shim\n")
+            .unwrap();
         assert_eq!(r.pid(Runtime::Containerd).unwrap(), 77);
         let err = r.pid(Runtime::Crio).unwrap_err().to_string();
         assert!(err.contains("/var/run/crio/crio.pid"), "{err}");
@@ -139,8 +169,13 @@ mod tests {
 
     #[test]
     fn failing_command_is_reported() {
-        let mut r = CommandReloader { argv: vec!["false".into()] };
+        let mut r = CommandReloader {
+            argv: vec!["false".into()],
+        };
         let err = r.reload(Runtime::Containerd).unwrap_err().to_string();
-        assert!(err.starts_with("reloading containerd: `false` failed"), "{err}");
+        assert!(
+            err.starts_with("reloading containerd: `false` failed"),
+            "{err}"
+        );
     }
 }

@@ -21,7 +21,10 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<DocumentMut, ToolkitError
 pub(crate) fn dotted(keys: &[&str]) -> String {
     keys.iter()
         .map(|k| {
-            if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            if !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
                 (*k).to_string()
             } else {
                 format!("\"{k}\"")
@@ -131,7 +134,67 @@ fn sibling_indent(item: &Item) -> Option<String> {
     let (key, _) = table.iter().find(|(_, v)| v.is_value())?;
     let prefix = table.key(key)?.leaf_decor().prefix()?.as_str()?;
     let indent = prefix.rsplit('\n').next().unwrap_or("");
-    indent.chars().all(|c| c == ' ' || c == '\t').then(|| indent.to_string())
+    indent
+        .chars()
+        .all(|c| c == ' ' || c == '\t')
+        .then(|| indent.to_string())
+}
+
+/// Makes `existing` hold the same values as `desired` while keeping the formatting, comments
+/// and order of every part that already matches (a second configure of a table that was
+/// written by an older tool only touches the keys that differ).
+pub(crate) fn sync(existing: &mut Item, desired: &Item) {
+    let same_shape = (existing.is_table() && desired.is_table())
+        || (existing.is_inline_table() && desired.is_inline_table());
+    if !same_shape {
+        if plain(existing) != plain(desired) {
+            *existing = desired.clone();
+        }
+        return;
+    }
+    let Some(want) = desired.as_table_like() else {
+        return;
+    };
+    let wanted: Vec<(String, Item)> = want
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let Some(have) = existing.as_table_like_mut() else {
+        return;
+    };
+    let stale: Vec<String> = have
+        .iter()
+        .map(|(k, _)| k.to_string())
+        .filter(|k| !wanted.iter().any(|(w, _)| w == k))
+        .collect();
+    for key in stale {
+        have.remove(&key);
+    }
+    for (key, value) in wanted {
+        match existing.as_table_like_mut().and_then(|t| t.get_mut(&key)) {
+            Some(child) if child.is_table_like() => sync(child, &value),
+            Some(child) => {
+                if plain(child) != plain(&value) {
+                    match (child.as_value_mut(), value.as_value()) {
+                        (Some(old), Some(new)) => {
+                            let decor = old.decor().clone();
+                            *old = new.clone();
+                            *old.decor_mut() = decor;
+                        }
+                        _ => *child = value,
+                    }
+                }
+            }
+            None => match value {
+                Item::Value(v) => set_value(existing, &key, v),
+                other => {
+                    if let Some(t) = existing.as_table_like_mut() {
+                        t.insert(&key, other);
+                    }
+                }
+            },
+        }
+    }
 }
 
 /// A copy of `item` that can live elsewhere in the document: no comments, no fixed position.
@@ -145,7 +208,17 @@ fn scrub(item: &mut Item) {
     match item {
         Item::Table(table) => {
             table.set_position(None);
-            table.decor_mut().clear();
+            strip_comments(table.decor_mut());
+            // Keep the header indentation, but always start the table on a fresh paragraph.
+            let prefix = table
+                .decor()
+                .prefix()
+                .and_then(|p| p.as_str())
+                .unwrap_or("")
+                .to_string();
+            if !prefix.starts_with('\n') {
+                table.decor_mut().set_prefix(format!("\n{prefix}"));
+            }
             for (mut key, child) in table.iter_mut() {
                 strip_comments(key.leaf_decor_mut());
                 if let Item::Value(v) = child {
@@ -167,14 +240,17 @@ fn scrub(item: &mut Item) {
     }
 }
 
-/// Drops comment lines from a decor, keeping the indentation of the line the key sits on.
+/// Drops comment lines from a decor, keeping the blank lines and indentation around them.
 fn strip_comments(decor: &mut toml_edit::Decor) {
     if let Some(prefix) = decor.prefix().and_then(|p| p.as_str())
         && prefix.contains('#')
     {
-        let indent = prefix.rsplit('\n').next().unwrap_or("").to_string();
-        let indent = if indent.contains('#') { String::new() } else { indent };
-        decor.set_prefix(indent);
+        let kept: Vec<&str> = prefix
+            .split('\n')
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect();
+        let kept = kept.join("\n");
+        decor.set_prefix(kept);
     }
     if let Some(suffix) = decor.suffix().and_then(|s| s.as_str())
         && suffix.contains('#')
@@ -219,7 +295,9 @@ mod tests {
 
     #[test]
     fn detached_copy_drops_comments_and_keeps_values() {
-        let doc: DocumentMut = "[a]\n  # why\n  x = 1 # note\n[a.b]\n  y = true\n".parse().unwrap();
+        let doc: DocumentMut = "[a]\n  # why\n  x = 1 # note\n[a.b]\n  y = true\n"
+            .parse()
+            .unwrap();
         let copy = detached_copy(&doc["a"]);
         assert_eq!(plain(&copy), plain(&doc["a"]));
         let mut out = DocumentMut::new();
@@ -233,13 +311,20 @@ mod tests {
     fn parse_error_names_line_and_column() {
         let err = parse("a = 1\nb = [\n", Path::new("/etc/x.toml")).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.starts_with("/etc/x.toml: invalid TOML at line "), "{msg}");
+        assert!(
+            msg.starts_with("/etc/x.toml: invalid TOML at line "),
+            "{msg}"
+        );
     }
 
     #[test]
     fn get_or_create_refuses_to_overwrite_a_value() {
         let mut doc: DocumentMut = "plugins = 3\n".parse().unwrap();
         let err = get_or_create(doc.as_item_mut(), &["plugins", "x"], Path::new("f")).unwrap_err();
-        assert!(err.to_string().contains("`plugins` must be a table, found integer"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("`plugins` must be a table, found integer"),
+            "{err}"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The Kubernetes API server: REST verbs, watches, patches, discovery, over one
 //! [`Store`]. `router()` gives the axum service the control plane serves over HTTPS.
 
+pub mod bench;
 pub mod defaults;
 pub mod discovery;
 pub mod objects;

@@ -61,6 +61,44 @@ pub enum Fault {
     PowerOn,
 }
 
+/// Where a sim keeps its nodes' host directories and its control socket: `<data-dir>/sim`,
+/// or `$TMPDIR/gantry-sim` for an in-memory control plane.
+pub fn sim_dir(data_dir: Option<&Path>) -> PathBuf {
+    match data_dir {
+        Some(d) => d.join("sim"),
+        None => std::env::temp_dir().join("gantry-sim"),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpError {
+    #[error(transparent)]
+    Spec(#[from] crate::nodes::SpecError),
+    #[error(transparent)]
+    Sim(#[from] crate::SimError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// Simulated nodes plus the controllers they need, started for a running control plane.
+pub struct Up {
+    pub cluster: SimCluster,
+    _controllers: crate::controllers::Controllers,
+}
+
+/// `gantry up --nodes SPEC`: the DaemonSet/Job controllers and one kubelet per node of `spec`,
+/// with every agent runner the sim has.
+pub async fn up(cp: &crate::ControlPlane, data_dir: Option<&Path>, spec: &str) -> Result<Up, UpError> {
+    let plan = crate::nodes::plan(spec)?;
+    let client = cp.client()?;
+    let controllers = crate::controllers::start(client.clone());
+    let cluster = start(client, &sim_dir(data_dir), plan, crate::kubelet::runners::default_registry()).await?;
+    Ok(Up {
+        cluster,
+        _controllers: controllers,
+    })
+}
+
 /// A running set of simulated nodes.
 pub struct SimCluster {
     root: PathBuf,

@@ -50,6 +50,10 @@ pub struct DevicePluginArgs {
     /// `nvidia.com/device-plugin.config` picks one.
     #[arg(long, env = "CONFIG_FILE_SRCDIR")]
     config_dir: Option<PathBuf>,
+    /// ConfigMap `namespace/name` of named configs, read through the API (instead of a
+    /// mounted directory); the node label picks the key.
+    #[arg(long, conflicts_with_all = ["config_file", "config_dir"])]
+    config_map: Option<String>,
     /// Named config used when the node label is empty.
     #[arg(long, env = "DEFAULT_CONFIG")]
     default_config: Option<String>,
@@ -146,22 +150,35 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
         Some("") => None,
         Some(path) => Some(PathBuf::from(path)),
     };
-    opts.config = match (&args.config_file, &args.config_dir) {
-        (Some(file), _) => ConfigSource::File(file.clone()),
-        (None, Some(dir)) => ConfigSource::Named {
+    let fallbacks: Vec<Fallback> = if args.fallback_strategies.is_empty() {
+        DEFAULT_FALLBACKS.to_vec()
+    } else {
+        args.fallback_strategies
+            .iter()
+            .map(|s| s.parse::<Fallback>().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()
+            .context("--fallback-strategies")?
+    };
+    let default = args.default_config.clone();
+    opts.config = match (&args.config_file, &args.config_dir, &args.config_map) {
+        (Some(file), _, _) => ConfigSource::File(file.clone()),
+        (None, Some(dir), _) => ConfigSource::Named {
             dir: dir.clone(),
-            default: args.default_config.clone(),
-            fallbacks: if args.fallback_strategies.is_empty() {
-                DEFAULT_FALLBACKS.to_vec()
-            } else {
-                args.fallback_strategies
-                    .iter()
-                    .map(|s| s.parse::<Fallback>().map_err(anyhow::Error::msg))
-                    .collect::<anyhow::Result<_>>()
-                    .context("--fallback-strategies")?
-            },
+            default,
+            fallbacks,
         },
-        (None, None) => ConfigSource::Defaults,
+        (None, None, Some(cm)) => {
+            let Some((namespace, name)) = cm.split_once('/') else {
+                anyhow::bail!("--config-map {cm:?}: expected namespace/name");
+            };
+            ConfigSource::ConfigMap {
+                namespace: namespace.into(),
+                name: name.into(),
+                default,
+                fallbacks,
+            }
+        }
+        (None, None, None) => ConfigSource::Defaults,
     };
     opts.overrides = overrides(&args);
     let (mut policy, warnings) = HealthPolicy::from_env(
@@ -181,7 +198,9 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
         if opts.node_name.is_some() {
             match device_plugin::kube_client().await {
                 Ok(client) => opts.kube = Some(client),
-                Err(e) => tracing::warn!("no Kubernetes API access ({e}); node label and events disabled"),
+                Err(e) => {
+                    tracing::warn!("no Kubernetes API access ({e}); node label and events disabled")
+                }
             }
         }
         device_plugin::run(opts, backend, shutdown_signal()).await
@@ -192,7 +211,10 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };

@@ -19,7 +19,14 @@ pub const LIBRARY_DIRS: &[&str] = &[
     "/lib",
 ];
 /// Directories searched for driver binaries.
-pub const BINARY_DIRS: &[&str] = &["/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/sbin"];
+pub const BINARY_DIRS: &[&str] = &[
+    "/usr/bin",
+    "/usr/sbin",
+    "/bin",
+    "/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+];
 /// The driver binaries containers get.
 pub const BINARIES: &[&str] = &[
     "nvidia-smi",
@@ -39,7 +46,12 @@ pub const IPC_PATHS: &[&str] = &[
     "/tmp/nvidia-mps",
 ];
 /// Control device nodes, in the order they are listed in the spec.
-pub const CONTROL_NODES: &[&str] = &["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
+pub const CONTROL_NODES: &[&str] = &[
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
 const FIRMWARE_DIRS: &[&str] = &["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"];
 
 /// What the driver put on the host. Paths are as seen inside the driver root (for files) or
@@ -64,12 +76,20 @@ pub struct DriverFiles {
 
 fn is_version(v: &str) -> bool {
     let parts: Vec<&str> = v.split('.').collect();
-    parts.len() >= 2 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+    parts.len() >= 2
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
 fn list(root: &HostRoot, dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(root.real_path(dir))
-        .map(|entries| entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     names
@@ -82,17 +102,27 @@ fn is_file(root: &HostRoot, path: &Path) -> bool {
 /// The kernel module's version from `/proc/driver/nvidia/version` text.
 pub fn parse_proc_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
-    line.split_whitespace().find(|w| is_version(w)).map(str::to_string)
+    line.split_whitespace()
+        .find(|w| is_version(w))
+        .map(str::to_string)
 }
 
 /// Scans `driver_root` and `dev_root` (host paths) under `host`. `version` overrides the
 /// driver version, which is otherwise read from `/proc/driver/nvidia/version` or the
 /// `libnvidia-ml.so.<version>` / `libcuda.so.<version>` file names.
-pub fn discover(host: &HostRoot, driver_root: &Path, dev_root: &Path, version: Option<&str>) -> Result<DriverFiles, ToolkitError> {
+pub fn discover(
+    host: &HostRoot,
+    driver_root: &Path,
+    dev_root: &Path,
+    version: Option<&str>,
+) -> Result<DriverFiles, ToolkitError> {
     let driver = HostRoot::new(host.real_path(driver_root));
     let dev = HostRoot::new(host.real_path(dev_root));
     if !driver.root().is_dir() {
-        return Err(ToolkitError::Cdi(format!("driver root {} does not exist", driver.root().display())));
+        return Err(ToolkitError::Cdi(format!(
+            "driver root {} does not exist",
+            driver.root().display()
+        )));
     }
 
     // Library directories, each once (on merged-/usr systems /lib is /usr/lib).
@@ -130,10 +160,16 @@ pub fn discover(host: &HostRoot, driver_root: &Path, dev_root: &Path, version: O
             }
         }
         for dir in FIRMWARE_DIRS {
-            let Some(real) = driver.resolve(&Path::new(dir).join(v)) else { continue };
+            let Some(real) = driver.resolve(&Path::new(dir).join(v)) else {
+                continue;
+            };
             for name in list(&driver, &real) {
                 let path = real.join(&name);
-                if name.starts_with("gsp") && name.ends_with(".bin") && is_file(&driver, &path) && !files.firmware.contains(&path) {
+                if name.starts_with("gsp")
+                    && name.ends_with(".bin")
+                    && is_file(&driver, &path)
+                    && !files.firmware.contains(&path)
+                {
                     files.firmware.push(path);
                 }
             }
@@ -148,7 +184,11 @@ pub fn discover(host: &HostRoot, driver_root: &Path, dev_root: &Path, version: O
         }
     }
     for name in BINARIES {
-        if let Some(path) = bin_dirs.iter().map(|d| d.join(name)).find(|p| is_file(&driver, p)) {
+        if let Some(path) = bin_dirs
+            .iter()
+            .map(|d| d.join(name))
+            .find(|p| is_file(&driver, p))
+        {
             files.binaries.push(path);
         }
     }
@@ -186,7 +226,11 @@ fn version_from_libraries(driver: &HostRoot, lib_dirs: &[PathBuf]) -> Option<Str
                 .filter_map(|n| n.strip_prefix(lib).map(str::to_string))
                 .filter(|v| is_version(v))
                 .collect();
-            found.sort_by_key(|v| v.split('.').map(|p| p.parse::<u64>().unwrap_or(0)).collect::<Vec<_>>());
+            found.sort_by_key(|v| {
+                v.split('.')
+                    .map(|p| p.parse::<u64>().unwrap_or(0))
+                    .collect::<Vec<_>>()
+            });
             if let Some(v) = found.pop() {
                 return Some(v);
             }
@@ -206,7 +250,12 @@ pub fn parse_mig_minors(text: &str) -> BTreeMap<String, u32> {
 }
 
 /// The GI and CI access cap minors of a MIG device on the GPU with device minor `gpu_minor`.
-pub fn mig_cap_minors(minors: &BTreeMap<String, u32>, gpu_minor: u32, gi: u32, ci: u32) -> Option<(u32, u32)> {
+pub fn mig_cap_minors(
+    minors: &BTreeMap<String, u32>,
+    gpu_minor: u32,
+    gi: u32,
+    ci: u32,
+) -> Option<(u32, u32)> {
     let gi_cap = minors.get(&format!("gpu{gpu_minor}/gi{gi}/access"))?;
     let ci_cap = minors.get(&format!("gpu{gpu_minor}/gi{gi}/ci{ci}/access"))?;
     Some((*gi_cap, *ci_cap))
@@ -217,10 +266,15 @@ pub fn mig_cap_minors(minors: &BTreeMap<String, u32>, gpu_minor: u32, gi: u32, c
 pub fn drm_nodes(host: &HostRoot, pci_bus_id: &str) -> (Option<u32>, Option<u32>) {
     let bus = pci_bus_id.to_ascii_lowercase();
     let bus = match bus.split_once(':') {
-        Some((domain, rest)) if domain.len() > 4 => format!("{}:{rest}", &domain[domain.len() - 4..]),
+        Some((domain, rest)) if domain.len() > 4 => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
         _ => bus,
     };
-    let names = list(host, &Path::new("/sys/bus/pci/devices").join(bus).join("drm"));
+    let names = list(
+        host,
+        &Path::new("/sys/bus/pci/devices").join(bus).join("drm"),
+    );
     let card = numbered(&names, "card").into_iter().next();
     let render = numbered(&names, "renderD").into_iter().next();
     (card, render)
@@ -238,7 +292,8 @@ mod tests {
 
     #[test]
     fn mig_minor_lookup() {
-        let m = parse_mig_minors("config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n");
+        let m =
+            parse_mig_minors("config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n");
         assert_eq!(mig_cap_minors(&m, 0, 1, 0), Some((12, 13)));
         assert_eq!(mig_cap_minors(&m, 0, 2, 0), None);
     }

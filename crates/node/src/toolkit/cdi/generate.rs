@@ -2,7 +2,9 @@
 //! files exist.
 
 use super::discover::DriverFiles;
-use super::spec::{ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version, validate};
+use super::spec::{
+    ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version, validate,
+};
 use crate::toolkit::error::ToolkitError;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -78,7 +80,11 @@ fn under(root: &Path, inner: &Path) -> String {
 }
 
 fn node(dev_root: &Path, path: &str) -> DeviceNode {
-    DeviceNode { path: path.to_string(), host_path: Some(under(dev_root, Path::new(path))), ..Default::default() }
+    DeviceNode {
+        path: path.to_string(),
+        host_path: Some(under(dev_root, Path::new(path))),
+        ..Default::default()
+    }
 }
 
 fn hook(opts: &Options, args: Vec<String>) -> Hook {
@@ -93,7 +99,11 @@ fn hook(opts: &Options, args: Vec<String>) -> Hook {
     }
 }
 
-fn gpu_edits(gpu: &Gpu, driver: &DriverFiles, opts: &Options) -> Result<ContainerEdits, ToolkitError> {
+fn gpu_edits(
+    gpu: &Gpu,
+    driver: &DriverFiles,
+    opts: &Options,
+) -> Result<ContainerEdits, ToolkitError> {
     if !driver.gpu_minors.contains(&gpu.minor) {
         return Err(ToolkitError::Cdi(format!(
             "GPU {} (minor {}): /dev/nvidia{} not found under {}",
@@ -103,14 +113,25 @@ fn gpu_edits(gpu: &Gpu, driver: &DriverFiles, opts: &Options) -> Result<Containe
             driver.dev_root.display()
         )));
     }
-    let mut edits = ContainerEdits { device_nodes: vec![node(&driver.dev_root, &format!("/dev/nvidia{}", gpu.minor))], ..Default::default() };
+    let mut edits = ContainerEdits {
+        device_nodes: vec![node(&driver.dev_root, &format!("/dev/nvidia{}", gpu.minor))],
+        ..Default::default()
+    };
     let mut links = Vec::new();
-    for (n, kind, prefix) in [(gpu.drm_card, "card", "card"), (gpu.drm_render, "render", "renderD")] {
+    for (n, kind, prefix) in [
+        (gpu.drm_card, "card", "card"),
+        (gpu.drm_render, "render", "renderD"),
+    ] {
         let Some(n) = n else { continue };
-        edits.device_nodes.push(node(&driver.dev_root, &format!("/dev/dri/{prefix}{n}")));
+        edits
+            .device_nodes
+            .push(node(&driver.dev_root, &format!("/dev/dri/{prefix}{n}")));
         if let Some(bus) = &gpu.pci_bus_id {
             links.push("--link".to_string());
-            links.push(format!("../{prefix}{n}::/dev/dri/by-path/pci-{}-{kind}", bus.to_ascii_lowercase()));
+            links.push(format!(
+                "../{prefix}{n}::/dev/dri/by-path/pci-{}-{kind}",
+                bus.to_ascii_lowercase()
+            ));
         }
     }
     if !links.is_empty() {
@@ -121,11 +142,21 @@ fn gpu_edits(gpu: &Gpu, driver: &DriverFiles, opts: &Options) -> Result<Containe
     Ok(edits)
 }
 
-fn mig_edits(mig: &MigDevice, parent: &Gpu, driver: &DriverFiles) -> Result<ContainerEdits, ToolkitError> {
+fn mig_edits(
+    mig: &MigDevice,
+    parent: &Gpu,
+    driver: &DriverFiles,
+) -> Result<ContainerEdits, ToolkitError> {
     if !driver.gpu_minors.contains(&parent.minor) {
-        return Err(ToolkitError::Cdi(format!("GPU {}: /dev/nvidia{} not found", parent.index, parent.minor)));
+        return Err(ToolkitError::Cdi(format!(
+            "GPU {}: /dev/nvidia{} not found",
+            parent.index, parent.minor
+        )));
     }
-    let mut nodes = vec![node(&driver.dev_root, &format!("/dev/nvidia{}", parent.minor))];
+    let mut nodes = vec![node(
+        &driver.dev_root,
+        &format!("/dev/nvidia{}", parent.minor),
+    )];
     for cap in [mig.gi_cap_minor, mig.ci_cap_minor] {
         if !driver.cap_minors.contains(&cap) {
             return Err(ToolkitError::Cdi(format!(
@@ -137,16 +168,28 @@ fn mig_edits(mig: &MigDevice, parent: &Gpu, driver: &DriverFiles) -> Result<Cont
                 driver.dev_root.display()
             )));
         }
-        nodes.push(node(&driver.dev_root, &format!("/dev/nvidia-caps/nvidia-cap{cap}")));
+        nodes.push(node(
+            &driver.dev_root,
+            &format!("/dev/nvidia-caps/nvidia-cap{cap}"),
+        ));
     }
-    Ok(ContainerEdits { device_nodes: nodes, ..Default::default() })
+    Ok(ContainerEdits {
+        device_nodes: nodes,
+        ..Default::default()
+    })
 }
 
 /// The edits every container using any of the spec's devices gets: control nodes, driver
 /// libraries, binaries, firmware and sockets, and the hooks that make the libraries usable.
 fn common_edits(driver: &DriverFiles, opts: &Options) -> ContainerEdits {
-    let mut edits = ContainerEdits { env: vec!["NVIDIA_VISIBLE_DEVICES=void".to_string()], ..Default::default() };
-    let libcuda = driver.libraries.iter().find(|l| l.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libcuda.so.")));
+    let mut edits = ContainerEdits {
+        env: vec!["NVIDIA_VISIBLE_DEVICES=void".to_string()],
+        ..Default::default()
+    };
+    let libcuda = driver.libraries.iter().find(|l| {
+        l.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("libcuda.so."))
+    });
     let libcuda_dir = libcuda.and_then(|l| l.parent());
     if let Some(dir) = libcuda_dir {
         edits.env.push(format!("NVIDIA_CTK_LIBCUDA_DIR={}", s(dir)));
@@ -160,19 +203,42 @@ fn common_edits(driver: &DriverFiles, opts: &Options) -> ContainerEdits {
         kind: None,
         options: options.iter().map(|o| o.to_string()).collect(),
     };
-    for p in driver.libraries.iter().chain(&driver.binaries).chain(&driver.firmware) {
+    for p in driver
+        .libraries
+        .iter()
+        .chain(&driver.binaries)
+        .chain(&driver.firmware)
+    {
         edits.mounts.push(mount(p, MOUNT_OPTIONS));
     }
     for p in &driver.ipc {
         edits.mounts.push(mount(p, IPC_OPTIONS));
     }
     if let Some(dir) = libcuda_dir {
-        edits.hooks.push(hook(opts, vec!["create-symlinks".into(), "--link".into(), format!("libcuda.so.1::{}", s(&dir.join("libcuda.so")))]));
+        edits.hooks.push(hook(
+            opts,
+            vec![
+                "create-symlinks".into(),
+                "--link".into(),
+                format!("libcuda.so.1::{}", s(&dir.join("libcuda.so"))),
+            ],
+        ));
         if let Some(v) = &driver.version {
-            edits.hooks.push(hook(opts, vec!["enable-cuda-compat".into(), format!("--host-driver-version={v}")]));
+            edits.hooks.push(hook(
+                opts,
+                vec![
+                    "enable-cuda-compat".into(),
+                    format!("--host-driver-version={v}"),
+                ],
+            ));
         }
     }
-    let folders: BTreeSet<String> = driver.libraries.iter().filter_map(|l| l.parent()).map(s).collect();
+    let folders: BTreeSet<String> = driver
+        .libraries
+        .iter()
+        .filter_map(|l| l.parent())
+        .map(s)
+        .collect();
     if !folders.is_empty() {
         let mut args = vec!["update-ldcache".to_string()];
         for f in folders {
@@ -206,7 +272,13 @@ pub fn generate(input: &Input, opts: &Options) -> Result<Spec, ToolkitError> {
     migs.sort_by_key(|m| (m.parent, m.index));
 
     let mut devices = Vec::new();
-    let mut push = |name: String, edits: &ContainerEdits| devices.push(Device { name, container_edits: edits.clone(), ..Default::default() });
+    let mut push = |name: String, edits: &ContainerEdits| {
+        devices.push(Device {
+            name,
+            container_edits: edits.clone(),
+            ..Default::default()
+        })
+    };
     for gpu in &gpus {
         let edits = gpu_edits(gpu, &input.driver, opts)?;
         push(gpu.index.to_string(), &edits);
@@ -221,15 +293,25 @@ pub fn generate(input: &Input, opts: &Options) -> Result<Spec, ToolkitError> {
             }
         }
     }
-    if let Some(orphan) = migs.iter().find(|m| !gpus.iter().any(|g| g.index == m.parent)) {
-        return Err(ToolkitError::Cdi(format!("MIG device {}:{} names GPU {}, which is not in the list", orphan.parent, orphan.index, orphan.parent)));
+    if let Some(orphan) = migs
+        .iter()
+        .find(|m| !gpus.iter().any(|g| g.index == m.parent))
+    {
+        return Err(ToolkitError::Cdi(format!(
+            "MIG device {}:{} names GPU {}, which is not in the list",
+            orphan.parent, orphan.index, orphan.parent
+        )));
     }
     if opts.all_device && !devices.is_empty() && !devices.iter().any(|d| d.name == "all") {
         let mut all = ContainerEdits::default();
         for d in &devices {
             merge_into(&mut all, &d.container_edits);
         }
-        devices.push(Device { name: "all".to_string(), container_edits: all, ..Default::default() });
+        devices.push(Device {
+            name: "all".to_string(),
+            container_edits: all,
+            ..Default::default()
+        });
     }
 
     let mut spec = Spec {
@@ -240,7 +322,12 @@ pub fn generate(input: &Input, opts: &Options) -> Result<Spec, ToolkitError> {
         ..Default::default()
     };
     spec.cdi_version = minimum_version(&spec).to_string();
-    validate(&spec).map_err(|problems| ToolkitError::Cdi(format!("generated spec is invalid: {}", problems.join("; "))))?;
+    validate(&spec).map_err(|problems| {
+        ToolkitError::Cdi(format!(
+            "generated spec is invalid: {}",
+            problems.join("; ")
+        ))
+    })?;
     Ok(spec)
 }
 
@@ -251,6 +338,10 @@ pub fn gpus_from_device_nodes(driver: &DriverFiles) -> Vec<Gpu> {
         .gpu_minors
         .iter()
         .enumerate()
-        .map(|(i, minor)| Gpu { index: i as u32, minor: *minor, ..Default::default() })
+        .map(|(i, minor)| Gpu {
+            index: i as u32,
+            minor: *minor,
+            ..Default::default()
+        })
         .collect()
 }

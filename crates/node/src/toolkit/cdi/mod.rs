@@ -39,7 +39,11 @@ pub fn write_spec(host: &HostRoot, cdi_dir: &Path, spec: &Spec) -> Result<Outcom
         return Ok(Outcome::Unchanged);
     }
     host.write_atomic(&path, text.as_bytes())?;
-    Ok(if before.is_some() { Outcome::Updated } else { Outcome::Created })
+    Ok(if before.is_some() {
+        Outcome::Updated
+    } else {
+        Outcome::Created
+    })
 }
 
 /// Removes our spec (`--uninstall`).

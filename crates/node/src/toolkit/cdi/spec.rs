@@ -130,7 +130,13 @@ pub const KNOWN_VERSIONS: &[&str] = &[
 /// The newest spec version we validate against.
 pub const CURRENT_VERSION: &str = "1.1.0";
 
-const HOOK_NAMES: &[&str] = &["createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
+const HOOK_NAMES: &[&str] = &[
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+];
 
 fn version_rank(v: &str) -> Option<usize> {
     KNOWN_VERSIONS.iter().position(|k| *k == v)
@@ -145,21 +151,40 @@ fn all_edits(spec: &Spec) -> impl Iterator<Item = &ContainerEdits> {
 pub fn minimum_version(spec: &Spec) -> &'static str {
     let edits: Vec<&ContainerEdits> = all_edits(spec).collect();
     let class = spec.kind.split_once('/').map_or("", |(_, c)| c);
-    if edits.iter().any(|e| !e.net_devices.is_empty() || e.intel_rdt.as_ref().is_some_and(|r| !r.schemata.is_empty() || r.enable_monitoring)) {
+    if edits.iter().any(|e| {
+        !e.net_devices.is_empty()
+            || e.intel_rdt
+                .as_ref()
+                .is_some_and(|r| !r.schemata.is_empty() || r.enable_monitoring)
+    }) {
         return "1.1.0";
     }
-    if edits.iter().any(|e| e.intel_rdt.is_some() || !e.additional_gids.is_empty()) {
+    if edits
+        .iter()
+        .any(|e| e.intel_rdt.is_some() || !e.additional_gids.is_empty())
+    {
         return "0.7.0";
     }
-    if !spec.annotations.is_empty() || spec.devices.iter().any(|d| !d.annotations.is_empty()) || class.contains('.') {
+    if !spec.annotations.is_empty()
+        || spec.devices.iter().any(|d| !d.annotations.is_empty())
+        || class.contains('.')
+    {
         return "0.6.0";
     }
-    if edits.iter().any(|e| e.device_nodes.iter().any(|n| n.host_path.is_some()))
-        || spec.devices.iter().any(|d| d.name.starts_with(|c: char| c.is_ascii_digit()))
+    if edits
+        .iter()
+        .any(|e| e.device_nodes.iter().any(|n| n.host_path.is_some()))
+        || spec
+            .devices
+            .iter()
+            .any(|d| d.name.starts_with(|c: char| c.is_ascii_digit()))
     {
         return "0.5.0";
     }
-    if edits.iter().any(|e| e.mounts.iter().any(|m| m.kind.is_some())) {
+    if edits
+        .iter()
+        .any(|e| e.mounts.iter().any(|m| m.kind.is_some()))
+    {
         return "0.4.0";
     }
     "0.3.0"
@@ -175,8 +200,12 @@ fn name_chars_ok(s: &str, inner: &[char]) -> bool {
 
 /// Checks a `kind` (`vendor/class`).
 pub fn validate_kind(kind: &str) -> Result<(), String> {
-    let (vendor, class) = kind.split_once('/').ok_or_else(|| format!("kind {kind:?} must be `<vendor>/<class>`"))?;
-    if !vendor.starts_with(|c: char| c.is_ascii_alphabetic()) || !name_chars_ok(vendor, &['-', '_', '.']) {
+    let (vendor, class) = kind
+        .split_once('/')
+        .ok_or_else(|| format!("kind {kind:?} must be `<vendor>/<class>`"))?;
+    if !vendor.starts_with(|c: char| c.is_ascii_alphabetic())
+        || !name_chars_ok(vendor, &['-', '_', '.'])
+    {
         return Err(format!(
             "vendor {vendor:?} of kind {kind:?} must start with a letter, end with a letter or digit, and hold only letters, digits, `-`, `_` and `.`"
         ));
@@ -208,7 +237,10 @@ fn validate_edits(edits: &ContainerEdits, at: &str, problems: &mut Vec<String>) 
     }
     for node in &edits.device_nodes {
         if !node.path.starts_with('/') {
-            problems.push(format!("{at}: device node path {:?} must be absolute", node.path));
+            problems.push(format!(
+                "{at}: device node path {:?} must be absolute",
+                node.path
+            ));
         }
         if let Some(h) = &node.host_path
             && !h.starts_with('/')
@@ -218,25 +250,41 @@ fn validate_edits(edits: &ContainerEdits, at: &str, problems: &mut Vec<String>) 
         if let Some(t) = &node.kind
             && !["b", "c", "u", "p"].contains(&t.as_str())
         {
-            problems.push(format!("{at}: device node {} type {t:?} must be one of b, c, u, p", node.path));
+            problems.push(format!(
+                "{at}: device node {} type {t:?} must be one of b, c, u, p",
+                node.path
+            ));
         }
         if let Some(p) = &node.permissions
             && (p.is_empty() || !p.chars().all(|c| "rwm".contains(c)))
         {
-            problems.push(format!("{at}: device node {} permissions {p:?} must be made of r, w, m", node.path));
+            problems.push(format!(
+                "{at}: device node {} permissions {p:?} must be made of r, w, m",
+                node.path
+            ));
         }
     }
     for m in &edits.mounts {
         if !m.host_path.starts_with('/') {
-            problems.push(format!("{at}: mount hostPath {:?} must be absolute", m.host_path));
+            problems.push(format!(
+                "{at}: mount hostPath {:?} must be absolute",
+                m.host_path
+            ));
         }
         if !m.container_path.starts_with('/') {
-            problems.push(format!("{at}: mount containerPath {:?} must be absolute", m.container_path));
+            problems.push(format!(
+                "{at}: mount containerPath {:?} must be absolute",
+                m.container_path
+            ));
         }
     }
     for h in &edits.hooks {
         if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
-            problems.push(format!("{at}: hook name {:?} must be one of {}", h.hook_name, HOOK_NAMES.join(", ")));
+            problems.push(format!(
+                "{at}: hook name {:?} must be one of {}",
+                h.hook_name,
+                HOOK_NAMES.join(", ")
+            ));
         }
         if !h.path.starts_with('/') {
             problems.push(format!("{at}: hook path {:?} must be absolute", h.path));
@@ -263,11 +311,18 @@ fn validate_edits(edits: &ContainerEdits, at: &str, problems: &mut Vec<String>) 
 pub fn validate(spec: &Spec) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     match version_rank(&spec.cdi_version) {
-        None => problems.push(format!("cdiVersion {:?} is not a known CDI version ({})", spec.cdi_version, KNOWN_VERSIONS.join(", "))),
+        None => problems.push(format!(
+            "cdiVersion {:?} is not a known CDI version ({})",
+            spec.cdi_version,
+            KNOWN_VERSIONS.join(", ")
+        )),
         Some(rank) => {
             let needed = minimum_version(spec);
             if version_rank(needed).is_some_and(|n| rank < n) {
-                problems.push(format!("cdiVersion {} is too old for this content, which needs {needed}", spec.cdi_version));
+                problems.push(format!(
+                    "cdiVersion {} is too old for this content, which needs {needed}",
+                    spec.cdi_version
+                ));
             }
         }
     }
@@ -288,10 +343,18 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<String>> {
         if d.container_edits.is_empty() {
             problems.push(format!("device {:?} has no containerEdits", d.name));
         }
-        validate_edits(&d.container_edits, &format!("device {:?}", d.name), &mut problems);
+        validate_edits(
+            &d.container_edits,
+            &format!("device {:?}", d.name),
+            &mut problems,
+        );
     }
     validate_edits(&spec.container_edits, "containerEdits", &mut problems);
-    if problems.is_empty() { Ok(()) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 #[cfg(test)]
@@ -314,14 +377,35 @@ mod tests {
     #[test]
     fn duplicate_names_and_relative_paths_are_reported() {
         let edits = ContainerEdits {
-            device_nodes: vec![DeviceNode { path: "dev/nvidia0".into(), ..Default::default() }],
+            device_nodes: vec![DeviceNode {
+                path: "dev/nvidia0".into(),
+                ..Default::default()
+            }],
             ..Default::default()
         };
-        let dev = Device { name: "0".into(), container_edits: edits, ..Default::default() };
-        let spec = Spec { cdi_version: "0.3.0".into(), kind: "nvidia.com/gpu".into(), devices: vec![dev.clone(), dev], ..Default::default() };
+        let dev = Device {
+            name: "0".into(),
+            container_edits: edits,
+            ..Default::default()
+        };
+        let spec = Spec {
+            cdi_version: "0.3.0".into(),
+            kind: "nvidia.com/gpu".into(),
+            devices: vec![dev.clone(), dev],
+            ..Default::default()
+        };
         let problems = validate(&spec).unwrap_err();
-        assert!(problems.iter().any(|p| p.contains("more than once")), "{problems:?}");
-        assert!(problems.iter().any(|p| p.contains("must be absolute")), "{problems:?}");
-        assert!(problems.iter().any(|p| p.contains("too old")), "{problems:?}");
+        assert!(
+            problems.iter().any(|p| p.contains("more than once")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("must be absolute")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("too old")),
+            "{problems:?}"
+        );
     }
 }

@@ -1,0 +1,99 @@
+//! allocate: place pending jobs into free capacity, gang all-or-nothing, in queue-fair order.
+
+use super::{JobOrder, Session};
+use crate::request::GpuRequest;
+use crate::snapshot::{ClassId, GroupId, PodId};
+use crate::statement::Statement;
+use std::collections::HashMap;
+
+/// Try to place `tasks` in one statement. On failure everything is rolled back and the
+/// first task that found no node is returned.
+pub fn try_place(sess: &mut Session<'_>, stmt: &mut Statement, tasks: &[PodId]) -> Result<(), PodId> {
+    let cp = stmt.checkpoint();
+    for &t in tasks {
+        match sess.placer.place(sess.s, &sess.st, t) {
+            Some(pl) => stmt.place(sess.s, &mut sess.st, t, pl),
+            None => {
+                stmt.rollback(sess.s, &mut sess.st, cp);
+                return Err(t);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn run(sess: &mut Session<'_>) {
+    let jobs: Vec<GroupId> = (0..sess.s.groups.len() as GroupId)
+        .filter(|&g| !sess.s.groups[g as usize].foreign && sess.pending_pods(g).next().is_some())
+        .collect();
+    let mut order = JobOrder::new(sess, jobs);
+    // Scheduling signatures: allocate only consumes capacity, so a single-pod job whose
+    // exact shape already failed this action fails again.
+    let mut failed_shapes: HashMap<(ClassId, GpuRequest, i64, i64), String> = HashMap::new();
+    while let Some(g) = order.pop(sess) {
+        let tasks = sess.tasks_to_allocate(g);
+        if tasks.is_empty() {
+            if sess.pending_pods(g).next().is_some() {
+                let grp = &sess.s.groups[g as usize];
+                let msg = format!("podgroup {} has fewer pods than its minimum members", sess.job_name(g));
+                let _ = grp;
+                mark(sess, g, &msg);
+                sess.hopeless[g as usize] = true;
+            }
+            continue;
+        }
+        let req = sess.request_of(&tasks);
+        if let Some(msg) = sess.capacity_error(g, &req) {
+            mark(sess, g, &msg);
+            sess.hopeless[g as usize] = true;
+            continue;
+        }
+        let shape_of = |p: PodId| {
+            let p = &sess.s.pods[p as usize];
+            (p.class, p.gpu.clone(), p.res.0[1], p.res.0[2])
+        };
+        if let Some((t, msg)) = tasks.iter().find_map(|&t| failed_shapes.get(&shape_of(t)).map(|m| (t, m))) {
+            let msg = gang_message(sess, &tasks, t, msg);
+            mark(sess, g, &msg);
+            sess.failed.push(g);
+            continue;
+        }
+        let mut stmt = Statement::new();
+        match try_place(sess, &mut stmt, &tasks) {
+            Ok(()) => {
+                sess.commit(stmt);
+                if sess.pending_pods(g).next().is_some() {
+                    order.push_front(sess, g);
+                }
+            }
+            Err(task) => {
+                let explain = sess.placer.explain(sess.s, &sess.st, task);
+                // Scheduling signature: a shape that fails on the committed state fails
+                // for every later job this action (allocate only consumes capacity).
+                if task == tasks[0] {
+                    failed_shapes.insert(shape_of(task), explain.clone());
+                }
+                let msg = gang_message(sess, &tasks, task, &explain);
+                mark(sess, g, &msg);
+                sess.failed.push(g);
+            }
+        }
+    }
+}
+
+fn gang_message(sess: &Session<'_>, tasks: &[PodId], task: PodId, explain: &str) -> String {
+    if tasks.len() > 1 {
+        let p = &sess.s.pods[task as usize];
+        format!("gang of {} pods cannot be placed together: pod {} has {explain}", tasks.len(), p.name)
+    } else {
+        explain.to_string()
+    }
+}
+
+/// Record the reason on every still-pending pod of the job.
+pub fn mark(sess: &mut Session<'_>, g: GroupId, msg: &str) {
+    let pods: Vec<PodId> = sess.pending_pods(g).collect();
+    for p in pods {
+        sess.unschedulable[p as usize] = Some(msg.to_string());
+    }
+}

@@ -1,0 +1,247 @@
+//! One scheduling cycle: open a session (state, fair shares, placer), run the configured
+//! actions in KAI's order, and turn what was committed into decisions.
+
+mod allocate;
+mod consolidate;
+mod ordering;
+mod preempt;
+mod reclaim;
+mod solver;
+mod stale;
+
+use crate::config::{Action, Config};
+use crate::decisions::{Bind, Decisions, EvictReason, Eviction, GpuBinding, QueueReport, Unschedulable};
+use crate::fairshare::FairShare;
+use crate::placement::Placer;
+use crate::snapshot::{GroupId, PodId, QueueId, Res, Snapshot};
+use crate::state::State;
+use crate::statement::{Op, Statement};
+
+pub use ordering::JobOrder;
+
+/// The working set of one cycle. The snapshot is never changed; every change goes through
+/// a `Statement` on `st`.
+pub struct Session<'a> {
+    pub s: &'a Snapshot,
+    pub cfg: Config,
+    pub st: State,
+    pub placer: Placer,
+    pub fs: FairShare,
+    /// Why a pod was evicted (first reason wins).
+    pub evicted: Vec<Option<EvictReason>>,
+    /// Placed in a statement that also evicted: bind after the victims are gone.
+    pub pipelined: Vec<bool>,
+    pub unschedulable: Vec<Option<String>>,
+    /// Jobs that could not be fully allocated this cycle (candidates for reclaim & co).
+    pub failed: Vec<GroupId>,
+    /// Jobs whose failure no eviction can fix (over limit, invalid).
+    pub hopeless: Vec<bool>,
+    pub stale_marks: Vec<crate::decisions::StaleMark>,
+    pub issues: Vec<String>,
+}
+
+impl<'a> Session<'a> {
+    pub fn open(s: &'a Snapshot, cfg: &Config) -> Session<'a> {
+        let mut issues = s.issues.clone();
+        let st = State::new(s, &mut issues);
+        let mut leaf_req = vec![Res::default(); s.queues.len()];
+        for p in &s.pods {
+            let g = &s.groups[p.group as usize];
+            if let (Some(q), None) = (g.queue, &p.invalid) {
+                leaf_req[q as usize].add(&p.res);
+            }
+        }
+        let fs = FairShare::compute(s, &leaf_req, cfg.k_value);
+        Session {
+            s,
+            cfg: cfg.clone(),
+            placer: Placer::new(s, cfg),
+            fs,
+            evicted: vec![None; s.pods.len()],
+            pipelined: vec![false; s.pods.len()],
+            unschedulable: s.pods.iter().map(|p| p.invalid.clone()).collect(),
+            failed: Vec::new(),
+            hopeless: vec![false; s.groups.len()],
+            stale_marks: Vec::new(),
+            issues,
+            st,
+        }
+    }
+
+    /// Keep a statement's changes and record what they mean for the decisions.
+    pub fn commit(&mut self, stmt: Statement) {
+        let evicts = stmt.has_evictions();
+        for op in stmt.commit() {
+            match op {
+                Op::Place(pod) => {
+                    self.pipelined[pod as usize] |= evicts;
+                    self.unschedulable[pod as usize] = None;
+                }
+                Op::Evict { pod, reason, .. } => {
+                    self.evicted[pod as usize].get_or_insert(reason);
+                }
+            }
+        }
+    }
+
+    /// Pending pods of a job that still need a node.
+    pub fn pending_pods(&self, g: GroupId) -> impl Iterator<Item = PodId> + '_ {
+        self.s.groups[g as usize]
+            .pods
+            .iter()
+            .copied()
+            .filter(|&p| self.st.placement[p as usize].is_none() && !self.s.pods[p as usize].running && self.s.pods[p as usize].invalid.is_none())
+    }
+
+    /// KAI gang sizing: every sub-group below its minimum gets exactly what it misses; once
+    /// all are met, one more pod per attempt (elastic growth).
+    pub fn tasks_to_allocate(&self, g: GroupId) -> Vec<PodId> {
+        let grp = &self.s.groups[g as usize];
+        let base = self.st.sub_base[g as usize] as usize;
+        let mut missing: Vec<u32> =
+            grp.sub_groups.iter().enumerate().map(|(i, sg)| sg.min_member.saturating_sub(self.st.sub_placed[base + i])).collect();
+        let satisfied = missing.iter().all(|&m| m == 0);
+        let mut out = Vec::new();
+        for p in self.pending_pods(g) {
+            let sg = self.s.pods[p as usize].sub_group as usize;
+            if satisfied {
+                out.push(p);
+                break;
+            }
+            if missing[sg] > 0 {
+                missing[sg] -= 1;
+                out.push(p);
+            }
+        }
+        if !satisfied && missing.iter().any(|&m| m > 0) {
+            // Not enough pods exist to meet the gang: nothing can be placed.
+            return Vec::new();
+        }
+        out
+    }
+
+    pub fn request_of(&self, pods: &[PodId]) -> Res {
+        let mut r = Res::default();
+        for &p in pods {
+            r.add(&self.s.pods[p as usize].res);
+        }
+        r
+    }
+
+    /// KAI `IsJobOverCapacity`: the queue and every ancestor stay within `limit`, and a
+    /// non-preemptible job within `deserved`.
+    pub fn capacity_error(&self, g: GroupId, req: &Res) -> Option<String> {
+        let grp = &self.s.groups[g as usize];
+        let q = grp.queue?;
+        let need = req.to_f();
+        for a in self.s.ancestry(q) {
+            let qq = &self.s.queues[a as usize];
+            let alloc = self.st.q_alloc[a as usize].to_f();
+            for r in 0..3 {
+                if need[r] > 0.0 && qq.limit[r] >= 0.0 && alloc[r] + need[r] > qq.limit[r] + 1e-9 {
+                    return Some(format!(
+                        "OverLimit: queue {} would use {} of {} with limit {}",
+                        qq.name,
+                        fmt_amount(r, alloc[r] + need[r]),
+                        crate::snapshot::RESOURCE_NAMES[r],
+                        fmt_amount(r, qq.limit[r])
+                    ));
+                }
+            }
+            if !grp.preemptible {
+                let np = self.st.q_alloc_np[a as usize].to_f();
+                let deserved = self.fs.deserved(self.s, a);
+                for r in 0..3 {
+                    if need[r] > 0.0 && np[r] + need[r] > deserved[r] + 1e-9 {
+                        return Some(format!(
+                            "NonPreemptibleOverQuota: non-preemptible jobs of queue {} would use {} of {} with deserved {}",
+                            qq.name,
+                            fmt_amount(r, np[r] + need[r]),
+                            crate::snapshot::RESOURCE_NAMES[r],
+                            fmt_amount(r, deserved[r])
+                        ));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Running pods (from the snapshot) of a job that are still placed.
+    pub fn running_pods(&self, g: GroupId) -> Vec<PodId> {
+        self.s.groups[g as usize].pods.iter().copied().filter(|&p| self.s.pods[p as usize].running && self.st.placement[p as usize].is_some()).collect()
+    }
+
+    pub fn job_name(&self, g: GroupId) -> String {
+        let grp = &self.s.groups[g as usize];
+        format!("{}/{}", grp.namespace, grp.name)
+    }
+
+    fn finish(self) -> Decisions {
+        let s = self.s;
+        let mut d = Decisions { issues: self.issues, stale_marks: self.stale_marks, ..Default::default() };
+        for (i, p) in s.pods.iter().enumerate() {
+            let now = &self.st.placement[i];
+            if p.running {
+                if let Some(reason) = &self.evicted[i] {
+                    let node = p.node.map(|n| s.nodes[n as usize].name.clone()).unwrap_or_default();
+                    let reason = match (reason, now) {
+                        (EvictReason::Consolidation { by_job, .. }, Some(pl)) => {
+                            EvictReason::Consolidation { by_job: by_job.clone(), relocate_to: s.nodes[pl.node as usize].name.clone() }
+                        }
+                        (r, _) => r.clone(),
+                    };
+                    d.evictions.push(Eviction { pod: i as PodId, namespace: p.namespace.clone(), name: p.name.clone(), node, reason });
+                }
+            } else if let Some(pl) = now {
+                d.binds.push(Bind {
+                    pod: i as PodId,
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    node: s.nodes[pl.node as usize].name.clone(),
+                    node_id: pl.node,
+                    gpu: GpuBinding::from_placement(s, &pl.gpu),
+                    pipelined: self.pipelined[i],
+                });
+            } else if let Some(msg) = &self.unschedulable[i] {
+                d.unschedulable.push(Unschedulable { pod: i as PodId, namespace: p.namespace.clone(), name: p.name.clone(), message: msg.clone() });
+            }
+        }
+        for q in 0..s.queues.len() {
+            let qid = q as QueueId;
+            d.queues.push(QueueReport {
+                name: s.queues[q].name.clone(),
+                deserved: self.fs.deserved(s, qid),
+                fair_share: self.fs.fair[q],
+                allocated: self.st.q_alloc[q].to_f(),
+                allocated_non_preemptible: self.st.q_alloc_np[q].to_f(),
+                requested: self.fs.requested[q],
+            });
+        }
+        d
+    }
+}
+
+fn fmt_amount(r: usize, v: f64) -> String {
+    match r {
+        crate::snapshot::GPU => format!("{v}"),
+        crate::snapshot::CPU => format!("{v}m"),
+        _ => format!("{}MB", v / 1e6),
+    }
+}
+
+/// Run one cycle on a snapshot: the core entry point.
+pub fn schedule(s: &Snapshot, cfg: &Config) -> Decisions {
+    let mut sess = Session::open(s, cfg);
+    for action in &cfg.actions {
+        match action {
+            Action::Allocate => allocate::run(&mut sess),
+            Action::Consolidation if cfg.consolidation_enabled() => consolidate::run(&mut sess),
+            Action::Consolidation => {}
+            Action::Reclaim => reclaim::run(&mut sess),
+            Action::Preempt => preempt::run(&mut sess),
+            Action::StaleGangEviction => stale::run(&mut sess),
+        }
+    }
+    sess.finish()
+}

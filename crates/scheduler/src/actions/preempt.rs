@@ -1,0 +1,53 @@
+//! preempt: inside one queue, a higher-priority job evicts strictly lower-priority
+//! preemptible jobs.
+
+use super::Session;
+use super::reclaim::candidates;
+use super::solver::{Problem, Unit, solve, units_of};
+use crate::decisions::EvictReason;
+use crate::snapshot::GroupId;
+
+pub fn run(sess: &mut Session<'_>) {
+    let jobs = candidates(sess, |_| true);
+    for job in jobs {
+        let tasks = sess.tasks_to_allocate(job);
+        if tasks.is_empty() {
+            continue;
+        }
+        let req = sess.request_of(&tasks);
+        let grp = &sess.s.groups[job as usize];
+        let (Some(q), prio) = (grp.queue, grp.priority) else { continue };
+        if sess.capacity_error(job, &req).is_some() {
+            continue;
+        }
+        let mut victims: Vec<(i32, i64, GroupId)> = sess
+            .s
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(g, v)| v.queue == Some(q) && v.preemptible && !v.foreign && v.priority < prio && *g as GroupId != job)
+            .map(|(g, v)| (v.priority, -v.creation, g as GroupId))
+            .collect();
+        victims.sort_unstable();
+        let units: Vec<Unit> = victims.iter().flat_map(|v| units_of(sess, v.2)).collect();
+        if units.is_empty() {
+            continue;
+        }
+        let job_name = sess.job_name(job);
+        let reason = move |s: &Session<'_>, g: GroupId| EvictReason::Preempt {
+            by_job: job_name.clone(),
+            priority: prio,
+            victim_priority: s.s.groups[g as usize].priority,
+        };
+        let pb = Problem {
+            tasks,
+            units,
+            max_units: sess.cfg.max_victim_jobs,
+            relocate: false,
+            reason: &reason,
+            accept: &|_, _| true,
+            validate: &|_| true,
+        };
+        solve(sess, &pb);
+    }
+}

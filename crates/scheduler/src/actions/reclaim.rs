@@ -1,0 +1,160 @@
+//! reclaim: a queue below its fair share takes back resources other queues hold over
+//! theirs. In-quota resources are never taken: no victim may move a queue from at or
+//! above its deserved share to below it.
+
+use super::solver::{Problem, Unit, solve, units_of};
+use super::{JobOrder, Session};
+use crate::decisions::EvictReason;
+use crate::snapshot::{GroupId, QueueId, Res};
+
+const EPS: f64 = 1e-9;
+
+/// Candidate jobs for the victim-seeking actions, in fair order, capped per action.
+pub fn candidates(sess: &Session<'_>, keep: impl Fn(GroupId) -> bool) -> Vec<GroupId> {
+    let mut jobs: Vec<GroupId> = sess.failed.iter().copied().filter(|&g| !sess.hopeless[g as usize] && keep(g)).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    let mut order = JobOrder::new(sess, jobs);
+    let mut out = Vec::new();
+    while let Some(g) = order.pop(sess) {
+        if out.len() >= sess.cfg.queue_depth_per_action {
+            break;
+        }
+        out.push(g);
+    }
+    out
+}
+
+/// The two queues under the same parent on the paths of `a` and `b` (None if same path).
+fn diverge(sess: &Session<'_>, a: QueueId, b: QueueId) -> Option<(QueueId, QueueId)> {
+    let pa: Vec<QueueId> = sess.s.ancestry(a).collect();
+    let pb: Vec<QueueId> = sess.s.ancestry(b).collect();
+    let (mut i, mut j) = (pa.len(), pb.len());
+    while i > 0 && j > 0 && pa[i - 1] == pb[j - 1] {
+        i -= 1;
+        j -= 1;
+    }
+    (i > 0 && j > 0).then(|| (pa[i - 1], pb[j - 1]))
+}
+
+pub fn can_reclaim(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
+    let with = sess.st.q_alloc[q as usize].plus(req).to_f();
+    let fair = sess.fs.fair[q as usize];
+    (0..3).all(|r| req.0[r] == 0 || with[r] <= fair[r] + EPS)
+}
+
+pub fn run(sess: &mut Session<'_>) {
+    let jobs = candidates(sess, |_| true);
+    for job in jobs {
+        let tasks = sess.tasks_to_allocate(job);
+        if tasks.is_empty() {
+            continue;
+        }
+        let req = sess.request_of(&tasks);
+        let Some(q) = sess.s.groups[job as usize].queue else { continue };
+        if sess.capacity_error(job, &req).is_some() || !can_reclaim(sess, q, &req) {
+            continue;
+        }
+        // Victims: preemptible running jobs of other queues, most over-served queue first,
+        // then lowest priority, newest.
+        let mut victims: Vec<(f64, i32, i64, GroupId)> = Vec::new();
+        for (g, grp) in sess.s.groups.iter().enumerate() {
+            let Some(vq) = grp.queue else { continue };
+            if vq == q || !grp.preemptible || grp.foreign || diverge(sess, q, vq).is_none() {
+                continue;
+            }
+            if sess.running_pods(g as GroupId).is_empty() {
+                continue;
+            }
+            let dom = sess.fs.dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f());
+            victims.push((-dom, grp.priority, -grp.creation, g as GroupId));
+        }
+        victims.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        let units: Vec<Unit> = victims.iter().flat_map(|v| units_of(sess, v.3)).collect();
+        if units.is_empty() {
+            continue;
+        }
+        let job_name = sess.job_name(job);
+        let reclaimer_queue = sess.s.queues[q as usize].name.clone();
+        let reason = move |s: &Session<'_>, g: GroupId| EvictReason::Reclaim {
+            by_job: job_name.clone(),
+            by_queue: reclaimer_queue.clone(),
+            victim_queue: s.s.groups[g as usize].queue.map(|vq| s.s.queues[vq as usize].name.clone()).unwrap_or_default(),
+        };
+        let accept = |s: &Session<'_>, unit: &Unit| accept_victim(s, q, &req, unit);
+        let validate = |s: &Session<'_>| saturation_ok(s, q, &req);
+        let pb = Problem {
+            tasks,
+            units,
+            max_units: sess.cfg.max_victim_jobs,
+            relocate: false,
+            reason: &reason,
+            accept: &accept,
+            validate: &validate,
+        };
+        solve(sess, &pb);
+    }
+}
+
+/// KAI's two reclaim strategies at the level where the queues' paths diverge, plus the
+/// deserved floor on every queue the victim counts against.
+fn accept_victim(sess: &Session<'_>, q: QueueId, req: &Res, unit: &Unit) -> bool {
+    let Some(vq) = sess.s.groups[unit.group as usize].queue else { return false };
+    let Some((ra, va)) = diverge(sess, q, vq) else { return false };
+    let alloc_va = sess.st.q_alloc[va as usize].to_f();
+    let fair_va = sess.fs.allocatable(sess.s, va);
+    let deserved_va = sess.fs.deserved(sess.s, va);
+    let maintain_fair_share = (0..3).any(|r| alloc_va[r] > fair_va[r] + EPS);
+    let ra_with = sess.st.q_alloc[ra as usize].plus(req).to_f();
+    let deserved_ra = sess.fs.deserved(sess.s, ra);
+    let guarantee_deserved =
+        (0..3).all(|r| ra_with[r] <= deserved_ra[r] + EPS) && (0..3).any(|r| alloc_va[r] > deserved_va[r] + EPS);
+    if !maintain_fair_share && !guarantee_deserved {
+        return false;
+    }
+    let mut take = Res::default();
+    for &p in &unit.pods {
+        take.add(&sess.s.pods[p as usize].res);
+    }
+    let take = take.to_f();
+    let mut cur = Some(vq);
+    while let Some(a) = cur {
+        let alloc = sess.st.q_alloc[a as usize].to_f();
+        let deserved = sess.fs.deserved(sess.s, a);
+        if (0..3).any(|r| take[r] > 0.0 && alloc[r] + EPS >= deserved[r] && alloc[r] - take[r] < deserved[r] - EPS) {
+            return false;
+        }
+        if a == va {
+            break;
+        }
+        cur = sess.s.queues[a as usize].parent;
+    }
+    true
+}
+
+/// After the scenario, at every level of the reclaimer's path: a queue above its fair share
+/// must not end up relatively more saturated than a sibling (`relcaimerSaturationMultiplier`).
+fn saturation_ok(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
+    let mult = sess.cfg.reclaimer_saturation_multiplier.max(1.0);
+    let ratio = |a: QueueId, r: usize| {
+        let alloc = sess.st.q_alloc[a as usize].to_f()[r];
+        let fair = sess.fs.fair[a as usize][r];
+        if fair > EPS { alloc / fair } else if alloc > EPS { f64::INFINITY } else { 0.0 }
+    };
+    for a in sess.s.ancestry(q) {
+        let siblings: Vec<QueueId> = match sess.s.queues[a as usize].parent {
+            Some(p) => sess.s.queues[p as usize].children.clone(),
+            None => (0..sess.s.queues.len() as QueueId).filter(|&x| sess.s.queues[x as usize].parent.is_none()).collect(),
+        };
+        for r in (0..3).filter(|&r| req.0[r] > 0) {
+            let own = ratio(a, r);
+            if own <= 1.0 + EPS {
+                continue;
+            }
+            if siblings.iter().any(|&sib| sib != a && mult * own >= ratio(sib, r)) {
+                return false;
+            }
+        }
+    }
+    true
+}
