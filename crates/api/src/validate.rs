@@ -26,6 +26,8 @@ pub enum DocKind {
     Queue,
     PodGroup,
     ConfigMap,
+    /// A Pod: its KAI GPU-sharing annotations are checked.
+    Pod,
     DevicePluginConfig,
     MigPartedConfig,
 }
@@ -42,6 +44,7 @@ const MANIFESTS: &[(&str, &str, DocKind)] = &[
     ("Queue", "scheduling.run.ai/v2", DocKind::Queue),
     ("PodGroup", "scheduling.run.ai/v2alpha2", DocKind::PodGroup),
     ("ConfigMap", "v1", DocKind::ConfigMap),
+    ("Pod", "v1", DocKind::Pod),
 ];
 
 /// Split YAML text into documents (as JSON values). Null documents (`---` with nothing) are
@@ -194,6 +197,7 @@ pub fn validate_value(v: &Value) -> Vec<Problem> {
             })
         }
         Ok(DocKind::ConfigMap) => config_map(v),
+        Ok(DocKind::Pod) => pod(v),
         Ok(DocKind::DevicePluginConfig) => device_plugin(v),
         Ok(DocKind::MigPartedConfig) => mig_parted_file(v),
     }
@@ -298,6 +302,43 @@ fn mig_parted_file(v: &Value) -> Vec<Problem> {
     }
 }
 
+/// A Pod's GPU-sharing annotations (`gpu-fraction` etc.), checked as the KAI admission
+/// webhook does.
+fn pod(v: &Value) -> Vec<Problem> {
+    let annotations: std::collections::BTreeMap<String, String> = v
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let whole = ["containers", "initContainers"].iter().any(|c| {
+        v.pointer(&format!("/spec/{c}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|ct| {
+                ct.pointer("/resources/limits")
+                    .and_then(|l| l.get(crate::names::RESOURCE_GPU))
+                    .is_some()
+            })
+    });
+    match crate::kai::parse_gpu_sharing(&annotations, whole) {
+        Ok(_) => Vec::new(),
+        Err(errs) => errs
+            .into_iter()
+            .map(|(k, m)| Problem::new(join("metadata.annotations", &k), m))
+            .collect(),
+    }
+}
+
 /// A ConfigMap whose values are device plugin or mig-parted configs (the form the operator
 /// reads them in): each such value is validated under `data["<key>"]`.
 fn config_map(v: &Value) -> Vec<Problem> {
@@ -364,8 +405,8 @@ mod tests {
     #[test]
     fn detects_kinds() {
         assert!(
-            msgs("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n")[0]
-                .starts_with("kind: \"Pod\" is not a kind")
+            msgs("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")[0]
+                .starts_with("kind: \"Service\" is not a kind")
         );
         assert!(
             msgs("apiVersion: scheduling.run.ai/v1\nkind: Queue\n")[0]

@@ -9,7 +9,11 @@ fn main() {
     let spec = SynthSpec { nodes: num(1, 5000), gpus_per_node: num(2, 8) as u32, running: num(3, 0), pending: num(4, 20000), mix: MixSpec::default(), queues: 4, seed: 1 };
     let opts = BenchOptions {
         workload: Workload::Synthetic(spec),
-        policies: vec![Policy::Kai, Policy::FragmentationAware, Policy::RandomFit, Policy::BestFit, Policy::FirstFit],
+        policies: if a.iter().any(|x| x == "kai-only") {
+            vec![Policy::Kai]
+        } else {
+            vec![Policy::Kai, Policy::FragmentationAware, Policy::RandomFit, Policy::BestFit, Policy::FirstFit]
+        },
         seed: 1,
         skip_replay: a.iter().any(|x| x == "skip-replay"),
         skip_cycle: a.iter().any(|x| x == "skip-cycle"),

@@ -12,7 +12,7 @@ use crate::snapshot::{NodeId, PodId, Snapshot, CPU, MEM};
 use crate::state::{GpuPlacement, Placement, State};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 pub struct Placer {
     pub cfg: Config,
@@ -24,6 +24,58 @@ pub struct Placer {
     /// Fragmentation-aware memo per node: (shape, node version) -> best (delta, devices).
     frag_cache: Vec<Vec<(u32, u32, f64, GpuPlacement)>>,
     shapes: HashMap<(GpuRequest, i64, i64), u32>,
+    index: GpuIndex,
+    /// Per class: which nodes pass its static filter (for index scans).
+    members: Vec<Option<Vec<bool>>>,
+}
+
+/// Nodes ordered by (free GPU milli, seeded rank): binpack's best node for a GPU pod is the
+/// first one in this order that fits. `shared` holds nodes with a partly used shared GPU.
+#[derive(Default)]
+struct GpuIndex {
+    all: BTreeSet<(i64, u32, NodeId)>,
+    shared: BTreeSet<(i64, u32, NodeId)>,
+    key: Vec<Option<(i64, bool)>>,
+    cursor: usize,
+}
+
+impl GpuIndex {
+    fn sync(&mut self, st: &State, rank: &[u32]) {
+        if self.key.len() != st.free_gpu.len() {
+            self.key = vec![None; st.free_gpu.len()];
+            self.all.clear();
+            self.shared.clear();
+            self.cursor = 0;
+            for n in 0..st.free_gpu.len() as NodeId {
+                self.update(st, rank, n);
+            }
+            self.cursor = st.changes.len();
+        }
+        if self.cursor > st.changes.len() {
+            self.cursor = 0;
+        }
+        while self.cursor < st.changes.len() {
+            let n = st.changes[self.cursor];
+            self.cursor += 1;
+            self.update(st, rank, n);
+        }
+    }
+    fn update(&mut self, st: &State, rank: &[u32], n: NodeId) {
+        let r = rank[n as usize];
+        if let Some((free, shared)) = self.key[n as usize].take() {
+            self.all.remove(&(free, r, n));
+            if shared {
+                self.shared.remove(&(free, r, n));
+            }
+        }
+        let free = st.free_gpu[n as usize];
+        let shared = st.node_gpus(n).iter().any(|g| !g.whole && g.shared_pods > 0 && g.free_milli() > 0);
+        self.all.insert((free, r, n));
+        if shared {
+            self.shared.insert((free, r, n));
+        }
+        self.key[n as usize] = Some((free, shared));
+    }
 }
 
 impl Placer {
@@ -41,7 +93,17 @@ impl Placer {
         }
         let mix = if cfg.policy == Policy::FragmentationAware { Mix::from_snapshot(s) } else { Mix::default() };
         let frag_cache = if mix.is_empty() { Vec::new() } else { vec![Vec::new(); s.nodes.len()] };
-        Placer { cfg: cfg.clone(), classes: ClassCache::new(s, order), rank, mix, rng, frag_cache, shapes: HashMap::new() }
+        Placer {
+            cfg: cfg.clone(),
+            classes: ClassCache::new(s, order),
+            rank,
+            mix,
+            rng,
+            frag_cache,
+            shapes: HashMap::new(),
+            index: GpuIndex::default(),
+            members: vec![None; s.classes.len()],
+        }
     }
 
     fn gpu_order(&self) -> GpuOrder {
@@ -86,6 +148,11 @@ impl Placer {
     fn place_in(&mut self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         match self.cfg.policy {
+            Policy::Kai if self.cfg.gpu_strategy == Strategy::Binpack
+                && matches!(p.gpu, GpuRequest::Whole(_) | GpuRequest::Fraction { .. } | GpuRequest::Memory { .. }) =>
+            {
+                self.place_indexed(s, st, pod, list)
+            }
             Policy::Kai => self.place_kai(s, st, pod, list),
             Policy::FragmentationAware if p.gpu.wants_gpu() && !self.mix.is_empty() => self.place_frag(s, st, pod, list),
             Policy::FragmentationAware => self.place_kai(s, st, pod, list),
@@ -175,6 +242,43 @@ impl Placer {
         let (_, node) = best?;
         let gpu = self.fit(s, st, node, pod).ok()?;
         Some(Placement { node, gpu })
+    }
+
+    /// KAI binpack for GPU pods through the free-GPU index: same choice as `place_kai`
+    /// (sharing bonus first, then least free GPU, then seeded order) without a full scan.
+    fn place_indexed(&mut self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+        let p = &s.pods[pod as usize];
+        let class = p.class as usize;
+        if self.members[class].is_none() {
+            let mut m = vec![false; s.nodes.len()];
+            for &n in list {
+                m[n as usize] = true;
+            }
+            self.members[class] = Some(m);
+        }
+        self.index.sync(st, &self.rank);
+        let members = self.members[class].as_deref().unwrap_or(&[]);
+        let lower = match p.gpu {
+            GpuRequest::Whole(k) => i64::from(k) * 1000,
+            _ => 1,
+        };
+        let from = (lower, 0u32, 0 as NodeId);
+        if p.gpu.is_shared() {
+            for &(_, _, n) in self.index.shared.range(from..) {
+                if !members[n as usize] || self.can_fit(s, st, n, pod).is_err() {
+                    continue;
+                }
+                if shared_milli(s, n, &p.gpu).is_ok_and(|m| fits_existing_share(st.node_gpus(n), m)) {
+                    return Some(Placement { node: n, gpu: self.fit(s, st, n, pod).ok()? });
+                }
+            }
+        }
+        for &(_, _, n) in self.index.all.range(from..) {
+            if members[n as usize] && self.can_fit(s, st, n, pod).is_ok() {
+                return Some(Placement { node: n, gpu: self.fit(s, st, n, pod).ok()? });
+            }
+        }
+        None
     }
 
     /// Fragmentation-aware: least growth of expected fragmentation; for fractions every

@@ -60,6 +60,8 @@ pub struct State {
     pub q_alloc_np: Vec<Res>,
     /// Bumped on every change to a node, so per-node caches know when they are stale.
     pub node_version: Vec<u32>,
+    /// Append-only log of changed nodes, for indexes kept outside the state.
+    pub changes: Vec<NodeId>,
     /// Placed pods per gang and per (gang, sub-group).
     pub group_placed: Vec<u32>,
     pub sub_base: Vec<u32>,
@@ -94,6 +96,7 @@ impl State {
             mig_free: s.nodes.iter().map(|n| n.mig.iter().map(|&(p, c)| (p, i64::from(c))).collect()).collect(),
             placement: vec![None; s.pods.len()],
             node_version: vec![0; n],
+            changes: Vec::new(),
             q_alloc: vec![Res::default(); s.queues.len()],
             q_alloc_np: vec![Res::default(); s.queues.len()],
             group_placed: vec![0; s.groups.len()],
@@ -164,6 +167,7 @@ impl State {
         let p = &s.pods[pod as usize];
         let n = pl.node as usize;
         self.node_version[n] = self.node_version[n].wrapping_add(1);
+        self.changes.push(pl.node);
         self.free_cpu[n] -= sign * p.res.0[CPU];
         self.free_mem[n] -= sign * p.res.0[MEM];
         self.free_pods[n] -= sign;

@@ -403,12 +403,14 @@ impl ClusterPolicySpec {
                 "requires cdi.enabled and toolkit.enabled to be true".to_string(),
             ));
         }
-        if let Some(p) = &self.driver.upgrade_policy {
-            if let Some(m) = &p.max_unavailable
-                && let Some(msg) = crate::common::check_int_or_percent(m)
-            {
-                out.push(("spec.driver.upgradePolicy.maxUnavailable".into(), msg));
-            }
+        if let Some(m) = self
+            .driver
+            .upgrade_policy
+            .as_ref()
+            .and_then(|p| p.max_unavailable.as_ref())
+            && let Some(msg) = crate::common::check_int_or_percent(m)
+        {
+            out.push(("spec.driver.upgradePolicy.maxUnavailable".into(), msg));
         }
         if let Some(r) = self
             .daemonsets
@@ -504,11 +506,13 @@ mod tests {
 
     #[test]
     fn nri_requires_cdi_and_toolkit() {
-        let mut s = ClusterPolicySpec::default();
-        s.cdi = Some(CdiSpec {
-            nri_plugin_enabled: Some(true),
+        let mut s = ClusterPolicySpec {
+            cdi: Some(CdiSpec {
+                nri_plugin_enabled: Some(true),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         assert!(s.validate().is_empty());
         s.toolkit.enabled = Some(false);
         assert_eq!(s.validate()[0].0, "spec.cdi.nriPluginEnabled");

@@ -2,9 +2,11 @@
 //! (scheduling.run.ai/v2alpha2), with accessors returning the effective values.
 
 pub mod duration;
+pub mod gpu_sharing;
 pub mod pod_group;
 pub mod queue;
 
+pub use gpu_sharing::{GpuSharingRequest, parse_gpu_sharing};
 pub use pod_group::*;
 pub use queue::*;
 

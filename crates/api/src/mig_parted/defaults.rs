@@ -72,8 +72,11 @@ const SINGLE_PROFILE: &[(&str, &[&str], i64)] = &[
     ("7g.180gb", pci::B200, 1),
 ];
 
+/// (profile, instances per GPU).
+type Layout = &'static [(&'static str, i64)];
+
 /// `all-balanced` per GPU group.
-const BALANCED: &[(&[&str], &[(&str, i64)])] = &[
+const BALANCED: &[(&[&str], Layout)] = &[
     (
         pci::A100_40GB,
         &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)],

@@ -2,16 +2,37 @@
 //! fits. A move plan is accepted only if every moved pod is placed again.
 
 use super::Session;
-use super::reclaim::candidates;
+use super::reclaim::{Signature, candidates, signature};
 use super::solver::{Problem, Unit, solve, units_of};
 use crate::decisions::EvictReason;
 use crate::snapshot::{GroupId, CPU, GPU};
 
 pub fn run(sess: &mut Session<'_>) {
     let jobs = candidates(sess, |g| sess.s.groups[g as usize].preemptible);
+    if jobs.is_empty() {
+        return;
+    }
+    // Victims on the emptiest nodes first (as of the start of the action): moving them
+    // away frees whole nodes.
+    let mut order: Vec<(i64, i64, GroupId)> = sess
+        .victim_jobs
+        .iter()
+        .map(|&g| {
+            let pods = sess.running_pods(g);
+            let node_free = pods.first().and_then(|&p| sess.st.placement[p as usize].as_ref()).map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
+            let size: i64 = pods.iter().map(|&p| sess.s.pods[p as usize].res.0[GPU]).sum();
+            (-node_free, size, g)
+        })
+        .collect();
+    order.sort_unstable();
+    let mut tried: Vec<Signature> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
         if tasks.is_empty() {
+            continue;
+        }
+        let sig = signature(sess, job, &tasks);
+        if tried.contains(&sig) {
             continue;
         }
         let req = sess.request_of(&tasks);
@@ -24,31 +45,22 @@ pub fn run(sess: &mut Session<'_>) {
         if free_gpu < req.0[GPU] || free_cpu < req.0[CPU] {
             continue;
         }
-        // Victims on the emptiest nodes first: moving them away frees whole nodes.
-        let mut units: Vec<(i64, i64, usize, Unit)> = Vec::new();
-        for (g, grp) in sess.s.groups.iter().enumerate() {
-            if !grp.preemptible || grp.foreign || g as GroupId == job {
+        let mut budget = sess.cfg.max_consolidation_preemptees;
+        let mut units: Vec<Unit> = Vec::new();
+        for &(_, _, g) in &order {
+            if budget == 0 {
+                break;
+            }
+            if g == job || !sess.helps(g, &req) {
                 continue;
             }
-            for u in units_of(sess, g as GroupId) {
-                let node_free = u.pods.first().and_then(|&p| sess.st.placement[p as usize].as_ref()).map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
-                let size: i64 = u.pods.iter().map(|&p| sess.s.pods[p as usize].res.0[GPU]).sum();
-                units.push((-node_free, size, units.len(), u));
+            for u in units_of(sess, g) {
+                if u.pods.len() <= budget {
+                    budget -= u.pods.len();
+                    units.push(u);
+                }
             }
         }
-        units.sort_by_key(|u| (u.0, u.1, u.2));
-        let mut budget = sess.cfg.max_consolidation_preemptees;
-        let units: Vec<Unit> = units
-            .into_iter()
-            .map(|u| u.3)
-            .filter(|u| {
-                let ok = u.pods.len() <= budget;
-                if ok {
-                    budget -= u.pods.len();
-                }
-                ok
-            })
-            .collect();
         if units.is_empty() {
             continue;
         }
@@ -63,6 +75,8 @@ pub fn run(sess: &mut Session<'_>) {
             accept: &|_, _| true,
             validate: &|_| true,
         };
-        solve(sess, &pb);
+        if !solve(sess, &pb) {
+            tried.push(sig);
+        }
     }
 }

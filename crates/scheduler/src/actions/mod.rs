@@ -38,6 +38,8 @@ pub struct Session<'a> {
     pub hopeless: Vec<bool>,
     pub stale_marks: Vec<crate::decisions::StaleMark>,
     pub issues: Vec<String>,
+    /// Preemptible jobs with running pods (the only possible victims), oldest id first.
+    pub victim_jobs: Vec<GroupId>,
 }
 
 impl<'a> Session<'a> {
@@ -52,7 +54,14 @@ impl<'a> Session<'a> {
             }
         }
         let fs = FairShare::compute(s, &leaf_req, cfg.k_value);
+        let victim_jobs = (0..s.groups.len() as GroupId)
+            .filter(|&g| {
+                let grp = &s.groups[g as usize];
+                grp.preemptible && !grp.foreign && grp.queue.is_some() && grp.pods.iter().any(|&p| s.pods[p as usize].running)
+            })
+            .collect();
         Session {
+            victim_jobs,
             s,
             cfg: cfg.clone(),
             placer: Placer::new(s, cfg),
@@ -165,6 +174,14 @@ impl<'a> Session<'a> {
             }
         }
         None
+    }
+
+    /// Whether evicting the job could free something `req` needs.
+    pub fn helps(&self, victim: GroupId, req: &Res) -> bool {
+        self.s.groups[victim as usize].pods.iter().any(|&p| {
+            let pod = &self.s.pods[p as usize];
+            pod.running && self.st.placement[p as usize].is_some() && (0..3).any(|r| req.0[r] > 0 && pod.res.0[r] > 0 && (r == 0 || req.0[0] == 0))
+        })
     }
 
     /// Running pods (from the snapshot) of a job that are still placed.

@@ -2,16 +2,21 @@
 //! preemptible jobs.
 
 use super::Session;
-use super::reclaim::candidates;
+use super::reclaim::{Signature, candidates, signature};
 use super::solver::{Problem, Unit, solve, units_of};
 use crate::decisions::EvictReason;
 use crate::snapshot::GroupId;
 
 pub fn run(sess: &mut Session<'_>) {
     let jobs = candidates(sess, |_| true);
+    let mut tried: Vec<(Signature, i32)> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
         if tasks.is_empty() {
+            continue;
+        }
+        let sig = (signature(sess, job, &tasks), sess.s.groups[job as usize].priority);
+        if tried.contains(&sig) {
             continue;
         }
         let req = sess.request_of(&tasks);
@@ -21,14 +26,14 @@ pub fn run(sess: &mut Session<'_>) {
             continue;
         }
         let mut victims: Vec<(i32, i64, GroupId)> = sess
-            .s
-            .groups
+            .victim_jobs
             .iter()
-            .enumerate()
-            .filter(|(g, v)| v.queue == Some(q) && v.preemptible && !v.foreign && v.priority < prio && *g as GroupId != job)
-            .map(|(g, v)| (v.priority, -v.creation, g as GroupId))
+            .map(|&g| (g, &sess.s.groups[g as usize]))
+            .filter(|(g, v)| v.queue == Some(q) && v.priority < prio && *g != job && sess.helps(*g, &req))
+            .map(|(g, v)| (v.priority, -v.creation, g))
             .collect();
         victims.sort_unstable();
+        victims.truncate(sess.cfg.max_victim_jobs * 4);
         let units: Vec<Unit> = victims.iter().flat_map(|v| units_of(sess, v.2)).collect();
         if units.is_empty() {
             continue;
@@ -48,6 +53,8 @@ pub fn run(sess: &mut Session<'_>) {
             accept: &|_, _| true,
             validate: &|_| true,
         };
-        solve(sess, &pb);
+        if !solve(sess, &pb) {
+            tried.push(sig);
+        }
     }
 }

@@ -37,6 +37,22 @@ fn diverge(sess: &Session<'_>, a: QueueId, b: QueueId) -> Option<(QueueId, Queue
     (i > 0 && j > 0).then(|| (pa[i - 1], pb[j - 1]))
 }
 
+/// Scheduling signature: jobs with the same queue and the same task shapes fare the same
+/// in a victim search, so one failure stands for all of them this action.
+pub type Signature = (Option<QueueId>, Vec<(crate::snapshot::ClassId, crate::request::GpuRequest, i64, i64)>);
+
+pub fn signature(sess: &Session<'_>, job: GroupId, tasks: &[crate::snapshot::PodId]) -> Signature {
+    let mut shapes: Vec<_> = tasks
+        .iter()
+        .map(|&t| {
+            let p = &sess.s.pods[t as usize];
+            (p.class, p.gpu.clone(), p.res.0[1], p.res.0[2])
+        })
+        .collect();
+    shapes.sort();
+    (sess.s.groups[job as usize].queue, shapes)
+}
+
 pub fn can_reclaim(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
     let with = sess.st.q_alloc[q as usize].plus(req).to_f();
     let fair = sess.fs.fair[q as usize];
@@ -45,9 +61,14 @@ pub fn can_reclaim(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
 
 pub fn run(sess: &mut Session<'_>) {
     let jobs = candidates(sess, |_| true);
+    let mut tried: Vec<Signature> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
         if tasks.is_empty() {
+            continue;
+        }
+        let sig = signature(sess, job, &tasks);
+        if tried.contains(&sig) {
             continue;
         }
         let req = sess.request_of(&tasks);
@@ -57,19 +78,26 @@ pub fn run(sess: &mut Session<'_>) {
         }
         // Victims: preemptible running jobs of other queues, most over-served queue first,
         // then lowest priority, newest.
+        // Queues that may lose anything: other queues currently above their deserved share.
+        let open_queue: Vec<bool> = (0..sess.s.queues.len() as QueueId)
+            .map(|vq| {
+                let alloc = sess.st.q_alloc[vq as usize].to_f();
+                let deserved = sess.fs.deserved(sess.s, vq);
+                vq != q && sess.s.queues[vq as usize].is_leaf() && diverge(sess, q, vq).is_some() && (0..3).any(|r| alloc[r] > deserved[r] + EPS)
+            })
+            .collect();
         let mut victims: Vec<(f64, i32, i64, GroupId)> = Vec::new();
-        for (g, grp) in sess.s.groups.iter().enumerate() {
+        for &g in &sess.victim_jobs {
+            let grp = &sess.s.groups[g as usize];
             let Some(vq) = grp.queue else { continue };
-            if vq == q || !grp.preemptible || grp.foreign || diverge(sess, q, vq).is_none() {
-                continue;
-            }
-            if sess.running_pods(g as GroupId).is_empty() {
+            if !open_queue[vq as usize] || !sess.helps(g, &req) {
                 continue;
             }
             let dom = sess.fs.dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f());
-            victims.push((-dom, grp.priority, -grp.creation, g as GroupId));
+            victims.push((-dom, grp.priority, -grp.creation, g));
         }
         victims.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        victims.truncate(sess.cfg.max_victim_jobs * 4);
         let units: Vec<Unit> = victims.iter().flat_map(|v| units_of(sess, v.3)).collect();
         if units.is_empty() {
             continue;
@@ -92,7 +120,9 @@ pub fn run(sess: &mut Session<'_>) {
             accept: &accept,
             validate: &validate,
         };
-        solve(sess, &pb);
+        if !solve(sess, &pb) {
+            tried.push(sig);
+        }
     }
 }
 

@@ -10,7 +10,7 @@ pub fn run(sess: &mut Session<'_>) {
     let now = sess.s.now;
     for g in 0..sess.s.groups.len() as GroupId {
         let grp = &sess.s.groups[g as usize];
-        if grp.foreign || grp.queue.is_none() {
+        if grp.foreign || grp.queue.is_none() || (grp.stale_since.is_none() && sess.st.gang_satisfied(sess.s, g)) {
             continue;
         }
         let running = sess.running_pods(g);

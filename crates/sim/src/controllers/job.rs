@@ -195,7 +195,7 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": name}, "status": {"phase": phase}})).unwrap()
     }
     fn now() -> Time {
-        Time(chrono::Utc::now())
+        Time(k8s_openapi::jiff::Timestamp::now())
     }
 
     #[test]

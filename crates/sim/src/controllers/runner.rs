@@ -213,7 +213,7 @@ impl Reconciler {
         let Some(uid) = j.metadata.uid.clone() else { return };
         let ns = j.namespace().unwrap_or_default();
         let mine: Vec<Pod> = pods.iter().filter(|p| owned_by(p, &uid)).map(|p| (**p).clone()).collect();
-        let now = Time(chrono::Utc::now());
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = job::plan(j, &mine, &now);
         let pending = self.pending(&uid).len() as i32;
         for _ in 0..(plan.create - pending).max(0) {

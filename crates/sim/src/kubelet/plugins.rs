@@ -43,9 +43,8 @@ impl Drop for PluginEndpoint {
 /// Dial a gRPC server on a unix socket.
 pub async fn dial(path: &Path) -> Result<Channel, KubeletError> {
     let p = path.to_path_buf();
-    let connect = Endpoint::from_static("http://localhost")
-        .connect_timeout(DIAL_TIMEOUT)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
+    let endpoint = Endpoint::from_static("http://localhost").connect_timeout(DIAL_TIMEOUT);
+    let connect = endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
             let p = p.clone();
             async move {
                 let s = UnixStream::connect(p).await?;

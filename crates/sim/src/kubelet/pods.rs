@@ -446,9 +446,14 @@ fn start_gpu_load(node: &NodeShared, ids: &[String]) -> Vec<u32> {
         let uuid = id.split("::").next().unwrap_or(id);
         for gpu in 0..count {
             let (gi, ci, mem) = match backend.device_info(gpu) {
-                Ok(info) if info.uuid == uuid => (None, None, info.memory_mib),
+                Ok(info) if info.uuid == uuid => {
+                    (None, None, backend.memory(gpu).map(|m| m.total_mib).unwrap_or(0))
+                }
                 Ok(_) => match backend.mig_devices(gpu).ok().and_then(|ds| ds.into_iter().find(|d| d.uuid == uuid)) {
-                    Some(d) => (Some(d.gpu_instance_id), Some(d.compute_instance_id), d.memory_mib),
+                    Some(d) => {
+                        let mem = backend.mig_device_memory(&d.uuid).map(|m| m.total_mib).unwrap_or(0);
+                        (Some(d.gpu_instance_id), Some(d.compute_instance_id), mem)
+                    }
                     None => continue,
                 },
                 Err(_) => continue,
