@@ -402,6 +402,37 @@ mod tests {
     }
 
     #[test]
+    fn oldest_selecting_policy_owns_the_node() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mk = |name: &str, secs: i64, product: &str| {
+            let mut p = MigClusterPolicy::new(
+                name,
+                MigClusterPolicySpec {
+                    gpu_products: Some(vec![product.into()]),
+                    layout: MigLayout {
+                        config: Some("all-1g.10gb".into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            );
+            p.metadata.creation_timestamp = Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default(),
+            ));
+            p
+        };
+        let policies = vec![
+            mk("newer", 200, "NVIDIA-A100-SXM4-80GB"),
+            mk("older", 100, "NVIDIA-A100-SXM4-80GB"),
+            mk("other", 50, "NVIDIA-H100-80GB-HBM3"),
+        ];
+        let node = labels(&[(names::LABEL_GPU_PRODUCT, "NVIDIA-A100-SXM4-80GB")]);
+        assert_eq!(MigClusterPolicy::owner_of(&policies, &node), Some(1));
+        let none = labels(&[(names::LABEL_GPU_PRODUCT, "NVIDIA-L4")]);
+        assert_eq!(MigClusterPolicy::owner_of(&policies, &none), None);
+    }
+
+    #[test]
     fn layout_rules() {
         let s = MigClusterPolicySpec {
             gpu_products: Some(vec!["x".into()]),

@@ -214,13 +214,11 @@ impl Plugin {
         what: &str,
         pred: impl Fn(&PluginStatus) -> bool,
     ) -> PluginStatus {
-        match tokio::time::timeout(WAIT, self.status.wait_for(|s| pred(s))).await {
-            Ok(Ok(s)) => s.clone(),
-            _ => panic!(
-                "timed out waiting for {what}; status {:#?}",
-                *self.status.borrow()
-            ),
-        }
+        let found = match tokio::time::timeout(WAIT, self.status.wait_for(|s| pred(s))).await {
+            Ok(Ok(s)) => Some(s.clone()),
+            _ => None,
+        };
+        found.unwrap_or_else(|| panic!("timed out waiting for {what}; status {:#?}", *self.status.borrow()))
     }
 
     async fn stop(mut self) {
@@ -415,7 +413,7 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
     );
     plugin.stop().await;
 
-    // single on unlike MIG devices is refused (and nothing is advertised)...
+    // single on unlike MIG devices is refused (the last good config keeps serving)...
     let dir = tempfile::tempdir().unwrap();
     let _kubelet = TestKubelet::start(dir.path());
     let single = Settings {
@@ -427,7 +425,8 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
         .wait_status("single refused", |s| s.config_error.is_some())
         .await;
     assert!(status.config_error.unwrap().contains("migStrategy single"));
-    assert!(status.resources.is_empty());
+    // The last good config is the built-in one: whole GPUs.
+    assert_eq!(status.resources.get("nvidia.com/gpu"), Some(&2));
     plugin.stop().await;
 
     // ...and on all-1g.10gb it advertises the MIG devices as nvidia.com/gpu.
@@ -630,7 +629,7 @@ async fn a_kubelet_restart_is_survived() {
             s.healthy("nvidia.com/gpu") == 4
         })
         .await;
-    assert!(plugin.status.borrow().generation > before);
+    plugin.wait_status("a new generation", |s| s.generation > before).await;
     drop(kubelet);
     plugin.stop().await;
 }
@@ -661,7 +660,10 @@ async fn bad_config_keeps_the_last_good_one_and_good_changes_reload() {
     kubelet
         .wait("time-sliced", |s| s.healthy("nvidia.com/gpu.shared") == 8)
         .await;
-    let generation = plugin.status.borrow().generation;
+    let generation = plugin
+        .wait_status("registered", |s| s.registered.len() == 1)
+        .await
+        .generation;
 
     // Invalid (replicas < 2), then unparseable: reported, still serving the time-sliced config.
     std::fs::write(&config, TS4_RENAMED.replace("replicas: 4", "replicas: 1")).unwrap();

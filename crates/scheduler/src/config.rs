@@ -81,3 +81,21 @@ impl Config {
         self.gpu_strategy == Strategy::Binpack && self.cpu_strategy == Strategy::Binpack && self.max_consolidation_preemptees > 0
     }
 }
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown placement policy {0:?} (kai, fragmentation-aware, random-fit, best-fit, first-fit)")]
+pub struct PolicyError(pub String);
+
+impl std::str::FromStr for Policy {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Policy, PolicyError> {
+        Ok(match s.trim() {
+            "kai" => Policy::Kai,
+            "fragmentation-aware" | "frag" => Policy::FragmentationAware,
+            "random-fit" => Policy::RandomFit,
+            "best-fit" => Policy::BestFit,
+            "first-fit" | "binpack" => Policy::FirstFit,
+            other => return Err(PolicyError(other.to_string())),
+        })
+    }
+}

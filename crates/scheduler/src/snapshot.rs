@@ -259,6 +259,7 @@ impl Snapshot {
         }
         let max_gpu_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
         let mut class_ids: HashMap<ConstraintClass, ClassId> = HashMap::new();
+        let mut empty_class: Option<ClassId> = None;
         for p in &input.pods {
             let mut invalid = None;
             let gpu = match parse_gpu_request(&p.extended, &p.annotations, |name| intern(name, &mut s)) {
@@ -334,13 +335,22 @@ impl Snapshot {
                 }
                 GpuRequest::Mig { profile, count } => i64::from(s.mig_profile_gpus[*profile as usize]) * i64::from(*count) * 1000,
             };
-            let key = ConstraintClass {
-                node_selector: p.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                affinity: p.affinity.clone(),
-                tolerations: p.tolerations.clone(),
+            let class = if p.node_selector.is_empty() && p.affinity.is_empty() && p.tolerations.is_empty() {
+                // The common unconstrained pod skips hashing.
+                let next = class_ids.len() as ClassId;
+                *empty_class.get_or_insert_with(|| {
+                    class_ids.insert(ConstraintClass::default(), next);
+                    next
+                })
+            } else {
+                let key = ConstraintClass {
+                    node_selector: p.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    affinity: p.affinity.clone(),
+                    tolerations: p.tolerations.clone(),
+                };
+                let next = class_ids.len() as ClassId;
+                *class_ids.entry(key).or_insert(next)
             };
-            let next = class_ids.len() as ClassId;
-            let class = *class_ids.entry(key).or_insert(next);
             let id = s.pods.len() as PodId;
             s.groups[group as usize].pods.push(id);
             s.pods.push(Pod {

@@ -78,7 +78,7 @@ async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
         let live: Vec<&Pod> = l.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
         live.len() == 2
             && live.iter().all(|p| p.spec.as_ref().and_then(|s| s.containers[0].image.as_deref()) == Some("v2"))
-            && live.iter().all(daemonset::is_ready)
+            && live.iter().all(|p| daemonset::is_ready(p))
     })
     .await?;
     eventually("status updated", || async { dss.get("agent").await.is_ok_and(|d| ds_status(&d) == (2, 2, 2, 2)) }).await?;

@@ -14,6 +14,48 @@ pub enum BenchCommand {
     /// Embedded API server throughput: creates/s, updates/s and watch events/s delivered to
     /// many watchers, over HTTPS with kube-rs clients, in memory and on SQLite.
     Apiserver(ApiserverBenchArgs),
+    /// Scheduler core: placements/s and cycle time of one full cycle, and GPU left unusable
+    /// under arrival replay, for Gantry's placement policies and baselines (random fit, best
+    /// fit, plain bin-pack), on a synthetic cluster or a two-CSV trace.
+    Schedule(ScheduleBenchArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ScheduleBenchArgs {
+    /// Synthetic cluster: number of GPU nodes.
+    #[arg(long, default_value_t = 5000)]
+    nodes: usize,
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Pending pods drawn from --mix (gang pods count one each).
+    #[arg(long, default_value_t = 20_000)]
+    pending: usize,
+    /// Pods already running (bound) before the cycle.
+    #[arg(long, default_value_t = 0)]
+    running: usize,
+    /// Pending workload mix in percent of jobs: whole-GPU, fractional, gang.
+    #[arg(long, default_value = "whole:40,fraction:40,gang:20")]
+    mix: gantry_scheduler::bench::MixSpec,
+    /// Leaf queues (two per parent), each with an equal GPU quota.
+    #[arg(long, default_value_t = 4)]
+    queues: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Trace replay instead of a synthetic cluster: nodes CSV (name,cpu_milli,memory_mib,gpu,model).
+    #[arg(long, requires = "trace_pods")]
+    trace_nodes: Option<std::path::PathBuf>,
+    /// Trace pods CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time).
+    #[arg(long, requires = "trace_nodes")]
+    trace_pods: Option<std::path::PathBuf>,
+    /// Policies to compare, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "kai,fragmentation-aware,random-fit,best-fit,first-fit")]
+    policies: Vec<gantry_scheduler::Policy>,
+    /// Skip the arrival replay (fragmentation columns).
+    #[arg(long)]
+    skip_replay: bool,
+    /// Skip the full cycle (throughput columns).
+    #[arg(long)]
+    skip_cycle: bool,
 }
 
 #[derive(clap::Args)]
@@ -61,6 +103,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::DevicePlugin(args) => device_plugin(args),
         BenchCommand::Apiserver(args) => apiserver(args),
+        BenchCommand::Schedule(args) => schedule(args),
         BenchCommand::Nodes(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let r = rt.block_on(gantry_sim::cluster::bench::nodes_bench(
@@ -115,5 +158,24 @@ fn apiserver(args: ApiserverBenchArgs) -> anyhow::Result<ExitCode> {
             r.store, r.creates_per_s, r.updates_per_s, r.watch_events_per_s
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
+    use gantry_scheduler::bench::{BenchOptions, SynthSpec, Workload, run};
+    let workload = match (args.trace_nodes, args.trace_pods) {
+        (Some(nodes), Some(pods)) => Workload::Trace { nodes, pods },
+        _ => Workload::Synthetic(SynthSpec {
+            nodes: args.nodes.max(1),
+            gpus_per_node: args.gpus_per_node,
+            pending: args.pending,
+            running: args.running,
+            mix: args.mix,
+            queues: args.queues.max(1),
+            seed: args.seed,
+        }),
+    };
+    let opts = BenchOptions { workload, policies: args.policies, seed: args.seed, skip_replay: args.skip_replay, skip_cycle: args.skip_cycle };
+    print!("{}", run(&opts)?);
     Ok(ExitCode::SUCCESS)
 }

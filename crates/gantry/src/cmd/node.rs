@@ -1,6 +1,9 @@
 //! `gantry node <agent>`: the node agents, one subcommand each.
 
 mod device_plugin;
+mod discovery;
+mod exporter;
+mod gpu_source;
 mod toolkit;
 
 use std::process::ExitCode;
@@ -11,11 +14,17 @@ pub enum NodeCommand {
     Toolkit(toolkit::ToolkitArgs),
     /// Kubelet device plugin: advertise GPUs, MIG devices and shared replicas; allocate them.
     DevicePlugin(device_plugin::DevicePluginArgs),
+    /// GPU Feature Discovery: compute the `nvidia.com/gpu.*` node labels and apply them.
+    Discovery(discovery::DiscoveryArgs),
+    /// GPU metrics under dcgm-exporter's names and labels, on :9400.
+    Exporter(exporter::ExporterArgs),
 }
 
 pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         NodeCommand::Toolkit(args) => toolkit::run(args),
         NodeCommand::DevicePlugin(args) => device_plugin::run(args),
+        NodeCommand::Discovery(args) => discovery::run(args),
+        NodeCommand::Exporter(args) => exporter::run(args),
     }
 }

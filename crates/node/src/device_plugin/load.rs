@@ -88,6 +88,8 @@ pub struct ConfigState {
     applied: Option<Vec<u8>>,
     candidate: Option<(Vec<u8>, Settings)>,
     rejected: Option<Vec<u8>>,
+    /// A changed source seen once, waiting to be seen unchanged once more.
+    settling: Option<Vec<u8>>,
     error: Option<String>,
     reported: Option<String>,
 }
@@ -101,6 +103,7 @@ impl ConfigState {
             applied: None,
             candidate: None,
             rejected: None,
+            settling: None,
             error: None,
             reported: None,
         }
@@ -136,6 +139,12 @@ impl ConfigState {
                 .as_ref()
                 .is_some_and(|(fp, _)| *fp == fingerprint)
         {
+            return false;
+        }
+        // While serving, a change must read the same on two checks in a row, so a file
+        // caught half-written (truncated, say) is never applied.
+        if inventory.is_some() && self.settling.as_ref() != Some(&fingerprint) {
+            self.settling = Some(fingerprint);
             return false;
         }
         let parsed = match content {

@@ -21,9 +21,7 @@ use super::health::{Faults, HealthPolicy, Probe};
 use super::inventory::Inventory;
 use super::load::{ConfigSource, ConfigState, Overrides};
 use super::preferred::Topology;
-use super::resources::{self, ResourceSet};
 use super::server::{PluginService, ResourceContext, device_list};
-use super::settings::Settings;
 use super::uds;
 use crate::proto::deviceplugin as pb;
 

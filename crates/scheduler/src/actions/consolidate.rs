@@ -18,8 +18,9 @@ pub fn run(sess: &mut Session<'_>) {
         .victim_jobs
         .iter()
         .map(|&g| {
-            let pods = sess.running_pods(g);
-            let node_free = pods.first().and_then(|&p| sess.st.placement[p as usize].as_ref()).map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
+            let pods = &sess.s.groups[g as usize].pods;
+            let placed = pods.iter().find_map(|&p| sess.st.placement[p as usize].as_ref());
+            let node_free = placed.map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
             let size: i64 = pods.iter().map(|&p| sess.s.pods[p as usize].res.0[GPU]).sum();
             (-node_free, size, g)
         })

@@ -38,8 +38,10 @@ pub struct Session<'a> {
     pub hopeless: Vec<bool>,
     pub stale_marks: Vec<crate::decisions::StaleMark>,
     pub issues: Vec<String>,
-    /// Preemptible jobs with running pods (the only possible victims), oldest id first.
+    /// Preemptible jobs with running pods (the only possible victims), by id.
     pub victim_jobs: Vec<GroupId>,
+    /// Per job: whether its running pods hold GPU (bit 0) or only CPU/memory (bit 1).
+    holds: Vec<u8>,
 }
 
 impl<'a> Session<'a> {
@@ -60,7 +62,12 @@ impl<'a> Session<'a> {
                 grp.preemptible && !grp.foreign && grp.queue.is_some() && grp.pods.iter().any(|&p| s.pods[p as usize].running)
             })
             .collect();
+        let mut holds = vec![0u8; s.groups.len()];
+        for p in s.pods.iter().filter(|p| p.running) {
+            holds[p.group as usize] |= if p.res.0[0] > 0 { 1 } else { 2 };
+        }
         Session {
+            holds,
             victim_jobs,
             s,
             cfg: cfg.clone(),
@@ -87,7 +94,11 @@ impl<'a> Session<'a> {
                     self.unschedulable[pod as usize] = None;
                 }
                 Op::Evict { pod, reason, .. } => {
-                    self.evicted[pod as usize].get_or_insert(reason);
+                    // A moved pod (consolidation) evicted again later: the later reason is the final one.
+                    let slot = &mut self.evicted[pod as usize];
+                    if slot.is_none() || matches!(slot, Some(EvictReason::Consolidation { .. })) {
+                        *slot = Some(reason);
+                    }
                 }
             }
         }
@@ -177,11 +188,10 @@ impl<'a> Session<'a> {
     }
 
     /// Whether evicting the job could free something `req` needs.
+    /// (A GPU job needs victims holding GPUs; evicted jobs yield empty units later.)
     pub fn helps(&self, victim: GroupId, req: &Res) -> bool {
-        self.s.groups[victim as usize].pods.iter().any(|&p| {
-            let pod = &self.s.pods[p as usize];
-            pod.running && self.st.placement[p as usize].is_some() && (0..3).any(|r| req.0[r] > 0 && pod.res.0[r] > 0 && (r == 0 || req.0[0] == 0))
-        })
+        let h = self.holds[victim as usize];
+        if req.0[0] > 0 { h & 1 != 0 } else { h != 0 }
     }
 
     /// Running pods (from the snapshot) of a job that are still placed.

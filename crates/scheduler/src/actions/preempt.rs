@@ -9,6 +9,12 @@ use crate::snapshot::GroupId;
 
 pub fn run(sess: &mut Session<'_>) {
     let jobs = candidates(sess, |_| true);
+    if jobs.is_empty() {
+        return;
+    }
+    let mut order: Vec<(i32, i64, GroupId)> =
+        sess.victim_jobs.iter().map(|&g| (sess.s.groups[g as usize].priority, -sess.s.groups[g as usize].creation, g)).collect();
+    order.sort_unstable();
     let mut tried: Vec<(Signature, i32)> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
@@ -25,16 +31,13 @@ pub fn run(sess: &mut Session<'_>) {
         if sess.capacity_error(job, &req).is_some() {
             continue;
         }
-        let mut victims: Vec<(i32, i64, GroupId)> = sess
-            .victim_jobs
+        let units: Vec<Unit> = order
             .iter()
-            .map(|&g| (g, &sess.s.groups[g as usize]))
-            .filter(|(g, v)| v.queue == Some(q) && v.priority < prio && *g != job && sess.helps(*g, &req))
-            .map(|(g, v)| (v.priority, -v.creation, g))
+            .take_while(|v| v.0 < prio)
+            .filter(|v| v.2 != job && sess.s.groups[v.2 as usize].queue == Some(q) && sess.helps(v.2, &req))
+            .take(sess.cfg.max_victim_jobs * 4)
+            .flat_map(|v| units_of(sess, v.2))
             .collect();
-        victims.sort_unstable();
-        victims.truncate(sess.cfg.max_victim_jobs * 4);
-        let units: Vec<Unit> = victims.iter().flat_map(|v| units_of(sess, v.2)).collect();
         if units.is_empty() {
             continue;
         }

@@ -61,6 +61,21 @@ pub fn can_reclaim(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
 
 pub fn run(sess: &mut Session<'_>) {
     let jobs = candidates(sess, |_| true);
+    if jobs.is_empty() {
+        return;
+    }
+    // Victim order fixed at the start of the action: most over-served queue first, then
+    // lowest priority, newest.
+    let dom: Vec<f64> = (0..sess.s.queues.len() as QueueId).map(|vq| sess.fs.dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f())).collect();
+    let mut order: Vec<(f64, i32, i64, GroupId)> = sess
+        .victim_jobs
+        .iter()
+        .filter_map(|&g| {
+            let grp = &sess.s.groups[g as usize];
+            grp.queue.map(|vq| (-dom[vq as usize], grp.priority, -grp.creation, g))
+        })
+        .collect();
+    order.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     let mut tried: Vec<Signature> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
@@ -86,19 +101,13 @@ pub fn run(sess: &mut Session<'_>) {
                 vq != q && sess.s.queues[vq as usize].is_leaf() && diverge(sess, q, vq).is_some() && (0..3).any(|r| alloc[r] > deserved[r] + EPS)
             })
             .collect();
-        let mut victims: Vec<(f64, i32, i64, GroupId)> = Vec::new();
-        for &g in &sess.victim_jobs {
-            let grp = &sess.s.groups[g as usize];
-            let Some(vq) = grp.queue else { continue };
-            if !open_queue[vq as usize] || !sess.helps(g, &req) {
-                continue;
-            }
-            let dom = sess.fs.dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f());
-            victims.push((-dom, grp.priority, -grp.creation, g));
-        }
-        victims.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        victims.truncate(sess.cfg.max_victim_jobs * 4);
-        let units: Vec<Unit> = victims.iter().flat_map(|v| units_of(sess, v.3)).collect();
+        let limit = sess.cfg.max_victim_jobs * 4;
+        let units: Vec<Unit> = order
+            .iter()
+            .filter(|v| sess.s.groups[v.3 as usize].queue.is_some_and(|vq| open_queue[vq as usize]) && sess.helps(v.3, &req))
+            .take(limit)
+            .flat_map(|v| units_of(sess, v.3))
+            .collect();
         if units.is_empty() {
             continue;
         }

@@ -69,8 +69,9 @@ pub fn node(i: usize, gpus: u32) -> NodeInput {
         labels,
         taints: vec![],
         schedulable: true,
-        cpu_milli: 16_000 * i64::from(gpus.max(4)),
-        memory_bytes: 128 * GIB * i64::from(gpus.max(4)),
+        // 12 cores and 96 GiB per GPU: CPU-hungry pods can strand GPUs, as in real fleets.
+        cpu_milli: 12_000 * i64::from(gpus.max(4)),
+        memory_bytes: 96 * GIB * i64::from(gpus.max(4)),
         pods: 110,
         gpus,
         mig: BTreeMap::new(),
@@ -125,26 +126,33 @@ pub fn draw_fraction(rng: &mut ChaCha8Rng) -> Shape {
     }
 }
 
-pub fn make_pod(name: String, group: String, shape: &Shape, creation: i64) -> PodInput {
+/// A pod of `shape`; `cores` is its CPU request in cores (per GPU for whole-GPU pods).
+pub fn make_pod(name: String, group: String, shape: &Shape, creation: i64, cores: i64) -> PodInput {
     let mut p = PodInput { namespace: "bench".into(), name, pod_group: group, creation, ..Default::default() };
     match shape {
         Shape::Whole(n) => {
             p.extended.insert(names::RESOURCE_GPU.to_string(), *n);
-            p.cpu_milli = 4000 * n;
-            p.memory_bytes = 32 * GIB * n;
+            p.cpu_milli = 1000 * cores * n;
+            p.memory_bytes = 8 * GIB * cores * n;
         }
         Shape::Fraction(f) => {
             p.annotations.insert(names::ANNOTATION_GPU_FRACTION.to_string(), f.to_string());
-            p.cpu_milli = 2000;
-            p.memory_bytes = 16 * GIB;
+            p.cpu_milli = 1000 * cores;
+            p.memory_bytes = 8 * GIB * cores;
         }
         Shape::Memory(m) => {
             p.annotations.insert(names::ANNOTATION_GPU_MEMORY.to_string(), m.to_string());
-            p.cpu_milli = 2000;
-            p.memory_bytes = 16 * GIB;
+            p.cpu_milli = 1000 * cores;
+            p.memory_bytes = 8 * GIB * cores;
         }
     }
     p
+}
+
+/// CPU cores of a pod: whole-GPU pods per GPU, fractional pods in total (notebooks and
+/// inference servers are often CPU-heavy for their GPU share).
+pub fn draw_cores(rng: &mut ChaCha8Rng, fractional: bool) -> i64 {
+    if fractional { [2, 4, 8, 12, 16][rng.random_range(0..5)] } else { [4, 8, 12][rng.random_range(0..3)] }
 }
 
 fn group(name: String, queue: String, min: u32, creation: i64, rng: &mut ChaCha8Rng) -> PodGroupInput {
@@ -171,18 +179,22 @@ pub fn add_pending(input: &mut ClusterInput, count: usize, mix: MixSpec, leaf_qu
         let gname = format!("{prefix}job-{j:06}");
         if roll < mix.whole {
             input.pod_groups.push(group(gname.clone(), queue, 1, creation, rng));
-            input.pods.push(make_pod(format!("{gname}-0"), gname, &Shape::Whole(draw_whole(rng)), creation));
+            let cores = draw_cores(rng, false);
+            input.pods.push(make_pod(format!("{gname}-0"), gname, &Shape::Whole(draw_whole(rng)), creation, cores));
             made += 1;
         } else if roll < mix.whole + mix.fraction {
             input.pod_groups.push(group(gname.clone(), queue, 1, creation, rng));
-            input.pods.push(make_pod(format!("{gname}-0"), gname, &draw_fraction(rng), creation));
+            let shape = draw_fraction(rng);
+            let cores = draw_cores(rng, true);
+            input.pods.push(make_pod(format!("{gname}-0"), gname, &shape, creation, cores));
             made += 1;
         } else {
             let size = [2usize, 4, 8][rng.random_range(0..3)].min(count - made).max(1);
             let gpus = [1i64, 4, 8][rng.random_range(0..3)];
             input.pod_groups.push(group(gname.clone(), queue, size as u32, creation, rng));
+            let cores = draw_cores(rng, false);
             for k in 0..size {
-                input.pods.push(make_pod(format!("{gname}-{k}"), gname.clone(), &Shape::Whole(gpus), creation));
+                input.pods.push(make_pod(format!("{gname}-{k}"), gname.clone(), &Shape::Whole(gpus), creation, cores));
             }
             made += size;
         }
@@ -212,16 +224,16 @@ pub fn synth(spec: &SynthSpec) -> ClusterInput {
             input.pod_groups.push(group(name.clone(), queue, 1, 0, &mut rng));
             let mut p = if k % 4 == 0 && gpu + 1 < node.gpus {
                 gpu += 1;
-                let mut p = make_pod(name.clone(), name, &Shape::Whole(1), 0);
+                let mut p = make_pod(name.clone(), name, &Shape::Whole(1), 0, 4);
                 p.gpu_indices = vec![gpu - 1];
                 p
             } else if k % 4 == 1 && gpu + 1 < node.gpus {
                 gpu += 1;
-                let mut p = make_pod(name.clone(), name, &Shape::Fraction("0.5"), 0);
+                let mut p = make_pod(name.clone(), name, &Shape::Fraction("0.5"), 0, 2);
                 p.gpu_indices = vec![gpu - 1];
                 p
             } else {
-                let mut p = make_pod(name.clone(), name, &Shape::Whole(0), 0);
+                let mut p = make_pod(name.clone(), name, &Shape::Whole(0), 0, 1);
                 p.extended.clear();
                 p.cpu_milli = 500;
                 p.memory_bytes = GIB;

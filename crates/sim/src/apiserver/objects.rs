@@ -552,7 +552,7 @@ impl ApiServer {
             if let Some(bound) = cur.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
                 return Err(ApiError::conflict("pods", "", pod, &format!("pod {pod} is already assigned to node {bound:?}")));
             }
-            let mut obj = cur.clone();
+            let mut obj = (**cur).clone();
             obj["spec"]["nodeName"] = json!(node);
             let cond = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now()});
             let conds = obj["status"]["conditions"].as_array().cloned().unwrap_or_default();

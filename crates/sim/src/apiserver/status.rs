@@ -105,3 +105,9 @@ pub fn json_response(code: StatusCode, body: &Value) -> Response {
 pub fn success_status(details: Value) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ApiError::internal(format!("storage failed: {e}"))
+    }
+}

@@ -1,0 +1,82 @@
+//! `gantry node discovery`: GPU Feature Discovery labels on the node's own Node object.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use gantry_node::discovery::{self, DiscoveryOptions, MigStrategy};
+
+use super::gpu_source::{self, GpuSourceArgs};
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum MigStrategyArg {
+    None,
+    Single,
+    Mixed,
+}
+
+#[derive(clap::Args)]
+pub struct DiscoveryArgs {
+    #[command(flatten)]
+    gpu: GpuSourceArgs,
+    /// Print the labels as sorted `key=value` lines and exit; needs no cluster.
+    #[arg(long)]
+    print: bool,
+    /// Label once and exit.
+    #[arg(long, env = "GFD_ONESHOT")]
+    oneshot: bool,
+    /// The Node to label.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// Where the host's `/` is mounted (for /sys/class/dmi and /sys/bus/pci).
+    #[arg(long, env = "GANTRY_HOST_ROOT", default_value = "/")]
+    host_root: PathBuf,
+    /// Device plugin config file (v1): MIG strategy, sharing, `flags.gfd`.
+    #[arg(long, env = "CONFIG_FILE")]
+    config_file: Option<PathBuf>,
+    /// MIG strategy (overrides the config file; default none).
+    #[arg(long, env = "MIG_STRATEGY", value_enum)]
+    mig_strategy: Option<MigStrategyArg>,
+    /// Re-label period: `60s`, `5m`, or `infinite` (overrides the config file; default 60s).
+    #[arg(long, env = "GFD_SLEEP_INTERVAL")]
+    sleep_interval: Option<String>,
+    /// Leave out `nvidia.com/gfd.timestamp`.
+    #[arg(long, env = "GFD_NO_TIMESTAMP")]
+    no_timestamp: bool,
+}
+
+pub fn run(args: DiscoveryArgs) -> anyhow::Result<ExitCode> {
+    let sleep_interval = match &args.sleep_interval {
+        Some(s) => Some(
+            discovery::config::parse_interval(s)
+                .map_err(|e| anyhow::anyhow!("--sleep-interval {e}"))?,
+        ),
+        None => None,
+    };
+    let backend = gpu_source::open(&args.gpu)?;
+    let opts = DiscoveryOptions {
+        node_name: args.node_name.clone(),
+        host_root: args.host_root.clone(),
+        config_file: args.config_file.clone(),
+        mig_strategy: args.mig_strategy.map(|m| match m {
+            MigStrategyArg::None => MigStrategy::None,
+            MigStrategyArg::Single => MigStrategy::Single,
+            MigStrategyArg::Mixed => MigStrategy::Mixed,
+        }),
+        sleep_interval,
+        oneshot: args.oneshot,
+        no_timestamp: args.no_timestamp,
+    };
+    if args.print {
+        let labels = discovery::labels_once(&opts, backend.as_ref())?;
+        print!("{}", discovery::render(&labels));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let client = discovery::client_from_env().await?;
+        discovery::run(opts, backend, client, gpu_source::shutdown_signal()).await
+    })
+    .context("gantry node discovery")?;
+    Ok(ExitCode::SUCCESS)
+}
