@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use gantry_gpu::catalog::{self, GpuModel};
 use gantry_gpu::{Backend, SimBackend, SimConfig};
-use gantry_node::discovery::{
-    self, config, DiscoveryError, DiscoveryOptions, Labels, MigStrategy,
-};
+use gantry_node::discovery::{self, DiscoveryError, DiscoveryOptions, Labels, MigStrategy, config};
 
 fn sim(model: &'static GpuModel, count: u32) -> Arc<SimBackend> {
     Arc::new(SimBackend::new(SimConfig::new(model, count, 7)))
@@ -33,7 +31,11 @@ fn get<'a>(l: &'a Labels, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("label nvidia.com/{key} missing in {l:#?}"))
 }
 
-fn with_config(b: &SimBackend, strategy: MigStrategy, yaml: &str) -> Result<Labels, DiscoveryError> {
+fn with_config(
+    b: &SimBackend,
+    strategy: MigStrategy,
+    yaml: &str,
+) -> Result<Labels, DiscoveryError> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, yaml).expect("write config");
@@ -68,11 +70,27 @@ fn every_catalog_model_labels_whole_gpus() {
         let info = b.device_info(0).expect("info");
         let mem = b.memory(0).expect("memory").total_mib;
         assert_eq!(get(&l, "gpu.count"), "2", "{}", model.key);
-        assert_eq!(get(&l, "gpu.product"), info.name.replace(' ', "-"), "{}", model.key);
+        assert_eq!(
+            get(&l, "gpu.product"),
+            info.name.replace(' ', "-"),
+            "{}",
+            model.key
+        );
         assert_eq!(get(&l, "gpu.memory"), mem.to_string(), "{}", model.key);
-        assert_eq!(get(&l, "gpu.family"), expected_family(model), "{}", model.key);
-        assert_eq!(get(&l, "gpu.compute.major"), model.compute_capability.0.to_string());
-        assert_eq!(get(&l, "gpu.compute.minor"), model.compute_capability.1.to_string());
+        assert_eq!(
+            get(&l, "gpu.family"),
+            expected_family(model),
+            "{}",
+            model.key
+        );
+        assert_eq!(
+            get(&l, "gpu.compute.major"),
+            model.compute_capability.0.to_string()
+        );
+        assert_eq!(
+            get(&l, "gpu.compute.minor"),
+            model.compute_capability.1.to_string()
+        );
         assert_eq!(get(&l, "gpu.replicas"), "1");
         assert_eq!(get(&l, "gpu.sharing-strategy"), "none");
         assert_eq!(get(&l, "mig.capable"), model.mig_capable().to_string());
@@ -113,7 +131,11 @@ fn timestamp_machine_and_mode_from_host_root() {
     std::fs::write(dmi.join("product_name"), "ProLiant DL380 Gen11\n").expect("write");
     let bus = b.device_info(0).expect("info").pci_bus_id;
     let (dom, rest) = bus.split_once(':').expect("bus id");
-    let bdf = format!("{:04x}:{}", u32::from_str_radix(dom, 16).expect("hex"), rest.to_lowercase());
+    let bdf = format!(
+        "{:04x}:{}",
+        u32::from_str_radix(dom, 16).expect("hex"),
+        rest.to_lowercase()
+    );
     let dev = root.path().join("sys/bus/pci/devices").join(bdf);
     std::fs::create_dir_all(&dev).expect("mkdir");
     std::fs::write(dev.join("class"), "0x030200\n").expect("write");
@@ -146,7 +168,10 @@ fn mixed_strategy_labels_each_profile() {
     assert_eq!(get(&l, "gpu.count"), "2");
     assert_eq!(get(&l, "gpu.replicas"), "1");
     let devices = b.mig_devices(0).expect("mig devices");
-    let small_dev = devices.iter().find(|d| d.profile == small).expect("small device");
+    let small_dev = devices
+        .iter()
+        .find(|d| d.profile == small)
+        .expect("small device");
     let key = |p: &str, k: &str| format!("mig-{p}.{k}");
     assert_eq!(get(&l, &key(small, "count")), "2");
     assert_eq!(get(&l, &key(big, "count")), "1");
@@ -154,11 +179,20 @@ fn mixed_strategy_labels_each_profile() {
         get(&l, &key(small, "product")),
         format!("NVIDIA-H100-80GB-HBM3-MIG-{small}")
     );
-    assert_eq!(get(&l, &key(small, "memory")), small_dev.memory_mib.to_string());
-    assert_eq!(get(&l, &key(small, "multiprocessors")), small_dev.sm_count.to_string());
+    assert_eq!(
+        get(&l, &key(small, "memory")),
+        small_dev.memory_mib.to_string()
+    );
+    assert_eq!(
+        get(&l, &key(small, "multiprocessors")),
+        small_dev.sm_count.to_string()
+    );
     assert_eq!(get(&l, &key(small, "slices.gi")), "1");
     assert_eq!(get(&l, &key(small, "slices.ci")), "1");
-    assert_eq!(get(&l, &key(small, "engines.copy")), small_dev.engines.copy.to_string());
+    assert_eq!(
+        get(&l, &key(small, "engines.copy")),
+        small_dev.engines.copy.to_string()
+    );
     assert_eq!(get(&l, &key(small, "replicas")), "1");
     assert_eq!(get(&l, &key(small, "sharing-strategy")), "none");
     assert!(!l.contains_key(&format!("nvidia.com/mig-{small}.family")));
@@ -188,7 +222,10 @@ fn single_strategy_valid_layout() {
     let d = &b.mig_devices(1).expect("devices")[0];
     assert_eq!(get(&l, "mig.strategy"), "single");
     assert_eq!(get(&l, "gpu.count"), "5");
-    assert_eq!(get(&l, "gpu.product"), format!("NVIDIA-A100-SXM4-80GB-MIG-{p}"));
+    assert_eq!(
+        get(&l, "gpu.product"),
+        format!("NVIDIA-A100-SXM4-80GB-MIG-{p}")
+    );
     assert_eq!(get(&l, "gpu.memory"), d.memory_mib.to_string());
     assert_eq!(get(&l, "gpu.multiprocessors"), d.sm_count.to_string());
     assert_eq!(get(&l, "gpu.replicas"), "1");
@@ -198,7 +235,10 @@ fn single_strategy_valid_layout() {
 #[test]
 fn single_strategy_invalid_layouts() {
     let model = &catalog::H200;
-    let (a, c) = (model.mig[0].name, model.mig.iter().find(|p| p.slices == 2).expect("2g").name);
+    let (a, c) = (
+        model.mig[0].name,
+        model.mig.iter().find(|p| p.slices == 2).expect("2g").name,
+    );
     let invalid = |l: &Labels| {
         assert_eq!(get(l, "gpu.product"), "NVIDIA-H200-MIG-INVALID");
         assert_eq!(get(l, "gpu.count"), "0");
@@ -220,7 +260,10 @@ fn single_strategy_invalid_layouts() {
     invalid(&labels(&b, MigStrategy::Single));
     // No MIG at all: whole GPUs, as with `none`.
     let b = sim(model, 1);
-    assert_eq!(get(&labels(&b, MigStrategy::Single), "gpu.product"), "NVIDIA-H200");
+    assert_eq!(
+        get(&labels(&b, MigStrategy::Single), "gpu.product"),
+        "NVIDIA-H200"
+    );
 }
 
 const TS_PLAIN: &str = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n";
@@ -277,7 +320,10 @@ fn mixed_strategy_shares_a_mig_resource() {
     let l = discovery::labels_once(&o, b.as_ref()).expect("labels");
     assert_eq!(get(&l, "mig.strategy"), "mixed");
     assert_eq!(get(&l, &format!("mig-{p}.replicas")), "2");
-    assert_eq!(get(&l, &format!("mig-{p}.sharing-strategy")), "time-slicing");
+    assert_eq!(
+        get(&l, &format!("mig-{p}.sharing-strategy")),
+        "time-slicing"
+    );
     assert_eq!(
         get(&l, &format!("mig-{p}.product")),
         format!("NVIDIA-A100-SXM4-40GB-MIG-{p}-SHARED")
@@ -303,5 +349,8 @@ fn print_format_is_sorted_key_value_lines() {
     let mut sorted = lines.clone();
     sorted.sort();
     assert_eq!(lines, sorted);
-    assert!(lines.contains(&"nvidia.com/gpu.product=NVIDIA-L4"), "{text}");
+    assert!(
+        lines.contains(&"nvidia.com/gpu.product=NVIDIA-L4"),
+        "{text}"
+    );
 }

@@ -87,7 +87,8 @@ fn mig(b: &SimBackend, gpu: u32, profiles: &[&str]) {
     b.set_mig_mode(gpu, true).expect("enable MIG");
     for p in profiles {
         let gi = b.create_gpu_instance(gpu, p, None).expect("create GI");
-        b.create_compute_instance(gpu, gi.id, gi.slices).expect("create CI");
+        b.create_compute_instance(gpu, gi.id, gi.slices)
+            .expect("create CI");
     }
 }
 
@@ -102,7 +103,12 @@ fn every_default_metric_for_whole_gpus() {
     assert_eq!(set.metrics.len(), 25);
     for m in &set.metrics {
         let of: Vec<&Series> = series.iter().filter(|s| s.name == m.name).collect();
-        assert_eq!(of.len(), 2, "{} should have one series per GPU:\n{text}", m.name);
+        assert_eq!(
+            of.len(),
+            2,
+            "{} should have one series per GPU:\n{text}",
+            m.name
+        );
         assert!(text.contains(&format!("# TYPE {} {}\n", m.name, m.kind)));
         for (gpu, s) in of.iter().enumerate() {
             let info = b.device_info(gpu as u32).expect("info");
@@ -143,7 +149,10 @@ fn pre_hopper_gddr_gpu_has_no_dcp_or_memory_temperature() {
     assert!(!text.contains("DCGM_FI_PROF_"), "{text}");
     assert!(!text.contains("DCGM_FI_DEV_MEMORY_TEMP"), "{text}");
     assert!(text.contains("DCGM_FI_DEV_GPU_UTIL{"));
-    assert!(text.contains("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{"), "PCIe-only boards report 0");
+    assert!(
+        text.contains("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{"),
+        "PCIe-only boards report 0"
+    );
 }
 
 #[test]
@@ -156,13 +165,24 @@ fn mig_devices_are_series_of_their_own() {
     let text = body(&e);
     let series = parse(&text);
     let devices = b.mig_devices(0).expect("mig devices");
-    let gi_ids: Vec<String> = devices.iter().map(|d| d.gpu_instance_id.to_string()).collect();
-    for name in ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"] {
+    let gi_ids: Vec<String> = devices
+        .iter()
+        .map(|d| d.gpu_instance_id.to_string())
+        .collect();
+    for name in [
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    ] {
         let on_gpu0: Vec<&Series> = series
             .iter()
             .filter(|s| s.name == name && s.labels["gpu"] == "0")
             .collect();
-        assert_eq!(on_gpu0.len(), 2, "{name}: one series per GPU instance\n{text}");
+        assert_eq!(
+            on_gpu0.len(),
+            2,
+            "{name}: one series per GPU instance\n{text}"
+        );
         for s in &on_gpu0 {
             assert_eq!(s.labels["GPU_I_PROFILE"], small);
             assert!(gi_ids.contains(&s.labels["GPU_I_ID"]));
@@ -176,7 +196,10 @@ fn mig_devices_are_series_of_their_own() {
     let mem = b.mig_device_memory(&devices[0].uuid).expect("mig memory");
     assert_eq!(fb_total.value, mem.free_mib.to_string());
     // Utilisation is not available with MIG on; the MIG-off GPU still has it.
-    let util: Vec<&Series> = series.iter().filter(|s| s.name == "DCGM_FI_DEV_GPU_UTIL").collect();
+    let util: Vec<&Series> = series
+        .iter()
+        .filter(|s| s.name == "DCGM_FI_DEV_GPU_UTIL")
+        .collect();
     assert_eq!(util.len(), 1);
     assert_eq!(util[0].labels["gpu"], "1");
 }
@@ -266,10 +289,22 @@ async fn pods_are_attributed_for_replicas_and_mig_devices() {
     let mig_dev = b.mig_devices(2).expect("mig")[0].clone();
     let resp = ListPodResourcesResponse {
         pod_resources: vec![
-            pod("shared-a", "nvidia.com/gpu.shared", &[format!("{uuid0}::0")]),
-            pod("shared-b", "nvidia.com/gpu.shared", &[format!("{uuid0}::1")]),
+            pod(
+                "shared-a",
+                "nvidia.com/gpu.shared",
+                &[format!("{uuid0}::0")],
+            ),
+            pod(
+                "shared-b",
+                "nvidia.com/gpu.shared",
+                &[format!("{uuid0}::1")],
+            ),
             pod("whole", "nvidia.com/gpu", std::slice::from_ref(&uuid1)),
-            pod("sliced", &format!("nvidia.com/mig-{}", model.mig[0].name), std::slice::from_ref(&mig_dev.uuid)),
+            pod(
+                "sliced",
+                &format!("nvidia.com/mig-{}", model.mig[0].name),
+                std::slice::from_ref(&mig_dev.uuid),
+            ),
             pod("nic", "example.com/nic", &[uuid1.clone()]),
         ],
     };
@@ -287,8 +322,12 @@ async fn pods_are_attributed_for_replicas_and_mig_devices() {
         .expect("start");
     e.refresh_pods().await.expect("list pods");
     let series = parse(&body(&e));
-    let temp: Vec<&Series> = series.iter().filter(|s| s.name == "DCGM_FI_DEV_GPU_TEMP").collect();
-    let on = |gpu: &str| -> Vec<&&Series> { temp.iter().filter(|s| s.labels["gpu"] == gpu).collect() };
+    let temp: Vec<&Series> = series
+        .iter()
+        .filter(|s| s.name == "DCGM_FI_DEV_GPU_TEMP")
+        .collect();
+    let on =
+        |gpu: &str| -> Vec<&&Series> { temp.iter().filter(|s| s.labels["gpu"] == gpu).collect() };
     // Time-sliced GPU 0: one series, last pod wins (dcgm-exporter's default).
     assert_eq!(on("0").len(), 1);
     assert_eq!(on("0")[0].labels["pod"], "shared-b");
@@ -297,7 +336,10 @@ async fn pods_are_attributed_for_replicas_and_mig_devices() {
     assert_eq!(on("1")[0].labels["pod"], "whole");
     assert_eq!(on("2").len(), 1);
     assert_eq!(on("2")[0].labels["pod"], "sliced");
-    assert_eq!(on("2")[0].labels["GPU_I_ID"], mig_dev.gpu_instance_id.to_string());
+    assert_eq!(
+        on("2")[0].labels["GPU_I_ID"],
+        mig_dev.gpu_instance_id.to_string()
+    );
 
     // With virtual GPUs every pod sharing GPU 0 gets its own copy, with its replica number.
     opts.render.virtual_gpus = true;
@@ -328,7 +370,9 @@ async fn missing_kubelet_socket_means_no_pod_labels() {
         .await
         .expect("join")
         .expect("start");
-    e.refresh_pods().await.expect("absent socket is not an error");
+    e.refresh_pods()
+        .await
+        .expect("absent socket is not an error");
     assert!(!body(&e).contains("pod=\""));
 }
 
@@ -350,7 +394,9 @@ async fn serves_metrics_and_health_over_http() {
         .await
         .expect("join")
         .expect("start");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -360,8 +406,16 @@ async fn serves_metrics_and_health_over_http() {
         .await
     });
     let metrics = http_get(addr, "/metrics").await;
-    assert!(metrics.starts_with("HTTP/1.0 200") || metrics.starts_with("HTTP/1.1 200"), "{metrics}");
-    assert!(metrics.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{metrics}");
+    assert!(
+        metrics.starts_with("HTTP/1.0 200") || metrics.starts_with("HTTP/1.1 200"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{metrics}"
+    );
     assert!(metrics.contains("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\""));
     let health = http_get(addr, "/health").await;
     assert!(health.ends_with("OK"), "{health}");
@@ -385,15 +439,24 @@ fn a_custom_csv_selects_the_set() {
     let b = sim(&catalog::H100_SXM5_80GB, 1);
     let e = Exporter::start(opts, b.clone()).expect("start");
     let text = body(&e);
-    let names: std::collections::BTreeSet<String> = parse(&text).into_iter().map(|s| s.name).collect();
+    let names: std::collections::BTreeSet<String> =
+        parse(&text).into_iter().map(|s| s.name).collect();
     assert_eq!(
         names.into_iter().collect::<Vec<_>>(),
-        ["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_SM_ACTIVE"]
+        [
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_PROF_SM_ACTIVE"
+        ]
     );
     let serial = b.device_info(0).expect("info").serial;
-    assert!(text.contains(&format!("DCGM_FI_DEV_SERIAL=\"{serial}\"")), "{text}");
+    assert!(
+        text.contains(&format!("DCGM_FI_DEV_SERIAL=\"{serial}\"")),
+        "{text}"
+    );
     assert!(!text.contains("DCGM_FI_DRIVER_VERSION"));
-    let err = exporter::load_metric_set(Some(&dir.path().join("missing.csv"))).expect_err("missing");
+    let err =
+        exporter::load_metric_set(Some(&dir.path().join("missing.csv"))).expect_err("missing");
     assert!(err.to_string().contains("missing.csv"), "{err}");
 }
 
@@ -405,7 +468,9 @@ fn exposition_parses_with_python_prometheus_client() {
     match probe {
         Ok(o) if o.status.success() => {}
         _ => {
-            eprintln!("skipping: python3 with prometheus_client is not installed (pip install prometheus_client)");
+            eprintln!(
+                "skipping: python3 with prometheus_client is not installed (pip install prometheus_client)"
+            );
             return;
         }
     }
@@ -435,14 +500,24 @@ for name, f in sorted(fams.items()):
     }
     let out = child.wait_with_output().expect("python output");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "parser failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "parser failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // GPU 0 whole, GPU 1 one GPU instance: two series per metric.
     assert!(
         stdout.contains("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter 2\n"),
         "{stdout}"
     );
-    assert!(stdout.contains("DCGM_FI_DEV_SM_CLOCK gauge 2\n"), "{stdout}");
-    assert!(stdout.contains("DCGM_FI_DEV_GPU_UTIL gauge 1\n"), "{stdout}");
+    assert!(
+        stdout.contains("DCGM_FI_DEV_SM_CLOCK gauge 2\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("DCGM_FI_DEV_GPU_UTIL gauge 1\n"),
+        "{stdout}"
+    );
     assert!(!String::from_utf8_lossy(&e.body()).contains("_total"));
     assert_eq!(stdout.lines().count(), 25, "{stdout}");
 }

@@ -387,3 +387,26 @@ proptest! {
         prop_assert_eq!(mounts, files);
     }
 }
+
+/// The spec written on a real H200 node (driver 580.159.04, libraries under
+/// /usr/local/nvidia/lib64 found through ld.so.conf) parses strictly and validates.
+#[test]
+fn spec_observed_on_an_h200_validates() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/testdata/toolkit/cdi/h200-observed.yaml");
+    let spec = cdi::from_yaml(&fs::read_to_string(&path).unwrap(), &path).unwrap();
+    cdi::validate(&spec).unwrap();
+    assert_eq!(
+        spec.devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        ["0", "all"]
+    );
+    assert!(
+        spec.container_edits
+            .mounts
+            .iter()
+            .any(|m| m.host_path == "/usr/local/nvidia/lib64/libcuda.so.580.159.04")
+    );
+}

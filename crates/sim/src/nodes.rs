@@ -78,7 +78,10 @@ fn parse_group(group: &str) -> Result<NodeGroup, SpecError> {
             .map_err(|_| bad(group, "node count is too large"))?;
         (count, &group[digits + 1..])
     } else if digits > 0 {
-        return Err(bad(group, "expected `x` after the node count, as in `4xH100-80GB:8`"));
+        return Err(bad(
+            group,
+            "expected `x` after the node count, as in `4xH100-80GB:8`",
+        ));
     } else {
         (1, group)
     };
@@ -96,11 +99,17 @@ fn parse_group(group: &str) -> Result<NodeGroup, SpecError> {
         None => (rest.trim(), None),
     };
     if model.is_empty() {
-        return Err(bad(group, "missing model; write e.g. `4xH100-80GB:8` or `2xcpu`"));
+        return Err(bad(
+            group,
+            "missing model; write e.g. `4xH100-80GB:8` or `2xcpu`",
+        ));
     }
     if model.eq_ignore_ascii_case("cpu") {
         if let Some(n) = gpus.filter(|n| *n != 0) {
-            return Err(bad(group, format!("a cpu node has no GPUs, but {n} were asked for")));
+            return Err(bad(
+                group,
+                format!("a cpu node has no GPUs, but {n} were asked for"),
+            ));
         }
         return Ok(NodeGroup {
             count,
@@ -137,7 +146,9 @@ pub fn expand(groups: &[NodeGroup]) -> Vec<NodePlan> {
     let mut next: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
     let mut out = Vec::new();
     for g in groups {
-        let prefix = g.gpu.map_or_else(|| "cpu".to_string(), |m| m.key.to_ascii_lowercase());
+        let prefix = g
+            .gpu
+            .map_or_else(|| "cpu".to_string(), |m| m.key.to_ascii_lowercase());
         for _ in 0..g.count {
             let i = next.entry(prefix.clone()).or_insert(0);
             out.push(NodePlan {
@@ -169,8 +180,15 @@ mod tests {
         assert_eq!(
             names,
             [
-                "h100-80gb-0", "h100-80gb-1", "h100-80gb-2", "h100-80gb-3", "a100-80gb-0",
-                "a100-80gb-1", "l4-0", "cpu-0", "cpu-1"
+                "h100-80gb-0",
+                "h100-80gb-1",
+                "h100-80gb-2",
+                "h100-80gb-3",
+                "a100-80gb-0",
+                "a100-80gb-1",
+                "l4-0",
+                "cpu-0",
+                "cpu-1"
             ]
         );
         assert_eq!(nodes[0].gpu.unwrap().key, "H100-80GB");
@@ -184,7 +202,14 @@ mod tests {
     #[test]
     fn defaults_and_aliases() {
         let g = parse("H100").unwrap();
-        assert_eq!(g, vec![NodeGroup { count: 1, gpu: catalog::find("H100-80GB"), gpus: 8 }]);
+        assert_eq!(
+            g,
+            vec![NodeGroup {
+                count: 1,
+                gpu: catalog::find("H100-80GB"),
+                gpus: 8
+            }]
+        );
         let g = parse(" 3Xl4:2 , cpu ").unwrap();
         assert_eq!(g[0].count, 3);
         assert_eq!(g[0].gpus, 2);
@@ -193,7 +218,11 @@ mod tests {
 
     #[test]
     fn numbering_continues_across_groups_of_one_model() {
-        let names: Vec<_> = plan("2xL4:1,1xL4:1").unwrap().into_iter().map(|n| n.name).collect();
+        let names: Vec<_> = plan("2xL4:1,1xL4:1")
+            .unwrap()
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
         assert_eq!(names, ["l4-0", "l4-1", "l4-2"]);
     }
 
@@ -201,7 +230,11 @@ mod tests {
     fn clear_errors() {
         let err = |s: &str| parse(s).unwrap_err().to_string();
         assert_eq!(parse("").unwrap_err(), SpecError::Empty);
-        assert!(err("2xB300:8").contains("unknown GPU model \"B300\""), "{}", err("2xB300:8"));
+        assert!(
+            err("2xB300:8").contains("unknown GPU model \"B300\""),
+            "{}",
+            err("2xB300:8")
+        );
         assert!(err("2xB300:8").contains("H100-80GB"));
         assert!(err("0xL4:1").contains("at least 1"));
         assert!(err("2xL4:many").contains("\"many\" is not a number"));
@@ -210,7 +243,10 @@ mod tests {
         assert!(err("2xcpu:4").contains("no GPUs"));
         assert!(err("2xL4:1,,cpu").contains("stray comma"));
         assert!(err("3x").contains("missing model"));
-        assert_eq!(parse("100001xcpu").unwrap_err(), SpecError::TooMany(100_001));
+        assert_eq!(
+            parse("100001xcpu").unwrap_err(),
+            SpecError::TooMany(100_001)
+        );
         assert!(err("99999999999xcpu").contains("too large"));
     }
 }

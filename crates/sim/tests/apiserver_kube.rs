@@ -55,9 +55,9 @@ async fn crud_conflicts_and_errors() -> Result {
     let err = api.replace("a", &PostParams::default(), &changed).await.expect_err("stale");
     assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "Conflict"), "{err:?}");
 
-    let mut gen: ConfigMap = serde_json::from_value(json!({"metadata": {"generateName": "gen-"}}))?;
-    gen = api.create(&PostParams::default(), &gen).await?;
-    assert!(gen.metadata.name.as_deref().is_some_and(|n| n.starts_with("gen-") && n.len() == 9));
+    let generated: ConfigMap = serde_json::from_value(json!({"metadata": {"generateName": "gen-"}}))?;
+    let generated = api.create(&PostParams::default(), &generated).await?;
+    assert!(generated.metadata.name.as_deref().is_some_and(|n| n.starts_with("gen-") && n.len() == 9));
 
     let err = api.create(&PostParams::default(), &cm("Bad_Name", json!({}))?).await.expect_err("invalid");
     assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err:?}");

@@ -29,18 +29,37 @@ where
     Err(format!("timed out waiting for {what}").into())
 }
 
-async fn setup(spec: &str) -> Res<(ControlPlane, SimCluster, controllers::Controllers, tempfile::TempDir, kube::Client)> {
+async fn setup(
+    spec: &str,
+) -> Res<(
+    ControlPlane,
+    SimCluster,
+    controllers::Controllers,
+    tempfile::TempDir,
+    kube::Client,
+)> {
     let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
     let client = cp.client()?;
     let tmp = tempfile::Builder::new().prefix("gc").tempdir_in("/tmp")?;
-    let sim = cluster::start(client.clone(), tmp.path(), nodes::plan(spec)?, AgentRegistry::new()).await?;
+    let sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan(spec)?,
+        AgentRegistry::new(),
+    )
+    .await?;
     let ctl = controllers::start(client.clone());
     Ok((cp, sim, ctl, tmp, client))
 }
 
 fn ds_status(ds: &DaemonSet) -> (i32, i32, i32, i32) {
     let s = ds.status.clone().unwrap_or_default();
-    (s.desired_number_scheduled, s.current_number_scheduled, s.number_ready, s.updated_number_scheduled.unwrap_or(0))
+    (
+        s.desired_number_scheduled,
+        s.current_number_scheduled,
+        s.number_ready,
+        s.updated_number_scheduled.unwrap_or(0),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,39 +78,81 @@ async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
     }))?;
     dss.create(&PostParams::default(), &ds).await?;
     eventually("2 ready daemon pods", || async {
-        dss.get("agent").await.is_ok_and(|d| ds_status(&d) == (2, 2, 2, 2))
+        dss.get("agent")
+            .await
+            .is_ok_and(|d| ds_status(&d) == (2, 2, 2, 2))
     })
     .await?;
-    let list = pods.list(&ListParams::default().labels("app=agent")).await?;
-    let mut on: Vec<String> = list.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+    let list = pods
+        .list(&ListParams::default().labels("app=agent"))
+        .await?;
+    let mut on: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
     on.sort();
     assert_eq!(on, ["l4-0", "l4-1"]);
     let d = dss.get("agent").await?;
     let hash = daemonset::revision_hash(&d);
-    assert!(list.items.iter().all(|p| p.metadata.labels.as_ref().and_then(|l| l.get("controller-revision-hash")) == Some(&hash)));
+    assert!(list.items.iter().all(|p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("controller-revision-hash"))
+            == Some(&hash)
+    }));
 
     // New template: every pod is replaced, one at a time.
-    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "v2"}]}}}});
-    dss.patch("agent", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let patch =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "v2"}]}}}});
+    dss.patch("agent", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     eventually("rolled to v2", || async {
-        let Ok(l) = pods.list(&ListParams::default().labels("app=agent")).await else { return false };
-        let live: Vec<&Pod> = l.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let Ok(l) = pods.list(&ListParams::default().labels("app=agent")).await else {
+            return false;
+        };
+        let live: Vec<&Pod> = l
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
         live.len() == 2
-            && live.iter().all(|p| p.spec.as_ref().and_then(|s| s.containers[0].image.as_deref()) == Some("v2"))
+            && live.iter().all(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.containers[0].image.as_deref())
+                    == Some("v2")
+            })
             && live.iter().all(|p| daemonset::is_ready(p))
     })
     .await?;
-    eventually("status updated", || async { dss.get("agent").await.is_ok_and(|d| ds_status(&d) == (2, 2, 2, 2)) }).await?;
+    eventually("status updated", || async {
+        dss.get("agent")
+            .await
+            .is_ok_and(|d| ds_status(&d) == (2, 2, 2, 2))
+    })
+    .await?;
 
     // A taint the pods do not tolerate moves the DaemonSet off that node.
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    let taint = json!({"spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}});
-    nodes.patch("l4-1", &PatchParams::default(), &Patch::Merge(&taint)).await?;
-    eventually("one daemon pod left", || async { dss.get("agent").await.is_ok_and(|d| ds_status(&d).0 == 1) }).await?;
+    let taint =
+        json!({"spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}});
+    nodes
+        .patch("l4-1", &PatchParams::default(), &Patch::Merge(&taint))
+        .await?;
+    eventually("one daemon pod left", || async {
+        dss.get("agent").await.is_ok_and(|d| ds_status(&d).0 == 1)
+    })
+    .await?;
     eventually("pod on tainted node removed", || async {
         pods.list(&ListParams::default().labels("app=agent"))
             .await
-            .is_ok_and(|l| l.items.iter().all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some("l4-1")))
+            .is_ok_and(|l| {
+                l.items
+                    .iter()
+                    .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some("l4-1"))
+            })
     })
     .await?;
     Ok(())
@@ -114,13 +175,25 @@ async fn job_runs_to_completion() -> Res<()> {
     jobs.create(&PostParams::default(), &job).await?;
     eventually("job complete", || async {
         jobs.get("train").await.is_ok_and(|j| {
-            j.status.is_some_and(|s| s.succeeded == Some(3) && s.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+            j.status.is_some_and(|s| {
+                s.succeeded == Some(3)
+                    && s.conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Complete" && c.status == "True")
+            })
         })
     })
     .await?;
-    let list = pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=train")).await?;
+    let list = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=train"))
+        .await?;
     assert_eq!(list.items.len(), 3);
-    assert!(list.items.iter().all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")));
+    assert!(
+        list.items
+            .iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+    );
 
     // A failing Job stops at its backoff limit.
     let failing: Job = serde_json::from_value(json!({
@@ -134,7 +207,12 @@ async fn job_runs_to_completion() -> Res<()> {
     jobs.create(&PostParams::default(), &failing).await?;
     eventually("job failed", || async {
         jobs.get("crash").await.is_ok_and(|j| {
-            j.status.is_some_and(|s| s.failed == Some(2) && s.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Failed" && c.reason.as_deref() == Some("BackoffLimitExceeded")))
+            j.status.is_some_and(|s| {
+                s.failed == Some(2)
+                    && s.conditions.unwrap_or_default().iter().any(|c| {
+                        c.type_ == "Failed" && c.reason.as_deref() == Some("BackoffLimitExceeded")
+                    })
+            })
         })
     })
     .await?;

@@ -39,10 +39,18 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
     let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
     let client = cp.client()?;
     let tmp = tempfile::Builder::new().prefix("ga").tempdir_in("/tmp")?;
-    let sim = cluster::start(client.clone(), tmp.path(), nodes::plan("2xH100-80GB:8,1xcpu")?, default_registry()).await?;
+    let sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("2xH100-80GB:8,1xcpu")?,
+        default_registry(),
+    )
+    .await?;
     let _ctl = controllers::start(client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
-    let _ = Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await;
     let ds: DaemonSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
@@ -52,10 +60,15 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
                                        "containers": [{"name": "nvidia-device-plugin", "image": "ghcr.io/gantry/gantry:dev",
                                                        "command": ["gantry"], "args": ["node", "device-plugin"]}]}}}
     }))?;
-    Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator").create(&PostParams::default(), &ds).await?;
+    Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator")
+        .create(&PostParams::default(), &ds)
+        .await?;
     let nodes_api: Api<Node> = Api::all(client.clone());
     for n in ["h100-80gb-0", "h100-80gb-1"] {
-        eventually("8 GPUs from the real plugin", || async { allocatable(&nodes_api, n).await.as_deref() == Some("8") }).await?;
+        eventually("8 GPUs from the real plugin", || async {
+            allocatable(&nodes_api, n).await.as_deref() == Some("8")
+        })
+        .await?;
     }
     assert_eq!(allocatable(&nodes_api, "cpu-0").await, None);
 
@@ -68,19 +81,35 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     eventually("pod running", || async {
-        pods.get("cuda").await.is_ok_and(|p| p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+        pods.get("cuda")
+            .await
+            .is_ok_and(|p| p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
     })
     .await?;
     let p = pods.get("cuda").await?;
     let rec: serde_json::Value = serde_json::from_str(
-        p.metadata.annotations.as_ref().and_then(|a| a.get(names::ANNOTATION_SIM_ALLOCATED)).ok_or("no allocation")?,
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(names::ANNOTATION_SIM_ALLOCATED))
+            .ok_or("no allocation")?,
     )?;
-    let ids = rec["c"]["nvidia.com/gpu"]["deviceIDs"].as_array().ok_or("no ids")?.clone();
+    let ids = rec["c"]["nvidia.com/gpu"]["deviceIDs"]
+        .as_array()
+        .ok_or("no ids")?
+        .clone();
     assert_eq!(ids.len(), 2);
-    assert!(ids.iter().all(|i| i.as_str().is_some_and(|s| s.starts_with("GPU-"))), "{ids:?}");
+    assert!(
+        ids.iter()
+            .all(|i| i.as_str().is_some_and(|s| s.starts_with("GPU-"))),
+        "{ids:?}"
+    );
 
     // A GPU falls off the bus: the plugin marks it unhealthy, allocatable drops.
     sim.fault("h100-80gb-1", &Fault::OffBus { gpu: 2 }).await?;
-    eventually("7 allocatable after XID 79", || async { allocatable(&nodes_api, "h100-80gb-1").await.as_deref() == Some("7") }).await?;
+    eventually("7 allocatable after XID 79", || async {
+        allocatable(&nodes_api, "h100-80gb-1").await.as_deref() == Some("7")
+    })
+    .await?;
     Ok(())
 }

@@ -48,7 +48,11 @@ pub struct ScheduleBenchArgs {
     #[arg(long, requires = "trace_nodes")]
     trace_pods: Option<std::path::PathBuf>,
     /// Policies to compare, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "kai,fragmentation-aware,random-fit,best-fit,first-fit")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kai,fragmentation-aware,random-fit,best-fit,first-fit"
+    )]
     policies: Vec<gantry_scheduler::Policy>,
     /// Skip the arrival replay (fragmentation columns).
     #[arg(long)]
@@ -92,11 +96,17 @@ pub struct NodesArgs {
 }
 
 fn secs(d: Option<Duration>) -> String {
-    d.map_or_else(|| "not reached".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
+    d.map_or_else(
+        || "not reached".to_string(),
+        |d| format!("{:.1} s", d.as_secs_f64()),
+    )
 }
 
 fn mib(b: Option<u64>) -> String {
-    b.map_or_else(|| "n/a".to_string(), |b| format!("{} MiB", b / (1024 * 1024)))
+    b.map_or_else(
+        || "n/a".to_string(),
+        |b| format!("{} MiB", b / (1024 * 1024)),
+    )
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -105,29 +115,43 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Apiserver(args) => apiserver(args),
         BenchCommand::Schedule(args) => schedule(args),
         BenchCommand::Nodes(args) => {
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             let r = rt.block_on(gantry_sim::cluster::bench::nodes_bench(
                 &args.nodes,
                 Duration::from_secs(args.timeout),
             ))?;
             println!("{:<28} {}", "spec", args.nodes);
             println!("{:<28} {}/{}", "ready nodes", r.ready_nodes, r.nodes);
-            println!("{:<28} {}/{}", "allocatable GPUs", r.allocatable_gpus, r.gpus);
+            println!(
+                "{:<28} {}/{}",
+                "allocatable GPUs", r.allocatable_gpus, r.gpus
+            );
             println!("{:<28} {}", "time to all nodes Ready", secs(r.to_ready));
             println!("{:<28} {}", "time to all GPUs allocatable", secs(r.to_gpus));
             println!("{:<28} {}", "RSS at end", mib(r.rss_bytes));
             println!("{:<28} {}", "peak RSS", mib(r.peak_rss_bytes));
             let ok = r.to_ready.is_some() && r.to_gpus.is_some();
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
     }
 }
 
 fn device_plugin(args: DevicePluginBenchArgs) -> anyhow::Result<ExitCode> {
     use gantry_node::device_plugin::bench;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let rows = rt.block_on(bench::run_bench(&bench::default_cases(), args.calls.max(1)))?;
-    println!("{:<16} {:<24} {:>7} {:>10} {:>10} {:>10}", "config", "rpc", "calls", "p50 µs", "p99 µs", "max µs");
+    println!(
+        "{:<16} {:<24} {:>7} {:>10} {:>10} {:>10}",
+        "config", "rpc", "calls", "p50 µs", "p99 µs", "max µs"
+    );
     for r in rows {
         println!(
             "{:<16} {:<24} {:>7} {:>10.1} {:>10.1} {:>10.1}",
@@ -139,7 +163,9 @@ fn device_plugin(args: DevicePluginBenchArgs) -> anyhow::Result<ExitCode> {
 
 fn apiserver(args: ApiserverBenchArgs) -> anyhow::Result<ExitCode> {
     use gantry_sim::apiserver::bench;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let opts = bench::BenchOpts {
         objects: args.objects.max(1),
         concurrency: args.concurrency.max(1),
@@ -151,7 +177,10 @@ fn apiserver(args: ApiserverBenchArgs) -> anyhow::Result<ExitCode> {
         "{} objects, {} in flight, {} watchers x {} writes",
         opts.objects, opts.concurrency, opts.watchers, opts.watch_writes
     );
-    println!("{:<8} {:>12} {:>12} {:>16}", "store", "creates/s", "updates/s", "watch events/s");
+    println!(
+        "{:<8} {:>12} {:>12} {:>16}",
+        "store", "creates/s", "updates/s", "watch events/s"
+    );
     for r in rows {
         println!(
             "{:<8} {:>12.0} {:>12.0} {:>16.0}",
@@ -175,7 +204,13 @@ fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
             seed: args.seed,
         }),
     };
-    let opts = BenchOptions { workload, policies: args.policies, seed: args.seed, skip_replay: args.skip_replay, skip_cycle: args.skip_cycle };
+    let opts = BenchOptions {
+        workload,
+        policies: args.policies,
+        seed: args.seed,
+        skip_replay: args.skip_replay,
+        skip_cycle: args.skip_cycle,
+    };
     print!("{}", run(&opts)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -71,8 +71,13 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
                 node: args.node.clone(),
                 fault: fault(&args)?,
             };
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let msg = rt.block_on(control::send(&cluster::sim_dir(args.data_dir.as_deref()), &req))?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let msg = rt.block_on(control::send(
+                &cluster::sim_dir(args.data_dir.as_deref()),
+                &req,
+            ))?;
             println!("{msg}");
             Ok(ExitCode::SUCCESS)
         }

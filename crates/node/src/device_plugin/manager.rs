@@ -173,10 +173,7 @@ async fn start(
             Inventory::default()
         }
     };
-    let sets = match config.build(&inventory, opts).await {
-        Some(sets) => sets,
-        None => Vec::new(),
-    };
+    let sets = config.build(&inventory, opts).await.unwrap_or_default();
     let settings = Arc::new(config.settings().clone());
     let topology = Arc::new(read_topology(backend, &inventory));
     let mig_minors = Arc::new(

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::DiscoveryError;
 use super::labels::MigStrategy;
 use super::sharing::{ReplicatedEntry, Sharing};
-use super::DiscoveryError;
 
 /// The parts of the config file that matter to discovery.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -104,33 +104,49 @@ pub fn parse(text: &str) -> Result<DiscoveryConfig, String> {
     }
     let mig_strategy = match file.flags.mig_strategy.as_deref() {
         None => None,
-        Some(s) => Some(
-            s.parse::<MigStrategy>()
-                .map_err(|_| format!("flags.migStrategy: unknown strategy {s:?} (none, single, mixed)"))?,
-        ),
+        Some(s) => Some(s.parse::<MigStrategy>().map_err(|_| {
+            format!("flags.migStrategy: unknown strategy {s:?} (none, single, mixed)")
+        })?),
     };
     let sleep_interval = match &file.flags.gfd.sleep_interval {
         None => None,
-        Some(serde_yaml::Value::Number(n)) => Some(Some(Duration::from_nanos(
-            n.as_u64()
-                .ok_or_else(|| format!("flags.gfd.sleepInterval: {n} is not a positive integer"))?,
-        ))),
-        Some(serde_yaml::Value::String(s)) => Some(
-            parse_interval(s).map_err(|e| format!("flags.gfd.sleepInterval: {e}"))?,
-        ),
+        Some(serde_yaml::Value::Number(n)) => {
+            Some(Some(Duration::from_nanos(n.as_u64().ok_or_else(|| {
+                format!("flags.gfd.sleepInterval: {n} is not a positive integer")
+            })?)))
+        }
+        Some(serde_yaml::Value::String(s)) => {
+            Some(parse_interval(s).map_err(|e| format!("flags.gfd.sleepInterval: {e}"))?)
+        }
         Some(other) => {
-            return Err(format!("flags.gfd.sleepInterval: unexpected value {other:?}"));
+            return Err(format!(
+                "flags.gfd.sleepInterval: unexpected value {other:?}"
+            ));
         }
     };
-    let ts = file.sharing.time_slicing.as_ref().map(|r| (r.entries(), r.rename_by_default));
-    let mps = file.sharing.mps.as_ref().map(|r| (r.entries(), r.rename_by_default));
+    let ts = file
+        .sharing
+        .time_slicing
+        .as_ref()
+        .map(|r| (r.entries(), r.rename_by_default));
+    let mps = file
+        .sharing
+        .mps
+        .as_ref()
+        .map(|r| (r.entries(), r.rename_by_default));
     for (section, entries) in [("timeSlicing", &ts), ("mps", &mps)] {
         if let Some((entries, _)) = entries {
             if let Some(e) = entries.iter().find(|e| e.name.is_empty()) {
-                return Err(format!("sharing.{section}.resources: an entry has no name (replicas {})", e.replicas));
+                return Err(format!(
+                    "sharing.{section}.resources: an entry has no name (replicas {})",
+                    e.replicas
+                ));
             }
             if let Some(e) = entries.iter().find(|e| e.replicas < 1) {
-                return Err(format!("sharing.{section}.resources[{}].replicas: must be at least 1", e.name));
+                return Err(format!(
+                    "sharing.{section}.resources[{}].replicas: must be at least 1",
+                    e.name
+                ));
             }
         }
     }
@@ -164,8 +180,12 @@ pub fn parse_interval(s: &str) -> Result<Option<Duration>, String> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .ok_or_else(|| format!("{s:?}: missing unit (use s, m, h, ms)"))?;
         let (num, tail) = rest.split_at(digits);
-        let value: f64 = num.parse().map_err(|_| format!("{s:?}: bad number {num:?}"))?;
-        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("{s:?}: bad number {num:?}"))?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
         let (unit, next) = tail.split_at(unit_len);
         let scale = match unit {
             "ns" => 1e-9,
@@ -191,7 +211,10 @@ mod tests {
     fn intervals() {
         assert_eq!(parse_interval("60s"), Ok(Some(Duration::from_secs(60))));
         assert_eq!(parse_interval("1m30s"), Ok(Some(Duration::from_secs(90))));
-        assert_eq!(parse_interval("500ms"), Ok(Some(Duration::from_millis(500))));
+        assert_eq!(
+            parse_interval("500ms"),
+            Ok(Some(Duration::from_millis(500)))
+        );
         assert_eq!(parse_interval("infinite"), Ok(None));
         assert_eq!(parse_interval("5"), Ok(Some(Duration::from_secs(5))));
         assert!(parse_interval("5x").is_err());
@@ -207,7 +230,10 @@ mod tests {
         assert_eq!(cfg.mig_strategy, Some(MigStrategy::Mixed));
         assert_eq!(cfg.sleep_interval, Some(Some(Duration::from_secs(30))));
         assert_eq!(cfg.sharing.strategy, SharingStrategy::TimeSlicing);
-        let r = cfg.sharing.replication("nvidia.com/gpu").expect("replicated");
+        let r = cfg
+            .sharing
+            .replication("nvidia.com/gpu")
+            .expect("replicated");
         assert_eq!((r.replicas, r.renamed), (4, true));
     }
 
@@ -218,8 +244,9 @@ mod tests {
         assert!(err.contains("flags.migStrategy"), "{err}");
         let err = parse("version: v2\n").expect_err("bad version");
         assert!(err.contains("version"), "{err}");
-        let err = parse("sharing:\n  mps:\n    resources:\n      - name: gpu\n        replicas: 0\n")
-            .expect_err("bad replicas");
+        let err =
+            parse("sharing:\n  mps:\n    resources:\n      - name: gpu\n        replicas: 0\n")
+                .expect_err("bad replicas");
         assert!(err.contains("replicas"), "{err}");
     }
 }

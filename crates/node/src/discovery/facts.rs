@@ -5,7 +5,7 @@ use std::path::Path;
 
 use gantry_gpu::{Backend, GpuError};
 
-use super::labels::{sanitise, GpuFacts, NodeFacts};
+use super::labels::{GpuFacts, NodeFacts, sanitise};
 
 /// Gather everything [`super::compute_labels`] needs.
 pub fn collect(backend: &dyn Backend, host_root: &Path) -> Result<NodeFacts, GpuError> {
@@ -51,7 +51,10 @@ pub fn read_machine(host_root: &Path) -> String {
 /// NVML prints an 8-digit domain (`00000000:19:00.0`); sysfs uses 4 digits, lower case.
 pub fn read_pci_class(host_root: &Path, nvml_bus_id: &str) -> Option<u32> {
     let bdf = sysfs_bdf(nvml_bus_id)?;
-    let path = host_root.join("sys/bus/pci/devices").join(bdf).join("class");
+    let path = host_root
+        .join("sys/bus/pci/devices")
+        .join(bdf)
+        .join("class");
     let text = std::fs::read_to_string(path).ok()?;
     u32::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()
 }
@@ -68,8 +71,14 @@ mod tests {
 
     #[test]
     fn bdf_conversion() {
-        assert_eq!(sysfs_bdf("00000000:19:00.0").as_deref(), Some("0000:19:00.0"));
-        assert_eq!(sysfs_bdf("00000001:AB:00.0").as_deref(), Some("0001:ab:00.0"));
+        assert_eq!(
+            sysfs_bdf("00000000:19:00.0").as_deref(),
+            Some("0000:19:00.0")
+        );
+        assert_eq!(
+            sysfs_bdf("00000001:AB:00.0").as_deref(),
+            Some("0001:ab:00.0")
+        );
         assert_eq!(sysfs_bdf("garbage"), None);
     }
 
@@ -84,7 +93,10 @@ mod tests {
         let dev = dir.path().join("sys/bus/pci/devices/0000:19:00.0");
         std::fs::create_dir_all(&dev).expect("mkdir");
         std::fs::write(dev.join("class"), "0x030200\n").expect("write");
-        assert_eq!(read_pci_class(dir.path(), "00000000:19:00.0"), Some(0x030200));
+        assert_eq!(
+            read_pci_class(dir.path(), "00000000:19:00.0"),
+            Some(0x030200)
+        );
         assert_eq!(read_pci_class(dir.path(), "00000000:1A:00.0"), None);
     }
 }

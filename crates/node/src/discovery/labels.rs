@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use gantry_api::names;
 use gantry_gpu::{DeviceInfo, MigDevice};
 
-use super::sharing::{Sharing, SharingStrategy};
 use super::DiscoveryError;
+use super::sharing::{Sharing, SharingStrategy};
 
 /// Which MIG strategy the device plugin runs with (`flags.migStrategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -135,7 +135,10 @@ fn driver_labels(facts: &NodeFacts, labels: &mut Labels) {
     for (k, val) in [
         ("cuda.runtime-version.major", rt_major.clone()),
         ("cuda.runtime-version.minor", rt_minor.clone()),
-        ("cuda.runtime-version.full", format!("{rt_major}.{rt_minor}")),
+        (
+            "cuda.runtime-version.full",
+            format!("{rt_major}.{rt_minor}"),
+        ),
         ("cuda.runtime.major", rt_major),
         ("cuda.runtime.minor", rt_minor),
     ] {
@@ -315,7 +318,11 @@ fn single_labels(facts: &NodeFacts, sharing: &Sharing, labels: &mut Labels) {
         Some((gpu, d)) if valid => {
             let profile = profile_key(d);
             let model = sanitise(&gpu.info.name);
-            l.base(labels, devices.len(), &[model.as_str(), "MIG", profile.as_str()]);
+            l.base(
+                labels,
+                devices.len(),
+                &[model.as_str(), "MIG", profile.as_str()],
+            );
             l.put(labels, "memory", d.memory_mib);
             l.details(labels, &gpu.info);
             l.mig_details(labels, d);
@@ -386,7 +393,10 @@ mod tests {
 
     #[test]
     fn mig_strategy_parses() {
-        assert_eq!("mixed".parse::<MigStrategy>().ok(), Some(MigStrategy::Mixed));
+        assert_eq!(
+            "mixed".parse::<MigStrategy>().ok(),
+            Some(MigStrategy::Mixed)
+        );
         assert!("bogus".parse::<MigStrategy>().is_err());
     }
 
@@ -399,6 +409,9 @@ mod tests {
         };
         let labels = compute_labels(&facts, &Sharing::none(), &opts).expect("labels");
         let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
-        assert_eq!(keys, vec![names::LABEL_GFD_TIMESTAMP, names::LABEL_VGPU_PRESENT]);
+        assert_eq!(
+            keys,
+            vec![names::LABEL_GFD_TIMESTAMP, names::LABEL_VGPU_PRESENT]
+        );
     }
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use thiserror::Error;
 
-pub use labels::{compute_labels, GpuFacts, LabelOptions, Labels, MigStrategy, NodeFacts};
+pub use labels::{GpuFacts, LabelOptions, Labels, MigStrategy, NodeFacts, compute_labels};
 pub use sharing::{Sharing, SharingStrategy};
 
 /// Failures of discovery, each naming what is wrong.
@@ -96,7 +96,10 @@ fn unix_now() -> u64 {
 }
 
 /// Compute the labels once (what `--print` shows).
-pub fn labels_once(opts: &DiscoveryOptions, backend: &dyn Backend) -> Result<Labels, DiscoveryError> {
+pub fn labels_once(
+    opts: &DiscoveryOptions,
+    backend: &dyn Backend,
+) -> Result<Labels, DiscoveryError> {
     let eff = effective(opts, unix_now())?;
     let facts = facts::collect(backend, &opts.host_root)?;
     compute_labels(&facts, &eff.sharing, &eff.label_opts)
@@ -109,7 +112,9 @@ pub fn render(labels: &Labels) -> String {
 
 /// A client from the environment: in-cluster service account, else `KUBECONFIG`.
 pub async fn client_from_env() -> Result<kube::Client, DiscoveryError> {
-    kube::Client::try_default().await.map_err(DiscoveryError::Client)
+    kube::Client::try_default()
+        .await
+        .map_err(DiscoveryError::Client)
 }
 
 /// Server-side apply `labels` as the node's label set owned by the discovery field manager.
@@ -151,10 +156,12 @@ pub async fn run(
         let root = opts.host_root.clone();
         let facts = tokio::task::spawn_blocking(move || facts::collect(b.as_ref(), &root))
             .await
-            .map_err(|e| DiscoveryError::Gpu(GpuError::Nvml {
-                call: "collect facts".into(),
-                message: e.to_string(),
-            }))??;
+            .map_err(|e| {
+                DiscoveryError::Gpu(GpuError::Nvml {
+                    call: "collect facts".into(),
+                    message: e.to_string(),
+                })
+            })??;
         let labels = compute_labels(&facts, &eff.sharing, &eff.label_opts)?;
         apply_labels(&client, &node, &labels).await?;
         tracing::info!(node = %node, labels = labels.len(), "applied GPU feature labels");

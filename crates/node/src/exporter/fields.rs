@@ -101,13 +101,31 @@ const NAMES: &[(&str, Known)] = {
         ("DCGM_FI_DEV_FB_USED", Value(FbUsed)),
         ("DCGM_FI_DEV_FB_RESERVED", Value(FbReserved)),
         ("DCGM_FI_DEV_FB_TOTAL", Value(FbTotal)),
-        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", Value(NvlinkBandwidthTotal)),
-        ("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL", Value(NvlinkBandwidthTotal)),
+        (
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+            Value(NvlinkBandwidthTotal),
+        ),
+        (
+            "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",
+            Value(NvlinkBandwidthTotal),
+        ),
         ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", Value(VgpuLicenseStatus)),
-        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", Value(UncorrectableRemappedRows)),
-        ("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", Value(UncorrectableRemappedRows)),
-        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", Value(CorrectableRemappedRows)),
-        ("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", Value(CorrectableRemappedRows)),
+        (
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            Value(UncorrectableRemappedRows),
+        ),
+        (
+            "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+            Value(UncorrectableRemappedRows),
+        ),
+        (
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            Value(CorrectableRemappedRows),
+        ),
+        (
+            "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
+            Value(CorrectableRemappedRows),
+        ),
         ("DCGM_FI_DEV_ROW_REMAP_FAILURE", Value(RowRemapFailure)),
         ("DCGM_FI_DEV_ROW_REMAP_FAILED", Value(RowRemapFailure)),
         ("DCGM_FI_DEV_ROW_REMAP_PENDING", Value(RowRemapPending)),
@@ -118,16 +136,31 @@ const NAMES: &[(&str, Known)] = {
         ("DCGM_FI_DEV_RETIRED_SBE", Value(RetiredSbe)),
         ("DCGM_FI_DEV_RETIRED_DBE", Value(RetiredDbe)),
         ("DCGM_FI_DEV_RETIRED_PENDING", Value(RetiredPending)),
-        ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", Value(ClockThrottleReasons)),
-        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", Value(ClockThrottleReasons)),
+        (
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            Value(ClockThrottleReasons),
+        ),
+        (
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+            Value(ClockThrottleReasons),
+        ),
         ("DCGM_FI_DEV_PCIE_LINK_GEN", Value(PcieLinkGen)),
         ("DCGM_FI_DEV_PCIE_LINK_WIDTH", Value(PcieLinkWidth)),
         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", Value(ProfGrEngineActive)),
-        ("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", Value(ProfGrEngineActive)),
+        (
+            "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+            Value(ProfGrEngineActive),
+        ),
         ("DCGM_FI_PROF_SM_ACTIVE", Value(ProfSmActive)),
         ("DCGM_FI_PROF_SM_OCCUPANCY", Value(ProfSmOccupancy)),
-        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", Value(ProfPipeTensorActive)),
-        ("DCGM_FI_PROF_TENSOR_UTIL_RATIO", Value(ProfPipeTensorActive)),
+        (
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            Value(ProfPipeTensorActive),
+        ),
+        (
+            "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+            Value(ProfPipeTensorActive),
+        ),
         ("DCGM_FI_PROF_DRAM_ACTIVE", Value(ProfDramActive)),
         ("DCGM_FI_PROF_DRAM_UTIL_RATIO", Value(ProfDramActive)),
         ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", Value(ProfPipeFp64Active)),
@@ -227,7 +260,10 @@ pub fn parse_csv(text: &str) -> Result<MetricSet, String> {
                 n + 1
             ));
         }
-        if !matches!(kind, "gauge" | "counter" | "label" | "histogram" | "summary" | "untyped") {
+        if !matches!(
+            kind,
+            "gauge" | "counter" | "label" | "histogram" | "summary" | "untyped"
+        ) {
             return Err(format!(
                 "line {}: field {name}: unknown type {kind:?} (gauge, counter or label)",
                 n + 1

@@ -22,9 +22,9 @@ use axum::routing::get;
 use gantry_gpu::{Backend, GpuError};
 use thiserror::Error;
 
-pub use fields::{default_set, parse_csv, MetricSet};
+pub use fields::{MetricSet, default_set, parse_csv};
 pub use pods::{Assignment, PodRef, ResourceFilter};
-pub use render::{RenderOptions, CONTENT_TYPE};
+pub use render::{CONTENT_TYPE, RenderOptions};
 pub use sample::{Entity, Snapshot, Value};
 
 /// dcgm-exporter's defaults.
@@ -219,12 +219,20 @@ impl Exporter {
 
     /// The current exposition body.
     pub fn body(&self) -> Bytes {
-        self.shared.body.read().map(|b| b.clone()).unwrap_or_default()
+        self.shared
+            .body
+            .read()
+            .map(|b| b.clone())
+            .unwrap_or_default()
     }
 
     /// The last snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.shared.snapshot.read().map(|s| s.clone()).unwrap_or_default()
+        self.shared
+            .snapshot
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     /// `/metrics`, `/health` and an index page.
@@ -304,7 +312,11 @@ async fn refresh_pods(
     let assignments = list
         .map(|l| pods::assignments(&l, &opts.resource_filter))
         .unwrap_or_default();
-    let changed = shared.pods.read().map(|p| **p != assignments).unwrap_or(true);
+    let changed = shared
+        .pods
+        .read()
+        .map(|p| **p != assignments)
+        .unwrap_or(true);
     if changed {
         if let Ok(mut w) = shared.pods.write() {
             *w = Arc::new(assignments);

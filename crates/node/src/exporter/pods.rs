@@ -7,8 +7,8 @@ use hyper_util::rt::TokioIo;
 use tonic::transport::{Endpoint, Uri};
 
 use crate::proto::podresources::{
-    pod_resources_lister_client::PodResourcesListerClient, ListPodResourcesRequest,
-    ListPodResourcesResponse,
+    ListPodResourcesRequest, ListPodResourcesResponse,
+    pod_resources_lister_client::PodResourcesListerClient,
 };
 use gantry_api::names;
 
@@ -51,7 +51,9 @@ impl ResourceFilter {
 /// Split `<id>::<n>` into `(id, Some(n))`.
 pub fn split_replica(id: &str) -> (&str, Option<&str>) {
     match id.rsplit_once("::") {
-        Some((base, n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => (base, Some(n)),
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => {
+            (base, Some(n))
+        }
         _ => (id, None),
     }
 }
@@ -61,7 +63,11 @@ pub fn assignments(resp: &ListPodResourcesResponse, filter: &ResourceFilter) -> 
     let mut out = Vec::new();
     for pod in &resp.pod_resources {
         for c in &pod.containers {
-            for d in c.devices.iter().filter(|d| filter.accepts(&d.resource_name)) {
+            for d in c
+                .devices
+                .iter()
+                .filter(|d| filter.accepts(&d.resource_name))
+            {
                 for id in &d.device_ids {
                     let (base, replica) = split_replica(id);
                     out.push(Assignment {
@@ -116,13 +122,14 @@ pub async fn list(
             message: e.to_string(),
         })?;
     let mut client = PodResourcesListerClient::new(channel);
-    let resp = client
-        .list(ListPodResourcesRequest {})
-        .await
-        .map_err(|e| PodResourcesError::List {
-            path,
-            message: e.message().to_string(),
-        })?;
+    let resp =
+        client
+            .list(ListPodResourcesRequest {})
+            .await
+            .map_err(|e| PodResourcesError::List {
+                path,
+                message: e.message().to_string(),
+            })?;
     Ok(Some(resp.into_inner()))
 }
 

@@ -52,7 +52,12 @@ fn entity_labels(out: &mut String, e: &Entity, set: &MetricSet, opts: &RenderOpt
     let mut first = true;
     let mut buf = itoa(e.gpu);
     label(out, &mut first, "gpu", &buf);
-    label(out, &mut first, if opts.old_namespace { "uuid" } else { "UUID" }, &e.uuid);
+    label(
+        out,
+        &mut first,
+        if opts.old_namespace { "uuid" } else { "UUID" },
+        &e.uuid,
+    );
     label(out, &mut first, "pci_bus_id", &e.pci_bus_id);
     buf.insert_str(0, "nvidia");
     label(out, &mut first, "device", &buf);
@@ -225,7 +230,7 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exporter::fields::{default_set, FIELD_COUNT};
+    use crate::exporter::fields::{FIELD_COUNT, default_set};
     use crate::exporter::sample::GpuInstanceRef;
 
     fn entity(gi: Option<u32>) -> Entity {
@@ -277,8 +282,14 @@ mod tests {
             "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"00000000:19:00.0\",device=\"nvidia0\",modelName=\"NVIDIA \\\"H200\\\"\",Hostname=\"node-a\",DCGM_FI_DRIVER_VERSION=\"580.159.04\",container=\"c\",namespace=\"ns\",pod=\"p\"} 40\n"
         ), "{out}");
         assert!(out.contains("} 74.500000\n"), "{out}");
-        assert!(out.contains("err_code=\"79\",err_msg=\"GPU has fallen off the bus\""), "{out}");
-        assert!(!out.contains("DCGM_FI_DEV_SM_CLOCK"), "absent fields have no family");
+        assert!(
+            out.contains("err_code=\"79\",err_msg=\"GPU has fallen off the bus\""),
+            "{out}"
+        );
+        assert!(
+            !out.contains("DCGM_FI_DEV_SM_CLOCK"),
+            "absent fields have no family"
+        );
     }
 
     #[test]
@@ -316,7 +327,13 @@ mod tests {
             ..Default::default()
         };
         let mut out = String::new();
-        render(&mut out, &default_set(), &snap, &[], &RenderOptions::default());
+        render(
+            &mut out,
+            &default_set(),
+            &snap,
+            &[],
+            &RenderOptions::default(),
+        );
         assert!(out.contains("modelName=\"NVIDIA \\\"H200\\\"\",GPU_I_PROFILE=\"1g.18gb\",GPU_I_ID=\"7\",DCGM_FI_DRIVER_VERSION"), "{out}");
     }
 }

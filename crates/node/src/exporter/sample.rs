@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gantry_gpu::{event_kind, Backend, GpuError, MigDevice, Profiling};
+use gantry_gpu::{Backend, GpuError, MigDevice, Profiling, event_kind};
 
-use super::fields::{Field, LabelField, MetricSet, FIELD_COUNT, LABEL_FIELD_COUNT};
+use super::fields::{FIELD_COUNT, Field, LABEL_FIELD_COUNT, LabelField, MetricSet};
 
 /// One field value: integer fields print as integers, doubles with six decimals.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -231,7 +231,11 @@ impl Sampler {
         }
         let common = self.device_values(gpu);
         let mig_on = info.mig_capable && b.mig_mode(gpu).is_ok_and(|m| m.current);
-        let mig_devices = if mig_on { b.mig_devices(gpu)? } else { Vec::new() };
+        let mig_devices = if mig_on {
+            b.mig_devices(gpu)?
+        } else {
+            Vec::new()
+        };
         let entity = |gi: Option<GpuInstanceRef>, values: Values| Entity {
             gpu,
             uuid: info.uuid.clone(),
@@ -314,8 +318,12 @@ impl Sampler {
             set(PcieLinkGen, Value::Int(p.link_gen.into()));
             set(PcieLinkWidth, Value::Int(p.link_width.into()));
         }
-        if w.any(&[EccSbeVolTotal, EccDbeVolTotal, EccSbeAggTotal, EccDbeAggTotal])
-            && let Ok(e) = b.ecc(gpu)
+        if w.any(&[
+            EccSbeVolTotal,
+            EccDbeVolTotal,
+            EccSbeAggTotal,
+            EccDbeAggTotal,
+        ]) && let Ok(e) = b.ecc(gpu)
             && e.enabled
         {
             set(EccSbeVolTotal, Value::Int(e.sbe_volatile as i64));
@@ -333,8 +341,14 @@ impl Sampler {
             RetiredPending,
         ]) && let Ok(r) = b.row_remap(gpu)
         {
-            set(UncorrectableRemappedRows, Value::Int(r.uncorrectable_rows as i64));
-            set(CorrectableRemappedRows, Value::Int(r.correctable_rows as i64));
+            set(
+                UncorrectableRemappedRows,
+                Value::Int(r.uncorrectable_rows as i64),
+            );
+            set(
+                CorrectableRemappedRows,
+                Value::Int(r.correctable_rows as i64),
+            );
             set(RowRemapFailure, Value::Int(r.failure.into()));
             set(RowRemapPending, Value::Int(r.pending.into()));
             set(RetiredSbe, Value::Int(r.retired_sbe_pages as i64));

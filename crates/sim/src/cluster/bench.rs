@@ -47,7 +47,11 @@ pub enum BenchError {
 fn proc_status_kib(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|k| k * 1024)
+    line.split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()
+        .map(|k| k * 1024)
 }
 
 /// The device plugin DaemonSet the bench deploys (GPU nodes only, like the operator's).
@@ -104,7 +108,13 @@ pub async fn nodes_bench(spec: &str, timeout: Duration) -> Result<NodesReport, B
         report.allocatable_gpus = list
             .items
             .iter()
-            .filter_map(|n| n.status.as_ref()?.allocatable.as_ref()?.get(gantry_api::names::RESOURCE_GPU))
+            .filter_map(|n| {
+                n.status
+                    .as_ref()?
+                    .allocatable
+                    .as_ref()?
+                    .get(gantry_api::names::RESOURCE_GPU)
+            })
             .filter_map(|q| q.0.parse::<u64>().ok())
             .sum();
         if report.to_ready.is_none() && report.ready_nodes >= want_nodes {

@@ -42,14 +42,27 @@ async fn handle(nodes: &BTreeMap<String, Arc<NodeShared>>, line: &str) -> Reply 
             None => Err(format!(
                 "no simulated node named {:?} (nodes: {})",
                 req.node,
-                nodes.keys().take(10).cloned().collect::<Vec<_>>().join(", ")
+                nodes
+                    .keys()
+                    .take(10)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
             Some(n) => apply_fault(n, &req.fault).await.map_err(|e| e.to_string()),
         },
     };
     match result {
-        Ok(m) => Reply { ok: true, message: Some(m), error: None },
-        Err(e) => Reply { ok: false, message: None, error: Some(e) },
+        Ok(m) => Reply {
+            ok: true,
+            message: Some(m),
+            error: None,
+        },
+        Err(e) => Reply {
+            ok: false,
+            message: None,
+            error: Some(e),
+        },
     }
 }
 
@@ -67,7 +80,10 @@ async fn connection(nodes: Arc<BTreeMap<String, Arc<NodeShared>>>, stream: UnixS
 }
 
 /// Serve the control socket (replacing a stale one).
-pub async fn serve(root: &Path, nodes: Arc<BTreeMap<String, Arc<NodeShared>>>) -> Result<JoinHandle<()>, ClusterError> {
+pub async fn serve(
+    root: &Path,
+    nodes: Arc<BTreeMap<String, Arc<NodeShared>>>,
+) -> Result<JoinHandle<()>, ClusterError> {
     let path = socket_path(root);
     let err = |e: std::io::Error| ClusterError::Control {
         path: path.clone(),
@@ -96,7 +112,9 @@ pub async fn send(root: &Path, req: &Request) -> Result<String, ClusterError> {
     let (r, mut w) = stream.into_split();
     let mut body = serde_json::to_string(req).map_err(|e| err(e.to_string()))?;
     body.push('\n');
-    w.write_all(body.as_bytes()).await.map_err(|e| err(e.to_string()))?;
+    w.write_all(body.as_bytes())
+        .await
+        .map_err(|e| err(e.to_string()))?;
     let line = BufReader::new(r)
         .lines()
         .next_line()
@@ -126,9 +144,11 @@ mod tests {
         };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"node":"n","fault":{"kind":"xid","gpu":3,"xid":79}}"#);
-        let p: Request = serde_json::from_str(r#"{"node":"n","fault":{"kind":"power-off"}}"#).unwrap();
+        let p: Request =
+            serde_json::from_str(r#"{"node":"n","fault":{"kind":"power-off"}}"#).unwrap();
         assert_eq!(p.fault, Fault::PowerOff);
-        let e: Request = serde_json::from_str(r#"{"node":"n","fault":{"kind":"ecc-dbe","gpu":1}}"#).unwrap();
+        let e: Request =
+            serde_json::from_str(r#"{"node":"n","fault":{"kind":"ecc-dbe","gpu":1}}"#).unwrap();
         assert_eq!(e.fault, Fault::EccDbe { gpu: 1 });
     }
 }

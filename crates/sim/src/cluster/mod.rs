@@ -88,11 +88,21 @@ pub struct Up {
 
 /// `gantry up --nodes SPEC`: the DaemonSet/Job controllers and one kubelet per node of `spec`,
 /// with every agent runner the sim has.
-pub async fn up(cp: &crate::ControlPlane, data_dir: Option<&Path>, spec: &str) -> Result<Up, UpError> {
+pub async fn up(
+    cp: &crate::ControlPlane,
+    data_dir: Option<&Path>,
+    spec: &str,
+) -> Result<Up, UpError> {
     let plan = crate::nodes::plan(spec)?;
     let client = cp.client()?;
     let controllers = crate::controllers::start(client.clone());
-    let cluster = start(client, &sim_dir(data_dir), plan, crate::kubelet::runners::default_registry()).await?;
+    let cluster = start(
+        client,
+        &sim_dir(data_dir),
+        plan,
+        crate::kubelet::runners::default_registry(),
+    )
+    .await?;
     Ok(Up {
         cluster,
         _controllers: controllers,
@@ -176,7 +186,11 @@ pub async fn start(
         agents: Arc::new(agents),
     };
     let nodes_arc = Arc::new(nodes.clone());
-    tasks.push(tokio::spawn(watch_pods(client.clone(), nodes_arc.clone(), env)));
+    tasks.push(tokio::spawn(watch_pods(
+        client.clone(),
+        nodes_arc.clone(),
+        env,
+    )));
     let control = control::serve(root, nodes_arc).await?;
     tasks.push(control);
     Ok(SimCluster {
@@ -187,11 +201,20 @@ pub async fn start(
 }
 
 /// One watch over all pods, routed to the kubelet of `spec.nodeName`.
-async fn watch_pods(client: kube::Client, nodes: Arc<BTreeMap<String, Arc<NodeShared>>>, env: PodEnv) {
+async fn watch_pods(
+    client: kube::Client,
+    nodes: Arc<BTreeMap<String, Arc<NodeShared>>>,
+    env: PodEnv,
+) {
     let api: Api<Pod> = Api::all(client);
     let mut stream = watcher(api, watcher::Config::default()).boxed();
     let mut seen_in_init: HashSet<String> = HashSet::new();
-    let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).and_then(|n| nodes.get(&n).cloned());
+    let node_of = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .and_then(|n| nodes.get(&n).cloned())
+    };
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
@@ -245,7 +268,10 @@ impl SimCluster {
 
     /// Inject a fault into one node.
     pub async fn fault(&self, node: &str, fault: &Fault) -> Result<String, ClusterError> {
-        let n = self.nodes.get(node).ok_or_else(|| ClusterError::NoSuchNode(node.to_string()))?;
+        let n = self
+            .nodes
+            .get(node)
+            .ok_or_else(|| ClusterError::NoSuchNode(node.to_string()))?;
         apply_fault(n, fault).await
     }
 }
@@ -263,19 +289,30 @@ pub async fn apply_fault(n: &Arc<NodeShared>, fault: &Fault) -> Result<String, C
     };
     match fault {
         Fault::Xid { gpu, xid } => {
-            gpu_backend()?.inject_xid(*gpu, *xid, None, None).map_err(|e| err(e.to_string()))?;
+            gpu_backend()?
+                .inject_xid(*gpu, *xid, None, None)
+                .map_err(|e| err(e.to_string()))?;
             Ok(format!("{}: XID {xid} on GPU {gpu}", n.name))
         }
         Fault::OffBus { gpu } => {
-            gpu_backend()?.inject_fallen_off_bus(*gpu).map_err(|e| err(e.to_string()))?;
+            gpu_backend()?
+                .inject_fallen_off_bus(*gpu)
+                .map_err(|e| err(e.to_string()))?;
             Ok(format!("{}: GPU {gpu} fell off the bus (XID 79)", n.name))
         }
         Fault::EccDbe { gpu } => {
-            gpu_backend()?.inject_ecc_dbe(*gpu).map_err(|e| err(e.to_string()))?;
-            Ok(format!("{}: double-bit ECC error on GPU {gpu} (XID 48)", n.name))
+            gpu_backend()?
+                .inject_ecc_dbe(*gpu)
+                .map_err(|e| err(e.to_string()))?;
+            Ok(format!(
+                "{}: double-bit ECC error on GPU {gpu} (XID 48)",
+                n.name
+            ))
         }
         Fault::Clear { gpu } => {
-            gpu_backend()?.reset_gpu(*gpu).map_err(|e| err(e.to_string()))?;
+            gpu_backend()?
+                .reset_gpu(*gpu)
+                .map_err(|e| err(e.to_string()))?;
             Ok(format!("{}: GPU {gpu} reset", n.name))
         }
         Fault::PowerOff => {

@@ -56,7 +56,10 @@ pub fn revision_hash(ds: &DaemonSet) -> String {
 }
 
 fn template_spec(ds: &DaemonSet) -> PodSpec {
-    ds.spec.as_ref().and_then(|s| s.template.spec.clone()).unwrap_or_default()
+    ds.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default()
 }
 
 /// Whether the DaemonSet wants a pod on `node`.
@@ -75,16 +78,27 @@ pub fn is_ready(pod: &Pod) -> bool {
 }
 
 fn phase(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
 fn hash_of(pod: &Pod) -> Option<&str> {
-    pod.metadata.labels.as_ref()?.get(LABEL_REVISION_HASH).map(String::as_str)
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get(LABEL_REVISION_HASH)
+        .map(String::as_str)
 }
 
 /// The pod for `node`, named `name`.
 pub fn new_pod(ds: &DaemonSet, node: &str, name: &str) -> Pod {
-    let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = ds
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
     let mut meta = template.metadata.unwrap_or_default();
     let mut labels = meta.labels.take().unwrap_or_default();
     labels.insert(LABEL_REVISION_HASH.into(), revision_hash(ds));
@@ -144,10 +158,12 @@ pub fn max_unavailable(ds: &DaemonSet, desired: i32) -> i32 {
     let n = match v {
         None => 1,
         Some(IntOrString::Int(i)) => i,
-        Some(IntOrString::String(s)) => match s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()) {
-            Some(p) => ((i64::from(desired) * p + 99) / 100) as i32,
-            None => 1,
-        },
+        Some(IntOrString::String(s)) => {
+            match s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()) {
+                Some(p) => ((i64::from(desired) * p + 99) / 100) as i32,
+                None => 1,
+            }
+        }
     };
     n.max(if desired > 0 { 1 } else { 0 })
 }
@@ -165,7 +181,10 @@ pub fn plan(ds: &DaemonSet, nodes: &[Node], pods: &[Pod]) -> Plan {
     let hash = revision_hash(ds);
     let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     let mut out = Plan::default();
-    let node_names: BTreeSet<&str> = nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+    let node_names: BTreeSet<&str> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
     for p in pods {
         if p.metadata.deletion_timestamp.is_some() {
             // Going away already; still occupies its node.
@@ -183,30 +202,41 @@ pub fn plan(ds: &DaemonSet, nodes: &[Node], pods: &[Pod]) -> Plan {
     // Old pods on wanted nodes, for the rolling update: (name, ready).
     let mut old: Vec<(String, bool)> = Vec::new();
     for node in nodes {
-        let Some(name) = node.metadata.name.as_deref() else { continue };
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
         let here = by_node.remove(name).unwrap_or_default();
-        let live: Vec<&Pod> = here.iter().copied().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        let live: Vec<&Pod> = here
+            .iter()
+            .copied()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
         if !should_run(ds, node) {
             if !live.is_empty() {
                 misscheduled += 1;
             }
-            out.delete.extend(live.iter().filter_map(|p| p.metadata.name.clone()));
+            out.delete
+                .extend(live.iter().filter_map(|p| p.metadata.name.clone()));
             continue;
         }
         desired += 1;
         // Failed daemon pods are replaced.
-        let (failed, healthy): (Vec<&Pod>, Vec<&Pod>) = live.iter().partition(|p| phase(p) == "Failed");
-        out.delete.extend(failed.iter().filter_map(|p| p.metadata.name.clone()));
+        let (failed, healthy): (Vec<&Pod>, Vec<&Pod>) =
+            live.iter().partition(|p| phase(p) == "Failed");
+        out.delete
+            .extend(failed.iter().filter_map(|p| p.metadata.name.clone()));
         if here.len() > live.len() && healthy.is_empty() {
             // Wait for the terminating pod to go before creating its successor.
             current += 1;
             continue;
         }
-        let Some(keep) = healthy
-            .iter()
-            .copied()
-            .max_by_key(|p| (hash_of(p) == Some(hash.as_str()), is_ready(p), std::cmp::Reverse(p.metadata.creation_timestamp.clone())))
-        else {
+        let Some(keep) = healthy.iter().copied().max_by_key(|p| {
+            (
+                hash_of(p) == Some(hash.as_str()),
+                is_ready(p),
+                std::cmp::Reverse(p.metadata.creation_timestamp.clone()),
+            )
+        }) else {
             out.create.push(name.to_string());
             continue;
         };
@@ -274,29 +304,44 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
     fn node(name: &str, gpu: bool, taint: bool) -> Node {
-        let taints = if taint { json!([{"key": "dedicated", "effect": "NoSchedule"}]) } else { json!([]) };
+        let taints = if taint {
+            json!([{"key": "dedicated", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
         serde_json::from_value(json!({"metadata": {"name": name, "labels": {"gpu": gpu.to_string()}}, "spec": {"taints": taints}})).unwrap()
     }
     fn pod(d: &DaemonSet, name: &str, node: &str, ready: bool, hash: Option<&str>) -> Pod {
         let mut p = new_pod(d, node, name);
         if let Some(h) = hash {
-            p.metadata.labels.as_mut().unwrap().insert(LABEL_REVISION_HASH.into(), h.into());
+            p.metadata
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert(LABEL_REVISION_HASH.into(), h.into());
         }
         p.status = serde_json::from_value(json!({"phase": "Running",
-            "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]})).unwrap();
+            "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}))
+        .unwrap();
         p
     }
 
     #[test]
     fn creates_on_matching_untainted_nodes_only() {
         let d = ds(json!({}));
-        let nodes = [node("a", true, false), node("b", false, false), node("c", true, true)];
+        let nodes = [
+            node("a", true, false),
+            node("b", false, false),
+            node("c", true, true),
+        ];
         let p = plan(&d, &nodes, &[]);
         assert_eq!(p.create, ["a"]);
         assert_eq!(p.status.desired_number_scheduled, 1);
         assert_eq!(p.status.current_number_scheduled, 0);
-        let tol = ds(json!({"template": {"metadata": {"labels": {"app": "dp"}}, "spec": {"nodeSelector": {"gpu": "true"},
-            "tolerations": [{"key": "dedicated", "operator": "Exists"}], "containers": [{"name": "c"}]}}}));
+        let tol = ds(
+            json!({"template": {"metadata": {"labels": {"app": "dp"}}, "spec": {"nodeSelector": {"gpu": "true"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}], "containers": [{"name": "c"}]}}}),
+        );
         assert_eq!(plan(&tol, &nodes, &[]).create, ["a", "c"]);
     }
 
@@ -310,17 +355,36 @@ mod tests {
         assert_eq!(l[LABEL_TEMPLATE_GENERATION], "2");
         assert_eq!(l["app"], "dp");
         let o = &p.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((o.kind.as_str(), o.uid.as_str(), o.controller), ("DaemonSet", "ds-uid", Some(true)));
-        assert!(p.spec.unwrap().tolerations.unwrap().iter().any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable")));
+        assert_eq!(
+            (o.kind.as_str(), o.uid.as_str(), o.controller),
+            ("DaemonSet", "ds-uid", Some(true))
+        );
+        assert!(
+            p.spec
+                .unwrap()
+                .tolerations
+                .unwrap()
+                .iter()
+                .any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable"))
+        );
         assert_eq!(revision_hash(&d).len(), 10);
-        assert_ne!(revision_hash(&d), revision_hash(&ds(json!({"template": {"spec": {"containers": [{"name": "other"}]}}}))));
+        assert_ne!(
+            revision_hash(&d),
+            revision_hash(&ds(
+                json!({"template": {"spec": {"containers": [{"name": "other"}]}}})
+            ))
+        );
     }
 
     #[test]
     fn status_counts_and_misscheduled_cleanup() {
         let d = ds(json!({}));
         let h = revision_hash(&d);
-        let nodes = [node("a", true, false), node("b", true, false), node("c", false, false)];
+        let nodes = [
+            node("a", true, false),
+            node("b", true, false),
+            node("c", false, false),
+        ];
         let pods = [
             pod(&d, "p-a", "a", true, Some(&h)),
             pod(&d, "p-b", "b", false, Some(&h)),
@@ -331,16 +395,37 @@ mod tests {
         assert!(p.create.is_empty());
         assert_eq!(p.delete, ["p-gone", "p-c"]);
         let s = &p.status;
-        assert_eq!((s.desired_number_scheduled, s.current_number_scheduled, s.number_ready, s.number_misscheduled), (2, 2, 1, 1));
-        assert_eq!((s.updated_number_scheduled, s.number_available, s.number_unavailable), (Some(2), Some(1), Some(1)));
+        assert_eq!(
+            (
+                s.desired_number_scheduled,
+                s.current_number_scheduled,
+                s.number_ready,
+                s.number_misscheduled
+            ),
+            (2, 2, 1, 1)
+        );
+        assert_eq!(
+            (
+                s.updated_number_scheduled,
+                s.number_available,
+                s.number_unavailable
+            ),
+            (Some(2), Some(1), Some(1))
+        );
         assert_eq!(s.observed_generation, Some(2));
     }
 
     #[test]
     fn rolling_update_respects_max_unavailable() {
-        let d = ds(json!({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}}}));
-        let nodes: Vec<Node> = (0..5).map(|i| node(&format!("n{i}"), true, false)).collect();
-        let mut pods: Vec<Pod> = (0..5).map(|i| pod(&d, &format!("p{i}"), &format!("n{i}"), true, Some("old"))).collect();
+        let d = ds(
+            json!({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}}}),
+        );
+        let nodes: Vec<Node> = (0..5)
+            .map(|i| node(&format!("n{i}"), true, false))
+            .collect();
+        let mut pods: Vec<Pod> = (0..5)
+            .map(|i| pod(&d, &format!("p{i}"), &format!("n{i}"), true, Some("old")))
+            .collect();
         assert_eq!(plan(&d, &nodes, &pods).delete, ["p0", "p1"]);
         // one already unavailable (its replacement is not ready yet): only one more may go
         pods[0] = pod(&d, "p0new", "n0", false, Some(&revision_hash(&d)));
@@ -348,7 +433,13 @@ mod tests {
         // old pods that are not ready go regardless of the budget
         pods[3] = pod(&d, "p3", "n3", false, Some("old"));
         assert_eq!(plan(&d, &nodes, &pods).delete, ["p3"]);
-        assert_eq!(max_unavailable(&ds(json!({"updateStrategy": {"rollingUpdate": {"maxUnavailable": "25%"}}})), 10), 3);
+        assert_eq!(
+            max_unavailable(
+                &ds(json!({"updateStrategy": {"rollingUpdate": {"maxUnavailable": "25%"}}})),
+                10
+            ),
+            3
+        );
         assert_eq!(max_unavailable(&ds(json!({})), 10), 1);
         let od = ds(json!({"updateStrategy": {"type": "OnDelete"}}));
         assert!(plan(&od, &nodes, &pods).delete.is_empty());
@@ -364,7 +455,14 @@ mod tests {
         let p = plan(&d, &nodes, &[failed]);
         assert_eq!(p.delete, ["p-f"]);
         assert_eq!(p.create, ["a"]);
-        let p = plan(&d, &nodes, &[pod(&d, "x", "a", true, Some(&h)), pod(&d, "y", "a", false, Some(&h))]);
+        let p = plan(
+            &d,
+            &nodes,
+            &[
+                pod(&d, "x", "a", true, Some(&h)),
+                pod(&d, "y", "a", false, Some(&h)),
+            ],
+        );
         assert_eq!(p.delete, ["y"]);
         assert!(p.create.is_empty());
     }

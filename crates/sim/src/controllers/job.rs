@@ -20,7 +20,10 @@ pub struct Plan {
 }
 
 fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
 fn condition(status: &JobStatus, t: &str) -> bool {
@@ -53,7 +56,10 @@ fn cond(t: &str, reason: &str, message: &str, now: &Time) -> JobCondition {
 pub fn plan(job: &Job, pods: &[Pod], now: &Time) -> Plan {
     let spec = job.spec.clone().unwrap_or_default();
     let prev = job.status.clone().unwrap_or_default();
-    let live: Vec<&Pod> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
     let active: Vec<&Pod> = live
         .iter()
         .copied()
@@ -79,7 +85,10 @@ pub fn plan(job: &Job, pods: &[Pod], now: &Time) -> Plan {
     };
     let mut out = Plan::default();
     if finished(job) {
-        out.delete = active.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        out.delete = active
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
         status.active = Some(0);
         out.status = status;
         return out;
@@ -91,9 +100,22 @@ pub fn plan(job: &Job, pods: &[Pod], now: &Time) -> Plan {
     let suspended = spec.suspend.unwrap_or(false);
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     if failed > backoff {
-        conditions.push(cond("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit", now));
-        conditions.push(cond("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit", now));
-        out.delete = active.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        conditions.push(cond(
+            "FailureTarget",
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+            now,
+        ));
+        conditions.push(cond(
+            "Failed",
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+            now,
+        ));
+        out.delete = active
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
         status.active = Some(0);
         out.status = status;
         return out;
@@ -104,14 +126,27 @@ pub fn plan(job: &Job, pods: &[Pod], now: &Time) -> Plan {
         None => succeeded > 0 && active.is_empty(),
     };
     if complete {
-        conditions.push(cond("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods", now));
-        conditions.push(cond("Complete", "CompletionsReached", "Reached expected number of succeeded pods", now));
+        conditions.push(cond(
+            "SuccessCriteriaMet",
+            "CompletionsReached",
+            "Reached expected number of succeeded pods",
+            now,
+        ));
+        conditions.push(cond(
+            "Complete",
+            "CompletionsReached",
+            "Reached expected number of succeeded pods",
+            now,
+        ));
         status.completion_time = Some(now.clone());
         out.status = status;
         return out;
     }
     if suspended {
-        out.delete = active.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        out.delete = active
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
         status.active = Some(0);
         out.status = status;
         return out;
@@ -143,7 +178,11 @@ pub fn plan(job: &Job, pods: &[Pod], now: &Time) -> Plan {
 
 /// A new pod from the Job's template.
 pub fn new_pod(job: &Job, name: &str) -> Pod {
-    let template = job.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = job
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
     let meta = template.metadata.unwrap_or_default();
     let job_name = job.metadata.name.clone().unwrap_or_default();
     let uid = job.metadata.uid.clone().unwrap_or_default();
@@ -189,10 +228,14 @@ mod tests {
     fn job(spec: serde_json::Value) -> Job {
         let mut s = spec;
         s["template"] = json!({"metadata": {"labels": {"app": "train"}}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}});
-        serde_json::from_value(json!({"metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"}, "spec": s})).unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"}, "spec": s}),
+        )
+        .unwrap()
     }
     fn pod(name: &str, phase: &str) -> Pod {
-        serde_json::from_value(json!({"metadata": {"name": name}, "status": {"phase": phase}})).unwrap()
+        serde_json::from_value(json!({"metadata": {"name": name}, "status": {"phase": phase}}))
+            .unwrap()
     }
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::now())
@@ -204,11 +247,33 @@ mod tests {
         let p = plan(&j, &[], &now());
         assert_eq!(p.create, 2);
         assert!(p.status.start_time.is_some());
-        let p = plan(&j, &[pod("a", "Succeeded"), pod("b", "Succeeded"), pod("c", "Running")], &now());
+        let p = plan(
+            &j,
+            &[
+                pod("a", "Succeeded"),
+                pod("b", "Succeeded"),
+                pod("c", "Running"),
+            ],
+            &now(),
+        );
         assert_eq!(p.create, 0);
         assert_eq!((p.status.active, p.status.succeeded), (Some(1), Some(2)));
-        let p = plan(&j, &[pod("a", "Succeeded"), pod("b", "Succeeded"), pod("c", "Succeeded")], &now());
-        assert!(p.status.conditions.unwrap().iter().any(|c| c.type_ == "Complete"));
+        let p = plan(
+            &j,
+            &[
+                pod("a", "Succeeded"),
+                pod("b", "Succeeded"),
+                pod("c", "Succeeded"),
+            ],
+            &now(),
+        );
+        assert!(
+            p.status
+                .conditions
+                .unwrap()
+                .iter()
+                .any(|c| c.type_ == "Complete")
+        );
         assert!(p.status.completion_time.is_some());
         // defaults: one pod, one completion
         assert_eq!(plan(&job(json!({})), &[], &now()).create, 1);
@@ -219,7 +284,11 @@ mod tests {
         let j = job(json!({"backoffLimit": 1}));
         let p = plan(&j, &[pod("a", "Failed")], &now());
         assert_eq!(p.create, 1);
-        let p = plan(&j, &[pod("a", "Failed"), pod("b", "Failed"), pod("c", "Running")], &now());
+        let p = plan(
+            &j,
+            &[pod("a", "Failed"), pod("b", "Failed"), pod("c", "Running")],
+            &now(),
+        );
         assert_eq!(p.delete, ["c"]);
         let conds = p.status.conditions.unwrap();
         assert!(conds.iter().any(|c| c.type_ == "Failed" && c.reason.as_deref() == Some("BackoffLimitExceeded")));
@@ -233,10 +302,19 @@ mod tests {
         assert_eq!(p.create, 0);
         assert!(p.status.conditions.unwrap_or_default().is_empty());
         let p = plan(&j, &[pod("a", "Succeeded")], &now());
-        assert!(p.status.conditions.unwrap().iter().any(|c| c.type_ == "Complete"));
+        assert!(
+            p.status
+                .conditions
+                .unwrap()
+                .iter()
+                .any(|c| c.type_ == "Complete")
+        );
         let s = job(json!({"parallelism": 2, "suspend": true}));
         let p = plan(&s, &[pod("a", "Running")], &now());
-        assert_eq!((p.create, p.delete.as_slice()), (0, ["a".to_string()].as_slice()));
+        assert_eq!(
+            (p.create, p.delete.as_slice()),
+            (0, ["a".to_string()].as_slice())
+        );
     }
 
     #[test]

@@ -44,10 +44,17 @@ impl Drop for Controllers {
 
 fn cache<K>(api: Api<K>, trigger: Arc<Notify>) -> (Store<K>, JoinHandle<()>)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     let task = tokio::spawn(async move {
         let mut s = stream.boxed();
         while let Some(ev) = s.next().await {
@@ -76,7 +83,10 @@ pub fn start(client: kube::Client) -> Controllers {
         expected: HashMap::new(),
     };
     let main = tokio::spawn(async move {
-        for s in [r.dss.clone().wait_until_ready().await, r.jobs.clone().wait_until_ready().await] {
+        for s in [
+            r.dss.clone().wait_until_ready().await,
+            r.jobs.clone().wait_until_ready().await,
+        ] {
             if s.is_err() {
                 return;
             }
@@ -128,7 +138,9 @@ impl Reconciler {
         let now = Instant::now();
         self.expected.retain(|(owner, name), (at, _)| {
             now.duration_since(*at) < EXPECTATION_TTL
-                && !pods.iter().any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
+                && !pods
+                    .iter()
+                    .any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
         });
         let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
         for ds in self.dss.state() {
@@ -154,14 +166,21 @@ impl Reconciler {
     }
 
     async fn create_pod(&mut self, owner_uid: &str, pod: Pod, node: Option<String>) {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let ns = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
         let name = pod.name_any();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         match api.create(&PostParams::default(), &pod).await {
             Ok(_) => {
-                self.expected.insert((owner_uid.to_string(), name), (Instant::now(), node));
+                self.expected
+                    .insert((owner_uid.to_string(), name), (Instant::now(), node));
             }
-            Err(e) => tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod"),
+            Err(e) => {
+                tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
+            }
         }
     }
 
@@ -175,7 +194,10 @@ impl Reconciler {
 
     async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
         S: Serialize + PartialEq,
     {
         if current == Some(status) {
@@ -184,15 +206,28 @@ impl Reconciler {
         let ns = obj.namespace().unwrap_or_default();
         let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
         let body = serde_json::json!({ "status": status });
-        if let Err(e) = api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
+        if let Err(e) = api
+            .patch_status(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            )
+            .await
+        {
             tracing::debug!(object = %obj.name_any(), error = %e, "status update failed");
         }
     }
 
     async fn reconcile_ds(&mut self, ds: &DaemonSet, nodes: &[Node], pods: &[Arc<Pod>]) {
-        let Some(uid) = ds.metadata.uid.clone() else { return };
+        let Some(uid) = ds.metadata.uid.clone() else {
+            return;
+        };
         let ns = ds.namespace().unwrap_or_default();
-        let mine: Vec<Pod> = pods.iter().filter(|p| owned_by(p, &uid)).map(|p| (**p).clone()).collect();
+        let mine: Vec<Pod> = pods
+            .iter()
+            .filter(|p| owned_by(p, &uid))
+            .map(|p| (**p).clone())
+            .collect();
         let plan = daemonset::plan(ds, nodes, &mine);
         let pending = self.pending(&uid);
         for node in plan.create {
@@ -206,13 +241,20 @@ impl Reconciler {
         for name in &plan.delete {
             self.delete_pod(&ns, name).await;
         }
-        self.patch_status(ds, ds.status.as_ref(), &plan.status).await;
+        self.patch_status(ds, ds.status.as_ref(), &plan.status)
+            .await;
     }
 
     async fn reconcile_job(&mut self, j: &Job, pods: &[Arc<Pod>]) {
-        let Some(uid) = j.metadata.uid.clone() else { return };
+        let Some(uid) = j.metadata.uid.clone() else {
+            return;
+        };
         let ns = j.namespace().unwrap_or_default();
-        let mine: Vec<Pod> = pods.iter().filter(|p| owned_by(p, &uid)).map(|p| (**p).clone()).collect();
+        let mine: Vec<Pod> = pods
+            .iter()
+            .filter(|p| owned_by(p, &uid))
+            .map(|p| (**p).clone())
+            .collect();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = job::plan(j, &mine, &now);
         let pending = self.pending(&uid).len() as i32;

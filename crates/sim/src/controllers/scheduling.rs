@@ -17,10 +17,17 @@ fn requirement(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok())) else {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
                 return false;
             };
-            if req.operator == "Gt" { v > bound } else { v < bound }
+            if req.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
         }
         _ => false,
     }
@@ -38,8 +45,13 @@ pub fn node_matches(spec: &PodSpec, node: &Node) -> bool {
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref());
-    let Some(required) = required else { return true };
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let Some(required) = required else {
+        return true;
+    };
     let name = node.metadata.name.as_deref();
     // Terms are ORed; the requirements inside a term are ANDed. An empty term matches nothing.
     required.node_selector_terms.iter().any(|term| {
@@ -48,8 +60,12 @@ pub fn node_matches(spec: &PodSpec, node: &Node) -> bool {
         if exprs.is_empty() && fields.is_empty() {
             return false;
         }
-        exprs.iter().all(|r| requirement(r, l.get(&r.key).map(String::as_str)))
-            && fields.iter().all(|r| r.key == "metadata.name" && requirement(r, name))
+        exprs
+            .iter()
+            .all(|r| requirement(r, l.get(&r.key).map(String::as_str)))
+            && fields
+                .iter()
+                .all(|r| r.key == "metadata.name" && requirement(r, name))
     })
 }
 
@@ -66,14 +82,20 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
         Some(k) if k != taint.key => false,
         Some(_) => match t.operator.as_deref().unwrap_or("Equal") {
             "Exists" => true,
-            _ => t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
+            _ => {
+                t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default()
+            }
         },
     }
 }
 
 /// Every NoSchedule / NoExecute taint of the node is tolerated.
 pub fn taints_tolerated(tolerations: &[Toleration], node: &Node) -> bool {
-    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
     taints
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
@@ -86,7 +108,10 @@ mod tests {
     use serde_json::json;
 
     fn node(labels: serde_json::Value, taints: serde_json::Value) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": "n1", "labels": labels}, "spec": {"taints": taints}})).unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": "n1", "labels": labels}, "spec": {"taints": taints}}),
+        )
+        .unwrap()
     }
     fn spec(v: serde_json::Value) -> PodSpec {
         let mut v = v;
@@ -96,39 +121,100 @@ mod tests {
 
     #[test]
     fn selectors_and_affinity() {
-        let n = node(json!({"gpu": "true", "zone": "a", "cores": "64"}), json!([]));
+        let n = node(
+            json!({"gpu": "true", "zone": "a", "cores": "64"}),
+            json!([]),
+        );
         assert!(node_matches(&spec(json!({})), &n));
-        assert!(node_matches(&spec(json!({"nodeSelector": {"gpu": "true"}})), &n));
-        assert!(!node_matches(&spec(json!({"nodeSelector": {"gpu": "false"}})), &n));
-        let aff = |terms: serde_json::Value| spec(json!({"affinity": {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}));
-        assert!(node_matches(&aff(json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}])), &n));
-        assert!(!node_matches(&aff(json!([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}])), &n));
-        assert!(node_matches(&aff(json!([
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["x"]}]},
-            {"matchExpressions": [{"key": "gpu", "operator": "Exists"}, {"key": "cores", "operator": "Gt", "values": ["32"]}]}
-        ])), &n));
-        assert!(!node_matches(&aff(json!([{"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}])), &n));
-        assert!(node_matches(&aff(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}])), &n));
-        assert!(!node_matches(&aff(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}])), &n));
+        assert!(node_matches(
+            &spec(json!({"nodeSelector": {"gpu": "true"}})),
+            &n
+        ));
+        assert!(!node_matches(
+            &spec(json!({"nodeSelector": {"gpu": "false"}})),
+            &n
+        ));
+        let aff = |terms: serde_json::Value| {
+            spec(json!({"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}))
+        };
+        assert!(node_matches(
+            &aff(
+                json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}])
+            ),
+            &n
+        ));
+        assert!(!node_matches(
+            &aff(
+                json!([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}])
+            ),
+            &n
+        ));
+        assert!(node_matches(
+            &aff(json!([
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["x"]}]},
+                {"matchExpressions": [{"key": "gpu", "operator": "Exists"}, {"key": "cores", "operator": "Gt", "values": ["32"]}]}
+            ])),
+            &n
+        ));
+        assert!(!node_matches(
+            &aff(json!([{"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}])),
+            &n
+        ));
+        assert!(node_matches(
+            &aff(
+                json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}])
+            ),
+            &n
+        ));
+        assert!(!node_matches(
+            &aff(
+                json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}])
+            ),
+            &n
+        ));
         assert!(!node_matches(&aff(json!([{}])), &n));
     }
 
     #[test]
     fn taints_and_tolerations() {
-        let n = node(json!({}), json!([
-            {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
-            {"key": "soft", "effect": "PreferNoSchedule"}
-        ]));
+        let n = node(
+            json!({}),
+            json!([
+                {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                {"key": "soft", "effect": "PreferNoSchedule"}
+            ]),
+        );
         let tol = |v: serde_json::Value| -> Vec<Toleration> { serde_json::from_value(v).unwrap() };
         assert!(!taints_tolerated(&[], &n));
-        assert!(taints_tolerated(&tol(json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])), &n));
-        assert!(taints_tolerated(&tol(json!([{"key": "nvidia.com/gpu", "operator": "Exists"}])), &n));
+        assert!(taints_tolerated(
+            &tol(json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])),
+            &n
+        ));
+        assert!(taints_tolerated(
+            &tol(json!([{"key": "nvidia.com/gpu", "operator": "Exists"}])),
+            &n
+        ));
         assert!(taints_tolerated(&tol(json!([{"operator": "Exists"}])), &n));
-        assert!(!taints_tolerated(&tol(json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}])), &n));
-        assert!(!taints_tolerated(&tol(json!([{"key": "nvidia.com/gpu", "value": "x"}])), &n));
-        let n2 = node(json!({}), json!([{"key": "k", "value": "v", "effect": "NoExecute"}]));
-        assert!(taints_tolerated(&tol(json!([{"key": "k", "operator": "Equal", "value": "v"}])), &n2));
-        assert!(!taints_tolerated(&tol(json!([{"key": "k", "operator": "Equal", "value": "w"}])), &n2));
+        assert!(!taints_tolerated(
+            &tol(json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}])),
+            &n
+        ));
+        assert!(!taints_tolerated(
+            &tol(json!([{"key": "nvidia.com/gpu", "value": "x"}])),
+            &n
+        ));
+        let n2 = node(
+            json!({}),
+            json!([{"key": "k", "value": "v", "effect": "NoExecute"}]),
+        );
+        assert!(taints_tolerated(
+            &tol(json!([{"key": "k", "operator": "Equal", "value": "v"}])),
+            &n2
+        ));
+        assert!(!taints_tolerated(
+            &tol(json!([{"key": "k", "operator": "Equal", "value": "w"}])),
+            &n2
+        ));
     }
 }

@@ -136,7 +136,11 @@ mod tests {
 
     fn c(name: &str, req: &[(&str, &str)], lim: &[(&str, &str)]) -> Container {
         let m = |xs: &[(&str, &str)]| {
-            (!xs.is_empty()).then(|| xs.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect())
+            (!xs.is_empty()).then(|| {
+                xs.iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect()
+            })
         };
         Container {
             name: name.into(),
@@ -165,7 +169,11 @@ mod tests {
     fn effective_requests() {
         let spec = PodSpec {
             containers: vec![
-                c("a", &[("cpu", "1"), ("memory", "1Gi")], &[("nvidia.com/gpu", "2")]),
+                c(
+                    "a",
+                    &[("cpu", "1"), ("memory", "1Gi")],
+                    &[("nvidia.com/gpu", "2")],
+                ),
                 c("b", &[("cpu", "500m")], &[]),
             ],
             init_containers: Some(vec![c("i", &[("cpu", "4")], &[("nvidia.com/gpu", "1")])]),
@@ -194,8 +202,14 @@ mod tests {
         assert!(err.message.contains("requested: 6, used: 6, capacity: 8"));
         let mut mig = want.clone();
         mig.insert("nvidia.com/mig-1g.10gb".into(), 1);
-        assert_eq!(admit(&mig, &alloc, []).unwrap_err().reason, "OutOfnvidia.com/mig-1g.10gb");
+        assert_eq!(
+            admit(&mig, &alloc, []).unwrap_err().reason,
+            "OutOfnvidia.com/mig-1g.10gb"
+        );
         let one: Requests = [("pods".to_string(), 1)].into_iter().collect();
-        assert_eq!(admit(&one, &alloc, [&one, &one]).unwrap_err().reason, "OutOfpods");
+        assert_eq!(
+            admit(&one, &alloc, [&one, &one]).unwrap_err().reason,
+            "OutOfpods"
+        );
     }
 }

@@ -139,11 +139,20 @@ mod tests {
             Some(("exporter".into(), vec![]))
         );
         assert_eq!(
-            agent_command(&c(&["sh", "-c", "gantry node validator --component=cuda"], &[])),
+            agent_command(&c(
+                &["sh", "-c", "gantry node validator --component=cuda"],
+                &[]
+            )),
             Some(("validator".into(), vec!["--component=cuda".into()]))
         );
-        assert_eq!(agent_command(&c(&["node", "discovery"], &[])).map(|a| a.0), Some("discovery".into()));
-        assert_eq!(agent_command(&c(&["gantry"], &["node", "frobnicate"])), None);
+        assert_eq!(
+            agent_command(&c(&["node", "discovery"], &[])).map(|a| a.0),
+            Some("discovery".into())
+        );
+        assert_eq!(
+            agent_command(&c(&["gantry"], &["node", "frobnicate"])),
+            None
+        );
         assert_eq!(agent_command(&c(&["python"], &["node", "toolkit"])), None);
         assert_eq!(agent_command(&c(&["sleep", "infinity"], &[])), None);
         assert_eq!(agent_command(&c(&[], &[])), None);

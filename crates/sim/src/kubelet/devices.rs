@@ -136,12 +136,21 @@ impl DeviceState {
     }
 
     /// Track an admitted pod (PodResources lists pods without devices too).
-    pub fn track(&mut self, pod_uid: &str, name: &str, namespace: &str, containers: &[(String, bool)]) {
-        let pod = self.pods.entry(pod_uid.to_string()).or_insert_with(|| PodDevices {
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-            containers: BTreeMap::new(),
-        });
+    pub fn track(
+        &mut self,
+        pod_uid: &str,
+        name: &str,
+        namespace: &str,
+        containers: &[(String, bool)],
+    ) {
+        let pod = self
+            .pods
+            .entry(pod_uid.to_string())
+            .or_insert_with(|| PodDevices {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+                containers: BTreeMap::new(),
+            });
         for (c, init) in containers {
             pod.containers.entry(c.clone()).or_default().init = *init;
         }
@@ -157,11 +166,14 @@ impl DeviceState {
         resource: &str,
         ids: Vec<String>,
     ) {
-        let pod = self.pods.entry(pod_uid.to_string()).or_insert_with(|| PodDevices {
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-            containers: BTreeMap::new(),
-        });
+        let pod = self
+            .pods
+            .entry(pod_uid.to_string())
+            .or_insert_with(|| PodDevices {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+                containers: BTreeMap::new(),
+            });
         let c = pod.containers.entry(container.to_string()).or_default();
         c.init = init;
         c.devices.insert(resource.to_string(), ids);

@@ -82,7 +82,8 @@ impl NodeDirs {
         }
     }
     pub fn kubelet_socket(&self) -> PathBuf {
-        self.device_plugins.join(gantry_node::proto::deviceplugin::KUBELET_SOCKET_NAME)
+        self.device_plugins
+            .join(gantry_node::proto::deviceplugin::KUBELET_SOCKET_NAME)
     }
     pub fn pod_resources_socket(&self) -> PathBuf {
         self.pod_resources.join("kubelet.sock")

@@ -71,7 +71,12 @@ impl NodeResources {
     }
 
     pub fn internal_ip(&self) -> String {
-        format!("10.{}.{}.{}", 64 + (self.index >> 16) % 64, (self.index >> 8) & 255, self.index & 255)
+        format!(
+            "10.{}.{}.{}",
+            64 + (self.index >> 16) % 64,
+            (self.index >> 8) & 255,
+            self.index & 255
+        )
     }
 }
 
@@ -108,7 +113,9 @@ pub fn node_object(name: &str, res: &NodeResources) -> Node {
             name: Some(name.to_string()),
             labels: Some(labels(name, res)),
             annotations: Some(
-                [("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string())].into_iter().collect(),
+                [("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string())]
+                    .into_iter()
+                    .collect(),
             ),
             ..Default::default()
         },
@@ -144,7 +151,11 @@ pub fn inputs(
     ext_capacity: &BTreeMap<String, u64>,
     ext_allocatable: &BTreeMap<String, u64>,
 ) -> StatusInputs {
-    let native: BTreeMap<String, u64> = res.native().into_iter().map(|(k, v)| (k, v as u64)).collect();
+    let native: BTreeMap<String, u64> = res
+        .native()
+        .into_iter()
+        .map(|(k, v)| (k, v as u64))
+        .collect();
     let mut capacity = native.clone();
     capacity.extend(ext_capacity.iter().map(|(k, v)| (k.clone(), *v)));
     let mut allocatable = native;
@@ -157,15 +168,27 @@ pub fn inputs(
 }
 
 /// A merge patch for `nodes/<name>/status`. `now` is RFC 3339.
-pub fn status_patch(name: &str, res: &NodeResources, s: &StatusInputs, boot_id: &str, now: &str) -> Value {
+pub fn status_patch(
+    name: &str,
+    res: &NodeResources,
+    s: &StatusInputs,
+    boot_id: &str,
+    now: &str,
+) -> Value {
     let q = |m: &BTreeMap<String, u64>| -> serde_json::Map<String, Value> {
-        m.iter().map(|(k, v)| (k.clone(), Value::String(quantity(k, *v)))).collect()
+        m.iter()
+            .map(|(k, v)| (k.clone(), Value::String(quantity(k, *v))))
+            .collect()
     };
     let pressure = |t: &str, reason: &str, msg: &str| {
         let (status, reason, msg) = if s.ready {
             ("False", reason, msg)
         } else {
-            ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+            (
+                "Unknown",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            )
         };
         json!({"type": t, "status": status, "reason": reason, "message": msg,
                "lastHeartbeatTime": now, "lastTransitionTime": now})
@@ -238,13 +261,17 @@ mod tests {
     fn status_carries_extended_resources_and_readiness() {
         let res = NodeResources::for_gpus(gantry_gpu::catalog::find("H100-80GB"), 8, 3);
         let cap: BTreeMap<String, u64> = [("nvidia.com/gpu".to_string(), 8)].into_iter().collect();
-        let alloc: BTreeMap<String, u64> = [("nvidia.com/gpu".to_string(), 7)].into_iter().collect();
+        let alloc: BTreeMap<String, u64> =
+            [("nvidia.com/gpu".to_string(), 7)].into_iter().collect();
         let s = inputs(&res, true, &cap, &alloc);
         let p = status_patch("n", &res, &s, "b", "2026-01-01T00:00:00Z");
         assert_eq!(p["status"]["capacity"]["nvidia.com/gpu"], "8");
         assert_eq!(p["status"]["allocatable"]["nvidia.com/gpu"], "7");
         assert_eq!(p["status"]["capacity"]["cpu"], "128");
-        assert_eq!(p["status"]["capacity"]["memory"], format!("{}Ki", 1024u64 * 1024 * 1024));
+        assert_eq!(
+            p["status"]["capacity"]["memory"],
+            format!("{}Ki", 1024u64 * 1024 * 1024)
+        );
         assert_eq!(p["status"]["conditions"][3]["status"], "True");
         assert_eq!(p["status"]["addresses"][0]["address"], "10.64.0.3");
         let off = inputs(&res, false, &cap, &alloc);

@@ -51,7 +51,12 @@ pub async fn register(node: &NodeShared, client: &kube::Client) -> Result<Node, 
     }
 }
 
-async fn write_status(node: &NodeShared, client: &kube::Client, s: &StatusInputs, boot_id: &str) -> Result<(), KubeletError> {
+async fn write_status(
+    node: &NodeShared,
+    client: &kube::Client,
+    s: &StatusInputs,
+    boot_id: &str,
+) -> Result<(), KubeletError> {
     let api: Api<Node> = Api::all(client.clone());
     let patch = node_status::status_patch(&node.name, &node.resources, s, boot_id, &micro_now());
     api.patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -60,11 +65,22 @@ async fn write_status(node: &NodeShared, client: &kube::Client, s: &StatusInputs
         .map_err(api_err(&node.name))
 }
 
-async fn renew_lease(node: &NodeShared, client: &kube::Client, node_uid: &str) -> Result<(), KubeletError> {
+async fn renew_lease(
+    node: &NodeShared,
+    client: &kube::Client,
+    node_uid: &str,
+) -> Result<(), KubeletError> {
     let api: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let now = micro_now();
     let spec = json!({"holderIdentity": node.name, "leaseDurationSeconds": LEASE_DURATION_SECONDS, "renewTime": now});
-    match api.patch(&node.name, &PatchParams::default(), &Patch::Merge(&json!({"spec": spec}))).await {
+    match api
+        .patch(
+            &node.name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if is_status(&e, 404) => {
             let lease: Lease = serde_json::from_value(json!({
@@ -132,7 +148,11 @@ pub async fn run(node: Arc<NodeShared>, client: kube::Client) {
             }
             next_lease = tokio::time::Instant::now() + LEASE_RENEW;
         }
-        let wake = if powered { next_lease.min(last_status + STATUS_HEARTBEAT) } else { last_status + Duration::from_secs(3600) };
+        let wake = if powered {
+            next_lease.min(last_status + STATUS_HEARTBEAT)
+        } else {
+            last_status + Duration::from_secs(3600)
+        };
         tokio::select! {
             _ = node.changed.notified() => tokio::time::sleep(DEBOUNCE).await,
             _ = power.changed() => {}

@@ -10,7 +10,8 @@ use std::time::Duration;
 use gantry_node::proto::deviceplugin::{
     self as dp, AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
     ContainerPreferredAllocationRequest, DevicePluginOptions, Empty, PreStartContainerRequest,
-    PreferredAllocationRequest, RegisterRequest, device_plugin_client::DevicePluginClient,
+    PreferredAllocationRequest, RegisterRequest,
+    device_plugin_client::DevicePluginClient,
     registration_server::{Registration, RegistrationServer},
 };
 use tokio::net::UnixStream;
@@ -45,12 +46,12 @@ pub async fn dial(path: &Path) -> Result<Channel, KubeletError> {
     let p = path.to_path_buf();
     let endpoint = Endpoint::from_static("http://localhost").connect_timeout(DIAL_TIMEOUT);
     let connect = endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
-            let p = p.clone();
-            async move {
-                let s = UnixStream::connect(p).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
-            }
-        }));
+        let p = p.clone();
+        async move {
+            let s = UnixStream::connect(p).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+        }
+    }));
     match tokio::time::timeout(DIAL_TIMEOUT, connect).await {
         Ok(Ok(ch)) => Ok(ch),
         Ok(Err(e)) => Err(KubeletError::Dial {
@@ -67,10 +68,14 @@ pub async fn dial(path: &Path) -> Result<Channel, KubeletError> {
 /// Whether `name` is a valid extended resource name: `domain/name`, outside `kubernetes.io`.
 pub fn validate_resource_name(name: &str) -> Result<(), String> {
     let Some((domain, short)) = name.split_once('/') else {
-        return Err(format!("{name:?} is not an extended resource name (expected `domain/name`)"));
+        return Err(format!(
+            "{name:?} is not an extended resource name (expected `domain/name`)"
+        ));
     };
     if domain == "kubernetes.io" || domain.ends_with(".kubernetes.io") {
-        return Err(format!("{name:?} is in the kubernetes.io namespace, reserved for native resources"));
+        return Err(format!(
+            "{name:?} is in the kubernetes.io namespace, reserved for native resources"
+        ));
     }
     if name.starts_with("requests.") {
         return Err(format!("{name:?} must not start with `requests.`"));
@@ -80,21 +85,28 @@ pub fn validate_resource_name(name: &str) -> Result<(), String> {
         && domain.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         });
     if !dns_ok {
-        return Err(format!("{name:?}: prefix {domain:?} is not a DNS subdomain"));
+        return Err(format!(
+            "{name:?}: prefix {domain:?} is not a DNS subdomain"
+        ));
     }
     let alnum = |c: char| c.is_ascii_alphanumeric();
     let name_ok = !short.is_empty()
         && short.len() <= 63
-        && short.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+        && short
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
         && short.starts_with(alnum)
         && short.ends_with(alnum);
     if !name_ok {
-        return Err(format!("{name:?}: {short:?} is not a valid name (alphanumerics, `-_.`, at most 63)"));
+        return Err(format!(
+            "{name:?}: {short:?} is not a valid name (alphanumerics, `-_.`, at most 63)"
+        ));
     }
     Ok(())
 }
@@ -164,7 +176,12 @@ async fn register(node: &Arc<NodeShared>, req: RegisterRequest) -> Result<(), Ku
         .into_inner();
     let resource = req.resource_name.clone();
     let generation = lock(&node.devices).register(&resource);
-    let task = tokio::spawn(watch_devices(node.clone(), resource.clone(), generation, stream));
+    let task = tokio::spawn(watch_devices(
+        node.clone(),
+        resource.clone(),
+        generation,
+        stream,
+    ));
     tracing::debug!(node = %node.name, %resource, socket = %socket.display(), "device plugin registered");
     // Replacing an endpoint drops (and stops) the previous one's stream.
     lock(&node.endpoints).insert(
@@ -194,7 +211,10 @@ async fn watch_devices(
                     .into_iter()
                     .map(|d| Device {
                         healthy: d.health == dp::HEALTHY,
-                        numa_nodes: d.topology.map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default(),
+                        numa_nodes: d
+                            .topology
+                            .map(|t| t.nodes.iter().map(|n| n.id).collect())
+                            .unwrap_or_default(),
                         id: d.id,
                     })
                     .collect();
@@ -245,7 +265,10 @@ pub async fn allocate(
     };
     let available = lock(&node.devices).available(resource, &pod.uid, init);
     if available.len() < count {
-        return Err(fail(format!("{count} requested, {} available", available.len())));
+        return Err(fail(format!(
+            "{count} requested, {} available",
+            available.len()
+        )));
     }
     let preferred = if options.get_preferred_allocation_available {
         let req = PreferredAllocationRequest {
@@ -256,7 +279,12 @@ pub async fn allocate(
             }],
         };
         match client.get_preferred_allocation(req).await {
-            Ok(r) => r.into_inner().container_responses.into_iter().next().map(|c| c.device_i_ds),
+            Ok(r) => r
+                .into_inner()
+                .container_responses
+                .into_iter()
+                .next()
+                .map(|c| c.device_i_ds),
             // Advisory: fall back to our own choice.
             Err(s) => {
                 tracing::debug!(resource, error = %s.message(), "GetPreferredAllocation failed");
@@ -337,7 +365,11 @@ pub async fn start_registration(node: &Arc<NodeShared>) -> Result<JoinHandle<()>
     let name = node.name.clone();
     Ok(tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        if let Err(e) = Server::builder().add_service(svc).serve_with_incoming(incoming).await {
+        if let Err(e) = Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(incoming)
+            .await
+        {
             tracing::warn!(node = %name, error = %e, "registration server stopped");
         }
     }))
@@ -352,10 +384,22 @@ mod tests {
         assert!(validate_resource_name("nvidia.com/gpu").is_ok());
         assert!(validate_resource_name("nvidia.com/mig-1g.10gb").is_ok());
         assert!(validate_resource_name("nvidia.com/gpu.shared").is_ok());
-        assert!(validate_resource_name("gpu").unwrap_err().contains("domain/name"));
-        assert!(validate_resource_name("kubernetes.io/gpu").unwrap_err().contains("reserved"));
+        assert!(
+            validate_resource_name("gpu")
+                .unwrap_err()
+                .contains("domain/name")
+        );
+        assert!(
+            validate_resource_name("kubernetes.io/gpu")
+                .unwrap_err()
+                .contains("reserved")
+        );
         assert!(validate_resource_name("foo.kubernetes.io/gpu").is_err());
-        assert!(validate_resource_name("Nvidia.com/gpu").unwrap_err().contains("DNS"));
+        assert!(
+            validate_resource_name("Nvidia.com/gpu")
+                .unwrap_err()
+                .contains("DNS")
+        );
         assert!(validate_resource_name("nvidia.com/-gpu").is_err());
         assert!(validate_resource_name("nvidia.com/").is_err());
     }

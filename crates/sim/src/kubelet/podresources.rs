@@ -110,11 +110,14 @@ pub fn allocatable(state: &DeviceState) -> Vec<ContainerDevices> {
         .resources
         .iter()
         .flat_map(|(name, r)| {
-            r.devices.values().filter(|d| d.healthy).map(move |d| ContainerDevices {
-                resource_name: name.clone(),
-                device_ids: vec![d.id.clone()],
-                topology: topology(&d.numa_nodes),
-            })
+            r.devices
+                .values()
+                .filter(|d| d.healthy)
+                .map(move |d| ContainerDevices {
+                    resource_name: name.clone(),
+                    device_ids: vec![d.id.clone()],
+                    topology: topology(&d.numa_nodes),
+                })
         })
         .collect()
 }
@@ -127,7 +130,11 @@ impl PodResourcesLister for Service {
     ) -> Result<Response<ListPodResourcesResponse>, Status> {
         self.admit()?;
         let state = lock(&self.node.devices);
-        let pod_resources = state.pods.values().map(|p| pod_resources(&state, p)).collect();
+        let pod_resources = state
+            .pods
+            .values()
+            .map(|p| pod_resources(&state, p))
+            .collect();
         Ok(Response::new(ListPodResourcesResponse { pod_resources }))
     }
 
@@ -206,7 +213,10 @@ mod tests {
     #[test]
     fn limiter_allows_burst_then_refills() {
         let t0 = Instant::now();
-        let mut l = Limiter { tokens: BURST, last: t0 };
+        let mut l = Limiter {
+            tokens: BURST,
+            last: t0,
+        };
         for _ in 0..10 {
             assert!(l.allow(t0));
         }

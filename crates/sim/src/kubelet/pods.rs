@@ -50,7 +50,11 @@ fn pod_ref(pod: &Pod) -> Option<PodRef> {
     Some(PodRef {
         uid: pod.metadata.uid.clone()?,
         name: pod.metadata.name.clone()?,
-        namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
     })
 }
 
@@ -83,7 +87,8 @@ pub fn known_pods(node: &NodeShared) -> Vec<String> {
 }
 
 fn stopping(p: &Option<Arc<Pod>>) -> bool {
-    p.as_ref().is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+    p.as_ref()
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
 }
 
 /// Wait until the pod is being deleted (or gone).
@@ -107,10 +112,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     let mut total = 0f64;
     while !rest.is_empty() {
-        let n = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
         let v: f64 = rest[..n].parse().map_err(|_| bad())?;
         rest = &rest[n..];
-        let u = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let unit = match &rest[..u] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -127,7 +136,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 fn now() -> String {
@@ -137,17 +150,34 @@ fn now() -> String {
 /// Per-container state for the status.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CState {
-    Waiting { reason: String, message: String },
-    Running { started: String },
-    Terminated { code: i32, reason: String, started: String, finished: String },
+    Waiting {
+        reason: String,
+        message: String,
+    },
+    Running {
+        started: String,
+    },
+    Terminated {
+        code: i32,
+        reason: String,
+        started: String,
+        finished: String,
+    },
 }
 
 impl CState {
     fn to_json(&self) -> Value {
         match self {
-            CState::Waiting { reason, message } => json!({"waiting": {"reason": reason, "message": message}}),
+            CState::Waiting { reason, message } => {
+                json!({"waiting": {"reason": reason, "message": message}})
+            }
             CState::Running { started } => json!({"running": {"startedAt": started}}),
-            CState::Terminated { code, reason, started, finished } => json!({"terminated": {
+            CState::Terminated {
+                code,
+                reason,
+                started,
+                finished,
+            } => json!({"terminated": {
                 "exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished}}),
         }
     }
@@ -171,9 +201,7 @@ pub fn status_patch(v: &StatusView<'_>) -> Value {
     let spec = v.pod.spec.as_ref();
     let running = matches!(v.state, CState::Running { .. });
     let ready = running && v.phase == "Running";
-    let cond = |t: &str, ok: bool| {
-        json!({"type": t, "status": if ok { "True" } else { "False" }, "lastTransitionTime": v.now})
-    };
+    let cond = |t: &str, ok: bool| json!({"type": t, "status": if ok { "True" } else { "False" }, "lastTransitionTime": v.now});
     let statuses = |cs: &[Container], init: bool| -> Vec<Value> {
         cs.iter()
             .map(|c| {
@@ -202,7 +230,9 @@ pub fn status_patch(v: &StatusView<'_>) -> Value {
             })
             .collect()
     };
-    let containers = spec.map(|s| statuses(&s.containers, false)).unwrap_or_default();
+    let containers = spec
+        .map(|s| statuses(&s.containers, false))
+        .unwrap_or_default();
     let inits = spec
         .and_then(|s| s.init_containers.as_deref())
         .map(|cs| statuses(cs, true))
@@ -253,8 +283,17 @@ impl Ctx {
         Api::namespaced(self.env.client.clone(), &self.r.namespace)
     }
 
-    async fn patch_status(&self, phase: &str, state: &CState, last: Option<&CState>, restarts: u32, reason: Option<(&str, &str)>) {
-        let Some(pod) = self.rx.borrow().clone() else { return };
+    async fn patch_status(
+        &self,
+        phase: &str,
+        state: &CState,
+        last: Option<&CState>,
+        restarts: u32,
+        reason: Option<(&str, &str)>,
+    ) {
+        let Some(pod) = self.rx.borrow().clone() else {
+            return;
+        };
         let n = now();
         let patch = status_patch(&StatusView {
             pod: &pod,
@@ -268,7 +307,11 @@ impl Ctx {
             reason,
             now: &n,
         });
-        if let Err(e) = self.api().patch_status(&self.r.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        if let Err(e) = self
+            .api()
+            .patch_status(&self.r.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             tracing::debug!(node = %self.node.name, pod = %self.r.name, error = %e, "pod status patch failed");
         }
     }
@@ -293,10 +336,21 @@ impl Ctx {
     }
 }
 
-async fn pod_task(node: Arc<NodeShared>, env: PodEnv, r: PodRef, rx: watch::Receiver<Option<Arc<Pod>>>) {
+async fn pod_task(
+    node: Arc<NodeShared>,
+    env: PodEnv,
+    r: PodRef,
+    rx: watch::Receiver<Option<Arc<Pod>>>,
+) {
     let host_ip = node.resources.internal_ip();
-    let Some(pod) = rx.borrow().clone() else { return };
-    let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+    let Some(pod) = rx.borrow().clone() else {
+        return;
+    };
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
     let pod_ip = if host_network {
         host_ip.clone()
     } else {
@@ -312,7 +366,11 @@ async fn pod_task(node: Arc<NodeShared>, env: PodEnv, r: PodRef, rx: watch::Rece
         pod_ip,
         started: now(),
     };
-    let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
     if !stopping(&Some(pod.clone())) && phase != "Succeeded" && phase != "Failed" {
         run_pod(&mut ctx, &pod).await;
     }
@@ -335,7 +393,14 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     let wanted = match admission::pod_requests(&spec) {
         Ok(w) => w,
         Err(e) => {
-            ctx.patch_status("Failed", &waiting, None, 0, Some(("InvalidResourceRequests", &e))).await;
+            ctx.patch_status(
+                "Failed",
+                &waiting,
+                None,
+                0,
+                Some(("InvalidResourceRequests", &e)),
+            )
+            .await;
             return;
         }
     };
@@ -351,7 +416,14 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         r.err()
     };
     if let Some(rej) = rejection {
-        ctx.patch_status("Failed", &waiting, None, 0, Some((&rej.reason, &rej.message))).await;
+        ctx.patch_status(
+            "Failed",
+            &waiting,
+            None,
+            0,
+            Some((&rej.reason, &rej.message)),
+        )
+        .await;
         return;
     }
     // ---- devices ----
@@ -371,13 +443,24 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     };
     if let Err(e) = alloc_result {
         release(&node, &ctx.r.uid, &[]);
-        ctx.patch_status("Failed", &waiting, None, 0, Some(("UnexpectedAdmissionError", &e))).await;
+        ctx.patch_status(
+            "Failed",
+            &waiting,
+            None,
+            0,
+            Some(("UnexpectedAdmissionError", &e)),
+        )
+        .await;
         return;
     }
     if !record.is_empty() {
         let body = Value::Object(record).to_string();
         let patch = json!({"metadata": {"annotations": {names::ANNOTATION_SIM_ALLOCATED: body}}});
-        if let Err(e) = ctx.api().patch(&ctx.r.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        if let Err(e) = ctx
+            .api()
+            .patch(&ctx.r.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             tracing::debug!(pod = %ctx.r.name, error = %e, "allocation annotation patch failed");
         }
     }
@@ -438,7 +521,9 @@ async fn allocate_all(
 /// Register a busy process on each simulated GPU (or MIG device) the pod got, so NVML
 /// utilisation, memory, power and the process list move. Returns the pids.
 fn start_gpu_load(node: &NodeShared, ids: &[String]) -> Vec<u32> {
-    let Some(backend) = &node.backend else { return Vec::new() };
+    let Some(backend) = &node.backend else {
+        return Vec::new();
+    };
     let mut pids = Vec::new();
     let count = backend.device_count().unwrap_or(0);
     for id in ids {
@@ -446,12 +531,21 @@ fn start_gpu_load(node: &NodeShared, ids: &[String]) -> Vec<u32> {
         let uuid = id.split("::").next().unwrap_or(id);
         for gpu in 0..count {
             let (gi, ci, mem) = match backend.device_info(gpu) {
-                Ok(info) if info.uuid == uuid => {
-                    (None, None, backend.memory(gpu).map(|m| m.total_mib).unwrap_or(0))
-                }
-                Ok(_) => match backend.mig_devices(gpu).ok().and_then(|ds| ds.into_iter().find(|d| d.uuid == uuid)) {
+                Ok(info) if info.uuid == uuid => (
+                    None,
+                    None,
+                    backend.memory(gpu).map(|m| m.total_mib).unwrap_or(0),
+                ),
+                Ok(_) => match backend
+                    .mig_devices(gpu)
+                    .ok()
+                    .and_then(|ds| ds.into_iter().find(|d| d.uuid == uuid))
+                {
                     Some(d) => {
-                        let mem = backend.mig_device_memory(&d.uuid).map(|m| m.total_mib).unwrap_or(0);
+                        let mem = backend
+                            .mig_device_memory(&d.uuid)
+                            .map(|m| m.total_mib)
+                            .unwrap_or(0);
                         (Some(d.gpu_instance_id), Some(d.compute_instance_id), mem)
                     }
                     None => continue,
@@ -492,16 +586,26 @@ enum Outcome {
     PowerLost,
 }
 
-async fn run_containers_with_restarts(ctx: &Ctx, pod: &Pod, spec: &k8s_openapi::api::core::v1::PodSpec) {
-    let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+async fn run_containers_with_restarts(
+    ctx: &Ctx,
+    pod: &Pod,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) {
+    let policy = spec
+        .restart_policy
+        .clone()
+        .unwrap_or_else(|| "Always".into());
     let mut restarts = 0u32;
     let mut last: Option<CState> = None;
     let mut power = ctx.node.power.subscribe();
     let mut rx = ctx.rx.clone();
     loop {
         let started = now();
-        let running = CState::Running { started: started.clone() };
-        ctx.patch_status("Running", &running, last.as_ref(), restarts, None).await;
+        let running = CState::Running {
+            started: started.clone(),
+        };
+        ctx.patch_status("Running", &running, last.as_ref(), restarts, None)
+            .await;
         let (stop_tx, stop_rx) = watch::channel(false);
         let run = run_containers(ctx, pod, spec, stop_rx);
         tokio::pin!(run);
@@ -536,16 +640,23 @@ async fn run_containers_with_restarts(ctx: &Ctx, pod: &Pod, spec: &k8s_openapi::
                     if !msg.is_empty() {
                         tracing::info!(pod = %ctx.r.name, code, %msg, "container ended");
                     }
-                    ctx.patch_status(phase, &term, last.as_ref(), restarts, None).await;
+                    ctx.patch_status(phase, &term, last.as_ref(), restarts, None)
+                        .await;
                     return;
                 }
-                let backoff = BACKOFF_START.saturating_mul(1 << restarts.min(6)).min(BACKOFF_MAX);
+                let backoff = BACKOFF_START
+                    .saturating_mul(1 << restarts.min(6))
+                    .min(BACKOFF_MAX);
                 restarts += 1;
                 let wait = CState::Waiting {
                     reason: "CrashLoopBackOff".into(),
-                    message: format!("back-off {}s restarting failed container", backoff.as_secs()),
+                    message: format!(
+                        "back-off {}s restarting failed container",
+                        backoff.as_secs()
+                    ),
                 };
-                ctx.patch_status("Running", &wait, Some(&term), restarts, None).await;
+                ctx.patch_status("Running", &wait, Some(&term), restarts, None)
+                    .await;
                 last = Some(term);
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -578,14 +689,21 @@ async fn run_containers_with_restarts(ctx: &Ctx, pod: &Pod, spec: &k8s_openapi::
 
 /// Run every container of the pod once; returns the pod's exit code (first non-zero) and a
 /// message. Operand containers run their agent in-process; others sleep for the run time.
-async fn run_containers(ctx: &Ctx, pod: &Pod, spec: &k8s_openapi::api::core::v1::PodSpec, stop: watch::Receiver<bool>) -> (i32, String) {
+async fn run_containers(
+    ctx: &Ctx,
+    pod: &Pod,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    stop: watch::Receiver<bool>,
+) -> (i32, String) {
     let run_time = annotation(pod, names::ANNOTATION_SIM_RUN_TIME).map(parse_duration);
     let exit_code = annotation(pod, names::ANNOTATION_SIM_EXIT_CODE)
         .and_then(|c| c.trim().parse::<i32>().ok())
         .unwrap_or(0);
-    let mut futs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = (i32, String)> + Send>>> = Vec::new();
+    let mut futs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = (i32, String)> + Send>>> =
+        Vec::new();
     for c in &spec.containers {
-        let agent = agent_command(c).and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r)));
+        let agent = agent_command(c)
+            .and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r)));
         if let Some((name, args, runner)) = agent {
             let actx = AgentContext {
                 node_name: ctx.node.name.clone(),
@@ -610,15 +728,33 @@ async fn run_containers(ctx: &Ctx, pod: &Pod, spec: &k8s_openapi::api::core::v1:
             }));
         } else {
             let rt = run_time.clone();
+            let mut stop = stop.clone();
             futs.push(Box::pin(async move {
-                match rt {
-                    Some(Ok(d)) => {
-                        tokio::time::sleep(d).await;
-                        (exit_code, String::new())
+                let run = async {
+                    match rt {
+                        Some(Ok(d)) => {
+                            tokio::time::sleep(d).await;
+                            (exit_code, String::new())
+                        }
+                        Some(Err(e)) => (
+                            1,
+                            format!("annotation {}: {e}", names::ANNOTATION_SIM_RUN_TIME),
+                        ),
+                        // No run time: runs until deleted.
+                        None => std::future::pending().await,
                     }
-                    Some(Err(e)) => (1, format!("annotation {}: {e}", names::ANNOTATION_SIM_RUN_TIME)),
-                    // No run time: runs until deleted.
-                    None => std::future::pending().await,
+                };
+                // A plain container stops at once when asked (SIGTERM honoured: exit 0).
+                let stopped = async {
+                    while !*stop.borrow_and_update() {
+                        if stop.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                };
+                tokio::select! {
+                    r = run => r,
+                    () = stopped => (0, String::new()),
                 }
             }));
         }
@@ -636,12 +772,16 @@ fn container_env(c: &Container, pod: &Pod, node: &str) -> BTreeMap<String, Strin
     for e in c.env.iter().flatten() {
         let v = match (&e.value, &e.value_from) {
             (Some(v), _) => Some(v.clone()),
-            (None, Some(from)) => from.field_ref.as_ref().and_then(|f| match f.field_path.as_str() {
-                "spec.nodeName" => Some(node.to_string()),
-                "metadata.name" => pod.metadata.name.clone(),
-                "metadata.namespace" => pod.metadata.namespace.clone(),
-                _ => None,
-            }),
+            (None, Some(from)) => {
+                from.field_ref
+                    .as_ref()
+                    .and_then(|f| match f.field_path.as_str() {
+                        "spec.nodeName" => Some(node.to_string()),
+                        "metadata.name" => pod.metadata.name.clone(),
+                        "metadata.namespace" => pod.metadata.namespace.clone(),
+                        _ => None,
+                    })
+            }
             _ => None,
         };
         if let Some(v) = v {
@@ -676,7 +816,9 @@ mod tests {
                      "initContainers": [{"name": "init", "image": "i"}]}
         }))
         .unwrap();
-        let st = CState::Running { started: "t0".into() };
+        let st = CState::Running {
+            started: "t0".into(),
+        };
         let p = status_patch(&StatusView {
             pod: &pod,
             phase: "Running",
@@ -693,16 +835,56 @@ mod tests {
         assert_eq!(s["phase"], "Running");
         assert_eq!(s["containerStatuses"][0]["ready"], true);
         assert_eq!(s["containerStatuses"][0]["restartCount"], 2);
-        assert_eq!(s["containerStatuses"][0]["state"]["running"]["startedAt"], "t0");
-        assert_eq!(s["initContainerStatuses"][0]["state"]["terminated"]["reason"], "Completed");
-        let ready = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["running"]["startedAt"],
+            "t0"
+        );
+        assert_eq!(
+            s["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+            "Completed"
+        );
+        let ready = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
         assert_eq!(ready["status"], "True");
-        let term = CState::Terminated { code: 3, reason: "Error".into(), started: "a".into(), finished: "b".into() };
-        let p = status_patch(&StatusView { phase: "Failed", state: &term, reason: Some(("OutOfpods", "m")), ..StatusView {
-            pod: &pod, phase: "", state: &st, last: None, restarts: 0, host_ip: "h", pod_ip: "p", started: "t0", reason: None, now: "t1" } });
-        assert_eq!(p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
+        let term = CState::Terminated {
+            code: 3,
+            reason: "Error".into(),
+            started: "a".into(),
+            finished: "b".into(),
+        };
+        let p = status_patch(&StatusView {
+            phase: "Failed",
+            state: &term,
+            reason: Some(("OutOfpods", "m")),
+            ..StatusView {
+                pod: &pod,
+                phase: "",
+                state: &st,
+                last: None,
+                restarts: 0,
+                host_ip: "h",
+                pod_ip: "p",
+                started: "t0",
+                reason: None,
+                now: "t1",
+            }
+        });
+        assert_eq!(
+            p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            3
+        );
         assert_eq!(p["status"]["reason"], "OutOfpods");
-        let ready = p["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone();
         assert_eq!(ready["status"], "False");
     }
 }

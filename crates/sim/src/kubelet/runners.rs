@@ -23,7 +23,12 @@ pub fn default_registry() -> AgentRegistry {
 }
 
 /// `--flag value` / `--flag=value` from args, else the env variable.
-fn setting(args: &[String], env: &BTreeMap<String, String>, flag: &str, var: &str) -> Option<String> {
+fn setting(
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    flag: &str,
+    var: &str,
+) -> Option<String> {
     let long = format!("--{flag}");
     let eq = format!("--{flag}=");
     let mut it = args.iter();
@@ -43,7 +48,9 @@ fn mig_strategy(s: &str) -> Result<MigStrategy, String> {
         "none" => Ok(MigStrategy::None),
         "single" => Ok(MigStrategy::Single),
         "mixed" => Ok(MigStrategy::Mixed),
-        other => Err(format!("MIG strategy {other:?} is not one of none, single, mixed")),
+        other => Err(format!(
+            "MIG strategy {other:?} is not one of none, single, mixed"
+        )),
     }
 }
 
@@ -74,7 +81,12 @@ fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
         let backend: Arc<dyn Backend> = match &ctx.backend {
             Some(b) => b.clone(),
-            None => return Err(format!("node {} has no GPUs for the device plugin", ctx.node_name)),
+            None => {
+                return Err(format!(
+                    "node {} has no GPUs for the device plugin",
+                    ctx.node_name
+                ));
+            }
         };
         let opts = device_plugin_options(&ctx)?;
         let mut stop = ctx.shutdown.clone();
@@ -85,7 +97,9 @@ fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
                 }
             }
         };
-        device_plugin::run(opts, backend, shutdown).await.map_err(|e| e.to_string())
+        device_plugin::run(opts, backend, shutdown)
+            .await
+            .map_err(|e| e.to_string())
     })
 }
 
@@ -95,11 +109,34 @@ mod tests {
 
     #[test]
     fn flags_beat_env() {
-        let env: BTreeMap<String, String> = [("MIG_STRATEGY".to_string(), "mixed".to_string())].into_iter().collect();
+        let env: BTreeMap<String, String> = [("MIG_STRATEGY".to_string(), "mixed".to_string())]
+            .into_iter()
+            .collect();
         let args = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(setting(&args(&["--mig-strategy", "single"]), &env, "mig-strategy", "MIG_STRATEGY").as_deref(), Some("single"));
-        assert_eq!(setting(&args(&["--mig-strategy=none"]), &env, "mig-strategy", "MIG_STRATEGY").as_deref(), Some("none"));
-        assert_eq!(setting(&[], &env, "mig-strategy", "MIG_STRATEGY").as_deref(), Some("mixed"));
+        assert_eq!(
+            setting(
+                &args(&["--mig-strategy", "single"]),
+                &env,
+                "mig-strategy",
+                "MIG_STRATEGY"
+            )
+            .as_deref(),
+            Some("single")
+        );
+        assert_eq!(
+            setting(
+                &args(&["--mig-strategy=none"]),
+                &env,
+                "mig-strategy",
+                "MIG_STRATEGY"
+            )
+            .as_deref(),
+            Some("none")
+        );
+        assert_eq!(
+            setting(&[], &env, "mig-strategy", "MIG_STRATEGY").as_deref(),
+            Some("mixed")
+        );
         assert!(mig_strategy("weird").unwrap_err().contains("\"weird\""));
         assert_eq!(default_registry().names(), ["device-plugin"]);
     }

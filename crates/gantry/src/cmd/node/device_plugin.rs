@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use gantry_gpu::{Backend, SimBackend, SimConfig};
+use gantry_gpu::{Backend, NvmlBackend, SimBackend, SimConfig};
 use gantry_node::device_plugin::named::{DEFAULT_FALLBACKS, Fallback};
 use gantry_node::device_plugin::settings::{
     AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, MigStrategy,
@@ -90,6 +90,9 @@ pub struct DevicePluginArgs {
     /// How often to check the kubelet socket, config, inventory and faulted GPUs (ms).
     #[arg(long, default_value_t = 500)]
     poll_interval_ms: u64,
+    /// Host path of the driver installation, where NVML is looked for.
+    #[arg(long, env = "NVIDIA_DRIVER_ROOT")]
+    driver_root: Option<PathBuf>,
     /// Run on simulated GPUs of this model (`H100-80GB`, `A100-40GB`, ...) instead of NVML.
     #[arg(long)]
     sim_model: Option<String>,
@@ -104,9 +107,11 @@ fn backend(args: &DevicePluginArgs) -> anyhow::Result<Arc<dyn Backend>> {
             let config = SimConfig::for_model(model, args.sim_gpus, 1).context("--sim-model")?;
             Ok(Arc::new(SimBackend::new(config)))
         }
-        None => anyhow::bail!(
-            "no NVML backend in this build yet; pass --sim-model MODEL to run on simulated GPUs"
-        ),
+        None => {
+            let nvml = NvmlBackend::open(args.driver_root.as_deref())
+                .context("loading NVML (pass --sim-model MODEL to run on simulated GPUs)")?;
+            Ok(Arc::new(nvml))
+        }
     }
 }
 

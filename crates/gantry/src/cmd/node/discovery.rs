@@ -72,7 +72,9 @@ pub fn run(args: DiscoveryArgs) -> anyhow::Result<ExitCode> {
         print!("{}", discovery::render(&labels));
         return Ok(ExitCode::SUCCESS);
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let client = discovery::client_from_env().await?;
         discovery::run(opts, backend, client, gpu_source::shutdown_signal()).await

@@ -14,10 +14,20 @@ pub struct ExporterArgs {
     #[command(flatten)]
     gpu: GpuSourceArgs,
     /// Address to serve /metrics and /health on (`:PORT` = all interfaces).
-    #[arg(short = 'a', long, env = "DCGM_EXPORTER_LISTEN", default_value = ":9400")]
+    #[arg(
+        short = 'a',
+        long,
+        env = "DCGM_EXPORTER_LISTEN",
+        default_value = ":9400"
+    )]
     address: String,
     /// Sampling period in milliseconds.
-    #[arg(short = 'c', long, env = "DCGM_EXPORTER_INTERVAL", default_value_t = 30000)]
+    #[arg(
+        short = 'c',
+        long,
+        env = "DCGM_EXPORTER_INTERVAL",
+        default_value_t = 30000
+    )]
     collect_interval: u64,
     /// Metrics CSV in dcgm-exporter's format (default: the built-in default set).
     #[arg(short = 'f', long, env = "DCGM_EXPORTER_COLLECTORS")]
@@ -78,7 +88,9 @@ pub fn run(args: ExporterArgs) -> anyhow::Result<ExitCode> {
         },
     };
     // One thread serves; sampling has its own thread, so a scrape never waits on NVML.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(exporter::run(opts, backend, gpu_source::shutdown_signal()))
         .context("gantry node exporter")?;
     Ok(ExitCode::SUCCESS)

@@ -27,7 +27,8 @@ pub fn open(args: &GpuSourceArgs) -> anyhow::Result<Arc<dyn Backend>> {
         let config = SimConfig::for_model(model, args.sim_gpus, 1).context("--sim-model")?;
         return Ok(Arc::new(SimBackend::new(config)));
     }
-    let backend = NvmlBackend::open(args.driver_root.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let backend =
+        NvmlBackend::open(args.driver_root.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Arc::new(backend))
 }
 

@@ -125,10 +125,16 @@ pub fn discover(
         )));
     }
 
-    // Library directories, each once (on merged-/usr systems /lib is /usr/lib).
+    // Library directories, each once (on merged-/usr systems /lib is /usr/lib): those the
+    // dynamic linker is configured with first, as ldconfig orders them, then the usual ones.
     let mut lib_dirs: Vec<PathBuf> = Vec::new();
-    for dir in LIBRARY_DIRS {
-        if let Some(real) = driver.resolve(Path::new(dir))
+    let configured = ld_so_conf_dirs(&driver, Path::new("/etc/ld.so.conf"), 0);
+    for dir in configured
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(LIBRARY_DIRS.iter().map(Path::new))
+    {
+        if let Some(real) = driver.resolve(dir)
             && driver.path(&real).is_dir()
             && !lib_dirs.contains(&real)
         {
@@ -151,10 +157,12 @@ pub fn discover(
     };
     if let Some(v) = &version {
         let suffix = format!(".so.{v}");
+        let mut seen = BTreeSet::new();
         for dir in &lib_dirs {
             for name in list(&driver, dir) {
                 let path = dir.join(&name);
-                if name.ends_with(&suffix) && is_file(&driver, &path) {
+                // One copy of each library: the first the linker would find.
+                if name.ends_with(&suffix) && is_file(&driver, &path) && seen.insert(name) {
                     files.libraries.push(path);
                 }
             }
@@ -207,6 +215,56 @@ pub fn discover(
     files.gpu_minors = numbered(&list(&dev, Path::new("/dev")), "nvidia");
     files.cap_minors = numbered(&list(&dev, Path::new("/dev/nvidia-caps")), "nvidia-cap");
     Ok(files)
+}
+
+/// The directories listed in an `ld.so.conf` (following `include` lines, whose globs may use
+/// `*` in the file name), in order.
+pub fn ld_so_conf_dirs(root: &HostRoot, conf: &Path, depth: usize) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string(root.real_path(conf)) else {
+        return Vec::new();
+    };
+    let mut dirs = Vec::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if let Some(pattern) = line.strip_prefix("include").filter(|_| depth < 4) {
+            for pattern in pattern.split_whitespace() {
+                let pattern = Path::new(pattern);
+                let pattern = if pattern.is_absolute() {
+                    pattern.to_path_buf()
+                } else {
+                    conf.parent().unwrap_or(Path::new("/")).join(pattern)
+                };
+                for file in glob_files(root, &pattern) {
+                    dirs.extend(ld_so_conf_dirs(root, &file, depth + 1));
+                }
+            }
+        } else {
+            dirs.extend(
+                line.split([' ', '\t', ':', ','])
+                    .filter(|d| d.starts_with('/'))
+                    .map(PathBuf::from),
+            );
+        }
+    }
+    dirs
+}
+
+/// Files matching a path whose last component may hold one `*`, sorted.
+fn glob_files(root: &HostRoot, pattern: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (
+        pattern.parent(),
+        pattern.file_name().and_then(|n| n.to_str()),
+    ) else {
+        return Vec::new();
+    };
+    let Some((head, tail)) = name.split_once('*') else {
+        return vec![pattern.to_path_buf()];
+    };
+    list(root, dir)
+        .into_iter()
+        .filter(|n| n.len() >= head.len() + tail.len() && n.starts_with(head) && n.ends_with(tail))
+        .map(|n| dir.join(n))
+        .collect()
 }
 
 fn numbered(names: &[String], prefix: &str) -> BTreeSet<u32> {
@@ -288,6 +346,40 @@ mod tests {
     fn proc_version_line() {
         let text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build  (dvs-builder@U16-I3-B13-4-3)  Fri Mar 21 2025\nGCC version:  gcc version 12.2.0\n";
         assert_eq!(parse_proc_version(text).as_deref(), Some("570.133.20"));
+    }
+
+    #[test]
+    fn ld_so_conf_includes_are_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(dir.path());
+        root.write_atomic(
+            Path::new("/etc/ld.so.conf"),
+            b"include /etc/ld.so.conf.d/*.conf\n/opt/extra/lib # trailing\n",
+        )
+        .unwrap();
+        root.write_atomic(
+            Path::new("/etc/ld.so.conf.d/nvidia.conf"),
+            b"/usr/local/nvidia/lib64\n/usr/local/nvidia/lib\n",
+        )
+        .unwrap();
+        root.write_atomic(
+            Path::new("/etc/ld.so.conf.d/a.conf"),
+            b"# nothing\n/usr/local/lib\n",
+        )
+        .unwrap();
+        root.write_atomic(Path::new("/etc/ld.so.conf.d/skip.txt"), b"/nope\n")
+            .unwrap();
+        let dirs = ld_so_conf_dirs(&root, Path::new("/etc/ld.so.conf"), 0);
+        let want: Vec<PathBuf> = [
+            "/usr/local/lib",
+            "/usr/local/nvidia/lib64",
+            "/usr/local/nvidia/lib",
+            "/opt/extra/lib",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(dirs, want);
     }
 
     #[test]

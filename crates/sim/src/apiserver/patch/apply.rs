@@ -242,6 +242,9 @@ pub fn write_managers(obj: &mut Value, managers: &[Manager]) {
             e
         })
         .collect();
+    if !entries.is_empty() && obj.get("metadata").is_none() {
+        obj["metadata"] = json!({});
+    }
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         if entries.is_empty() {
             meta.remove("managedFields");
@@ -361,7 +364,9 @@ pub fn apply(
         .difference(&applied_fields)
         .filter(|p| !managers.iter().any(|m| !is_self(m) && owns(&m.fields, p)))
         .collect();
-    removed.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    // Outermost first: a dropped list item goes whole (its key fields are still there
+    // to find it), and removing its fields afterwards finds nothing.
+    removed.sort_by_key(|p| if p.last().is_some_and(|s| s == ".") { p.len() - 1 } else { p.len() });
     for p in removed {
         remove_at(&mut merged, p);
     }
