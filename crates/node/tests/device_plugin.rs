@@ -411,6 +411,36 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
         resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
         mig_uuid
     );
+
+    // An XID attributed to one MIG device hits only that device...
+    let target = backend
+        .mig_devices(0)
+        .unwrap()
+        .into_iter()
+        .find(|m| m.profile == "3g.40gb")
+        .unwrap();
+    backend
+        .inject_xid(0, 62, Some(target.gpu_instance_id), Some(target.compute_instance_id))
+        .unwrap();
+    let seen = kubelet
+        .wait("one MIG device unhealthy", |s| s.healthy("nvidia.com/mig-3g.40gb") == 1)
+        .await;
+    let bad: Vec<&pb::Device> = seen.devices["nvidia.com/mig-3g.40gb"]
+        .iter()
+        .filter(|d| d.health == pb::UNHEALTHY)
+        .collect();
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0].id, target.uuid);
+    assert_eq!(seen.healthy("nvidia.com/mig-1g.10gb"), 4);
+    // ...one for the whole GPU hits every MIG device on it.
+    backend.inject_xid(1, 62, None, None).unwrap();
+    kubelet
+        .wait("GPU 1's MIG devices unhealthy", |s| {
+            s.healthy("nvidia.com/mig-1g.10gb") == 2
+                && s.healthy("nvidia.com/mig-2g.20gb") == 1
+                && s.healthy("nvidia.com/mig-3g.40gb") == 0
+        })
+        .await;
     plugin.stop().await;
 
     // single on unlike MIG devices is refused (the last good config keeps serving)...

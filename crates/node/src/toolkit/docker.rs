@@ -27,7 +27,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Map<String, Value>, ToolkitError
             "the top level must be a JSON object",
         )),
         Err(err) => {
-            let (line, column) = (err.line(), err.column());
+            let (line, column) = (err.line(), err.column().max(1));
             let message = err.to_string();
             let message = message
                 .split(" at line ")

@@ -135,7 +135,7 @@ fn reloader(args: &ToolkitArgs, cfg: &AgentConfig) -> Box<dyn Reloader> {
     }
 }
 
-fn print(report: &AgentReport) {
+fn print(report: &AgentReport, signal: bool) {
     for (path, outcome) in &report.files {
         println!("{}: {outcome}", path.display());
     }
@@ -148,7 +148,11 @@ fn print(report: &AgentReport) {
     if let Some(runtime) = report.runtime
         && report.reloaded
     {
-        println!("signalled {runtime} to reload");
+        if signal {
+            println!("asked {runtime} to reload its configuration");
+        } else {
+            println!("{runtime} configuration changed; not signalled (--no-signal)");
+        }
     }
     if !report.cdi_devices.is_empty() {
         println!("CDI devices: {}", report.cdi_devices.join(", "));
@@ -166,7 +170,7 @@ pub fn run(args: ToolkitArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&args);
     let mut reload = reloader(&args, &cfg);
     let report = agent::run(&cfg, reload.as_mut()).context("gantry node toolkit")?;
-    print(&report);
+    print(&report, !args.no_signal);
     let Some(secs) = args
         .watch
         .filter(|_| !args.uninstall && !args.dry_run && !args.no_cdi)
