@@ -64,7 +64,13 @@ impl Default for Config {
             gpu_strategy: Strategy::Binpack,
             cpu_strategy: Strategy::Binpack,
             policy: Policy::Kai,
-            actions: vec![Action::Allocate, Action::Consolidation, Action::Reclaim, Action::Preempt, Action::StaleGangEviction],
+            actions: vec![
+                Action::Allocate,
+                Action::Consolidation,
+                Action::Reclaim,
+                Action::Preempt,
+                Action::StaleGangEviction,
+            ],
             seed: 0,
             queue_depth_per_action: 100,
             max_consolidation_preemptees: 16,
@@ -78,12 +84,16 @@ impl Default for Config {
 impl Config {
     /// Consolidation is off whenever either strategy spreads (as KAI's operator renders it).
     pub fn consolidation_enabled(&self) -> bool {
-        self.gpu_strategy == Strategy::Binpack && self.cpu_strategy == Strategy::Binpack && self.max_consolidation_preemptees > 0
+        self.gpu_strategy == Strategy::Binpack
+            && self.cpu_strategy == Strategy::Binpack
+            && self.max_consolidation_preemptees > 0
     }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown placement policy {0:?} (kai, fragmentation-aware, random-fit, best-fit, first-fit)")]
+#[error(
+    "unknown placement policy {0:?} (kai, fragmentation-aware, random-fit, best-fit, first-fit)"
+)]
 pub struct PolicyError(pub String);
 
 impl std::str::FromStr for Policy {

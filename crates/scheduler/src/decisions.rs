@@ -34,24 +34,36 @@ pub struct Bind {
 pub enum GpuBinding {
     None,
     /// `Regular`: whole devices by index.
-    Whole { indices: Vec<u32> },
+    Whole {
+        indices: Vec<u32>,
+    },
     /// `Fraction`: this share (milli) on each listed device.
-    Fraction { indices: Vec<u32>, milli: u32 },
+    Fraction {
+        indices: Vec<u32>,
+        milli: u32,
+    },
     /// `MigInstance`.
-    Mig { resource: String, count: u32 },
+    Mig {
+        resource: String,
+        count: u32,
+    },
 }
 
 impl GpuBinding {
     pub fn from_placement(s: &Snapshot, g: &GpuPlacement) -> GpuBinding {
         match g {
             GpuPlacement::None => GpuBinding::None,
-            GpuPlacement::Whole(i) => GpuBinding::Whole { indices: i.iter().map(|&x| u32::from(x)).collect() },
-            GpuPlacement::Shared { gpus, milli } => {
-                GpuBinding::Fraction { indices: gpus.iter().map(|&x| u32::from(x)).collect(), milli: u32::from(*milli) }
-            }
-            GpuPlacement::Mig { profile, count } => {
-                GpuBinding::Mig { resource: s.mig_profiles[*profile as usize].clone(), count: *count }
-            }
+            GpuPlacement::Whole(i) => GpuBinding::Whole {
+                indices: i.iter().map(|&x| u32::from(x)).collect(),
+            },
+            GpuPlacement::Shared { gpus, milli } => GpuBinding::Fraction {
+                indices: gpus.iter().map(|&x| u32::from(x)).collect(),
+                milli: u32::from(*milli),
+            },
+            GpuPlacement::Mig { profile, count } => GpuBinding::Mig {
+                resource: s.mig_profiles[*profile as usize].clone(),
+                count: *count,
+            },
         }
     }
 }
@@ -68,9 +80,17 @@ pub struct Eviction {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum EvictReason {
     /// Another queue below its fair share takes back over-quota resources.
-    Reclaim { by_job: String, by_queue: String, victim_queue: String },
+    Reclaim {
+        by_job: String,
+        by_queue: String,
+        victim_queue: String,
+    },
     /// A higher-priority job of the same queue.
-    Preempt { by_job: String, priority: i32, victim_priority: i32 },
+    Preempt {
+        by_job: String,
+        priority: i32,
+        victim_priority: i32,
+    },
     /// Moved to make room; the pod is expected back on `relocate_to`.
     Consolidation { by_job: String, relocate_to: String },
     /// The gang stayed below its minimum longer than its grace period.
@@ -80,17 +100,40 @@ pub enum EvictReason {
 impl fmt::Display for EvictReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EvictReason::Reclaim { by_job, by_queue, victim_queue } => {
-                write!(f, "reclaimed by job {by_job} of queue {by_queue}: queue {victim_queue} is over its fair share")
+            EvictReason::Reclaim {
+                by_job,
+                by_queue,
+                victim_queue,
+            } => {
+                write!(
+                    f,
+                    "reclaimed by job {by_job} of queue {by_queue}: queue {victim_queue} is over its fair share"
+                )
             }
-            EvictReason::Preempt { by_job, priority, victim_priority } => {
-                write!(f, "preempted by job {by_job} (priority {priority} > {victim_priority}) in the same queue")
+            EvictReason::Preempt {
+                by_job,
+                priority,
+                victim_priority,
+            } => {
+                write!(
+                    f,
+                    "preempted by job {by_job} (priority {priority} > {victim_priority}) in the same queue"
+                )
             }
-            EvictReason::Consolidation { by_job, relocate_to } => {
-                write!(f, "consolidated to node {relocate_to} to make room for job {by_job}")
+            EvictReason::Consolidation {
+                by_job,
+                relocate_to,
+            } => {
+                write!(
+                    f,
+                    "consolidated to node {relocate_to} to make room for job {by_job}"
+                )
             }
             EvictReason::StaleGang { since, grace_secs } => {
-                write!(f, "gang below its minimum members since {since} for longer than {grace_secs}s")
+                write!(
+                    f,
+                    "gang below its minimum members since {since} for longer than {grace_secs}s"
+                )
             }
         }
     }
@@ -152,10 +195,18 @@ impl fmt::Display for NodeReason {
             NodeReason::InsufficientCpu => f.write_str("insufficient cpu"),
             NodeReason::InsufficientMemory => f.write_str("insufficient memory"),
             NodeReason::TooManyPods => f.write_str("too many pods"),
-            NodeReason::InsufficientGpu => write!(f, "insufficient {}", gantry_api::names::RESOURCE_GPU),
+            NodeReason::InsufficientGpu => {
+                write!(f, "insufficient {}", gantry_api::names::RESOURCE_GPU)
+            }
             NodeReason::InsufficientGpuShare => f.write_str("insufficient free GPU share"),
-            NodeReason::GpuMemoryUnknown => write!(f, "GPU memory unknown (label {} missing)", gantry_api::names::LABEL_GPU_MEMORY),
-            NodeReason::GpuMemoryTooSmall => f.write_str("GPU memory smaller than gpu-memory request"),
+            NodeReason::GpuMemoryUnknown => write!(
+                f,
+                "GPU memory unknown (label {} missing)",
+                gantry_api::names::LABEL_GPU_MEMORY
+            ),
+            NodeReason::GpuMemoryTooSmall => {
+                f.write_str("GPU memory smaller than gpu-memory request")
+            }
             NodeReason::MigNodeNoFractions => f.write_str("MIG node does not host GPU fractions"),
             NodeReason::InsufficientMig(r) => write!(f, "insufficient {r}"),
         }
@@ -184,8 +235,14 @@ mod tests {
         let s = summarize(
             40,
             0,
-            &[(NodeReason::Taint("nvidia.com/gpu".into()), 8), (NodeReason::InsufficientGpu, 32)],
+            &[
+                (NodeReason::Taint("nvidia.com/gpu".into()), 8),
+                (NodeReason::InsufficientGpu, 32),
+            ],
         );
-        assert_eq!(s, "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu");
+        assert_eq!(
+            s,
+            "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu"
+        );
     }
 }

@@ -17,11 +17,23 @@ pub struct FairShare {
 const EPS: f64 = 1e-9;
 
 fn requestable(limit: f64, request: f64) -> f64 {
-    if limit < 0.0 { request } else { request.min(limit) }
+    if limit < 0.0 {
+        request
+    } else {
+        request.min(limit)
+    }
 }
 
 /// Divide `total` of resource `r` among sibling queues, then recurse into each one's children.
-fn divide(s: &Snapshot, req: &[[f64; 3]], k: f64, r: usize, siblings: &[QueueId], total: f64, fair: &mut [[f64; 3]]) {
+fn divide(
+    s: &Snapshot,
+    req: &[[f64; 3]],
+    k: f64,
+    r: usize,
+    siblings: &[QueueId],
+    total: f64,
+    fair: &mut [[f64; 3]],
+) {
     if siblings.is_empty() {
         return;
     }
@@ -29,20 +41,33 @@ fn divide(s: &Snapshot, req: &[[f64; 3]], k: f64, r: usize, siblings: &[QueueId]
     // Deserved pass: priority is irrelevant here.
     for &q in siblings {
         let qq = &s.queues[q as usize];
-        let deserved = if qq.quota[r] < 0.0 { total } else { qq.quota[r] };
-        let share = deserved.min(requestable(qq.limit[r], req[q as usize][r])).max(0.0);
+        let deserved = if qq.quota[r] < 0.0 {
+            total
+        } else {
+            qq.quota[r]
+        };
+        let share = deserved
+            .min(requestable(qq.limit[r], req[q as usize][r]))
+            .max(0.0);
         fair[q as usize][r] = share;
         remaining -= share;
     }
     // Over-quota pass by priority bucket, highest first; lower buckets see what is left.
-    let mut prios: Vec<i32> = siblings.iter().map(|&q| s.queues[q as usize].priority).collect();
+    let mut prios: Vec<i32> = siblings
+        .iter()
+        .map(|&q| s.queues[q as usize].priority)
+        .collect();
     prios.sort_unstable_by(|a, b| b.cmp(a));
     prios.dedup();
     for prio in prios {
         if remaining <= EPS {
             break;
         }
-        let mut bucket: Vec<QueueId> = siblings.iter().copied().filter(|&q| s.queues[q as usize].priority == prio).collect();
+        let mut bucket: Vec<QueueId> = siblings
+            .iter()
+            .copied()
+            .filter(|&q| s.queues[q as usize].priority == prio)
+            .collect();
         bucket.sort_by(|&a, &b| older(s, a, b));
         remaining = over_quota_rounds(s, req, k, r, &bucket, remaining, fair);
     }
@@ -59,19 +84,33 @@ fn older(s: &Snapshot, a: QueueId, b: QueueId) -> Ordering {
 
 /// Rounds of weighted offers in whole units; then the remembered fractional leftovers get
 /// one more unit each, largest leftover first (ties: older queue).
-fn over_quota_rounds(s: &Snapshot, req: &[[f64; 3]], k: f64, r: usize, bucket: &[QueueId], mut remaining: f64, fair: &mut [[f64; 3]]) -> f64 {
+fn over_quota_rounds(
+    s: &Snapshot,
+    req: &[[f64; 3]],
+    k: f64,
+    r: usize,
+    bucket: &[QueueId],
+    mut remaining: f64,
+    fair: &mut [[f64; 3]],
+) -> f64 {
     let need = |q: QueueId, fair: &[[f64; 3]]| {
         let qq = &s.queues[q as usize];
         requestable(qq.limit[r], req[q as usize][r]) - fair[q as usize][r]
     };
     let mut leftover: Vec<(QueueId, f64)> = Vec::new();
     loop {
-        let unsatisfied: Vec<QueueId> =
-            bucket.iter().copied().filter(|&q| s.queues[q as usize].weight[r] > 0.0 && need(q, fair) > EPS).collect();
+        let unsatisfied: Vec<QueueId> = bucket
+            .iter()
+            .copied()
+            .filter(|&q| s.queues[q as usize].weight[r] > 0.0 && need(q, fair) > EPS)
+            .collect();
         if unsatisfied.is_empty() || remaining <= EPS {
             break;
         }
-        let total_w: f64 = unsatisfied.iter().map(|&q| s.queues[q as usize].weight[r]).sum();
+        let total_w: f64 = unsatisfied
+            .iter()
+            .map(|&q| s.queues[q as usize].weight[r])
+            .sum();
         let shares: Vec<f64> = unsatisfied
             .iter()
             .map(|&q| {
@@ -106,7 +145,11 @@ fn over_quota_rounds(s: &Snapshot, req: &[[f64; 3]], k: f64, r: usize, bucket: &
             break;
         }
     }
-    leftover.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then(older(s, a.0, b.0)));
+    leftover.sort_by(|a, b| {
+        b.1.partial_cmp(&a.1)
+            .unwrap_or(Ordering::Equal)
+            .then(older(s, a.0, b.0))
+    });
     for (q, _) in leftover {
         if remaining <= EPS {
             break;
@@ -134,19 +177,34 @@ impl FairShare {
             }
         }
         let total = s.cluster_total().to_f();
-        let roots: Vec<QueueId> = (0..n as QueueId).filter(|&q| s.queues[q as usize].parent.is_none()).collect();
+        let roots: Vec<QueueId> = (0..n as QueueId)
+            .filter(|&q| s.queues[q as usize].parent.is_none())
+            .collect();
         let mut fair = vec![[0.0; 3]; n];
         for r in 0..3 {
             divide(s, &req, k_value, r, &roots, total[r], &mut fair);
         }
-        FairShare { fair, requested: req, total }
+        FairShare {
+            fair,
+            requested: req,
+            total,
+        }
     }
 
     /// Deserved amount (quota; `-1` = the parent's share, i.e. all that the level divides).
     pub fn deserved(&self, s: &Snapshot, q: QueueId) -> [f64; 3] {
         let qq = &s.queues[q as usize];
-        let level_total = |r: usize| qq.parent.map_or(self.total[r], |p| self.fair[p as usize][r]);
-        std::array::from_fn(|r| if qq.quota[r] < 0.0 { level_total(r) } else { qq.quota[r] })
+        let level_total = |r: usize| {
+            qq.parent
+                .map_or(self.total[r], |p| self.fair[p as usize][r])
+        };
+        std::array::from_fn(|r| {
+            if qq.quota[r] < 0.0 {
+                level_total(r)
+            } else {
+                qq.quota[r]
+            }
+        })
     }
 
     /// What the DRF denominator uses: max(deserved, fair share) capped by the limit.
@@ -154,7 +212,11 @@ impl FairShare {
         let qq = &s.queues[q as usize];
         std::array::from_fn(|r| {
             let limit = qq.limit[r];
-            let deserved = if qq.quota[r] < 0.0 { if limit < 0.0 { self.total[r] } else { limit } } else { qq.quota[r] };
+            let deserved = if qq.quota[r] < 0.0 {
+                if limit < 0.0 { self.total[r] } else { limit }
+            } else {
+                qq.quota[r]
+            };
             let a = deserved.max(self.fair[q as usize][r]);
             if limit < 0.0 { a } else { a.min(limit) }
         })
@@ -165,14 +227,26 @@ impl FairShare {
     pub fn dominant_share(&self, s: &Snapshot, q: QueueId, allocated: [f64; 3]) -> f64 {
         let a = self.allocatable(s, q);
         (0..3)
-            .map(|r| if a[r] > EPS { allocated[r] / a[r] } else { allocated[r] * 1000.0 })
+            .map(|r| {
+                if a[r] > EPS {
+                    allocated[r] / a[r]
+                } else {
+                    allocated[r] * 1000.0
+                }
+            })
             .fold(0.0, f64::max)
     }
 }
 
 /// Order two sibling queues for the next allocation, each with its best pending job's
 /// request (KAI proportion `QueueOrderFn`). `Less` means `a` goes first.
-pub fn compare_queues(s: &Snapshot, fs: &FairShare, alloc: &[Res], a: (QueueId, &Res), b: (QueueId, &Res)) -> Ordering {
+pub fn compare_queues(
+    s: &Snapshot,
+    fs: &FairShare,
+    alloc: &[Res],
+    a: (QueueId, &Res),
+    b: (QueueId, &Res),
+) -> Ordering {
     let view = |(q, job): (QueueId, &Res)| {
         let cur = alloc[q as usize].to_f();
         let with = alloc[q as usize].plus(job).to_f();
@@ -184,7 +258,14 @@ pub fn compare_queues(s: &Snapshot, fs: &FairShare, alloc: &[Res], a: (QueueId, 
         let zero_share = (0..3).any(|r| job.0[r] > 0 && alloc_share[r] <= EPS);
         let dom_with = fs.dominant_share(s, q, with);
         let dom_now = fs.dominant_share(s, q, cur);
-        (above_fair, over_deserved, std::cmp::Reverse(s.queues[q as usize].priority), zero_share, dom_with, dom_now)
+        (
+            above_fair,
+            over_deserved,
+            std::cmp::Reverse(s.queues[q as usize].priority),
+            zero_share,
+            dom_with,
+            dom_now,
+        )
     };
     let (va, vb) = (view(a), view(b));
     va.0.cmp(&vb.0)

@@ -29,7 +29,7 @@ pub struct Mix {
     types: Vec<TaskType>,
 }
 
-const MAX_TYPES: usize = 24;
+const MAX_TYPES: usize = 64;
 
 impl Mix {
     pub fn from_snapshot(s: &Snapshot) -> Mix {
@@ -39,10 +39,12 @@ impl Mix {
             let (kind, amount) = match &p.gpu {
                 GpuRequest::Whole(n) => (1, *n),
                 GpuRequest::Fraction { milli, .. } => (0, *milli),
-                GpuRequest::Memory { mib, .. } => match max_mib.and_then(|m| crate::request::memory_to_milli(*mib, m)) {
-                    Some(m) => (0, m),
-                    None => continue,
-                },
+                GpuRequest::Memory { mib, .. } => {
+                    match max_mib.and_then(|m| crate::request::memory_to_milli(*mib, m)) {
+                        Some(m) => (0, m),
+                        None => continue,
+                    }
+                }
                 _ => continue,
             };
             // Coarse CPU/memory buckets keep the mix small.
@@ -57,7 +59,11 @@ impl Mix {
         let types = v
             .into_iter()
             .map(|((kind, amount, cpu, mem), c)| TaskType {
-                shape: if kind == 0 { Shape::Share(amount) } else { Shape::Whole(amount) },
+                shape: if kind == 0 {
+                    Shape::Share(amount)
+                } else {
+                    Shape::Whole(amount)
+                },
                 cpu,
                 mem,
                 weight: c as f64 / total.max(1) as f64,
@@ -77,15 +83,29 @@ impl Mix {
             return 0.0;
         }
         let idle = slots.iter().filter(|g| g.is_idle()).count() as u32;
-        let partial: u32 = slots.iter().filter(|g| !g.is_idle()).map(GpuSlot::free_milli).sum();
+        let partial: u32 = slots
+            .iter()
+            .filter(|g| !g.is_idle())
+            .map(GpuSlot::free_milli)
+            .sum();
         let mut f = 0.0;
         for t in &self.types {
             let unusable = if free_cpu < t.cpu || free_mem < t.mem {
                 total
             } else {
                 match t.shape {
-                    Shape::Whole(k) => if idle >= k { partial } else { total },
-                    Shape::Share(r) => slots.iter().map(GpuSlot::free_milli).filter(|&free| free < r).sum(),
+                    Shape::Whole(k) => {
+                        if idle >= k {
+                            partial
+                        } else {
+                            total
+                        }
+                    }
+                    Shape::Share(r) => slots
+                        .iter()
+                        .map(GpuSlot::free_milli)
+                        .filter(|&free| free < r)
+                        .sum(),
                 }
             };
             f += t.weight * f64::from(unusable);
@@ -95,9 +115,20 @@ impl Mix {
 
     /// Growth of the node's fragmentation if a pod taking `cpu`/`mem` and the given device
     /// shares (`(index, milli)`; milli 1000 on an idle device = whole) is placed there.
-    pub fn delta(&self, st: &State, node: NodeId, cpu: i64, mem: i64, take: &[(u8, u32, bool)]) -> f64 {
+    pub fn delta(
+        &self,
+        st: &State,
+        node: NodeId,
+        cpu: i64,
+        mem: i64,
+        take: &[(u8, u32, bool)],
+    ) -> f64 {
         let slots = st.node_gpus(node);
-        let before = self.node_frag(st.free_cpu[node as usize], st.free_mem[node as usize], slots);
+        let before = self.node_frag(
+            st.free_cpu[node as usize],
+            st.free_mem[node as usize],
+            slots,
+        );
         let mut after: Vec<GpuSlot> = slots.to_vec();
         for &(i, milli, whole) in take {
             let g = &mut after[i as usize];
@@ -108,16 +139,22 @@ impl Mix {
                 g.shared_pods += 1;
             }
         }
-        self.node_frag(st.free_cpu[node as usize] - cpu, st.free_mem[node as usize] - mem, &after) - before
+        self.node_frag(
+            st.free_cpu[node as usize] - cpu,
+            st.free_mem[node as usize] - mem,
+            &after,
+        ) - before
     }
 }
 
+/// Requests rounded up to a 1/8 step of their power of two, so near-identical pods share
+/// a type without understating what they need.
 fn bucket(v: i64) -> i64 {
     if v <= 0 {
         return 0;
     }
-    // Round down to a power of two so similar pods share a type.
-    1i64 << (63 - v.leading_zeros())
+    let step = ((1i64 << (63 - v.leading_zeros())) / 8).max(1);
+    (v + step - 1) / step * step
 }
 
 #[cfg(test)]
@@ -125,14 +162,28 @@ mod tests {
     use super::*;
 
     fn mix(types: Vec<(Shape, f64)>) -> Mix {
-        Mix { types: types.into_iter().map(|(shape, weight)| TaskType { shape, cpu: 0, mem: 0, weight }).collect() }
+        Mix {
+            types: types
+                .into_iter()
+                .map(|(shape, weight)| TaskType {
+                    shape,
+                    cpu: 0,
+                    mem: 0,
+                    weight,
+                })
+                .collect(),
+        }
     }
 
     #[test]
     fn fragments_counted_against_the_mix() {
         let m = mix(vec![(Shape::Share(500), 0.5), (Shape::Whole(1), 0.5)]);
         let idle = GpuSlot::default();
-        let quarter_free = GpuSlot { whole: false, shared_milli: 750, shared_pods: 1 };
+        let quarter_free = GpuSlot {
+            whole: false,
+            shared_milli: 750,
+            shared_pods: 1,
+        };
         // Two idle devices: nothing is a fragment for either shape.
         assert_eq!(m.node_frag(0, 0, &[idle, idle]), 0.0);
         // 250 free on a shared device is unusable by both shapes: 0.5*250 + 0.5*250.

@@ -97,7 +97,11 @@ pub struct QueueResourceInput {
 impl Default for QueueResourceInput {
     /// KAI's default queues: quota 0, unlimited, weight 1.
     fn default() -> Self {
-        QueueResourceInput { quota: 0.0, limit: -1.0, over_quota_weight: 1.0 }
+        QueueResourceInput {
+            quota: 0.0,
+            limit: -1.0,
+            over_quota_weight: 1.0,
+        }
     }
 }
 

@@ -22,7 +22,9 @@ pub mod statement;
 
 pub use actions::schedule;
 pub use config::{Action, Config, Policy, Strategy};
-pub use decisions::{Bind, Decisions, EvictReason, Eviction, GpuBinding, NodeReason, Unschedulable};
+pub use decisions::{
+    Bind, Decisions, EvictReason, Eviction, GpuBinding, NodeReason, Unschedulable,
+};
 pub use input::ClusterInput;
 pub use snapshot::Snapshot;
 

@@ -8,7 +8,7 @@ use crate::frag::Mix;
 use crate::predicates::ClassCache;
 use crate::request::GpuRequest;
 use crate::sharing::{GpuOrder, can_fit_gpu, fit_gpu, fits_existing_share, shared_milli};
-use crate::snapshot::{NodeId, PodId, Snapshot, CPU, MEM};
+use crate::snapshot::{CPU, MEM, NodeId, PodId, Snapshot};
 use crate::state::{GpuPlacement, Placement, State};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -69,7 +69,10 @@ impl GpuIndex {
             }
         }
         let free = st.free_gpu[n as usize];
-        let shared = st.node_gpus(n).iter().any(|g| !g.whole && g.shared_pods > 0 && g.free_milli() > 0);
+        let shared = st
+            .node_gpus(n)
+            .iter()
+            .any(|g| !g.whole && g.shared_pods > 0 && g.free_milli() > 0);
         self.all.insert((free, r, n));
         if shared {
             self.shared.insert((free, r, n));
@@ -91,8 +94,16 @@ impl Placer {
         for (r, &n) in order.iter().enumerate() {
             rank[n as usize] = r as u32;
         }
-        let mix = if cfg.policy == Policy::FragmentationAware { Mix::from_snapshot(s) } else { Mix::default() };
-        let frag_cache = if mix.is_empty() { Vec::new() } else { vec![Vec::new(); s.nodes.len()] };
+        let mix = if cfg.policy == Policy::FragmentationAware {
+            Mix::from_snapshot(s)
+        } else {
+            Mix::default()
+        };
+        let frag_cache = if mix.is_empty() {
+            Vec::new()
+        } else {
+            vec![Vec::new(); s.nodes.len()]
+        };
         Placer {
             cfg: cfg.clone(),
             classes: ClassCache::new(s, order),
@@ -114,13 +125,25 @@ impl Placer {
     }
 
     /// Cheap dynamic checks, then the GPU fit (devices chosen).
-    fn fit(&self, s: &Snapshot, st: &State, node: NodeId, pod: PodId) -> Result<GpuPlacement, NodeReason> {
+    fn fit(
+        &self,
+        s: &Snapshot,
+        st: &State,
+        node: NodeId,
+        pod: PodId,
+    ) -> Result<GpuPlacement, NodeReason> {
         self.can_fit(s, st, node, pod)?;
         fit_gpu(s, st, node, &s.pods[pod as usize].gpu, self.gpu_order())
     }
 
     /// Whether the pod fits the node now, without choosing devices.
-    fn can_fit(&self, s: &Snapshot, st: &State, node: NodeId, pod: PodId) -> Result<(), NodeReason> {
+    fn can_fit(
+        &self,
+        s: &Snapshot,
+        st: &State,
+        node: NodeId,
+        pod: PodId,
+    ) -> Result<(), NodeReason> {
         let p = &s.pods[pod as usize];
         let n = node as usize;
         if st.free_pods[n] < 1 {
@@ -145,28 +168,55 @@ impl Placer {
         out
     }
 
-    fn place_in(&mut self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+    fn place_in(
+        &mut self,
+        s: &Snapshot,
+        st: &State,
+        pod: PodId,
+        list: &[NodeId],
+    ) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         match self.cfg.policy {
-            Policy::Kai if self.cfg.gpu_strategy == Strategy::Binpack
-                && matches!(p.gpu, GpuRequest::Whole(_) | GpuRequest::Fraction { .. } | GpuRequest::Memory { .. }) =>
+            Policy::Kai
+                if self.cfg.gpu_strategy == Strategy::Binpack
+                    && matches!(
+                        p.gpu,
+                        GpuRequest::Whole(_)
+                            | GpuRequest::Fraction { .. }
+                            | GpuRequest::Memory { .. }
+                    ) =>
             {
                 self.place_indexed(s, st, pod, list)
             }
             Policy::Kai => self.place_kai(s, st, pod, list),
-            Policy::FragmentationAware if p.gpu.wants_gpu() && !self.mix.is_empty() => self.place_frag(s, st, pod, list),
+            Policy::FragmentationAware if p.gpu.wants_gpu() && !self.mix.is_empty() => {
+                self.place_frag(s, st, pod, list)
+            }
             Policy::FragmentationAware => self.place_kai(s, st, pod, list),
             Policy::FirstFit => {
-                let node = list.iter().copied().find(|&n| self.can_fit(s, st, n, pod).is_ok())?;
-                Some(Placement { node, gpu: self.fit(s, st, node, pod).ok()? })
+                let node = list
+                    .iter()
+                    .copied()
+                    .find(|&n| self.can_fit(s, st, n, pod).is_ok())?;
+                Some(Placement {
+                    node,
+                    gpu: self.fit(s, st, node, pod).ok()?,
+                })
             }
             Policy::RandomFit => {
-                let fits: Vec<NodeId> = list.iter().copied().filter(|&n| self.can_fit(s, st, n, pod).is_ok()).collect();
+                let fits: Vec<NodeId> = list
+                    .iter()
+                    .copied()
+                    .filter(|&n| self.can_fit(s, st, n, pod).is_ok())
+                    .collect();
                 if fits.is_empty() {
                     return None;
                 }
                 let node = fits[self.rng.random_range(0..fits.len())];
-                Some(Placement { node, gpu: self.fit(s, st, node, pod).ok()? })
+                Some(Placement {
+                    node,
+                    gpu: self.fit(s, st, node, pod).ok()?,
+                })
             }
             Policy::BestFit => {
                 // Least normalised capacity left over after placing (GPU, CPU, memory).
@@ -177,16 +227,29 @@ impl Placer {
                     }
                     let node = &s.nodes[n as usize];
                     let i = n as usize;
-                    let gpu_left = if node.gpus > 0 { (st.free_gpu[i] - p.res.0[0]) as f64 / (f64::from(node.gpus) * 1000.0) } else { 0.0 };
-                    let cpu_left = (st.free_cpu[i] - p.res.0[CPU]) as f64 / node.cpu_milli.max(1) as f64;
-                    let mem_left = (st.free_mem[i] - p.res.0[MEM]) as f64 / node.memory_bytes.max(1) as f64;
-                    let left = if p.gpu.wants_gpu() { gpu_left * 4.0 + cpu_left + mem_left } else { gpu_left + cpu_left + mem_left };
+                    let gpu_left = if node.gpus > 0 {
+                        (st.free_gpu[i] - p.res.0[0]) as f64 / (f64::from(node.gpus) * 1000.0)
+                    } else {
+                        0.0
+                    };
+                    let cpu_left =
+                        (st.free_cpu[i] - p.res.0[CPU]) as f64 / node.cpu_milli.max(1) as f64;
+                    let mem_left =
+                        (st.free_mem[i] - p.res.0[MEM]) as f64 / node.memory_bytes.max(1) as f64;
+                    let left = if p.gpu.wants_gpu() {
+                        gpu_left * 4.0 + cpu_left + mem_left
+                    } else {
+                        gpu_left + cpu_left + mem_left
+                    };
                     if best.as_ref().is_none_or(|b| left < b.0) {
                         best = Some((left, n));
                     }
                 }
                 let (_, node) = best?;
-                Some(Placement { node, gpu: self.fit(s, st, node, pod).ok()? })
+                Some(Placement {
+                    node,
+                    gpu: self.fit(s, st, node, pod).ok()?,
+                })
             }
         }
     }
@@ -194,19 +257,33 @@ impl Placer {
     /// KAI's node score, as a lexicographic key since each plugin's magnitude dwarfs the next:
     /// gpusharingorder (binpack only) > resourcetype > nodeplacement (binpack: least free;
     /// spread: largest free ratio). First in the seeded order wins ties.
-    fn place_kai(&self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+    fn place_kai(
+        &self,
+        s: &Snapshot,
+        st: &State,
+        pod: PodId,
+        list: &[NodeId],
+    ) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         let gpu_task = p.gpu.wants_gpu();
-        let strategy = if gpu_task { self.cfg.gpu_strategy } else { self.cfg.cpu_strategy };
+        let strategy = if gpu_task {
+            self.cfg.gpu_strategy
+        } else {
+            self.cfg.cpu_strategy
+        };
         let sharing_bonus = p.gpu.is_shared() && self.cfg.gpu_strategy == Strategy::Binpack;
         let want_gpu = p.res.0[0];
         let mut best: Option<((bool, bool, f64), NodeId)> = None;
         for &n in list {
             let i = n as usize;
-            if st.free_pods[i] < 1 || st.free_cpu[i] < p.res.0[CPU] || st.free_mem[i] < p.res.0[MEM] {
+            if st.free_pods[i] < 1 || st.free_cpu[i] < p.res.0[CPU] || st.free_mem[i] < p.res.0[MEM]
+            {
                 continue;
             }
-            if gpu_task && !matches!(p.gpu, GpuRequest::Mig { .. }) && st.free_gpu[i] < want_gpu.min(1000) {
+            if gpu_task
+                && !matches!(p.gpu, GpuRequest::Mig { .. })
+                && st.free_gpu[i] < want_gpu.min(1000)
+            {
                 continue;
             }
             if let GpuRequest::Whole(k) = p.gpu {
@@ -215,7 +292,9 @@ impl Placer {
                 }
             }
             let node = &s.nodes[i];
-            let bonus = sharing_bonus && shared_milli(s, n, &p.gpu).is_ok_and(|m| fits_existing_share(st.node_gpus(n), m));
+            let bonus = sharing_bonus
+                && shared_milli(s, n, &p.gpu)
+                    .is_ok_and(|m| fits_existing_share(st.node_gpus(n), m));
             let restype = !gpu_task && node.gpus == 0 && node.mig.is_empty();
             let (free, total) = if gpu_task {
                 (st.free_gpu[i] as f64, f64::from(node.gpus) * 1000.0)
@@ -224,7 +303,13 @@ impl Placer {
             };
             let placement = match strategy {
                 Strategy::Binpack => -free,
-                Strategy::Spread => if total > 0.0 { free / total } else { 0.0 },
+                Strategy::Spread => {
+                    if total > 0.0 {
+                        free / total
+                    } else {
+                        0.0
+                    }
+                }
             };
             let key = (bonus, restype, placement);
             if best.as_ref().is_some_and(|(b, _)| !gt(&key, b)) {
@@ -235,7 +320,11 @@ impl Placer {
             }
             best = Some((key, n));
             // Binpack cannot beat a node left with nothing free after this pod.
-            if strategy == Strategy::Binpack && gpu_task && (bonus || !sharing_bonus) && free <= want_gpu as f64 {
+            if strategy == Strategy::Binpack
+                && gpu_task
+                && (bonus || !sharing_bonus)
+                && free <= want_gpu as f64
+            {
                 break;
             }
         }
@@ -246,7 +335,13 @@ impl Placer {
 
     /// KAI binpack for GPU pods through the free-GPU index: same choice as `place_kai`
     /// (sharing bonus first, then least free GPU, then seeded order) without a full scan.
-    fn place_indexed(&mut self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+    fn place_indexed(
+        &mut self,
+        s: &Snapshot,
+        st: &State,
+        pod: PodId,
+        list: &[NodeId],
+    ) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         let class = p.class as usize;
         if self.members[class].is_none() {
@@ -268,14 +363,21 @@ impl Placer {
                 if !members[n as usize] || self.can_fit(s, st, n, pod).is_err() {
                     continue;
                 }
-                if shared_milli(s, n, &p.gpu).is_ok_and(|m| fits_existing_share(st.node_gpus(n), m)) {
-                    return Some(Placement { node: n, gpu: self.fit(s, st, n, pod).ok()? });
+                if shared_milli(s, n, &p.gpu).is_ok_and(|m| fits_existing_share(st.node_gpus(n), m))
+                {
+                    return Some(Placement {
+                        node: n,
+                        gpu: self.fit(s, st, n, pod).ok()?,
+                    });
                 }
             }
         }
         for &(_, _, n) in self.index.all.range(from..) {
             if members[n as usize] && self.can_fit(s, st, n, pod).is_ok() {
-                return Some(Placement { node: n, gpu: self.fit(s, st, n, pod).ok()? });
+                return Some(Placement {
+                    node: n,
+                    gpu: self.fit(s, st, n, pod).ok()?,
+                });
             }
         }
         None
@@ -283,7 +385,13 @@ impl Placer {
 
     /// Fragmentation-aware: least growth of expected fragmentation; for fractions every
     /// distinct candidate device is tried. KAI binpack (least free GPU) breaks ties.
-    fn place_frag(&mut self, s: &Snapshot, st: &State, pod: PodId, list: &[NodeId]) -> Option<Placement> {
+    fn place_frag(
+        &mut self,
+        s: &Snapshot,
+        st: &State,
+        pod: PodId,
+        list: &[NodeId],
+    ) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
         let next = self.shapes.len() as u32;
@@ -291,11 +399,16 @@ impl Placer {
         let mut best: Option<((f64, i64), NodeId, GpuPlacement)> = None;
         for &n in list {
             let version = st.node_version[n as usize];
-            let cached = self.frag_cache[n as usize].iter().find(|e| e.0 == shape && e.1 == version).map(|e| (e.2, e.3.clone()));
+            let cached = self.frag_cache[n as usize]
+                .iter()
+                .find(|e| e.0 == shape && e.1 == version)
+                .map(|e| (e.2, e.3.clone()));
             let (d, gpu) = match cached {
                 Some(c) => c,
                 None => {
-                    let Some(c) = self.frag_best_on_node(s, st, pod, n) else { continue };
+                    let Some(c) = self.frag_best_on_node(s, st, pod, n) else {
+                        continue;
+                    };
                     let memo = &mut self.frag_cache[n as usize];
                     memo.retain(|e| e.1 == version);
                     memo.push((shape, version, c.0, c.1.clone()));
@@ -308,7 +421,9 @@ impl Placer {
             let key = (d, st.free_gpu[n as usize]);
             let better = match &best {
                 None => true,
-                Some((b, _, _)) => key.0 < b.0 - 1e-9 || ((key.0 - b.0).abs() <= 1e-9 && key.1 < b.1),
+                Some((b, _, _)) => {
+                    key.0 < b.0 - 1e-9 || ((key.0 - b.0).abs() <= 1e-9 && key.1 < b.1)
+                }
             };
             if better {
                 best = Some((key, n, gpu));
@@ -318,10 +433,18 @@ impl Placer {
     }
 
     /// Best devices on one node and the fragmentation growth they cause; NaN delta = no fit.
-    fn frag_best_on_node(&self, s: &Snapshot, st: &State, pod: PodId, n: NodeId) -> Option<(f64, GpuPlacement)> {
+    fn frag_best_on_node(
+        &self,
+        s: &Snapshot,
+        st: &State,
+        pod: PodId,
+        n: NodeId,
+    ) -> Option<(f64, GpuPlacement)> {
         let p = &s.pods[pod as usize];
         let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
-        let Ok(gpu) = self.fit(s, st, n, pod) else { return Some((f64::NAN, GpuPlacement::None)) };
+        let Ok(gpu) = self.fit(s, st, n, pod) else {
+            return Some((f64::NAN, GpuPlacement::None));
+        };
         let cand: Vec<GpuPlacement> = match &gpu {
             GpuPlacement::Shared { milli, gpus } if gpus.len() == 1 => {
                 let mut seen: Vec<u32> = Vec::new();
@@ -332,7 +455,10 @@ impl Placer {
                     let key = free * 2 + u32::from(g.is_idle());
                     if free >= u32::from(*milli) && !seen.contains(&key) {
                         seen.push(key);
-                        v.push(GpuPlacement::Shared { gpus: vec![i as u8], milli: *milli });
+                        v.push(GpuPlacement::Shared {
+                            gpus: vec![i as u8],
+                            milli: *milli,
+                        });
                     }
                 }
                 v
@@ -343,7 +469,10 @@ impl Placer {
         for c in cand {
             let take: Vec<(u8, u32, bool)> = match &c {
                 GpuPlacement::Whole(idx) => idx.iter().map(|&i| (i, 1000, true)).collect(),
-                GpuPlacement::Shared { gpus, milli } => gpus.iter().map(|&i| (i, u32::from(*milli), false)).collect(),
+                GpuPlacement::Shared { gpus, milli } => gpus
+                    .iter()
+                    .map(|&i| (i, u32::from(*milli), false))
+                    .collect(),
                 _ => Vec::new(),
             };
             let d = self.mix.delta(st, n, cpu, mem, &take);
@@ -379,5 +508,8 @@ impl Placer {
 }
 
 fn gt(a: &(bool, bool, f64), b: &(bool, bool, f64)) -> bool {
-    (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.partial_cmp(&b.2).unwrap_or(std::cmp::Ordering::Equal)) == std::cmp::Ordering::Greater
+    (a.0, a.1)
+        .cmp(&(b.0, b.1))
+        .then(a.2.partial_cmp(&b.2).unwrap_or(std::cmp::Ordering::Equal))
+        == std::cmp::Ordering::Greater
 }

@@ -21,15 +21,19 @@ pub fn static_check(node: &Node, c: &ConstraintClass) -> Result<(), NodeReason> 
             return Err(NodeReason::NodeSelector);
         }
     }
-    if !c.affinity.is_empty() && !c.affinity.iter().any(|t| t.requirements.iter().all(|r| {
-        let val = node.labels.get(&r.key);
-        match r.operator {
-            LabelOperator::In => val.is_some_and(|v| r.values.contains(v)),
-            LabelOperator::NotIn => !val.is_some_and(|v| r.values.contains(v)),
-            LabelOperator::Exists => val.is_some(),
-            LabelOperator::DoesNotExist => val.is_none(),
-        }
-    })) {
+    if !c.affinity.is_empty()
+        && !c.affinity.iter().any(|t| {
+            t.requirements.iter().all(|r| {
+                let val = node.labels.get(&r.key);
+                match r.operator {
+                    LabelOperator::In => val.is_some_and(|v| r.values.contains(v)),
+                    LabelOperator::NotIn => !val.is_some_and(|v| r.values.contains(v)),
+                    LabelOperator::Exists => val.is_some(),
+                    LabelOperator::DoesNotExist => val.is_none(),
+                }
+            })
+        })
+    {
         return Err(NodeReason::Affinity);
     }
     for t in &node.taints {
@@ -61,7 +65,10 @@ pub struct ClassCache {
 
 impl ClassCache {
     pub fn new(s: &Snapshot, order: Vec<NodeId>) -> ClassCache {
-        ClassCache { lists: vec![None; s.classes.len()], order }
+        ClassCache {
+            lists: vec![None; s.classes.len()],
+            order,
+        }
     }
     pub fn get(&mut self, s: &Snapshot, class: ClassId) -> &mut ClassNodes {
         let ClassCache { lists, order } = self;
@@ -91,7 +98,10 @@ mod tests {
     fn node(labels: &[(&str, &str)], taints: Vec<Taint>) -> Node {
         Node {
             name: "n".into(),
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
             taints,
             schedulable: true,
             cpu_milli: 1000,
@@ -107,21 +117,44 @@ mod tests {
 
     #[test]
     fn selector_affinity_and_taints() {
-        let taint = Taint { key: "nvidia.com/gpu".into(), value: "".into(), effect: TaintEffect::NoSchedule };
-        let n = node(&[("zone", "a"), ("nvidia.com/gpu.product", "H100")], vec![taint]);
+        let taint = Taint {
+            key: "nvidia.com/gpu".into(),
+            value: "".into(),
+            effect: TaintEffect::NoSchedule,
+        };
+        let n = node(
+            &[("zone", "a"), ("nvidia.com/gpu.product", "H100")],
+            vec![taint],
+        );
         let mut c = ConstraintClass::default();
-        assert_eq!(static_check(&n, &c), Err(NodeReason::Taint("nvidia.com/gpu".into())));
-        c.tolerations.push(Toleration { key: "nvidia.com/gpu".into(), operator: TolerationOperator::Exists, value: "".into(), effect: None });
+        assert_eq!(
+            static_check(&n, &c),
+            Err(NodeReason::Taint("nvidia.com/gpu".into()))
+        );
+        c.tolerations.push(Toleration {
+            key: "nvidia.com/gpu".into(),
+            operator: TolerationOperator::Exists,
+            value: "".into(),
+            effect: None,
+        });
         assert_eq!(static_check(&n, &c), Ok(()));
         c.node_selector.push(("zone".into(), "b".into()));
         assert_eq!(static_check(&n, &c), Err(NodeReason::NodeSelector));
         c.node_selector.clear();
         c.affinity.push(NodeSelectorTerm {
-            requirements: vec![LabelRequirement { key: "nvidia.com/gpu.product".into(), operator: LabelOperator::In, values: vec!["A100".into()] }],
+            requirements: vec![LabelRequirement {
+                key: "nvidia.com/gpu.product".into(),
+                operator: LabelOperator::In,
+                values: vec!["A100".into()],
+            }],
         });
         assert_eq!(static_check(&n, &c), Err(NodeReason::Affinity));
         c.affinity.push(NodeSelectorTerm {
-            requirements: vec![LabelRequirement { key: "zone".into(), operator: LabelOperator::NotIn, values: vec!["b".into()] }],
+            requirements: vec![LabelRequirement {
+                key: "zone".into(),
+                operator: LabelOperator::NotIn,
+                values: vec!["b".into()],
+            }],
         });
         assert_eq!(static_check(&n, &c), Ok(()), "terms are OR-ed");
     }

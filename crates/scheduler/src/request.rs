@@ -14,16 +14,28 @@ pub enum GpuRequest {
     /// `nvidia.com/gpu: n`.
     Whole(u32),
     /// `gpu-fraction` (milli per device) on `devices` GPUs.
-    Fraction { milli: u32, devices: u32 },
+    Fraction {
+        milli: u32,
+        devices: u32,
+    },
     /// `gpu-memory` MiB on each of `devices` GPUs.
-    Memory { mib: u64, devices: u32 },
+    Memory {
+        mib: u64,
+        devices: u32,
+    },
     /// `nvidia.com/mig-<profile>: count` (profile index into `Snapshot::mig_profiles`).
-    Mig { profile: u16, count: u32 },
+    Mig {
+        profile: u16,
+        count: u32,
+    },
 }
 
 impl GpuRequest {
     pub fn is_shared(&self) -> bool {
-        matches!(self, GpuRequest::Fraction { .. } | GpuRequest::Memory { .. })
+        matches!(
+            self,
+            GpuRequest::Fraction { .. } | GpuRequest::Memory { .. }
+        )
     }
     pub fn wants_gpu(&self) -> bool {
         !matches!(self, GpuRequest::None)
@@ -69,9 +81,14 @@ pub fn parse_gpu_request(
         let count = u32::try_from(value)
             .ok()
             .filter(|v| *v > 0)
-            .ok_or_else(|| RequestError::BadCount { resource: name.clone(), value })?;
+            .ok_or_else(|| RequestError::BadCount {
+                resource: name.clone(),
+                value,
+            })?;
         if whole.is_some() || mig.is_some() {
-            return Err(RequestError::MixedGpuResources(extended.keys().cloned().collect::<Vec<_>>().join(", ")));
+            return Err(RequestError::MixedGpuResources(
+                extended.keys().cloned().collect::<Vec<_>>().join(", "),
+            ));
         }
         if is_gpu {
             whole = Some(count);
@@ -88,13 +105,18 @@ pub fn parse_gpu_request(
         }
         return Ok(match (whole, mig) {
             (Some(n), _) => GpuRequest::Whole(n),
-            (None, Some((name, count))) => GpuRequest::Mig { profile: intern_mig(&name), count },
+            (None, Some((name, count))) => GpuRequest::Mig {
+                profile: intern_mig(&name),
+                count,
+            },
             (None, None) => GpuRequest::None,
         });
     }
     if let Some(n) = whole {
         let _ = n;
-        return Err(RequestError::SharingWithResource(names::RESOURCE_GPU.to_string()));
+        return Err(RequestError::SharingWithResource(
+            names::RESOURCE_GPU.to_string(),
+        ));
     }
     if let Some((name, _)) = mig {
         return Err(RequestError::SharingWithResource(name));
@@ -110,7 +132,10 @@ pub fn parse_gpu_request(
     };
     match (fraction, memory) {
         (Some(_), Some(_)) => Err(RequestError::FractionAndMemory),
-        (Some(raw), None) => Ok(GpuRequest::Fraction { milli: parse_fraction(raw)?, devices }),
+        (Some(raw), None) => Ok(GpuRequest::Fraction {
+            milli: parse_fraction(raw)?,
+            devices,
+        }),
         (None, Some(raw)) => {
             let mib = raw
                 .trim()
@@ -127,7 +152,9 @@ pub fn parse_gpu_request(
 /// `0 < v < 1`, a plain decimal (as a Kubernetes quantity would accept), rounded to milli.
 fn parse_fraction(raw: &str) -> Result<u32, RequestError> {
     let s = raw.trim();
-    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') && s.matches('.').count() <= 1;
+    let plain = !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && s.matches('.').count() <= 1;
     let value: f64 = s
         .parse()
         .ok()
@@ -162,7 +189,10 @@ mod tests {
     use super::*;
 
     fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
     fn parse(ext: &[(&str, i64)], a: &[(&str, &str)]) -> Result<GpuRequest, RequestError> {
         let ext = ext.iter().map(|(k, v)| (k.to_string(), *v)).collect();
@@ -187,14 +217,41 @@ mod tests {
 
     #[test]
     fn valid_sharing_requests() {
-        assert_eq!(parse(&[], &[("gpu-fraction", "0.5")]), Ok(GpuRequest::Fraction { milli: 500, devices: 1 }));
         assert_eq!(
-            parse(&[], &[("gpu-fraction", "0.25"), ("gpu-fraction-num-devices", "2")]),
-            Ok(GpuRequest::Fraction { milli: 250, devices: 2 })
+            parse(&[], &[("gpu-fraction", "0.5")]),
+            Ok(GpuRequest::Fraction {
+                milli: 500,
+                devices: 1
+            })
         );
-        assert_eq!(parse(&[], &[("gpu-memory", "20000")]), Ok(GpuRequest::Memory { mib: 20000, devices: 1 }));
-        assert_eq!(parse(&[("nvidia.com/gpu", 2)], &[]), Ok(GpuRequest::Whole(2)));
-        assert_eq!(parse(&[("nvidia.com/mig-1g.10gb", 3)], &[]), Ok(GpuRequest::Mig { profile: 0, count: 3 }));
+        assert_eq!(
+            parse(
+                &[],
+                &[("gpu-fraction", "0.25"), ("gpu-fraction-num-devices", "2")]
+            ),
+            Ok(GpuRequest::Fraction {
+                milli: 250,
+                devices: 2
+            })
+        );
+        assert_eq!(
+            parse(&[], &[("gpu-memory", "20000")]),
+            Ok(GpuRequest::Memory {
+                mib: 20000,
+                devices: 1
+            })
+        );
+        assert_eq!(
+            parse(&[("nvidia.com/gpu", 2)], &[]),
+            Ok(GpuRequest::Whole(2))
+        );
+        assert_eq!(
+            parse(&[("nvidia.com/mig-1g.10gb", 3)], &[]),
+            Ok(GpuRequest::Mig {
+                profile: 0,
+                count: 3
+            })
+        );
         assert_eq!(parse(&[("cpu-ish", 2)], &[]), Ok(GpuRequest::None));
     }
 
@@ -208,15 +265,27 @@ mod tests {
             parse(&[("nvidia.com/gpu", 1)], &[("gpu-fraction", "0.5")]),
             Err(RequestError::SharingWithResource(_))
         ));
-        assert_eq!(parse(&[], &[("gpu-fraction-num-devices", "2")]), Err(RequestError::NumDevicesWithoutFraction));
-        assert_eq!(parse(&[], &[("gpu-memory", "0")]), Err(RequestError::BadMemory("0".into())));
-        assert!(matches!(parse(&[("nvidia.com/gpu", -1)], &[]), Err(RequestError::BadCount { .. })));
+        assert_eq!(
+            parse(&[], &[("gpu-fraction-num-devices", "2")]),
+            Err(RequestError::NumDevicesWithoutFraction)
+        );
+        assert_eq!(
+            parse(&[], &[("gpu-memory", "0")]),
+            Err(RequestError::BadMemory("0".into()))
+        );
+        assert!(matches!(
+            parse(&[("nvidia.com/gpu", -1)], &[]),
+            Err(RequestError::BadCount { .. })
+        ));
     }
 
     #[test]
     fn gpu_memory_label_and_conversion() {
         assert_eq!(gpu_memory_mib(Some(&"81559".to_string())), Some(81500));
-        assert_eq!(gpu_memory_mib(Some(&(80u64 << 30).to_string())), Some(81900));
+        assert_eq!(
+            gpu_memory_mib(Some(&(80u64 << 30).to_string())),
+            Some(81900)
+        );
         assert_eq!(gpu_memory_mib(None), None);
         assert_eq!(memory_to_milli(20000, 80000), Some(250));
         assert_eq!(memory_to_milli(90000, 80000), None);

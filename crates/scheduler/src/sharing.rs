@@ -20,7 +20,9 @@ pub fn shared_milli(s: &Snapshot, node: NodeId, req: &GpuRequest) -> Result<u32,
     match req {
         GpuRequest::Fraction { milli, .. } => Ok(*milli),
         GpuRequest::Memory { mib, .. } => {
-            let gpu_mib = s.nodes[node as usize].gpu_memory_mib.ok_or(NodeReason::GpuMemoryUnknown)?;
+            let gpu_mib = s.nodes[node as usize]
+                .gpu_memory_mib
+                .ok_or(NodeReason::GpuMemoryUnknown)?;
             memory_to_milli(*mib, gpu_mib).ok_or(NodeReason::GpuMemoryTooSmall)
         }
         _ => Ok(1000),
@@ -28,22 +30,43 @@ pub fn shared_milli(s: &Snapshot, node: NodeId, req: &GpuRequest) -> Result<u32,
 }
 
 /// Whether the request can fit on the node's GPUs at all right now (cheap checks first).
-pub fn fit_gpu(s: &Snapshot, st: &State, node: NodeId, req: &GpuRequest, order: GpuOrder) -> Result<GpuPlacement, NodeReason> {
+pub fn fit_gpu(
+    s: &Snapshot,
+    st: &State,
+    node: NodeId,
+    req: &GpuRequest,
+    order: GpuOrder,
+) -> Result<GpuPlacement, NodeReason> {
     match req {
         GpuRequest::None => Ok(GpuPlacement::None),
         GpuRequest::Whole(n) => {
             if u32::from(st.idle_gpus[node as usize]) < *n {
                 return Err(NodeReason::InsufficientGpu);
             }
-            let idx: Vec<u8> = st.node_gpus(node).iter().enumerate().filter(|(_, g)| g.is_idle()).map(|(i, _)| i as u8).take(*n as usize).collect();
+            let idx: Vec<u8> = st
+                .node_gpus(node)
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.is_idle())
+                .map(|(i, _)| i as u8)
+                .take(*n as usize)
+                .collect();
             Ok(GpuPlacement::Whole(idx))
         }
         GpuRequest::Mig { profile, count } => {
-            let free = st.mig_free[node as usize].iter().find(|(p, _)| p == profile).map_or(0, |e| e.1);
+            let free = st.mig_free[node as usize]
+                .iter()
+                .find(|(p, _)| p == profile)
+                .map_or(0, |e| e.1);
             if free < i64::from(*count) {
-                return Err(NodeReason::InsufficientMig(s.mig_profiles[*profile as usize].clone()));
+                return Err(NodeReason::InsufficientMig(
+                    s.mig_profiles[*profile as usize].clone(),
+                ));
             }
-            Ok(GpuPlacement::Mig { profile: *profile, count: *count })
+            Ok(GpuPlacement::Mig {
+                profile: *profile,
+                count: *count,
+            })
         }
         GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
             let n = &s.nodes[node as usize];
@@ -57,23 +80,41 @@ pub fn fit_gpu(s: &Snapshot, st: &State, node: NodeId, req: &GpuRequest, order: 
             if st.free_gpu[node as usize] < i64::from(milli) * i64::from(*devices) {
                 return Err(NodeReason::InsufficientGpuShare);
             }
-            let gpus = pick_shared(st.node_gpus(node), milli, *devices, order).ok_or(NodeReason::InsufficientGpuShare)?;
-            Ok(GpuPlacement::Shared { gpus, milli: milli as u16 })
+            let gpus = pick_shared(st.node_gpus(node), milli, *devices, order)
+                .ok_or(NodeReason::InsufficientGpuShare)?;
+            Ok(GpuPlacement::Shared {
+                gpus,
+                milli: milli as u16,
+            })
         }
     }
 }
 
 /// The same checks as `fit_gpu` without choosing devices (no allocation: the hot path).
-pub fn can_fit_gpu(s: &Snapshot, st: &State, node: NodeId, req: &GpuRequest) -> Result<(), NodeReason> {
+pub fn can_fit_gpu(
+    s: &Snapshot,
+    st: &State,
+    node: NodeId,
+    req: &GpuRequest,
+) -> Result<(), NodeReason> {
     match req {
         GpuRequest::None => Ok(()),
         GpuRequest::Whole(n) => {
-            if u32::from(st.idle_gpus[node as usize]) < *n { Err(NodeReason::InsufficientGpu) } else { Ok(()) }
+            if u32::from(st.idle_gpus[node as usize]) < *n {
+                Err(NodeReason::InsufficientGpu)
+            } else {
+                Ok(())
+            }
         }
         GpuRequest::Mig { profile, count } => {
-            let free = st.mig_free[node as usize].iter().find(|(p, _)| p == profile).map_or(0, |e| e.1);
+            let free = st.mig_free[node as usize]
+                .iter()
+                .find(|(p, _)| p == profile)
+                .map_or(0, |e| e.1);
             if free < i64::from(*count) {
-                return Err(NodeReason::InsufficientMig(s.mig_profiles[*profile as usize].clone()));
+                return Err(NodeReason::InsufficientMig(
+                    s.mig_profiles[*profile as usize].clone(),
+                ));
             }
             Ok(())
         }
@@ -89,14 +130,27 @@ pub fn can_fit_gpu(s: &Snapshot, st: &State, node: NodeId, req: &GpuRequest) -> 
             if st.free_gpu[node as usize] < i64::from(milli) * i64::from(*devices) {
                 return Err(NodeReason::InsufficientGpuShare);
             }
-            let fitting = st.node_gpus(node).iter().filter(|g| g.free_milli() >= milli).count();
-            if fitting < *devices as usize { Err(NodeReason::InsufficientGpuShare) } else { Ok(()) }
+            let fitting = st
+                .node_gpus(node)
+                .iter()
+                .filter(|g| g.free_milli() >= milli)
+                .count();
+            if fitting < *devices as usize {
+                Err(NodeReason::InsufficientGpuShare)
+            } else {
+                Ok(())
+            }
         }
     }
 }
 
 /// Choose `devices` distinct devices with at least `milli` free.
-pub fn pick_shared(slots: &[GpuSlot], milli: u32, devices: u32, order: GpuOrder) -> Option<Vec<u8>> {
+pub fn pick_shared(
+    slots: &[GpuSlot],
+    milli: u32,
+    devices: u32,
+    order: GpuOrder,
+) -> Option<Vec<u8>> {
     let mut cand: Vec<(u32, bool, u8)> = slots
         .iter()
         .enumerate()
@@ -109,7 +163,9 @@ pub fn pick_shared(slots: &[GpuSlot], milli: u32, devices: u32, order: GpuOrder)
     match order {
         // Shared devices before idle ones, fullest (least free) first.
         GpuOrder::Pack => cand.sort_by_key(|&(free, idle, i)| (idle, free, i)),
-        GpuOrder::Spread => cand.sort_by_key(|&(free, idle, i)| (!idle, std::cmp::Reverse(free), i)),
+        GpuOrder::Spread => {
+            cand.sort_by_key(|&(free, idle, i)| (!idle, std::cmp::Reverse(free), i))
+        }
     }
     let mut out: Vec<u8> = cand.iter().take(devices as usize).map(|c| c.2).collect();
     out.sort_unstable();
@@ -118,7 +174,9 @@ pub fn pick_shared(slots: &[GpuSlot], milli: u32, devices: u32, order: GpuOrder)
 
 /// Whether the node already has a shared device this request fits on (KAI `gpusharingorder`).
 pub fn fits_existing_share(slots: &[GpuSlot], milli: u32) -> bool {
-    slots.iter().any(|g| !g.whole && g.shared_pods > 0 && g.free_milli() >= milli)
+    slots
+        .iter()
+        .any(|g| !g.whole && g.shared_pods > 0 && g.free_milli() >= milli)
 }
 
 #[cfg(test)]
@@ -126,16 +184,35 @@ mod tests {
     use super::*;
 
     fn slot(used: u16, pods: u16) -> GpuSlot {
-        GpuSlot { whole: false, shared_milli: used, shared_pods: pods }
+        GpuSlot {
+            whole: false,
+            shared_milli: used,
+            shared_pods: pods,
+        }
     }
 
     #[test]
     fn pack_prefers_fullest_shared_device() {
-        let slots = [GpuSlot::default(), slot(500, 1), slot(750, 2), GpuSlot { whole: true, ..Default::default() }];
+        let slots = [
+            GpuSlot::default(),
+            slot(500, 1),
+            slot(750, 2),
+            GpuSlot {
+                whole: true,
+                ..Default::default()
+            },
+        ];
         assert_eq!(pick_shared(&slots, 250, 1, GpuOrder::Pack), Some(vec![2]));
         assert_eq!(pick_shared(&slots, 500, 1, GpuOrder::Pack), Some(vec![1]));
         assert_eq!(pick_shared(&slots, 250, 1, GpuOrder::Spread), Some(vec![0]));
-        assert_eq!(pick_shared(&slots, 600, 2, GpuOrder::Pack), None, "whole device is never shared");
-        assert_eq!(pick_shared(&slots, 250, 3, GpuOrder::Pack), Some(vec![0, 1, 2]));
+        assert_eq!(
+            pick_shared(&slots, 600, 2, GpuOrder::Pack),
+            None,
+            "whole device is never shared"
+        );
+        assert_eq!(
+            pick_shared(&slots, 250, 3, GpuOrder::Pack),
+            Some(vec![0, 1, 2])
+        );
     }
 }

@@ -38,7 +38,11 @@ impl Res {
     }
     /// Natural units for fair share: GPUs, millicores, bytes.
     pub fn to_f(&self) -> [f64; 3] {
-        [self.0[GPU] as f64 / 1000.0, self.0[CPU] as f64, self.0[MEM] as f64]
+        [
+            self.0[GPU] as f64 / 1000.0,
+            self.0[CPU] as f64,
+            self.0[MEM] as f64,
+        ]
     }
     pub fn is_zero(&self) -> bool {
         self.0 == [0; 3]
@@ -155,13 +159,22 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
-        self.nodes.iter().position(|n| n.name == name).map(|i| i as NodeId)
+        self.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .map(|i| i as NodeId)
     }
     pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<PodId> {
-        self.pods.iter().position(|p| p.namespace == namespace && p.name == name).map(|i| i as PodId)
+        self.pods
+            .iter()
+            .position(|p| p.namespace == namespace && p.name == name)
+            .map(|i| i as PodId)
     }
     pub fn queue_by_name(&self, name: &str) -> Option<QueueId> {
-        self.queues.iter().position(|q| q.name == name).map(|i| i as QueueId)
+        self.queues
+            .iter()
+            .position(|q| q.name == name)
+            .map(|i| i as QueueId)
     }
     /// Queue ids from `q` up to its root, `q` first.
     pub fn ancestry(&self, q: QueueId) -> impl Iterator<Item = QueueId> + '_ {
@@ -171,8 +184,16 @@ impl Snapshot {
     pub fn cluster_total(&self) -> Res {
         let mut t = Res::default();
         for n in self.nodes.iter().filter(|n| n.schedulable) {
-            let mig: i64 = n.mig.iter().map(|&(p, c)| i64::from(self.mig_profile_gpus[p as usize]) * i64::from(c)).sum();
-            t.add(&Res([(i64::from(n.gpus) + mig) * 1000, n.cpu_milli, n.memory_bytes]));
+            let mig: i64 = n
+                .mig
+                .iter()
+                .map(|&(p, c)| i64::from(self.mig_profile_gpus[p as usize]) * i64::from(c))
+                .sum();
+            t.add(&Res([
+                (i64::from(n.gpus) + mig) * 1000,
+                n.cpu_milli,
+                n.memory_bytes,
+            ]));
         }
         t
     }
@@ -180,7 +201,10 @@ impl Snapshot {
     /// Index the cache. Never fails: bad objects are reported in `issues` and their pods
     /// carry an `invalid` reason.
     pub fn build(input: &ClusterInput) -> Snapshot {
-        let mut s = Snapshot { now: input.now, ..Default::default() };
+        let mut s = Snapshot {
+            now: input.now,
+            ..Default::default()
+        };
         let mut mig_ids: HashMap<String, u16> = HashMap::new();
         let mut intern = |name: &str, s: &mut Snapshot| -> u16 {
             *mig_ids.entry(name.to_string()).or_insert_with(|| {
@@ -192,10 +216,18 @@ impl Snapshot {
         let mut node_ids: HashMap<&str, NodeId> = HashMap::with_capacity(input.nodes.len());
         for n in &input.nodes {
             if node_ids.insert(&n.name, s.nodes.len() as NodeId).is_some() {
-                s.issues.push(format!("node {}: duplicate name, later entry ignored", n.name));
+                s.issues.push(format!(
+                    "node {}: duplicate name, later entry ignored",
+                    n.name
+                ));
                 continue;
             }
-            let mig: Vec<(u16, u32)> = n.mig.iter().filter(|(_, c)| **c > 0).map(|(k, c)| (intern(k, &mut s), *c)).collect();
+            let mig: Vec<(u16, u32)> = n
+                .mig
+                .iter()
+                .filter(|(_, c)| **c > 0)
+                .map(|(k, c)| (intern(k, &mut s), *c))
+                .collect();
             let strategy = n.labels.get(names::LABEL_MIG_STRATEGY).map(String::as_str);
             let mig_enabled = !mig.is_empty() || matches!(strategy, Some("single") | Some("mixed"));
             s.nodes.push(Node {
@@ -207,26 +239,43 @@ impl Snapshot {
                 memory_bytes: n.memory_bytes.max(0),
                 pods: n.pods,
                 gpus: n.gpus.min(255),
-                gpu_model: n.labels.get(names::LABEL_GPU_PRODUCT).cloned().unwrap_or_default(),
+                gpu_model: n
+                    .labels
+                    .get(names::LABEL_GPU_PRODUCT)
+                    .cloned()
+                    .unwrap_or_default(),
                 gpu_memory_mib: gpu_memory_mib(n.labels.get(names::LABEL_GPU_MEMORY)),
                 mig,
                 mig_enabled,
             });
         }
         build_queues(input, &mut s);
-        let queue_ids: HashMap<&str, QueueId> = s.queues.iter().enumerate().map(|(i, q)| (q.name.as_str(), i as QueueId)).collect();
-        let mut group_ids: HashMap<(&str, &str), GroupId> = HashMap::with_capacity(input.pod_groups.len());
+        let queue_ids: HashMap<&str, QueueId> = s
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.name.as_str(), i as QueueId))
+            .collect();
+        let mut group_ids: HashMap<(&str, &str), GroupId> =
+            HashMap::with_capacity(input.pod_groups.len());
         for g in &input.pod_groups {
             if group_ids.contains_key(&(g.namespace.as_str(), g.name.as_str())) {
-                s.issues.push(format!("podgroup {}/{}: duplicate, later entry ignored", g.namespace, g.name));
+                s.issues.push(format!(
+                    "podgroup {}/{}: duplicate, later entry ignored",
+                    g.namespace, g.name
+                ));
                 continue;
             }
             let queue = queue_ids.get(g.queue.as_str()).copied();
             match queue {
-                None => s.issues.push(format!("podgroup {}/{}: queue {:?} does not exist", g.namespace, g.name, g.queue)),
-                Some(q) if !s.queues[q as usize].is_leaf() => {
-                    s.issues.push(format!("podgroup {}/{}: queue {} is not a leaf queue", g.namespace, g.name, g.queue))
-                }
+                None => s.issues.push(format!(
+                    "podgroup {}/{}: queue {:?} does not exist",
+                    g.namespace, g.name, g.queue
+                )),
+                Some(q) if !s.queues[q as usize].is_leaf() => s.issues.push(format!(
+                    "podgroup {}/{}: queue {} is not a leaf queue",
+                    g.namespace, g.name, g.queue
+                )),
                 _ => {}
             }
             let queue = queue.filter(|&q| s.queues[q as usize].is_leaf());
@@ -234,9 +283,16 @@ impl Snapshot {
             let min_member = g.min_member.unwrap_or(1);
             let mut sub_groups = vec![SubGroup {
                 name: "default".into(),
-                min_member: if g.sub_groups.is_empty() { min_member } else { 0 },
+                min_member: if g.sub_groups.is_empty() {
+                    min_member
+                } else {
+                    0
+                },
             }];
-            sub_groups.extend(g.sub_groups.iter().map(|sg| SubGroup { name: sg.name.clone(), min_member: sg.min_member }));
+            sub_groups.extend(g.sub_groups.iter().map(|sg| SubGroup {
+                name: sg.name.clone(),
+                min_member: sg.min_member,
+            }));
             group_ids.insert((&g.namespace, &g.name), s.groups.len() as GroupId);
             s.groups.push(PodGroup {
                 namespace: g.namespace.clone(),
@@ -244,7 +300,9 @@ impl Snapshot {
                 queue,
                 queue_name: g.queue.clone(),
                 priority,
-                preemptible: g.preemptible.unwrap_or(priority < names::NON_PREEMPTIBLE_PRIORITY_THRESHOLD),
+                preemptible: g
+                    .preemptible
+                    .unwrap_or(priority < names::NON_PREEMPTIBLE_PRIORITY_THRESHOLD),
                 sub_groups,
                 creation: g.creation,
                 staleness_grace: match g.staleness_grace_secs {
@@ -262,18 +320,22 @@ impl Snapshot {
         let mut empty_class: Option<ClassId> = None;
         for p in &input.pods {
             let mut invalid = None;
-            let gpu = match parse_gpu_request(&p.extended, &p.annotations, |name| intern(name, &mut s)) {
-                Ok(r) => r,
-                Err(e) => {
-                    invalid = Some(format!("pod {}/{}: {e}", p.namespace, p.name));
-                    GpuRequest::None
-                }
-            };
+            let gpu =
+                match parse_gpu_request(&p.extended, &p.annotations, |name| intern(name, &mut s)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        invalid = Some(format!("pod {}/{}: {e}", p.namespace, p.name));
+                        GpuRequest::None
+                    }
+                };
             let node = match &p.node {
                 Some(n) => match node_ids.get(n.as_str()) {
                     Some(&id) => Some(id),
                     None => {
-                        s.issues.push(format!("pod {}/{}: bound to unknown node {n}", p.namespace, p.name));
+                        s.issues.push(format!(
+                            "pod {}/{}: bound to unknown node {n}",
+                            p.namespace, p.name
+                        ));
                         None
                     }
                 },
@@ -288,7 +350,10 @@ impl Snapshot {
                 Some(&g) => g,
                 None => {
                     if !running && invalid.is_none() {
-                        invalid = Some(format!("pod {}/{}: podgroup {:?} does not exist", p.namespace, p.name, p.pod_group));
+                        invalid = Some(format!(
+                            "pod {}/{}: podgroup {:?} does not exist",
+                            p.namespace, p.name, p.pod_group
+                        ));
                     }
                     // Holder group so the pod is still accounted for (capacity, decisions).
                     s.groups.push(PodGroup {
@@ -298,7 +363,10 @@ impl Snapshot {
                         queue_name: String::new(),
                         priority: i32::MAX,
                         preemptible: false,
-                        sub_groups: vec![SubGroup { name: "default".into(), min_member: 1 }],
+                        sub_groups: vec![SubGroup {
+                            name: "default".into(),
+                            min_member: 1,
+                        }],
                         creation: p.creation,
                         staleness_grace: None,
                         stale_since: None,
@@ -315,27 +383,42 @@ impl Snapshot {
                     Some(i) => i as u16,
                     None => {
                         if invalid.is_none() {
-                            invalid = Some(format!("pod {}/{}: sub-group {name:?} is not in podgroup {}", p.namespace, p.name, grp.name));
+                            invalid = Some(format!(
+                                "pod {}/{}: sub-group {name:?} is not in podgroup {}",
+                                p.namespace, p.name, grp.name
+                            ));
                         }
                         0
                     }
                 },
             };
             if invalid.is_none() && !grp.foreign && grp.queue.is_none() {
-                invalid = Some(format!("queue {:?} of podgroup {} does not exist or is not a leaf queue", grp.queue_name, grp.name));
+                invalid = Some(format!(
+                    "queue {:?} of podgroup {} does not exist or is not a leaf queue",
+                    grp.queue_name, grp.name
+                ));
             }
-            let gpu_mib = node.and_then(|n| s.nodes[n as usize].gpu_memory_mib).or(max_gpu_mib);
+            let gpu_mib = node
+                .and_then(|n| s.nodes[n as usize].gpu_memory_mib)
+                .or(max_gpu_mib);
             let gpu_milli: i64 = match &gpu {
                 GpuRequest::None => 0,
                 GpuRequest::Whole(n) => i64::from(*n) * 1000,
                 GpuRequest::Fraction { milli, devices } => i64::from(*milli) * i64::from(*devices),
                 GpuRequest::Memory { mib, devices } => {
-                    let m = gpu_mib.and_then(|g| memory_to_milli(*mib, g)).unwrap_or(1000);
+                    let m = gpu_mib
+                        .and_then(|g| memory_to_milli(*mib, g))
+                        .unwrap_or(1000);
                     i64::from(m) * i64::from(*devices)
                 }
-                GpuRequest::Mig { profile, count } => i64::from(s.mig_profile_gpus[*profile as usize]) * i64::from(*count) * 1000,
+                GpuRequest::Mig { profile, count } => {
+                    i64::from(s.mig_profile_gpus[*profile as usize]) * i64::from(*count) * 1000
+                }
             };
-            let class = if p.node_selector.is_empty() && p.affinity.is_empty() && p.tolerations.is_empty() {
+            let class = if p.node_selector.is_empty()
+                && p.affinity.is_empty()
+                && p.tolerations.is_empty()
+            {
                 // The common unconstrained pod skips hashing.
                 let next = class_ids.len() as ClassId;
                 *empty_class.get_or_insert_with(|| {
@@ -344,7 +427,11 @@ impl Snapshot {
                 })
             } else {
                 let key = ConstraintClass {
-                    node_selector: p.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    node_selector: p
+                        .node_selector
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                     affinity: p.affinity.clone(),
                     tolerations: p.tolerations.clone(),
                 };
@@ -363,20 +450,28 @@ impl Snapshot {
                 class,
                 running,
                 node: if running { node } else { None },
-                gpu_indices: if running { p.gpu_indices.clone() } else { Vec::new() },
+                gpu_indices: if running {
+                    p.gpu_indices.clone()
+                } else {
+                    Vec::new()
+                },
                 creation: p.creation,
                 task_priority: p.task_priority,
                 invalid: if running { None } else { invalid },
             });
         }
-        let mut classes: Vec<(ClassId, ConstraintClass)> = class_ids.into_iter().map(|(k, v)| (v, k)).collect();
+        let mut classes: Vec<(ClassId, ConstraintClass)> =
+            class_ids.into_iter().map(|(k, v)| (v, k)).collect();
         classes.sort_by_key(|(id, _)| *id);
         s.classes = classes.into_iter().map(|(_, c)| c).collect();
         let pods = &s.pods;
         for g in &mut s.groups {
             g.pods.sort_by(|&a, &b| {
                 let (pa, pb) = (&pods[a as usize], &pods[b as usize]);
-                pb.task_priority.cmp(&pa.task_priority).then(pa.creation.cmp(&pb.creation)).then(pa.name.cmp(&pb.name))
+                pb.task_priority
+                    .cmp(&pa.task_priority)
+                    .then(pa.creation.cmp(&pb.creation))
+                    .then(pa.name.cmp(&pb.name))
             });
         }
         s
@@ -385,15 +480,21 @@ impl Snapshot {
 
 /// `nvidia.com/mig-3g.40gb` -> 3.
 fn mig_slices(name: &str) -> u32 {
-    let rest = name.strip_prefix(names::RESOURCE_MIG_PREFIX).unwrap_or(name);
-    rest.split('g').next().and_then(|g| g.parse().ok()).unwrap_or(1)
+    let rest = name
+        .strip_prefix(names::RESOURCE_MIG_PREFIX)
+        .unwrap_or(name);
+    rest.split('g')
+        .next()
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(1)
 }
 
 fn build_queues(input: &ClusterInput, s: &mut Snapshot) {
     let mut ids: HashMap<&str, QueueId> = HashMap::new();
     for q in &input.queues {
         if ids.contains_key(q.name.as_str()) {
-            s.issues.push(format!("queue {}: duplicate, later entry ignored", q.name));
+            s.issues
+                .push(format!("queue {}: duplicate, later entry ignored", q.name));
             continue;
         }
         ids.insert(&q.name, s.queues.len() as QueueId);
@@ -415,11 +516,16 @@ fn build_queues(input: &ClusterInput, s: &mut Snapshot) {
         });
     }
     for q in &input.queues {
-        let Some(&id) = ids.get(q.name.as_str()) else { continue };
+        let Some(&id) = ids.get(q.name.as_str()) else {
+            continue;
+        };
         if let Some(parent) = &q.parent {
             match ids.get(parent.as_str()) {
                 Some(&p) if p != id => s.queues[id as usize].parent = Some(p),
-                _ => s.issues.push(format!("queue {}: parent queue {parent} does not exist (treated as top level)", q.name)),
+                _ => s.issues.push(format!(
+                    "queue {}: parent queue {parent} does not exist (treated as top level)",
+                    q.name
+                )),
             }
         }
     }
@@ -429,7 +535,10 @@ fn build_queues(input: &ClusterInput, s: &mut Snapshot) {
         let mut cur = Some(id as QueueId);
         while let Some(c) = cur {
             if seen[c as usize] {
-                s.issues.push(format!("queue {}: parent chain has a cycle (treated as top level)", s.queues[id].name));
+                s.issues.push(format!(
+                    "queue {}: parent chain has a cycle (treated as top level)",
+                    s.queues[id].name
+                ));
                 s.queues[id].parent = None;
                 break;
             }

@@ -3,7 +3,7 @@
 //! changed only through a `Statement` so every what-if can be rolled back.
 
 use crate::request::GpuRequest;
-use crate::snapshot::{GroupId, NodeId, PodId, Res, Snapshot, CPU, MEM};
+use crate::snapshot::{CPU, GroupId, MEM, NodeId, PodId, Res, Snapshot};
 
 /// One physical GPU: idle, held whole, or shared by fractions (never both).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -20,7 +20,11 @@ impl GpuSlot {
     }
     /// Milli-GPU still free on this device.
     pub fn free_milli(&self) -> u32 {
-        if self.whole { 0 } else { 1000u32.saturating_sub(u32::from(self.shared_milli)) }
+        if self.whole {
+            0
+        } else {
+            1000u32.saturating_sub(u32::from(self.shared_milli))
+        }
     }
 }
 
@@ -30,8 +34,14 @@ pub enum GpuPlacement {
     /// Whole devices by index on the node.
     Whole(Vec<u8>),
     /// The same share on each listed device (a fraction slot).
-    Shared { gpus: Vec<u8>, milli: u16 },
-    Mig { profile: u16, count: u32 },
+    Shared {
+        gpus: Vec<u8>,
+        milli: u16,
+    },
+    Mig {
+        profile: u16,
+        count: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -93,7 +103,11 @@ impl State {
             free_gpu: s.nodes.iter().map(|n| i64::from(n.gpus) * 1000).collect(),
             gpu_base,
             gpus: vec![GpuSlot::default(); total as usize],
-            mig_free: s.nodes.iter().map(|n| n.mig.iter().map(|&(p, c)| (p, i64::from(c))).collect()).collect(),
+            mig_free: s
+                .nodes
+                .iter()
+                .map(|n| n.mig.iter().map(|&(p, c)| (p, i64::from(c))).collect())
+                .collect(),
             placement: vec![None; s.pods.len()],
             node_version: vec![0; n],
             changes: Vec::new(),
@@ -104,7 +118,9 @@ impl State {
             sub_placed: vec![0; subs as usize],
         };
         for (id, p) in s.pods.iter().enumerate() {
-            let (true, Some(node)) = (p.running, p.node) else { continue };
+            let (true, Some(node)) = (p.running, p.node) else {
+                continue;
+            };
             let gpu = st.running_gpu(s, id as PodId, node, issues);
             st.apply(s, id as PodId, Placement { node, gpu });
         }
@@ -113,20 +129,40 @@ impl State {
 
     /// GPU placement of a running pod from its reported indices, or the first devices that
     /// fit when the cache did not say.
-    fn running_gpu(&self, s: &Snapshot, pod: PodId, node: NodeId, issues: &mut Vec<String>) -> GpuPlacement {
+    fn running_gpu(
+        &self,
+        s: &Snapshot,
+        pod: PodId,
+        node: NodeId,
+        issues: &mut Vec<String>,
+    ) -> GpuPlacement {
         let p = &s.pods[pod as usize];
         let count = s.nodes[node as usize].gpus;
-        let valid: Vec<u8> = p.gpu_indices.iter().filter(|&&i| i < count).map(|&i| i as u8).collect();
+        let valid: Vec<u8> = p
+            .gpu_indices
+            .iter()
+            .filter(|&&i| i < count)
+            .map(|&i| i as u8)
+            .collect();
         let slots = self.node_gpus(node);
         match &p.gpu {
             GpuRequest::None => GpuPlacement::None,
-            GpuRequest::Mig { profile, count } => GpuPlacement::Mig { profile: *profile, count: *count },
+            GpuRequest::Mig { profile, count } => GpuPlacement::Mig {
+                profile: *profile,
+                count: *count,
+            },
             GpuRequest::Whole(n) => {
                 let mut idx = valid;
                 if idx.len() != *n as usize {
-                    idx = (0..count as u8).filter(|&i| slots[i as usize].is_idle()).take(*n as usize).collect();
+                    idx = (0..count as u8)
+                        .filter(|&i| slots[i as usize].is_idle())
+                        .take(*n as usize)
+                        .collect();
                     if idx.len() < *n as usize {
-                        issues.push(format!("pod {}/{}: holds more GPUs than node {} has free", p.namespace, p.name, s.nodes[node as usize].name));
+                        issues.push(format!(
+                            "pod {}/{}: holds more GPUs than node {} has free",
+                            p.namespace, p.name, s.nodes[node as usize].name
+                        ));
                     }
                 }
                 GpuPlacement::Whole(idx)
@@ -136,7 +172,10 @@ impl State {
                 let mut idx = valid;
                 if idx.len() != *devices as usize {
                     idx = (0..count as u8)
-                        .filter(|&i| !slots[i as usize].whole && slots[i as usize].free_milli() >= u32::from(milli))
+                        .filter(|&i| {
+                            !slots[i as usize].whole
+                                && slots[i as usize].free_milli() >= u32::from(milli)
+                        })
                         .take(*devices as usize)
                         .collect();
                 }
@@ -147,10 +186,12 @@ impl State {
 
     pub fn node_gpus(&self, node: NodeId) -> &[GpuSlot] {
         let base = self.gpu_base[node as usize] as usize;
-        let end = self.gpu_base.get(node as usize + 1).map_or(self.gpus.len(), |&e| e as usize);
+        let end = self
+            .gpu_base
+            .get(node as usize + 1)
+            .map_or(self.gpus.len(), |&e| e as usize);
         &self.gpus[base..end]
     }
-
 
     pub fn apply(&mut self, s: &Snapshot, pod: PodId, pl: Placement) {
         self.change(s, pod, &pl, 1);
@@ -181,7 +222,11 @@ impl State {
                 }
                 let k = idx.len() as u16;
                 self.free_gpu[n] -= sign * i64::from(k) * 1000;
-                self.idle_gpus[n] = if sign > 0 { self.idle_gpus[n].saturating_sub(k) } else { self.idle_gpus[n] + k };
+                self.idle_gpus[n] = if sign > 0 {
+                    self.idle_gpus[n].saturating_sub(k)
+                } else {
+                    self.idle_gpus[n] + k
+                };
             }
             GpuPlacement::Shared { gpus, milli } => {
                 self.free_gpu[n] -= sign * i64::from(*milli) * gpus.len() as i64;
@@ -235,6 +280,9 @@ impl State {
     pub fn gang_satisfied(&self, s: &Snapshot, g: GroupId) -> bool {
         let grp = &s.groups[g as usize];
         let base = self.sub_base[g as usize] as usize;
-        grp.sub_groups.iter().enumerate().all(|(i, sg)| self.sub_placed[base + i] >= sg.min_member)
+        grp.sub_groups
+            .iter()
+            .enumerate()
+            .all(|(i, sg)| self.sub_placed[base + i] >= sg.min_member)
     }
 }

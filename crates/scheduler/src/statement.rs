@@ -9,7 +9,11 @@ use crate::state::{Placement, State};
 #[derive(Clone, Debug)]
 pub enum Op {
     Place(PodId),
-    Evict { pod: PodId, from: Placement, reason: EvictReason },
+    Evict {
+        pod: PodId,
+        from: Placement,
+        reason: EvictReason,
+    },
 }
 
 #[derive(Debug, Default)]

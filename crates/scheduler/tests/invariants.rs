@@ -6,7 +6,9 @@ mod common;
 use common::*;
 use gantry_api::names;
 use gantry_scheduler::input::*;
-use gantry_scheduler::{Config, Decisions, EvictReason, GpuBinding, Policy, Snapshot, Strategy, schedule};
+use gantry_scheduler::{
+    Config, Decisions, EvictReason, GpuBinding, Policy, Snapshot, Strategy, schedule,
+};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,7 +17,10 @@ use std::collections::{BTreeMap, HashMap};
 const MIG: &str = "nvidia.com/mig-1g.10gb";
 
 fn random_cluster(rng: &mut ChaCha8Rng) -> ClusterInput {
-    let mut input = ClusterInput { now: 10_000, ..Default::default() };
+    let mut input = ClusterInput {
+        now: 10_000,
+        ..Default::default()
+    };
     for n in 0..rng.random_range(1..6) {
         let mut node = gpu_node(&format!("n{n}"), rng.random_range(0..9));
         node.cpu_milli = rng.random_range(4..65) * 1000;
@@ -29,8 +34,18 @@ fn random_cluster(rng: &mut ChaCha8Rng) -> ClusterInput {
     input.queues.push(queue("root", None, -1.0, -1.0, 1.0));
     for q in 0..rng.random_range(1..4) {
         let quota = rng.random_range(0..6) as f64;
-        let limit = if rng.random_bool(0.3) { quota + rng.random_range(0..6) as f64 } else { -1.0 };
-        let mut qi = queue(&format!("q{q}"), Some("root"), quota, limit, rng.random_range(0..3) as f64);
+        let limit = if rng.random_bool(0.3) {
+            quota + rng.random_range(0..6) as f64
+        } else {
+            -1.0
+        };
+        let mut qi = queue(
+            &format!("q{q}"),
+            Some("root"),
+            quota,
+            limit,
+            rng.random_range(0..3) as f64,
+        );
         qi.creation = q;
         input.queues.push(qi);
     }
@@ -41,26 +56,44 @@ fn add_jobs(input: &mut ClusterInput, rng: &mut ChaCha8Rng, tag: &str, jobs: usi
     let leaves = input.queues.len() - 1;
     for j in 0..jobs {
         let name = format!("{tag}{j}");
-        let size = if rng.random_bool(0.3) { rng.random_range(2..4) } else { 1 };
+        let size = if rng.random_bool(0.3) {
+            rng.random_range(2..4)
+        } else {
+            1
+        };
         let min = if rng.random_bool(0.8) { size } else { 1 };
         let prio = [50, 50, 75, 125][rng.random_range(0..4)];
-        input.pod_groups.push(group(&name, &format!("q{}", rng.random_range(0..leaves)), prio, min as u32, rng.random_range(0..100)));
+        input.pod_groups.push(group(
+            &name,
+            &format!("q{}", rng.random_range(0..leaves)),
+            prio,
+            min as u32,
+            rng.random_range(0..100),
+        ));
         for k in 0..size {
             let mut p = pod(&format!("{name}-{k}"), &name, 0);
             match rng.random_range(0..6) {
                 0 => {}
                 1 | 2 => {
-                    p.extended.insert(names::RESOURCE_GPU.into(), rng.random_range(1..4));
+                    p.extended
+                        .insert(names::RESOURCE_GPU.into(), rng.random_range(1..4));
                 }
                 3 => {
                     let f = ["0.1", "0.25", "0.5", "0.75", "0.3"][rng.random_range(0..5)];
-                    p.annotations.insert(names::ANNOTATION_GPU_FRACTION.into(), f.into());
+                    p.annotations
+                        .insert(names::ANNOTATION_GPU_FRACTION.into(), f.into());
                     if rng.random_bool(0.2) {
-                        p.annotations.insert(names::ANNOTATION_GPU_FRACTION_NUM_DEVICES.into(), "2".into());
+                        p.annotations.insert(
+                            names::ANNOTATION_GPU_FRACTION_NUM_DEVICES.into(),
+                            "2".into(),
+                        );
                     }
                 }
                 4 => {
-                    p.annotations.insert(names::ANNOTATION_GPU_MEMORY.into(), rng.random_range(1000..60000).to_string());
+                    p.annotations.insert(
+                        names::ANNOTATION_GPU_MEMORY.into(),
+                        rng.random_range(1000..60000).to_string(),
+                    );
                 }
                 _ => {
                     p.extended.insert(MIG.into(), rng.random_range(1..3));
@@ -75,9 +108,23 @@ fn add_jobs(input: &mut ClusterInput, rng: &mut ChaCha8Rng, tag: &str, jobs: usi
 }
 
 fn config(rng: &mut ChaCha8Rng) -> Config {
-    let policy = [Policy::Kai, Policy::Kai, Policy::FragmentationAware, Policy::BestFit][rng.random_range(0..4)];
-    let gpu_strategy = if rng.random_bool(0.2) { Strategy::Spread } else { Strategy::Binpack };
-    Config { policy, gpu_strategy, seed: rng.random(), ..Config::default() }
+    let policy = [
+        Policy::Kai,
+        Policy::Kai,
+        Policy::FragmentationAware,
+        Policy::BestFit,
+    ][rng.random_range(0..4)];
+    let gpu_strategy = if rng.random_bool(0.2) {
+        Strategy::Spread
+    } else {
+        Strategy::Binpack
+    };
+    Config {
+        policy,
+        gpu_strategy,
+        seed: rng.random(),
+        ..Config::default()
+    }
 }
 
 /// Turn binds into running pods (GPU indices as bound); drop evicted pods.
@@ -87,7 +134,9 @@ fn apply(input: &mut ClusterInput, d: &Decisions) {
     for b in &d.binds {
         if let Some(p) = input.pods.iter_mut().find(|p| p.name == b.name) {
             let idx = match &b.gpu {
-                GpuBinding::Whole { indices } | GpuBinding::Fraction { indices, .. } => indices.clone(),
+                GpuBinding::Whole { indices } | GpuBinding::Fraction { indices, .. } => {
+                    indices.clone()
+                }
                 _ => vec![],
             };
             *p = running(p.clone(), &b.node, &idx);
@@ -99,13 +148,25 @@ fn apply(input: &mut ClusterInput, d: &Decisions) {
 /// below their minimum a while ago, so stale-gang eviction has work.
 fn break_gangs(input: &mut ClusterInput, rng: &mut ChaCha8Rng) {
     let now = input.now;
-    for g in input.pod_groups.iter_mut().filter(|g| g.min_member.unwrap_or(1) >= 2) {
+    for g in input
+        .pod_groups
+        .iter_mut()
+        .filter(|g| g.min_member.unwrap_or(1) >= 2)
+    {
         if !rng.random_bool(0.5) {
             continue;
         }
-        if let Some(i) = input.pods.iter().position(|p| p.pod_group == g.name && p.phase == PodPhase::Running) {
+        if let Some(i) = input
+            .pods
+            .iter()
+            .position(|p| p.pod_group == g.name && p.phase == PodPhase::Running)
+        {
             input.pods.remove(i);
-            g.stale_since = if rng.random_bool(0.5) { Some(now - 120) } else { None };
+            g.stale_since = if rng.random_bool(0.5) {
+                Some(now - 120)
+            } else {
+                None
+            };
         }
     }
 }
@@ -120,9 +181,15 @@ fn check_capacity(input: &ClusterInput, d: &Decisions) -> Result<(), String> {
     let mut pods: HashMap<&str, i64> = HashMap::new();
     let mut mig: HashMap<&str, i64> = HashMap::new();
     let mut gpu: HashMap<(&str, u32), (bool, u32)> = HashMap::new();
-    let gpu_mib: BTreeMap<&str, u64> = input.nodes.iter().map(|n| (n.name.as_str(), 80000)).collect();
+    let gpu_mib: BTreeMap<&str, u64> = input
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), 80000))
+        .collect();
     for p in after.pods.iter().filter(|p| p.phase == PodPhase::Running) {
-        let Some(node) = p.node.as_deref() else { continue };
+        let Some(node) = p.node.as_deref() else {
+            continue;
+        };
         *cpu.entry(node).or_default() += p.cpu_milli;
         *mem.entry(node).or_default() += p.memory_bytes;
         *pods.entry(node).or_default() += 1;
@@ -140,7 +207,10 @@ fn check_capacity(input: &ClusterInput, d: &Decisions) -> Result<(), String> {
             let e = gpu.entry((node, i)).or_insert((false, 0));
             if whole {
                 if e.0 || e.1 > 0 {
-                    return Err(format!("GPU {node}/{i} given whole to {} but already used", p.name));
+                    return Err(format!(
+                        "GPU {node}/{i} given whole to {} but already used",
+                        p.name
+                    ));
                 }
                 e.0 = true;
             } else {
@@ -149,14 +219,19 @@ fn check_capacity(input: &ClusterInput, d: &Decisions) -> Result<(), String> {
                 }
                 e.1 += share;
                 if e.1 > 1000 {
-                    return Err(format!("GPU {node}/{i} shared beyond 100% ({} milli) after {}", e.1, p.name));
+                    return Err(format!(
+                        "GPU {node}/{i} shared beyond 100% ({} milli) after {}",
+                        e.1, p.name
+                    ));
                 }
             }
         }
     }
     for n in &input.nodes {
         let name = n.name.as_str();
-        if cpu.get(name).copied().unwrap_or(0) > n.cpu_milli || mem.get(name).copied().unwrap_or(0) > n.memory_bytes {
+        if cpu.get(name).copied().unwrap_or(0) > n.cpu_milli
+            || mem.get(name).copied().unwrap_or(0) > n.memory_bytes
+        {
             return Err(format!("node {name}: CPU or memory over-committed"));
         }
         if pods.get(name).copied().unwrap_or(0) > i64::from(n.pods) {
@@ -176,20 +251,43 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
     check_capacity(input, d)?;
     // Gangs: whole or nothing.
     for g in &input.pod_groups {
-        let bound = d.binds.iter().filter(|b| input.pods.iter().any(|p| p.name == b.name && p.pod_group == g.name)).count();
+        let bound = d
+            .binds
+            .iter()
+            .filter(|b| {
+                input
+                    .pods
+                    .iter()
+                    .any(|p| p.name == b.name && p.pod_group == g.name)
+            })
+            .count();
         if bound == 0 {
             continue;
         }
         let evicted: Vec<&str> = d.evictions.iter().map(|e| e.name.as_str()).collect();
-        let running = input.pods.iter().filter(|p| p.pod_group == g.name && p.phase == PodPhase::Running && !evicted.contains(&p.name.as_str())).count();
+        let running = input
+            .pods
+            .iter()
+            .filter(|p| {
+                p.pod_group == g.name
+                    && p.phase == PodPhase::Running
+                    && !evicted.contains(&p.name.as_str())
+            })
+            .count();
         if ((running + bound) as u32) < g.min_member.unwrap_or(1) {
-            return Err(format!("gang {} bound {bound} + {running} running < min {:?}", g.name, g.min_member));
+            return Err(format!(
+                "gang {} bound {bound} + {running} running < min {:?}",
+                g.name, g.min_member
+            ));
         }
     }
     // Limits: no queue above its limit.
     for (q, rep) in input.queues.iter().zip(&d.queues) {
         if q.gpu.limit >= 0.0 && rep.allocated[0] > q.gpu.limit + 1e-9 {
-            return Err(format!("queue {} allocated {} GPUs over limit {}", q.name, rep.allocated[0], q.gpu.limit));
+            return Err(format!(
+                "queue {} allocated {} GPUs over limit {}",
+                q.name, rep.allocated[0], q.gpu.limit
+            ));
         }
     }
     // Reclaim never takes a queue from at/above deserved to below it.
@@ -200,37 +298,62 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
     for p in &snap.pods {
         if p.running || bound.contains(&p.name.as_str()) {
             if let Some(q) = snap.groups[p.group as usize].queue {
-                *before.entry(snap.queues[q as usize].name.as_str()).or_default() += p.res.0[0] as f64 / 1000.0;
+                *before
+                    .entry(snap.queues[q as usize].name.as_str())
+                    .or_default() += p.res.0[0] as f64 / 1000.0;
             }
         }
     }
     let mut reclaimed: HashMap<&str, f64> = HashMap::new();
     for e in &d.evictions {
-        let p = snap.pod_by_name(&e.namespace, &e.name).ok_or("evicted pod unknown")?;
+        let p = snap
+            .pod_by_name(&e.namespace, &e.name)
+            .ok_or("evicted pod unknown")?;
         let pod = &snap.pods[p as usize];
         if !pod.running {
             return Err(format!("evicted {} was not running", e.name));
         }
         match &e.reason {
-            EvictReason::Reclaim { by_queue, victim_queue, .. } => {
+            EvictReason::Reclaim {
+                by_queue,
+                victim_queue,
+                ..
+            } => {
                 if by_queue == victim_queue {
                     return Err("reclaim inside one queue".into());
                 }
-                *reclaimed.entry(victim_queue.as_str()).or_default() += pod.res.0[0] as f64 / 1000.0;
+                *reclaimed.entry(victim_queue.as_str()).or_default() +=
+                    pod.res.0[0] as f64 / 1000.0;
             }
-            EvictReason::Preempt { priority, victim_priority, .. } if victim_priority >= priority => {
+            EvictReason::Preempt {
+                priority,
+                victim_priority,
+                ..
+            } if victim_priority >= priority => {
                 return Err(format!("preempted {} by non-higher priority", e.name));
             }
-            EvictReason::Consolidation { relocate_to, .. } if relocate_to.is_empty() => return Err("consolidation without target".into()),
-            EvictReason::Consolidation { .. } if !cfg.consolidation_enabled() => return Err("consolidation while disabled".into()),
+            EvictReason::Consolidation { relocate_to, .. } if relocate_to.is_empty() => {
+                return Err("consolidation without target".into());
+            }
+            EvictReason::Consolidation { .. } if !cfg.consolidation_enabled() => {
+                return Err("consolidation while disabled".into());
+            }
             _ => {}
         }
     }
     for (q, taken) in &reclaimed {
-        let deserved = d.queues.iter().find(|r| r.name == *q).map(|r| r.deserved[0]).unwrap_or(0.0);
+        let deserved = d
+            .queues
+            .iter()
+            .find(|r| r.name == *q)
+            .map(|r| r.deserved[0])
+            .unwrap_or(0.0);
         let b = before.get(q).copied().unwrap_or(0.0);
         if b + 1e-9 >= deserved && b - taken < deserved - 1e-9 {
-            return Err(format!("reclaim took queue {q} from {b} to {} below deserved {deserved}", b - taken));
+            return Err(format!(
+                "reclaim took queue {q} from {b} to {} below deserved {deserved}",
+                b - taken
+            ));
         }
     }
     Ok(())
@@ -296,6 +419,9 @@ fn generator_exercises_every_action() {
         }
     }
     for k in ["bind", "reclaim", "preempt", "consolidation", "stale"] {
-        assert!(kinds.get(k).copied().unwrap_or(0) > 0, "no {k} decisions: {kinds:?}");
+        assert!(
+            kinds.get(k).copied().unwrap_or(0) > 0,
+            "no {k} decisions: {kinds:?}"
+        );
     }
 }

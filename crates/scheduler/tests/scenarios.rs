@@ -14,7 +14,10 @@ fn run(input: &ClusterInput) -> Decisions {
 fn two_queue_cluster() -> ClusterInput {
     ClusterInput {
         nodes: vec![gpu_node("n0", 8)],
-        queues: vec![queue("a", None, 4.0, -1.0, 1.0), queue("b", None, 4.0, -1.0, 1.0)],
+        queues: vec![
+            queue("a", None, 4.0, -1.0, 1.0),
+            queue("b", None, 4.0, -1.0, 1.0),
+        ],
         ..Default::default()
     }
 }
@@ -31,7 +34,9 @@ fn queue_borrows_all_then_other_claims_its_quota_back() {
     // Cycle 2: a's pods run; b asks for its 4.
     for b in &d.binds {
         let p = input.pods.iter_mut().find(|p| p.name == b.name).unwrap();
-        let GpuBinding::Whole { indices } = &b.gpu else { panic!("whole GPU expected") };
+        let GpuBinding::Whole { indices } = &b.gpu else {
+            panic!("whole GPU expected")
+        };
         *p = running(p.clone(), &b.node, indices);
     }
     for i in 0..4 {
@@ -41,7 +46,11 @@ fn queue_borrows_all_then_other_claims_its_quota_back() {
     assert_eq!(d.evictions.len(), 4, "{d:#?}");
     assert!(d.evictions.iter().all(|e| matches!(&e.reason, EvictReason::Reclaim { by_queue, victim_queue, .. } if by_queue == "b" && victim_queue == "a")));
     assert_eq!(d.binds.len(), 4);
-    assert!(d.binds.iter().all(|b| b.name.starts_with('b') && b.pipelined));
+    assert!(
+        d.binds
+            .iter()
+            .all(|b| b.name.starts_with('b') && b.pipelined)
+    );
     let a = d.queues.iter().find(|q| q.name == "a").unwrap();
     assert_eq!(a.allocated[0], 4.0, "a keeps exactly its deserved 4");
 }
@@ -65,7 +74,11 @@ fn reclaim_never_takes_in_quota_resources() {
 
 #[test]
 fn priority_preemption_inside_a_queue() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 4)], queues: vec![queue("q", None, 4.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 4)],
+        queues: vec![queue("q", None, 4.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     for i in 0..4 {
         job(&mut input, &format!("low{i}"), "q", 50, 1, i);
         let p = input.pods.last_mut().unwrap();
@@ -77,14 +90,25 @@ fn priority_preemption_inside_a_queue() {
     // The newest low-priority pods go first.
     let names: BTreeSet<&str> = d.evictions.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, BTreeSet::from(["low2", "low3"]));
-    assert!(d.evictions.iter().all(|e| matches!(e.reason, EvictReason::Preempt { priority: 75, victim_priority: 50, .. })));
+    assert!(d.evictions.iter().all(|e| matches!(
+        e.reason,
+        EvictReason::Preempt {
+            priority: 75,
+            victim_priority: 50,
+            ..
+        }
+    )));
     assert_eq!(d.binds.len(), 1);
     assert!(d.binds[0].pipelined);
 }
 
 #[test]
 fn equal_priority_does_not_preempt() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 2)], queues: vec![queue("q", None, 4.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 2)],
+        queues: vec![queue("q", None, 4.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     for i in 0..2 {
         job(&mut input, &format!("old{i}"), "q", 50, 1, i);
         let p = input.pods.last_mut().unwrap();
@@ -94,14 +118,20 @@ fn equal_priority_does_not_preempt() {
     let d = run(&input);
     assert!(d.evictions.is_empty());
     assert_eq!(d.unschedulable.len(), 1);
-    assert_eq!(d.unschedulable[0].message, "0/1 nodes: 1 insufficient nvidia.com/gpu");
+    assert_eq!(
+        d.unschedulable[0].message,
+        "0/1 nodes: 1 insufficient nvidia.com/gpu"
+    );
 }
 
 #[test]
 fn consolidation_makes_room_for_a_gang() {
     // 4 nodes x 4 GPUs, each with two 1-GPU pods: 8 GPUs free but no node has 4 free.
     // A gang of two 4-GPU pods fits only if the pods of two nodes move to the other two.
-    let mut input = ClusterInput { queues: vec![queue("q", None, 16.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        queues: vec![queue("q", None, 16.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     for n in 0..4 {
         input.nodes.push(gpu_node(&format!("n{n}"), 4));
         for k in 0..2 {
@@ -122,26 +152,43 @@ fn consolidation_makes_room_for_a_gang() {
     assert_eq!(gang_nodes.len(), 2);
     assert_eq!(d.evictions.len(), 4);
     for e in &d.evictions {
-        let EvictReason::Consolidation { relocate_to, .. } = &e.reason else { panic!("{e:?}") };
-        assert!(!gang_nodes.contains(relocate_to.as_str()), "moved pod must leave the gang's nodes");
+        let EvictReason::Consolidation { relocate_to, .. } = &e.reason else {
+            panic!("{e:?}")
+        };
+        assert!(
+            !gang_nodes.contains(relocate_to.as_str()),
+            "moved pod must leave the gang's nodes"
+        );
         assert!(gang_nodes.contains(e.node.as_str()));
     }
 }
 
 #[test]
 fn consolidation_disabled_by_spread() {
-    let cfg = Config { gpu_strategy: gantry_scheduler::Strategy::Spread, ..Config::default() };
+    let cfg = Config {
+        gpu_strategy: gantry_scheduler::Strategy::Spread,
+        ..Config::default()
+    };
     assert!(!cfg.consolidation_enabled());
     assert!(Config::default().consolidation_enabled());
 }
 
 #[test]
 fn fractions_pack_onto_one_gpu() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 2)], queues: vec![queue("q", None, 2.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 2)],
+        queues: vec![queue("q", None, 2.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     for (i, f) in ["0.5", "0.25", "0.25"].iter().enumerate() {
         let name = format!("f{i}");
         input.pod_groups.push(group(&name, "q", 50, 1, i as i64));
-        input.pods.push(fraction_pod(&name, &name, names::ANNOTATION_GPU_FRACTION, f));
+        input.pods.push(fraction_pod(
+            &name,
+            &name,
+            names::ANNOTATION_GPU_FRACTION,
+            f,
+        ));
     }
     let d = run(&input);
     assert_eq!(d.binds.len(), 3);
@@ -161,42 +208,83 @@ fn fractions_pack_onto_one_gpu() {
 #[test]
 fn gpu_memory_takes_its_share_of_the_device() {
     // 20000 MiB of an 80000 MiB GPU is a quarter: three 0.25 fractions still fit beside it.
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 1)], queues: vec![queue("q", None, 1.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 1)],
+        queues: vec![queue("q", None, 1.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     input.pod_groups.push(group("m", "q", 50, 1, 0));
-    input.pods.push(fraction_pod("m", "m", names::ANNOTATION_GPU_MEMORY, "20000"));
+    input.pods.push(fraction_pod(
+        "m",
+        "m",
+        names::ANNOTATION_GPU_MEMORY,
+        "20000",
+    ));
     for i in 0..4 {
         let name = format!("f{i}");
         input.pod_groups.push(group(&name, "q", 50, 1, 1 + i));
-        input.pods.push(fraction_pod(&name, &name, names::ANNOTATION_GPU_FRACTION, "0.25"));
+        input.pods.push(fraction_pod(
+            &name,
+            &name,
+            names::ANNOTATION_GPU_FRACTION,
+            "0.25",
+        ));
     }
     let d = run(&input);
     let m = d.binds.iter().find(|b| b.name == "m").unwrap();
-    assert_eq!(m.gpu, GpuBinding::Fraction { indices: vec![0], milli: 250 });
+    assert_eq!(
+        m.gpu,
+        GpuBinding::Fraction {
+            indices: vec![0],
+            milli: 250
+        }
+    );
     assert_eq!(d.binds.len(), 4, "the fourth 0.25 does not fit");
     assert_eq!(d.unschedulable.len(), 1);
-    assert_eq!(d.unschedulable[0].message, "0/1 nodes: 1 insufficient free GPU share");
+    assert_eq!(
+        d.unschedulable[0].message,
+        "0/1 nodes: 1 insufficient free GPU share"
+    );
 }
 
 #[test]
 fn multi_gpu_fraction() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 4)], queues: vec![queue("q", None, 4.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 4)],
+        queues: vec![queue("q", None, 4.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     input.pod_groups.push(group("f", "q", 50, 1, 0));
     let mut p = fraction_pod("f", "f", names::ANNOTATION_GPU_FRACTION, "0.5");
-    p.annotations.insert(names::ANNOTATION_GPU_FRACTION_NUM_DEVICES.into(), "3".into());
+    p.annotations.insert(
+        names::ANNOTATION_GPU_FRACTION_NUM_DEVICES.into(),
+        "3".into(),
+    );
     input.pods.push(p);
     let d = run(&input);
-    let GpuBinding::Fraction { indices, milli } = &d.binds[0].gpu else { panic!() };
+    let GpuBinding::Fraction { indices, milli } = &d.binds[0].gpu else {
+        panic!()
+    };
     assert_eq!((indices.len(), *milli), (3, 500));
     assert_eq!(d.queues[0].allocated[0], 1.5);
 }
 
 #[test]
 fn invalid_fractions_are_rejected_with_a_reason() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 1)], queues: vec![queue("q", None, 1.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 1)],
+        queues: vec![queue("q", None, 1.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     for v in ["0", "1.5", "abc"] {
         let name = format!("bad-{}", v.replace('.', "-"));
         input.pod_groups.push(group(&name, "q", 50, 1, 0));
-        input.pods.push(fraction_pod(&name, &name, names::ANNOTATION_GPU_FRACTION, v));
+        input.pods.push(fraction_pod(
+            &name,
+            &name,
+            names::ANNOTATION_GPU_FRACTION,
+            v,
+        ));
     }
     let d = run(&input);
     assert!(d.binds.is_empty());
@@ -209,10 +297,19 @@ fn invalid_fractions_are_rejected_with_a_reason() {
 
 #[test]
 fn whole_and_shared_never_on_the_same_gpu() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 1)], queues: vec![queue("q", None, 2.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 1)],
+        queues: vec![queue("q", None, 2.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     job(&mut input, "whole", "q", 50, 1, 0);
     input.pod_groups.push(group("frac", "q", 50, 1, 1));
-    input.pods.push(fraction_pod("frac", "frac", names::ANNOTATION_GPU_FRACTION, "0.1"));
+    input.pods.push(fraction_pod(
+        "frac",
+        "frac",
+        names::ANNOTATION_GPU_FRACTION,
+        "0.1",
+    ));
     let d = run(&input);
     assert_eq!(d.binds.len(), 1);
     assert_eq!(d.binds[0].name, "whole");
@@ -222,40 +319,72 @@ fn whole_and_shared_never_on_the_same_gpu() {
 fn mig_and_whole_gpus_side_by_side_and_no_fractions_on_mig() {
     let mut node = gpu_node("mixed", 2);
     node.mig.insert("nvidia.com/mig-1g.10gb".into(), 7);
-    let mut input = ClusterInput { nodes: vec![node], queues: vec![queue("q", None, 20.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![node],
+        queues: vec![queue("q", None, 20.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     job(&mut input, "whole", "q", 50, 2, 0);
     input.pod_groups.push(group("mig", "q", 50, 1, 1));
     let mut p = pod("mig", "mig", 0);
     p.extended.insert("nvidia.com/mig-1g.10gb".into(), 3);
     input.pods.push(p);
     input.pod_groups.push(group("frac", "q", 50, 1, 2));
-    input.pods.push(fraction_pod("frac", "frac", names::ANNOTATION_GPU_FRACTION, "0.5"));
+    input.pods.push(fraction_pod(
+        "frac",
+        "frac",
+        names::ANNOTATION_GPU_FRACTION,
+        "0.5",
+    ));
     let d = run(&input);
     let bound: BTreeSet<&str> = d.binds.iter().map(|b| b.name.as_str()).collect();
     assert_eq!(bound, BTreeSet::from(["mig", "whole"]));
     let mig = d.binds.iter().find(|b| b.name == "mig").unwrap();
-    assert_eq!(mig.gpu, GpuBinding::Mig { resource: "nvidia.com/mig-1g.10gb".into(), count: 3 });
-    assert_eq!(d.unschedulable[0].message, "0/1 nodes: 1 MIG node does not host GPU fractions");
+    assert_eq!(
+        mig.gpu,
+        GpuBinding::Mig {
+            resource: "nvidia.com/mig-1g.10gb".into(),
+            count: 3
+        }
+    );
+    assert_eq!(
+        d.unschedulable[0].message,
+        "0/1 nodes: 1 MIG node does not host GPU fractions"
+    );
 }
 
 #[test]
 fn unschedulable_summary_per_node() {
-    let mut input = ClusterInput { queues: vec![queue("q", None, 400.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        queues: vec![queue("q", None, 400.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     for n in 0..40 {
         let mut node = gpu_node(&format!("n{n:02}"), 8);
         if n >= 32 {
-            node.taints.push(Taint { key: names::TAINT_GPU.into(), value: String::new(), effect: TaintEffect::NoSchedule });
+            node.taints.push(Taint {
+                key: names::TAINT_GPU.into(),
+                value: String::new(),
+                effect: TaintEffect::NoSchedule,
+            });
         }
         input.nodes.push(node);
     }
     job(&mut input, "big", "q", 50, 9, 0);
     let d = run(&input);
-    assert_eq!(d.unschedulable[0].message, "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu");
+    assert_eq!(
+        d.unschedulable[0].message,
+        "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu"
+    );
 }
 
 #[test]
 fn gang_is_all_or_nothing() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 4), gpu_node("n1", 4)], queues: vec![queue("q", None, 12.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 4), gpu_node("n1", 4)],
+        queues: vec![queue("q", None, 12.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     input.pod_groups.push(group("gang", "q", 50, 3, 0));
     for i in 0..3 {
         input.pods.push(pod(&format!("g{i}"), "gang", 4));
@@ -265,32 +394,65 @@ fn gang_is_all_or_nothing() {
     assert_eq!(d.binds.len(), 1);
     assert_eq!(d.binds[0].name, "solo");
     assert_eq!(d.unschedulable.len(), 3);
-    assert!(d.unschedulable[0].message.starts_with("gang of 3 pods cannot be placed together"), "{}", d.unschedulable[0].message);
+    assert!(
+        d.unschedulable[0]
+            .message
+            .starts_with("gang of 3 pods cannot be placed together"),
+        "{}",
+        d.unschedulable[0].message
+    );
 }
 
 #[test]
 fn limit_zero_means_none_of_that_resource() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 8)], queues: vec![queue("q", None, 0.0, 0.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 8)],
+        queues: vec![queue("q", None, 0.0, 0.0, 1.0)],
+        ..Default::default()
+    };
     job(&mut input, "j", "q", 50, 1, 0);
     let d = run(&input);
     assert!(d.binds.is_empty());
-    assert!(d.unschedulable[0].message.starts_with("OverLimit"), "{}", d.unschedulable[0].message);
+    assert!(
+        d.unschedulable[0].message.starts_with("OverLimit"),
+        "{}",
+        d.unschedulable[0].message
+    );
 }
 
 #[test]
 fn non_preemptible_never_exceeds_deserved_even_when_idle() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 8)], queues: vec![queue("q", None, 2.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 8)],
+        queues: vec![queue("q", None, 2.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     job(&mut input, "inference", "q", 125, 3, 0);
     job(&mut input, "small", "q", 125, 2, 1);
     let d = run(&input);
-    assert_eq!(d.binds.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), vec!["small"]);
-    let u = d.unschedulable.iter().find(|u| u.name == "inference").unwrap();
-    assert!(u.message.starts_with("NonPreemptibleOverQuota"), "{}", u.message);
+    assert_eq!(
+        d.binds.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
+        vec!["small"]
+    );
+    let u = d
+        .unschedulable
+        .iter()
+        .find(|u| u.name == "inference")
+        .unwrap();
+    assert!(
+        u.message.starts_with("NonPreemptibleOverQuota"),
+        "{}",
+        u.message
+    );
 }
 
 #[test]
 fn higher_priority_and_older_jobs_go_first() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 2)], queues: vec![queue("q", None, 2.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 2)],
+        queues: vec![queue("q", None, 2.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     job(&mut input, "young-low", "q", 50, 1, 5);
     job(&mut input, "old-low", "q", 50, 1, 1);
     job(&mut input, "young-high", "q", 60, 1, 9);
@@ -301,7 +463,12 @@ fn higher_priority_and_older_jobs_go_first() {
 
 #[test]
 fn stale_gang_marked_then_evicted_after_grace() {
-    let mut input = ClusterInput { now: 1000, nodes: vec![gpu_node("n0", 1)], queues: vec![queue("q", None, 8.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        now: 1000,
+        nodes: vec![gpu_node("n0", 1)],
+        queues: vec![queue("q", None, 8.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     input.pod_groups.push(group("gang", "q", 50, 3, 0));
     input.pods.push(running(pod("g0", "gang", 1), "n0", &[0]));
     input.pods.push(pod("g1", "gang", 1));
@@ -313,32 +480,56 @@ fn stale_gang_marked_then_evicted_after_grace() {
     input.pod_groups[0].stale_since = Some(1000 - 61);
     let d = run(&input);
     assert_eq!(d.evictions.len(), 1);
-    assert!(matches!(d.evictions[0].reason, EvictReason::StaleGang { grace_secs: 60, .. }));
+    assert!(matches!(
+        d.evictions[0].reason,
+        EvictReason::StaleGang { grace_secs: 60, .. }
+    ));
     input.pod_groups[0].staleness_grace_secs = Some(-1);
-    assert!(run(&input).evictions.is_empty(), "negative grace disables stale eviction");
+    assert!(
+        run(&input).evictions.is_empty(),
+        "negative grace disables stale eviction"
+    );
 }
 
 #[test]
 fn missing_queue_and_group_are_reported() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 1)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 1)],
+        ..Default::default()
+    };
     input.pod_groups.push(group("g", "nope", 50, 1, 0));
     input.pods.push(pod("p", "g", 1));
     input.pods.push(pod("orphan", "missing", 1));
     let d = run(&input);
     assert!(d.binds.is_empty());
-    assert!(d.unschedulable.iter().any(|u| u.name == "p" && u.message.contains("\"nope\"")));
-    assert!(d.unschedulable.iter().any(|u| u.name == "orphan" && u.message.contains("podgroup \"missing\" does not exist")));
+    assert!(
+        d.unschedulable
+            .iter()
+            .any(|u| u.name == "p" && u.message.contains("\"nope\""))
+    );
+    assert!(
+        d.unschedulable.iter().any(
+            |u| u.name == "orphan" && u.message.contains("podgroup \"missing\" does not exist")
+        )
+    );
 }
 
 #[test]
 fn spread_uses_the_emptiest_node() {
-    let mut input = ClusterInput { nodes: vec![gpu_node("n0", 8), gpu_node("n1", 8)], queues: vec![queue("q", None, 16.0, -1.0, 1.0)], ..Default::default() };
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 8), gpu_node("n1", 8)],
+        queues: vec![queue("q", None, 16.0, -1.0, 1.0)],
+        ..Default::default()
+    };
     job(&mut input, "r", "q", 50, 1, 0);
     *input.pods.last_mut().unwrap() = running(input.pods.last().unwrap().clone(), "n0", &[0]);
     job(&mut input, "p", "q", 50, 1, 1);
     let d = run(&input);
     assert_eq!(d.binds[0].node, "n0", "binpack joins the used node");
-    let cfg = Config { gpu_strategy: gantry_scheduler::Strategy::Spread, ..Config::default() };
+    let cfg = Config {
+        gpu_strategy: gantry_scheduler::Strategy::Spread,
+        ..Config::default()
+    };
     let d = schedule(&Snapshot::build(&input), &cfg);
     assert_eq!(d.binds[0].node, "n1", "spread takes the emptier node");
 }

@@ -30,7 +30,12 @@ pub struct ControlPlaneOptions {
 
 impl Default for ControlPlaneOptions {
     fn default() -> Self {
-        Self { data_dir: None, port: 0, kubeconfig: None, watch_history: 100_000 }
+        Self {
+            data_dir: None,
+            port: 0,
+            kubeconfig: None,
+            watch_history: 100_000,
+        }
     }
 }
 
@@ -53,12 +58,25 @@ impl ControlPlane {
             Some(dir) => {
                 let backend = SqliteBackend::open(dir)?;
                 let store = Store::open(Box::new(backend), opts.watch_history)?;
-                (store, tls::load_or_generate(dir)?, kubeconfig::load_or_create_token(dir)?, None)
+                (
+                    store,
+                    tls::load_or_generate(dir)?,
+                    kubeconfig::load_or_create_token(dir)?,
+                    None,
+                )
             }
             None => {
-                let tmp = tempfile::tempdir()
-                    .map_err(|source| SimError::Io { what: "creating temporary directory", path: "$TMPDIR".into(), source })?;
-                (Store::memory(opts.watch_history), tls::generate()?, kubeconfig::new_token(), Some(tmp))
+                let tmp = tempfile::tempdir().map_err(|source| SimError::Io {
+                    what: "creating temporary directory",
+                    path: "$TMPDIR".into(),
+                    source,
+                })?;
+                (
+                    Store::memory(opts.watch_history),
+                    tls::generate()?,
+                    kubeconfig::new_token(),
+                    Some(tmp),
+                )
             }
         };
         let kubeconfig_path = match (&opts.kubeconfig, &opts.data_dir, &tmp) {
@@ -69,17 +87,35 @@ impl ControlPlane {
         };
         let listener = TcpListener::bind(("127.0.0.1", opts.port))
             .await
-            .map_err(|source| SimError::Bind { port: opts.port, source })?;
-        let addr = listener.local_addr().map_err(|source| SimError::Bind { port: opts.port, source })?;
+            .map_err(|source| SimError::Bind {
+                port: opts.port,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            port: opts.port,
+            source,
+        })?;
         let api = ApiServer::new(store, Some(token.clone()));
         api.set_address(addr.to_string());
         let url = format!("https://{addr}");
-        kubeconfig::write_private(&kubeconfig_path, &kubeconfig::render(&url, &material.ca_pem, &token))?;
+        kubeconfig::write_private(
+            &kubeconfig_path,
+            &kubeconfig::render(&url, &material.ca_pem, &token),
+        )?;
         let (stop, stop_rx) = watch::channel(false);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&material)?);
         let serve = tokio::spawn(serve(listener, acceptor, api.clone(), stop_rx.clone()));
         let collector = tokio::spawn(gc::run(api.clone(), stop_rx));
-        Ok(Self { api, addr, kubeconfig: kubeconfig_path, tls: material, token, stop, tasks: vec![serve, collector], _tmp: tmp })
+        Ok(Self {
+            api,
+            addr,
+            kubeconfig: kubeconfig_path,
+            tls: material,
+            token,
+            stop,
+            tasks: vec![serve, collector],
+            _tmp: tmp,
+        })
     }
 
     /// `https://127.0.0.1:PORT`.
@@ -113,7 +149,12 @@ impl ControlPlane {
     /// The kube-rs configuration for this control plane (default namespace `default`).
     pub fn kube_config(&self) -> Result<kube::Config, SimError> {
         let url = self.base_url();
-        let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| SimError::Client { url: url.clone(), message: e.to_string() })?;
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| SimError::Client {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
         let mut cfg = kube::Config::new(uri);
         cfg.root_cert = Some(vec![tls::ca_der(&self.tls)?]);
         cfg.auth_info.token = Some(self.token.clone().into());
@@ -124,7 +165,10 @@ impl ControlPlane {
     /// A kube-rs client talking HTTPS to this control plane.
     pub fn client(&self) -> Result<kube::Client, SimError> {
         let url = self.base_url();
-        kube::Client::try_from(self.kube_config()?).map_err(|e| SimError::Client { url, message: e.to_string() })
+        kube::Client::try_from(self.kube_config()?).map_err(|e| SimError::Client {
+            url,
+            message: e.to_string(),
+        })
     }
 
     /// Stops serving and waits for the server and controllers to end.
@@ -145,7 +189,12 @@ impl Drop for ControlPlane {
     }
 }
 
-async fn serve(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, api: Arc<ApiServer>, mut stop: watch::Receiver<bool>) {
+async fn serve(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    api: Arc<ApiServer>,
+    mut stop: watch::Receiver<bool>,
+) {
     let router = api.router();
     let mut conns = tokio::task::JoinSet::new();
     loop {
@@ -172,7 +221,10 @@ async fn serve(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, api: 
                 }
             };
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), service).await {
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                .await
+            {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
         });

@@ -39,15 +39,24 @@ pub async fn run(api: Arc<ApiServer>, mut stop: watch::Receiver<bool>) {
 fn target_for(api: &ApiServer, gr: &str, namespace: &str) -> Option<Target> {
     let info = api.registry.all().into_iter().find(|r| r.gr() == gr)?;
     let version = info.versions.first()?.clone();
-    Some(Target { info, version, namespace: namespace.to_string() })
+    Some(Target {
+        info,
+        version,
+        namespace: namespace.to_string(),
+    })
 }
 
 fn meta<'v>(obj: &'v Value, f: &str) -> &'v str {
-    obj.get("metadata").and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or_default()
+    obj.get("metadata")
+        .and_then(|m| m.get(f))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn has_finalizer(obj: &Value, f: &str) -> bool {
-    obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|l| l.iter().any(|x| x == f))
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().any(|x| x == f))
 }
 
 fn owner_uids(obj: &Value) -> Vec<String> {
@@ -74,25 +83,38 @@ fn dependents(api: &ApiServer, uid: &str, namespace: &str) -> Vec<(String, Arc<V
 }
 
 fn uid_exists(api: &ApiServer, uid: &str) -> bool {
-    api.store.resources().iter().any(|gr| api.store.list(gr, None, None).0.iter().any(|o| meta(o, "uid") == uid))
+    api.store.resources().iter().any(|gr| {
+        api.store
+            .list(gr, None, None)
+            .0
+            .iter()
+            .any(|o| meta(o, "uid") == uid)
+    })
 }
 
 /// Rewrites an object with `f`, retrying on conflicts.
 fn modify(api: &ApiServer, gr: &str, ns: &str, name: &str, f: impl Fn(&mut Value)) {
-    let Some(t) = target_for(api, gr, ns) else { return };
+    let Some(t) = target_for(api, gr, ns) else {
+        return;
+    };
     for _ in 0..5 {
-        let Some(cur) = api.store.get(gr, ns, name) else { return };
+        let Some(cur) = api.store.get(gr, ns, name) else {
+            return;
+        };
         let mut obj = (*cur).clone();
         f(&mut obj);
         let sub = "";
         let res = if t.info.has_status() && obj.get("status") != cur.get("status") {
-            api.update(&t, name, "status", obj.clone(), MANAGER).and_then(|_| api.update(&t, name, sub, obj, MANAGER))
+            api.update(&t, name, "status", obj.clone(), MANAGER)
+                .and_then(|_| api.update(&t, name, sub, obj, MANAGER))
         } else {
             api.update(&t, name, sub, obj, MANAGER)
         };
         match res {
             Err(e) if e.code == 409 => continue,
-            Err(e) if e.code != 404 => tracing::warn!(%gr, %ns, %name, error = %e, "garbage collector update failed"),
+            Err(e) if e.code != 404 => {
+                tracing::warn!(%gr, %ns, %name, error = %e, "garbage collector update failed")
+            }
             _ => {}
         }
         return;
@@ -101,15 +123,23 @@ fn modify(api: &ApiServer, gr: &str, ns: &str, name: &str, f: impl Fn(&mut Value
 
 fn remove_finalizer(api: &ApiServer, gr: &str, ns: &str, name: &str, fin: &str) {
     modify(api, gr, ns, name, |o| {
-        if let Some(list) = o.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
+        if let Some(list) = o
+            .pointer_mut("/metadata/finalizers")
+            .and_then(Value::as_array_mut)
+        {
             list.retain(|x| x != fin);
         }
     });
 }
 
 fn delete(api: &ApiServer, gr: &str, ns: &str, name: &str, propagation: &str) {
-    let Some(t) = target_for(api, gr, ns) else { return };
-    let opts = DeleteOpts { propagation: Some(propagation.into()), ..Default::default() };
+    let Some(t) = target_for(api, gr, ns) else {
+        return;
+    };
+    let opts = DeleteOpts {
+        propagation: Some(propagation.into()),
+        ..Default::default()
+    };
     if let Err(e) = api.delete(&t, name, &opts)
         && e.code != 404
     {
@@ -143,7 +173,10 @@ fn collect_dependents(api: &ApiServer, uid: &str, owner_ns: &str, owner_gr: &str
     // Dependents of a cluster-scoped owner may live in any namespace.
     let scoped = target_for(api, owner_gr, owner_ns).is_some_and(|t| t.info.namespaced);
     for (gr, dep) in dependents(api, uid, if scoped { owner_ns } else { "" }) {
-        let (ns, name) = (meta(&dep, "namespace").to_string(), meta(&dep, "name").to_string());
+        let (ns, name) = (
+            meta(&dep, "namespace").to_string(),
+            meta(&dep, "name").to_string(),
+        );
         let others: Vec<String> = owner_uids(&dep).into_iter().filter(|u| u != uid).collect();
         if others.iter().any(|u| uid_exists(api, u)) {
             modify(api, &gr, &ns, &name, |o| drop_owner(o, uid));
@@ -154,7 +187,10 @@ fn collect_dependents(api: &ApiServer, uid: &str, owner_ns: &str, owner_gr: &str
 }
 
 fn drop_owner(o: &mut Value, uid: &str) {
-    if let Some(refs) = o.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+    if let Some(refs) = o
+        .pointer_mut("/metadata/ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
         refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
     }
 }
@@ -172,11 +208,19 @@ fn recheck_owner(api: &ApiServer, uid: &str) {
 
 /// Progresses an object that is being deleted: orphaning, foreground, namespaces.
 fn finalize(api: &ApiServer, gr: &str, ns: &str, name: &str) {
-    let Some(obj) = api.store.get(gr, ns, name) else { return };
+    let Some(obj) = api.store.get(gr, ns, name) else {
+        return;
+    };
     let uid = meta(&obj, "uid").to_string();
     if has_finalizer(&obj, ORPHAN) {
         for (dgr, dep) in dependents(api, &uid, "") {
-            modify(api, &dgr, meta(&dep, "namespace"), meta(&dep, "name"), |o| drop_owner(o, &uid));
+            modify(
+                api,
+                &dgr,
+                meta(&dep, "namespace"),
+                meta(&dep, "name"),
+                |o| drop_owner(o, &uid),
+            );
         }
         remove_finalizer(api, gr, ns, name, ORPHAN);
     } else if has_finalizer(&obj, FOREGROUND) {
@@ -186,7 +230,13 @@ fn finalize(api: &ApiServer, gr: &str, ns: &str, name: &str) {
         }
         for (dgr, dep) in deps {
             if dep.pointer("/metadata/deletionTimestamp").is_none() {
-                delete(api, &dgr, meta(&dep, "namespace"), meta(&dep, "name"), "Foreground");
+                delete(
+                    api,
+                    &dgr,
+                    meta(&dep, "namespace"),
+                    meta(&dep, "name"),
+                    "Foreground",
+                );
             }
         }
     }
@@ -212,26 +262,38 @@ fn finish_namespace(api: &ApiServer, ns: &str) {
     if remaining > 0 {
         return;
     }
-    let Some(t) = target_for(api, "/namespaces", "") else { return };
-    let Some(cur) = api.store.get("/namespaces", "", ns) else { return };
+    let Some(t) = target_for(api, "/namespaces", "") else {
+        return;
+    };
+    let Some(cur) = api.store.get("/namespaces", "", ns) else {
+        return;
+    };
     let mut obj = (*cur).clone();
-    if let Some(list) = obj.pointer_mut("/spec/finalizers").and_then(Value::as_array_mut) {
+    if let Some(list) = obj
+        .pointer_mut("/spec/finalizers")
+        .and_then(Value::as_array_mut)
+    {
         list.retain(|f| f != NAMESPACE_FINALIZER);
     }
-    let has_meta_finalizers = obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|l| !l.is_empty());
+    let has_meta_finalizers = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|l| !l.is_empty());
     if has_meta_finalizers {
         let _ = api.update(&t, ns, "", obj, MANAGER);
         return;
     }
     let key = t.key(ns);
-    let _ = api.store.mutate::<crate::store::StoreError>(&key, |cur, _| match cur {
-        Some(c) if c.pointer("/metadata/deletionTimestamp").is_some() => {
-            let mut gone = (**c).clone();
-            gone["spec"] = json!({});
-            Ok(crate::store::Mutation::Delete(gone))
-        }
-        _ => Ok(crate::store::Mutation::Unchanged),
-    });
+    let _ = api
+        .store
+        .mutate::<crate::store::StoreError>(&key, |cur, _| match cur {
+            Some(c) if c.pointer("/metadata/deletionTimestamp").is_some() => {
+                let mut gone = (**c).clone();
+                gone["spec"] = json!({});
+                Ok(crate::store::Mutation::Delete(gone))
+            }
+            _ => Ok(crate::store::Mutation::Unchanged),
+        });
 }
 
 /// Periodic pass over everything being deleted (catches up after lag or restarts).

@@ -33,7 +33,11 @@ preferences: {{}}
 
 /// Writes a file readable only by its owner (it carries a credential or a key).
 pub fn write_private(path: &Path, data: &str) -> Result<(), SimError> {
-    let io = |source| SimError::Io { what: "writing", path: path.display().to_string(), source };
+    let io = |source| SimError::Io {
+        what: "writing",
+        path: path.display().to_string(),
+        source,
+    };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
@@ -50,7 +54,9 @@ pub fn write_private(path: &Path, data: &str) -> Result<(), SimError> {
 pub fn new_token() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
-    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+    (0..32)
+        .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+        .collect()
 }
 
 /// The token kept in `dir/token`, created on first start.

@@ -15,7 +15,10 @@ pub struct TlsMaterial {
 }
 
 fn err(path: &str, e: impl std::fmt::Display) -> SimError {
-    SimError::Tls { path: path.to_string(), message: e.to_string() }
+    SimError::Tls {
+        path: path.to_string(),
+        message: e.to_string(),
+    }
 }
 
 /// A fresh CA and a serving certificate signed by it.
@@ -25,24 +28,47 @@ pub fn generate() -> Result<TlsMaterial, SimError> {
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.distinguished_name.push(DnType::CommonName, "gantry-ca");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().map_err(e)?;
-    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).map_err(e)?;
-    params.distinguished_name.push(DnType::CommonName, "gantry-apiserver");
+    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .map_err(e)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "gantry-apiserver");
     let cert = params.signed_by(&key, &issuer).map_err(e)?;
-    Ok(TlsMaterial { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    Ok(TlsMaterial {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 /// Reads `ca.crt`, `server.crt`, `server.key` from `dir`, generating them on first start.
 pub fn load_or_generate(dir: &Path) -> Result<TlsMaterial, SimError> {
-    let files = [dir.join("ca.crt"), dir.join("server.crt"), dir.join("server.key")];
+    let files = [
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    ];
     if files.iter().all(|f| f.exists()) {
         let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|source| SimError::Io { what: "reading", path: p.display().to_string(), source })
+            std::fs::read_to_string(p).map_err(|source| SimError::Io {
+                what: "reading",
+                path: p.display().to_string(),
+                source,
+            })
         };
-        return Ok(TlsMaterial { ca_pem: read(&files[0])?, cert_pem: read(&files[1])?, key_pem: read(&files[2])? });
+        return Ok(TlsMaterial {
+            ca_pem: read(&files[0])?,
+            cert_pem: read(&files[1])?,
+            key_pem: read(&files[2])?,
+        });
     }
     let m = generate()?;
     for (path, data) in files.iter().zip([&m.ca_pem, &m.cert_pem, &m.key_pem]) {

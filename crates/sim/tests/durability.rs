@@ -15,10 +15,16 @@ const DIR_ENV: &str = "GANTRY_DURABILITY_DATA_DIR";
 #[test]
 #[ignore = "helper process for sigkill_loses_no_acknowledged_write"]
 fn child_server() -> anyhow::Result<()> {
-    let Ok(dir) = std::env::var(DIR_ENV) else { return Ok(()) };
+    let Ok(dir) = std::env::var(DIR_ENV) else {
+        return Ok(());
+    };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let cp = ControlPlane::start(ControlPlaneOptions { data_dir: Some(PathBuf::from(dir)), ..Default::default() }).await?;
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            data_dir: Some(PathBuf::from(dir)),
+            ..Default::default()
+        })
+        .await?;
         println!("READY {}", cp.kubeconfig_path().display());
         std::future::pending::<()>().await;
         Ok(())
@@ -28,14 +34,25 @@ fn child_server() -> anyhow::Result<()> {
 /// Starts the child server; returns it and its kubeconfig path.
 fn spawn_server(dir: &Path) -> anyhow::Result<(Child, PathBuf)> {
     let mut child = Command::new(std::env::current_exe()?)
-        .args(["child_server", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "child_server",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(DIR_ENV, dir)
         .stdout(Stdio::piped())
         .spawn()?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("child has no stdout"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("child has no stdout"))?;
     let mut lines = BufReader::new(stdout).lines();
     for line in lines.by_ref() {
-        if let Some(path) = line?.strip_prefix("READY ") {
+        // libtest prints `test child_server ... ` before it, on the same line.
+        let line = line?;
+        if let Some((_, path)) = line.split_once("READY ") {
             // Keep draining the child's stdout so it never blocks on a full pipe.
             std::thread::spawn(move || for _ in lines {});
             return Ok((child, PathBuf::from(path)));
@@ -59,9 +76,14 @@ async fn sigkill_loses_no_acknowledged_write() -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::default_namespaced(client(&kubeconfig).await?);
     let mut acked = BTreeMap::new();
     for i in 0..N {
-        let cm: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {"name": format!("d{i}")}, "data": {"i": i.to_string()}}))?;
+        let cm: ConfigMap = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": format!("d{i}")}, "data": {"i": i.to_string()}}),
+        )?;
         let created = api.create(&PostParams::default(), &cm).await?;
-        acked.insert(format!("d{i}"), created.metadata.resource_version.unwrap_or_default());
+        acked.insert(
+            format!("d{i}"),
+            created.metadata.resource_version.unwrap_or_default(),
+        );
     }
     // Child::kill sends SIGKILL on Unix: no shutdown code runs.
     child.kill()?;
@@ -80,7 +102,11 @@ async fn sigkill_loses_no_acknowledged_write() -> anyhow::Result<()> {
     assert_eq!(found.len(), N, "objects lost across SIGKILL");
     assert_eq!(found, acked);
     // Versions keep increasing after the restart.
-    let last: u64 = acked.values().filter_map(|v| v.parse().ok()).max().unwrap_or(0);
+    let last: u64 = acked
+        .values()
+        .filter_map(|v| v.parse().ok())
+        .max()
+        .unwrap_or(0);
     let rv: u64 = list.metadata.resource_version.unwrap_or_default().parse()?;
     assert!(rv >= last);
     Ok(())

@@ -22,7 +22,11 @@ struct Kubectl<'a> {
 impl Kubectl<'_> {
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(KUBECTL);
-        c.arg("--kubeconfig").arg(self.kubeconfig).args(args).env("HOME", self.dir).kill_on_drop(true);
+        c.arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .args(args)
+            .env("HOME", self.dir)
+            .kill_on_drop(true);
         c
     }
 
@@ -53,12 +57,25 @@ async fn kubectl_round_trip() -> Result {
     }
     let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
     let dir = tempfile::tempdir()?;
-    let k = Kubectl { kubeconfig: cp.kubeconfig_path(), dir: dir.path() };
+    let k = Kubectl {
+        kubeconfig: cp.kubeconfig_path(),
+        dir: dir.path(),
+    };
 
-    let cm = k.write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: k1\ndata:\n  a: \"1\"\n")?;
-    assert!(k.run(&["create", "-f", &cm]).await?.contains("configmap/k1 created"));
+    let cm = k.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: k1\ndata:\n  a: \"1\"\n",
+    )?;
+    assert!(
+        k.run(&["create", "-f", &cm])
+            .await?
+            .contains("configmap/k1 created")
+    );
     let yaml = k.run(&["get", "configmap", "k1", "-o", "yaml"]).await?;
-    assert!(yaml.contains("name: k1") && yaml.contains("resourceVersion"), "{yaml}");
+    assert!(
+        yaml.contains("name: k1") && yaml.contains("resourceVersion"),
+        "{yaml}"
+    );
     assert!(k.run(&["get", "configmaps"]).await?.contains("k1"));
 
     let deploy = |image: &str| {
@@ -67,36 +84,116 @@ async fn kubectl_round_trip() -> Result {
         )
     };
     let d1 = k.write("d1.yaml", &deploy("web:1"))?;
-    assert!(k.run(&["apply", "-f", &d1]).await?.contains("deployment.apps/web created"));
+    assert!(
+        k.run(&["apply", "-f", &d1])
+            .await?
+            .contains("deployment.apps/web created")
+    );
     let d2 = k.write("d2.yaml", &deploy("web:2"))?;
-    assert!(k.run(&["apply", "-f", &d2]).await?.contains("deployment.apps/web configured"));
-    let image = k.run(&["get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[*].image}"]).await?;
+    assert!(
+        k.run(&["apply", "-f", &d2])
+            .await?
+            .contains("deployment.apps/web configured")
+    );
+    let image = k
+        .run(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[*].image}",
+        ])
+        .await?;
     assert_eq!(image, "web:2 side:1");
     assert!(k.run(&["apply", "-f", &d2]).await?.contains("unchanged"));
 
-    let ssa = k.write("ssa.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: k2\ndata:\n  x: \"1\"\n  y: \"2\"\n")?;
-    assert!(k.run(&["apply", "--server-side", "-f", &ssa]).await?.contains("serverside-applied"));
-    let ssa2 = k.write("ssa2.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: k2\ndata:\n  x: \"1\"\n")?;
+    let ssa = k.write(
+        "ssa.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: k2\ndata:\n  x: \"1\"\n  y: \"2\"\n",
+    )?;
+    assert!(
+        k.run(&["apply", "--server-side", "-f", &ssa])
+            .await?
+            .contains("serverside-applied")
+    );
+    let ssa2 = k.write(
+        "ssa2.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: k2\ndata:\n  x: \"1\"\n",
+    )?;
     k.run(&["apply", "--server-side", "-f", &ssa2]).await?;
-    assert_eq!(k.run(&["get", "cm", "k2", "-o", "jsonpath={.data}"]).await?, r#"{"x":"1"}"#);
+    assert_eq!(
+        k.run(&["get", "cm", "k2", "-o", "jsonpath={.data}"])
+            .await?,
+        r#"{"x":"1"}"#
+    );
 
     k.run(&["label", "configmap", "k1", "env=prod"]).await?;
-    k.run(&["annotate", "configmap", "k1", "note=hello"]).await?;
-    assert_eq!(k.run(&["get", "cm", "-l", "env=prod", "-o", "jsonpath={.items[*].metadata.annotations.note}"]).await?, "hello");
-    k.run(&["patch", "configmap", "k1", "--type=merge", "-p", r#"{"data":{"b":"2"}}"#]).await?;
-    k.run(&["patch", "configmap", "k1", "--type=json", "-p", r#"[{"op":"replace","path":"/data/a","value":"9"}]"#]).await?;
-    assert_eq!(k.run(&["get", "cm", "k1", "-o", "jsonpath={.data.a}{.data.b}"]).await?, "92");
+    k.run(&["annotate", "configmap", "k1", "note=hello"])
+        .await?;
+    assert_eq!(
+        k.run(&[
+            "get",
+            "cm",
+            "-l",
+            "env=prod",
+            "-o",
+            "jsonpath={.items[*].metadata.annotations.note}"
+        ])
+        .await?,
+        "hello"
+    );
+    k.run(&[
+        "patch",
+        "configmap",
+        "k1",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"b":"2"}}"#,
+    ])
+    .await?;
+    k.run(&[
+        "patch",
+        "configmap",
+        "k1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/data/a","value":"9"}]"#,
+    ])
+    .await?;
+    assert_eq!(
+        k.run(&["get", "cm", "k1", "-o", "jsonpath={.data.a}{.data.b}"])
+            .await?,
+        "92"
+    );
 
     // get -w sees an update made while it watches.
     let mut watch = k
-        .cmd(&["get", "configmap", "k1", "-w", "-o", "jsonpath={.data.a}{\"\\n\"}"])
+        .cmd(&[
+            "get",
+            "configmap",
+            "k1",
+            "-w",
+            "-o",
+            "jsonpath={.data.a}{\"\\n\"}",
+        ])
         .stdout(Stdio::piped())
         .spawn()?;
-    let stdout = watch.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let stdout = watch
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
     assert_eq!(first.as_deref(), Some("9"));
-    k.run(&["patch", "configmap", "k1", "--type=merge", "-p", r#"{"data":{"a":"10"}}"#]).await?;
+    k.run(&[
+        "patch",
+        "configmap",
+        "k1",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"a":"10"}}"#,
+    ])
+    .await?;
     let next = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
     assert_eq!(next.as_deref(), Some("10"));
     watch.kill().await?;
@@ -105,19 +202,30 @@ async fn kubectl_round_trip() -> Result {
     let pod = k.write("pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: busybox\n")?;
     k.run(&["create", "-f", &pod]).await?;
     let pods: Api<Pod> = Api::default_namespaced(cp.client()?);
-    let waiter = k.cmd(&["wait", "--for=condition=Ready", "pod/p", "--timeout=30s"]).output();
+    let waiter = k
+        .cmd(&["wait", "--for=condition=Ready", "pod/p", "--timeout=30s"])
+        .output();
     let marker = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
-        pods.patch_status("p", &PatchParams::default(), &Patch::Merge(status)).await
+        pods.patch_status("p", &PatchParams::default(), &Patch::Merge(status))
+            .await
     };
     let (out, marked) = tokio::join!(waiter, marker);
     marked?;
     let out = out?;
-    assert!(out.status.success(), "wait failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "wait failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("condition met"));
 
-    assert!(k.run(&["delete", "configmap", "k1"]).await?.contains("deleted"));
+    assert!(
+        k.run(&["delete", "configmap", "k1"])
+            .await?
+            .contains("deleted")
+    );
     assert!(k.run(&["get", "configmap", "k1"]).await.is_err());
     Ok(())
 }
@@ -130,25 +238,59 @@ async fn kubectl_applies_gantry_crds_then_instances() -> Result {
     }
     let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
     let dir = tempfile::tempdir()?;
-    let k = Kubectl { kubeconfig: cp.kubeconfig_path(), dir: dir.path() };
+    let k = Kubectl {
+        kubeconfig: cp.kubeconfig_path(),
+        dir: dir.path(),
+    };
     let crds = k.write("crds.yaml", &gantry_api::crds::all_crds_yaml()?)?;
     let out = k.run(&["apply", "-f", &crds]).await?;
     assert!(out.contains("clusterpolicies.nvidia.com created"), "{out}");
     assert!(out.contains("queues.scheduling.run.ai created"), "{out}");
-    k.run(&["wait", "--for=condition=Established", "crd/clusterpolicies.nvidia.com", "--timeout=10s"]).await?;
+    k.run(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/clusterpolicies.nvidia.com",
+        "--timeout=10s",
+    ])
+    .await?;
     let cp_yaml = k.write(
         "cp.yaml",
         "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata:\n  name: cluster-policy\nspec:\n  driver:\n    enabled: true\n",
     )?;
-    assert!(k.run(&["apply", "-f", &cp_yaml]).await?.contains("clusterpolicy.nvidia.com/cluster-policy created"));
+    assert!(
+        k.run(&["apply", "-f", &cp_yaml])
+            .await?
+            .contains("clusterpolicy.nvidia.com/cluster-policy created")
+    );
     let q = k.write(
         "q.yaml",
         "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata:\n  name: team-a\nspec:\n  resources:\n    gpu:\n      quota: 4\n      limit: -1\n      overQuotaWeight: 1\n",
     )?;
-    assert!(k.run(&["apply", "-f", &q]).await?.contains("queue.scheduling.run.ai/team-a created"));
-    let q2 = k.write("q2.yaml", &std::fs::read_to_string(&q)?.replace("quota: 4", "quota: 8"))?;
+    assert!(
+        k.run(&["apply", "-f", &q])
+            .await?
+            .contains("queue.scheduling.run.ai/team-a created")
+    );
+    let q2 = k.write(
+        "q2.yaml",
+        &std::fs::read_to_string(&q)?.replace("quota: 4", "quota: 8"),
+    )?;
     assert!(k.run(&["apply", "-f", &q2]).await?.contains("configured"));
-    assert_eq!(k.run(&["get", "queue", "team-a", "-o", "jsonpath={.spec.resources.gpu.quota}"]).await?, "8");
-    assert!(k.run(&["get", "clusterpolicies"]).await?.contains("cluster-policy"));
+    assert_eq!(
+        k.run(&[
+            "get",
+            "queue",
+            "team-a",
+            "-o",
+            "jsonpath={.spec.resources.gpu.quota}"
+        ])
+        .await?,
+        "8"
+    );
+    assert!(
+        k.run(&["get", "clusterpolicies"])
+            .await?
+            .contains("cluster-policy")
+    );
     Ok(())
 }

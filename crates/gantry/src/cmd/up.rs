@@ -29,18 +29,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             kubeconfig: Some(args.kubeconfig.clone()),
             ..Default::default()
         };
-        let cp = ControlPlane::start(opts).await.context("starting the control plane")?;
+        let cp = ControlPlane::start(opts)
+            .await
+            .context("starting the control plane")?;
         println!("gantry control plane serving at {}", cp.base_url());
         println!("kubeconfig: {}", cp.kubeconfig_path().display());
         match &args.data_dir {
             Some(d) => println!("state: {} (SQLite)", d.display()),
             None => println!("state: in memory (use --data-dir to keep it)"),
         }
-        println!("try: KUBECONFIG={} kubectl get namespaces", cp.kubeconfig_path().display());
+        println!(
+            "try: KUBECONFIG={} kubectl get namespaces",
+            cp.kubeconfig_path().display()
+        );
         let _sim = match &args.nodes {
             Some(spec) => {
-                let up = gantry_sim::cluster::up(&cp, args.data_dir.as_deref(), spec).await.context("starting the simulated nodes")?;
-                println!("simulated nodes: {} (faults: gantry sim fault NODE ..., control socket {})", up.cluster.nodes().count(), up.cluster.control_socket().display());
+                let up = gantry_sim::cluster::up(&cp, args.data_dir.as_deref(), spec)
+                    .await
+                    .context("starting the simulated nodes")?;
+                println!(
+                    "simulated nodes: {} (faults: gantry sim fault NODE ..., control socket {})",
+                    up.cluster.nodes().count(),
+                    up.cluster.control_socket().display()
+                );
                 Some(up)
             }
             None => None,

@@ -45,7 +45,6 @@ impl NvmlBackend {
     }
 }
 
-
 struct NvmlEvents {
     nvml: &'static Nvml,
     set: EventSet<'static>,

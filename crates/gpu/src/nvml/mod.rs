@@ -1,8 +1,8 @@
 //! The real backend: NVML through nvml-wrapper, loaded at run time from a driver root.
 
 mod events;
+mod instances;
 mod load;
-mod mig;
 mod raw;
 
 use std::collections::HashMap;
@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, PcieUtilCounter,
     PerformancePolicy, RetirementCause, TemperatureSensor, TopologyLevel as NvTopo,
@@ -20,32 +19,26 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
-use nvml_wrapper::{Device, EventSet, Nvml};
+use nvml_wrapper::{Device, Nvml};
 
 pub use load::{SONAME, candidate_paths};
 
 use crate::backend::{Backend, EventStream};
-use crate::catalog::{self, mig_memory_gb};
+use crate::catalog;
 use crate::error::{GpuError, Result};
-use crate::mig::{self, Occupant};
 use crate::types::{
-    Clocks, ComputeInstance, DeviceInfo, EccCounts, Engines, Event, GpuInstance, MemoryInfo,
-    MigDevice, MigMode, MigProfile, NvLinkInfo, PcieInfo, PcieThroughput, Placement, Power,
-    ProcessInfo, Profiling, RowRemap, Temperature, TopologyLevel, Utilization, Violations,
+    Clocks, ComputeInstance, DeviceInfo, EccCounts, GpuInstance, MemoryInfo, MigDevice, MigMode,
+    MigProfile, NvLinkInfo, PcieInfo, PcieThroughput, Placement, Power, ProcessInfo, Profiling,
+    RowRemap, Temperature, TopologyLevel, Utilization, Violations,
 };
 
 const MIB: u64 = 1024 * 1024;
 /// NVML_NVLINK_MAX_LINKS.
 const MAX_NVLINKS: u32 = 18;
-/// NVML_GPU_INSTANCE_PROFILE_COUNT and NVML_COMPUTE_INSTANCE_PROFILE_COUNT.
-const GI_PROFILE_ENUMS: u32 = 18;
-const CI_PROFILE_ENUMS: u32 = 8;
 /// Field ids (nvml.h).
 const FI_MEMORY_TEMP: u32 = 82;
 const FI_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
 const FI_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
-/// "Not attributable to a MIG instance" in event data.
-const NO_INSTANCE: u32 = u32::MAX;
 
 /// NVML on this machine. `Send + Sync`; share as `Arc<dyn Backend>`.
 pub struct NvmlBackend {
@@ -661,7 +654,12 @@ impl Backend for NvmlBackend {
         self.mig_mode(gpu)
     }
 
-    fn create_gpu_instance(&self, gpu: u32, profile: &str, placement: Option<Placement>) -> Result<GpuInstance> {
+    fn create_gpu_instance(
+        &self,
+        gpu: u32,
+        profile: &str,
+        placement: Option<Placement>,
+    ) -> Result<GpuInstance> {
         self.mig_create_gpu_instance(gpu, profile, placement)
     }
 
@@ -671,7 +669,12 @@ impl Backend for NvmlBackend {
             .map_err(|e| err(gpu, "nvmlGpuInstanceDestroy", e))
     }
 
-    fn create_compute_instance(&self, gpu: u32, gpu_instance: u32, slices: u32) -> Result<ComputeInstance> {
+    fn create_compute_instance(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+        slices: u32,
+    ) -> Result<ComputeInstance> {
         self.mig_create_compute_instance(gpu, gpu_instance, slices)
     }
 

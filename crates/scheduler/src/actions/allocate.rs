@@ -8,7 +8,11 @@ use std::collections::HashMap;
 
 /// Try to place `tasks` in one statement. On failure everything is rolled back and the
 /// first task that found no node is returned.
-pub fn try_place(sess: &mut Session<'_>, stmt: &mut Statement, tasks: &[PodId]) -> Result<(), PodId> {
+pub fn try_place(
+    sess: &mut Session<'_>,
+    stmt: &mut Statement,
+    tasks: &[PodId],
+) -> Result<(), PodId> {
     let cp = stmt.checkpoint();
     for &t in tasks {
         match sess.placer.place(sess.s, &sess.st, t) {
@@ -35,7 +39,10 @@ pub fn run(sess: &mut Session<'_>) {
         if tasks.is_empty() {
             if sess.pending_pods(g).next().is_some() {
                 let grp = &sess.s.groups[g as usize];
-                let msg = format!("podgroup {} has fewer pods than its minimum members", sess.job_name(g));
+                let msg = format!(
+                    "podgroup {} has fewer pods than its minimum members",
+                    sess.job_name(g)
+                );
                 let _ = grp;
                 mark(sess, g, &msg);
                 sess.hopeless[g as usize] = true;
@@ -52,7 +59,10 @@ pub fn run(sess: &mut Session<'_>) {
             let p = &sess.s.pods[p as usize];
             (p.class, p.gpu.clone(), p.res.0[1], p.res.0[2])
         };
-        if let Some((t, msg)) = tasks.iter().find_map(|&t| failed_shapes.get(&shape_of(t)).map(|m| (t, m))) {
+        if let Some((t, msg)) = tasks
+            .iter()
+            .find_map(|&t| failed_shapes.get(&shape_of(t)).map(|m| (t, m)))
+        {
             let msg = gang_message(sess, &tasks, t, msg);
             mark(sess, g, &msg);
             sess.failed.push(g);
@@ -84,7 +94,11 @@ pub fn run(sess: &mut Session<'_>) {
 fn gang_message(sess: &Session<'_>, tasks: &[PodId], task: PodId, explain: &str) -> String {
     if tasks.len() > 1 {
         let p = &sess.s.pods[task as usize];
-        format!("gang of {} pods cannot be placed together: pod {} has {explain}", tasks.len(), p.name)
+        format!(
+            "gang of {} pods cannot be placed together: pod {} has {explain}",
+            tasks.len(),
+            p.name
+        )
     } else {
         explain.to_string()
     }

@@ -5,7 +5,7 @@ use super::Session;
 use super::reclaim::{Signature, candidates, signature};
 use super::solver::{Problem, Unit, solve, units_of};
 use crate::decisions::EvictReason;
-use crate::snapshot::{GroupId, CPU, GPU};
+use crate::snapshot::{CPU, GPU, GroupId};
 
 pub fn run(sess: &mut Session<'_>) {
     let jobs = candidates(sess, |g| sess.s.groups[g as usize].preemptible);
@@ -19,9 +19,14 @@ pub fn run(sess: &mut Session<'_>) {
         .iter()
         .map(|&g| {
             let pods = &sess.s.groups[g as usize].pods;
-            let placed = pods.iter().find_map(|&p| sess.st.placement[p as usize].as_ref());
+            let placed = pods
+                .iter()
+                .find_map(|&p| sess.st.placement[p as usize].as_ref());
             let node_free = placed.map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
-            let size: i64 = pods.iter().map(|&p| sess.s.pods[p as usize].res.0[GPU]).sum();
+            let size: i64 = pods
+                .iter()
+                .map(|&p| sess.s.pods[p as usize].res.0[GPU])
+                .sum();
             (-node_free, size, g)
         })
         .collect();
@@ -66,7 +71,10 @@ pub fn run(sess: &mut Session<'_>) {
             continue;
         }
         let job_name = sess.job_name(job);
-        let reason = move |_: &Session<'_>, _: GroupId| EvictReason::Consolidation { by_job: job_name.clone(), relocate_to: String::new() };
+        let reason = move |_: &Session<'_>, _: GroupId| EvictReason::Consolidation {
+            by_job: job_name.clone(),
+            relocate_to: String::new(),
+        };
         let pb = Problem {
             tasks,
             units,

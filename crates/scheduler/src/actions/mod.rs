@@ -10,7 +10,9 @@ mod solver;
 mod stale;
 
 use crate::config::{Action, Config};
-use crate::decisions::{Bind, Decisions, EvictReason, Eviction, GpuBinding, QueueReport, Unschedulable};
+use crate::decisions::{
+    Bind, Decisions, EvictReason, Eviction, GpuBinding, QueueReport, Unschedulable,
+};
 use crate::fairshare::FairShare;
 use crate::placement::Placer;
 use crate::snapshot::{GroupId, PodId, QueueId, Res, Snapshot};
@@ -59,7 +61,10 @@ impl<'a> Session<'a> {
         let victim_jobs = (0..s.groups.len() as GroupId)
             .filter(|&g| {
                 let grp = &s.groups[g as usize];
-                grp.preemptible && !grp.foreign && grp.queue.is_some() && grp.pods.iter().any(|&p| s.pods[p as usize].running)
+                grp.preemptible
+                    && !grp.foreign
+                    && grp.queue.is_some()
+                    && grp.pods.iter().any(|&p| s.pods[p as usize].running)
             })
             .collect();
         let mut holds = vec![0u8; s.groups.len()];
@@ -106,11 +111,11 @@ impl<'a> Session<'a> {
 
     /// Pending pods of a job that still need a node.
     pub fn pending_pods(&self, g: GroupId) -> impl Iterator<Item = PodId> + '_ {
-        self.s.groups[g as usize]
-            .pods
-            .iter()
-            .copied()
-            .filter(|&p| self.st.placement[p as usize].is_none() && !self.s.pods[p as usize].running && self.s.pods[p as usize].invalid.is_none())
+        self.s.groups[g as usize].pods.iter().copied().filter(|&p| {
+            self.st.placement[p as usize].is_none()
+                && !self.s.pods[p as usize].running
+                && self.s.pods[p as usize].invalid.is_none()
+        })
     }
 
     /// KAI gang sizing: every sub-group below its minimum gets exactly what it misses; once
@@ -118,8 +123,12 @@ impl<'a> Session<'a> {
     pub fn tasks_to_allocate(&self, g: GroupId) -> Vec<PodId> {
         let grp = &self.s.groups[g as usize];
         let base = self.st.sub_base[g as usize] as usize;
-        let mut missing: Vec<u32> =
-            grp.sub_groups.iter().enumerate().map(|(i, sg)| sg.min_member.saturating_sub(self.st.sub_placed[base + i])).collect();
+        let mut missing: Vec<u32> = grp
+            .sub_groups
+            .iter()
+            .enumerate()
+            .map(|(i, sg)| sg.min_member.saturating_sub(self.st.sub_placed[base + i]))
+            .collect();
         let satisfied = missing.iter().all(|&m| m == 0);
         let mut out = Vec::new();
         for p in self.pending_pods(g) {
@@ -196,7 +205,12 @@ impl<'a> Session<'a> {
 
     /// Running pods (from the snapshot) of a job that are still placed.
     pub fn running_pods(&self, g: GroupId) -> Vec<PodId> {
-        self.s.groups[g as usize].pods.iter().copied().filter(|&p| self.s.pods[p as usize].running && self.st.placement[p as usize].is_some()).collect()
+        self.s.groups[g as usize]
+            .pods
+            .iter()
+            .copied()
+            .filter(|&p| self.s.pods[p as usize].running && self.st.placement[p as usize].is_some())
+            .collect()
     }
 
     pub fn job_name(&self, g: GroupId) -> String {
@@ -206,19 +220,35 @@ impl<'a> Session<'a> {
 
     fn finish(self) -> Decisions {
         let s = self.s;
-        let mut d = Decisions { issues: self.issues, stale_marks: self.stale_marks, ..Default::default() };
+        let mut d = Decisions {
+            issues: self.issues,
+            stale_marks: self.stale_marks,
+            ..Default::default()
+        };
         for (i, p) in s.pods.iter().enumerate() {
             let now = &self.st.placement[i];
             if p.running {
                 if let Some(reason) = &self.evicted[i] {
-                    let node = p.node.map(|n| s.nodes[n as usize].name.clone()).unwrap_or_default();
+                    let node = p
+                        .node
+                        .map(|n| s.nodes[n as usize].name.clone())
+                        .unwrap_or_default();
                     let reason = match (reason, now) {
                         (EvictReason::Consolidation { by_job, .. }, Some(pl)) => {
-                            EvictReason::Consolidation { by_job: by_job.clone(), relocate_to: s.nodes[pl.node as usize].name.clone() }
+                            EvictReason::Consolidation {
+                                by_job: by_job.clone(),
+                                relocate_to: s.nodes[pl.node as usize].name.clone(),
+                            }
                         }
                         (r, _) => r.clone(),
                     };
-                    d.evictions.push(Eviction { pod: i as PodId, namespace: p.namespace.clone(), name: p.name.clone(), node, reason });
+                    d.evictions.push(Eviction {
+                        pod: i as PodId,
+                        namespace: p.namespace.clone(),
+                        name: p.name.clone(),
+                        node,
+                        reason,
+                    });
                 }
             } else if let Some(pl) = now {
                 d.binds.push(Bind {
@@ -231,7 +261,12 @@ impl<'a> Session<'a> {
                     pipelined: self.pipelined[i],
                 });
             } else if let Some(msg) = &self.unschedulable[i] {
-                d.unschedulable.push(Unschedulable { pod: i as PodId, namespace: p.namespace.clone(), name: p.name.clone(), message: msg.clone() });
+                d.unschedulable.push(Unschedulable {
+                    pod: i as PodId,
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    message: msg.clone(),
+                });
             }
         }
         for q in 0..s.queues.len() {

@@ -27,7 +27,11 @@ impl JobOrder {
         }
         let elastic = |g: GroupId| -> u8 {
             let placed = sess.st.group_placed[g as usize];
-            let min: u32 = s.groups[g as usize].sub_groups.iter().map(|sg| sg.min_member).sum();
+            let min: u32 = s.groups[g as usize]
+                .sub_groups
+                .iter()
+                .map(|sg| sg.min_member)
+                .sum();
             match placed.cmp(&min) {
                 Ordering::Less => 0,
                 Ordering::Equal => 1,
@@ -48,7 +52,9 @@ impl JobOrder {
         JobOrder {
             leaf_jobs: leaf_jobs.into_iter().map(VecDeque::from).collect(),
             req: vec![None; s.groups.len()],
-            roots: (0..s.queues.len() as QueueId).filter(|&q| s.queues[q as usize].parent.is_none()).collect(),
+            roots: (0..s.queues.len() as QueueId)
+                .filter(|&q| s.queues[q as usize].parent.is_none())
+                .collect(),
         }
     }
 
@@ -59,11 +65,16 @@ impl JobOrder {
     fn best_among(&mut self, sess: &Session<'_>, queues: &[QueueId]) -> Option<(QueueId, GroupId)> {
         let mut best: Option<(QueueId, GroupId, Res)> = None;
         for &q in queues {
-            let Some(job) = self.best_in(sess, q) else { continue };
+            let Some(job) = self.best_in(sess, q) else {
+                continue;
+            };
             let r = self.job_req(sess, job);
             let better = match &best {
                 None => true,
-                Some((bq, _, br)) => compare_queues(sess.s, &sess.fs, &sess.st.q_alloc, (q, &r), (*bq, br)) == Ordering::Less,
+                Some((bq, _, br)) => {
+                    compare_queues(sess.s, &sess.fs, &sess.st.q_alloc, (q, &r), (*bq, br))
+                        == Ordering::Less
+                }
             };
             if better {
                 best = Some((q, job, r));

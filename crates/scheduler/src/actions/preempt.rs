@@ -12,8 +12,17 @@ pub fn run(sess: &mut Session<'_>) {
     if jobs.is_empty() {
         return;
     }
-    let mut order: Vec<(i32, i64, GroupId)> =
-        sess.victim_jobs.iter().map(|&g| (sess.s.groups[g as usize].priority, -sess.s.groups[g as usize].creation, g)).collect();
+    let mut order: Vec<(i32, i64, GroupId)> = sess
+        .victim_jobs
+        .iter()
+        .map(|&g| {
+            (
+                sess.s.groups[g as usize].priority,
+                -sess.s.groups[g as usize].creation,
+                g,
+            )
+        })
+        .collect();
     order.sort_unstable();
     let mut tried: Vec<(Signature, i32)> = Vec::new();
     for job in jobs {
@@ -21,20 +30,27 @@ pub fn run(sess: &mut Session<'_>) {
         if tasks.is_empty() {
             continue;
         }
-        let sig = (signature(sess, job, &tasks), sess.s.groups[job as usize].priority);
+        let sig = (
+            signature(sess, job, &tasks),
+            sess.s.groups[job as usize].priority,
+        );
         if tried.contains(&sig) {
             continue;
         }
         let req = sess.request_of(&tasks);
         let grp = &sess.s.groups[job as usize];
-        let (Some(q), prio) = (grp.queue, grp.priority) else { continue };
+        let (Some(q), prio) = (grp.queue, grp.priority) else {
+            continue;
+        };
         if sess.capacity_error(job, &req).is_some() {
             continue;
         }
         let units: Vec<Unit> = order
             .iter()
             .take_while(|v| v.0 < prio)
-            .filter(|v| v.2 != job && sess.s.groups[v.2 as usize].queue == Some(q) && sess.helps(v.2, &req))
+            .filter(|v| {
+                v.2 != job && sess.s.groups[v.2 as usize].queue == Some(q) && sess.helps(v.2, &req)
+            })
             .take(sess.cfg.max_victim_jobs * 4)
             .flat_map(|v| units_of(sess, v.2))
             .collect();

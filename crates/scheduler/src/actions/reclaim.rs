@@ -11,7 +11,12 @@ const EPS: f64 = 1e-9;
 
 /// Candidate jobs for the victim-seeking actions, in fair order, capped per action.
 pub fn candidates(sess: &Session<'_>, keep: impl Fn(GroupId) -> bool) -> Vec<GroupId> {
-    let mut jobs: Vec<GroupId> = sess.failed.iter().copied().filter(|&g| !sess.hopeless[g as usize] && keep(g)).collect();
+    let mut jobs: Vec<GroupId> = sess
+        .failed
+        .iter()
+        .copied()
+        .filter(|&g| !sess.hopeless[g as usize] && keep(g))
+        .collect();
     jobs.sort_unstable();
     jobs.dedup();
     let mut order = JobOrder::new(sess, jobs);
@@ -39,7 +44,15 @@ fn diverge(sess: &Session<'_>, a: QueueId, b: QueueId) -> Option<(QueueId, Queue
 
 /// Scheduling signature: jobs with the same queue and the same task shapes fare the same
 /// in a victim search, so one failure stands for all of them this action.
-pub type Signature = (Option<QueueId>, Vec<(crate::snapshot::ClassId, crate::request::GpuRequest, i64, i64)>);
+pub type Signature = (
+    Option<QueueId>,
+    Vec<(
+        crate::snapshot::ClassId,
+        crate::request::GpuRequest,
+        i64,
+        i64,
+    )>,
+);
 
 pub fn signature(sess: &Session<'_>, job: GroupId, tasks: &[crate::snapshot::PodId]) -> Signature {
     let mut shapes: Vec<_> = tasks
@@ -66,13 +79,19 @@ pub fn run(sess: &mut Session<'_>) {
     }
     // Victim order fixed at the start of the action: most over-served queue first, then
     // lowest priority, newest.
-    let dom: Vec<f64> = (0..sess.s.queues.len() as QueueId).map(|vq| sess.fs.dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f())).collect();
+    let dom: Vec<f64> = (0..sess.s.queues.len() as QueueId)
+        .map(|vq| {
+            sess.fs
+                .dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f())
+        })
+        .collect();
     let mut order: Vec<(f64, i32, i64, GroupId)> = sess
         .victim_jobs
         .iter()
         .filter_map(|&g| {
             let grp = &sess.s.groups[g as usize];
-            grp.queue.map(|vq| (-dom[vq as usize], grp.priority, -grp.creation, g))
+            grp.queue
+                .map(|vq| (-dom[vq as usize], grp.priority, -grp.creation, g))
         })
         .collect();
     order.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
@@ -87,7 +106,9 @@ pub fn run(sess: &mut Session<'_>) {
             continue;
         }
         let req = sess.request_of(&tasks);
-        let Some(q) = sess.s.groups[job as usize].queue else { continue };
+        let Some(q) = sess.s.groups[job as usize].queue else {
+            continue;
+        };
         if sess.capacity_error(job, &req).is_some() || !can_reclaim(sess, q, &req) {
             continue;
         }
@@ -98,13 +119,21 @@ pub fn run(sess: &mut Session<'_>) {
             .map(|vq| {
                 let alloc = sess.st.q_alloc[vq as usize].to_f();
                 let deserved = sess.fs.deserved(sess.s, vq);
-                vq != q && sess.s.queues[vq as usize].is_leaf() && diverge(sess, q, vq).is_some() && (0..3).any(|r| alloc[r] > deserved[r] + EPS)
+                vq != q
+                    && sess.s.queues[vq as usize].is_leaf()
+                    && diverge(sess, q, vq).is_some()
+                    && (0..3).any(|r| alloc[r] > deserved[r] + EPS)
             })
             .collect();
         let limit = sess.cfg.max_victim_jobs * 4;
         let units: Vec<Unit> = order
             .iter()
-            .filter(|v| sess.s.groups[v.3 as usize].queue.is_some_and(|vq| open_queue[vq as usize]) && sess.helps(v.3, &req))
+            .filter(|v| {
+                sess.s.groups[v.3 as usize]
+                    .queue
+                    .is_some_and(|vq| open_queue[vq as usize])
+                    && sess.helps(v.3, &req)
+            })
             .take(limit)
             .flat_map(|v| units_of(sess, v.3))
             .collect();
@@ -116,7 +145,10 @@ pub fn run(sess: &mut Session<'_>) {
         let reason = move |s: &Session<'_>, g: GroupId| EvictReason::Reclaim {
             by_job: job_name.clone(),
             by_queue: reclaimer_queue.clone(),
-            victim_queue: s.s.groups[g as usize].queue.map(|vq| s.s.queues[vq as usize].name.clone()).unwrap_or_default(),
+            victim_queue: s.s.groups[g as usize]
+                .queue
+                .map(|vq| s.s.queues[vq as usize].name.clone())
+                .unwrap_or_default(),
         };
         let accept = |s: &Session<'_>, unit: &Unit| accept_victim(s, q, &req, unit);
         let validate = |s: &Session<'_>| saturation_ok(s, q, &req);
@@ -138,16 +170,20 @@ pub fn run(sess: &mut Session<'_>) {
 /// KAI's two reclaim strategies at the level where the queues' paths diverge, plus the
 /// deserved floor on every queue the victim counts against.
 fn accept_victim(sess: &Session<'_>, q: QueueId, req: &Res, unit: &Unit) -> bool {
-    let Some(vq) = sess.s.groups[unit.group as usize].queue else { return false };
-    let Some((ra, va)) = diverge(sess, q, vq) else { return false };
+    let Some(vq) = sess.s.groups[unit.group as usize].queue else {
+        return false;
+    };
+    let Some((ra, va)) = diverge(sess, q, vq) else {
+        return false;
+    };
     let alloc_va = sess.st.q_alloc[va as usize].to_f();
     let fair_va = sess.fs.allocatable(sess.s, va);
     let deserved_va = sess.fs.deserved(sess.s, va);
     let maintain_fair_share = (0..3).any(|r| alloc_va[r] > fair_va[r] + EPS);
     let ra_with = sess.st.q_alloc[ra as usize].plus(req).to_f();
     let deserved_ra = sess.fs.deserved(sess.s, ra);
-    let guarantee_deserved =
-        (0..3).all(|r| ra_with[r] <= deserved_ra[r] + EPS) && (0..3).any(|r| alloc_va[r] > deserved_va[r] + EPS);
+    let guarantee_deserved = (0..3).all(|r| ra_with[r] <= deserved_ra[r] + EPS)
+        && (0..3).any(|r| alloc_va[r] > deserved_va[r] + EPS);
     if !maintain_fair_share && !guarantee_deserved {
         return false;
     }
@@ -160,7 +196,9 @@ fn accept_victim(sess: &Session<'_>, q: QueueId, req: &Res, unit: &Unit) -> bool
     while let Some(a) = cur {
         let alloc = sess.st.q_alloc[a as usize].to_f();
         let deserved = sess.fs.deserved(sess.s, a);
-        if (0..3).any(|r| take[r] > 0.0 && alloc[r] + EPS >= deserved[r] && alloc[r] - take[r] < deserved[r] - EPS) {
+        if (0..3).any(|r| {
+            take[r] > 0.0 && alloc[r] + EPS >= deserved[r] && alloc[r] - take[r] < deserved[r] - EPS
+        }) {
             return false;
         }
         if a == va {
@@ -178,19 +216,30 @@ fn saturation_ok(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
     let ratio = |a: QueueId, r: usize| {
         let alloc = sess.st.q_alloc[a as usize].to_f()[r];
         let fair = sess.fs.fair[a as usize][r];
-        if fair > EPS { alloc / fair } else if alloc > EPS { f64::INFINITY } else { 0.0 }
+        if fair > EPS {
+            alloc / fair
+        } else if alloc > EPS {
+            f64::INFINITY
+        } else {
+            0.0
+        }
     };
     for a in sess.s.ancestry(q) {
         let siblings: Vec<QueueId> = match sess.s.queues[a as usize].parent {
             Some(p) => sess.s.queues[p as usize].children.clone(),
-            None => (0..sess.s.queues.len() as QueueId).filter(|&x| sess.s.queues[x as usize].parent.is_none()).collect(),
+            None => (0..sess.s.queues.len() as QueueId)
+                .filter(|&x| sess.s.queues[x as usize].parent.is_none())
+                .collect(),
         };
         for r in (0..3).filter(|&r| req.0[r] > 0) {
             let own = ratio(a, r);
             if own <= 1.0 + EPS {
                 continue;
             }
-            if siblings.iter().any(|&sib| sib != a && mult * own >= ratio(sib, r)) {
+            if siblings
+                .iter()
+                .any(|&sib| sib != a && mult * own >= ratio(sib, r))
+            {
                 return false;
             }
         }

@@ -24,21 +24,31 @@ pub fn units_of(sess: &Session<'_>, g: GroupId) -> Vec<Unit> {
     }
     let grp = &sess.s.groups[g as usize];
     let base = sess.st.sub_base[g as usize] as usize;
-    let mut extra: Vec<u32> =
-        grp.sub_groups.iter().enumerate().map(|(i, sg)| sess.st.sub_placed[base + i].saturating_sub(sg.min_member)).collect();
+    let mut extra: Vec<u32> = grp
+        .sub_groups
+        .iter()
+        .enumerate()
+        .map(|(i, sg)| sess.st.sub_placed[base + i].saturating_sub(sg.min_member))
+        .collect();
     let mut units = Vec::new();
     let mut core = Vec::new();
     for &p in running.iter().rev() {
         let sg = sess.s.pods[p as usize].sub_group as usize;
         if extra[sg] > 0 {
             extra[sg] -= 1;
-            units.push(Unit { group: g, pods: vec![p] });
+            units.push(Unit {
+                group: g,
+                pods: vec![p],
+            });
         } else {
             core.push(p);
         }
     }
     if !core.is_empty() {
-        units.push(Unit { group: g, pods: core });
+        units.push(Unit {
+            group: g,
+            pods: core,
+        });
     }
     units
 }
@@ -63,7 +73,12 @@ fn scenario(sess: &mut Session<'_>, pb: &Problem<'_>, chosen: &[usize]) -> Optio
     let mut evicted: Vec<PodId> = Vec::new();
     for &u in chosen {
         let unit = &pb.units[u];
-        if !unit.pods.iter().all(|&p| sess.st.placement[p as usize].is_some()) || !(pb.accept)(sess, unit) {
+        if !unit
+            .pods
+            .iter()
+            .all(|&p| sess.st.placement[p as usize].is_some())
+            || !(pb.accept)(sess, unit)
+        {
             stmt.discard(sess.s, &mut sess.st);
             return None;
         }
@@ -95,7 +110,12 @@ pub fn solve(sess: &mut Session<'_>, pb: &Problem<'_>) -> bool {
         if chosen.len() >= pb.max_units {
             break;
         }
-        if !unit.pods.iter().all(|&p| sess.st.placement[p as usize].is_some()) || !(pb.accept)(sess, unit) {
+        if !unit
+            .pods
+            .iter()
+            .all(|&p| sess.st.placement[p as usize].is_some())
+            || !(pb.accept)(sess, unit)
+        {
             continue;
         }
         let reason = (pb.reason)(sess, unit.group);
@@ -104,7 +124,10 @@ pub fn solve(sess: &mut Session<'_>, pb: &Problem<'_>) -> bool {
         }
         chosen.push(i);
         let cp = stmt.checkpoint();
-        let evicted: Vec<PodId> = chosen.iter().flat_map(|&u| pb.units[u].pods.iter().copied()).collect();
+        let evicted: Vec<PodId> = chosen
+            .iter()
+            .flat_map(|&u| pb.units[u].pods.iter().copied())
+            .collect();
         if try_place(sess, &mut stmt, &pb.tasks).is_ok()
             && (!pb.relocate || try_place(sess, &mut stmt, &evicted).is_ok())
             && (pb.validate)(sess)

@@ -10,30 +10,51 @@ pub fn run(sess: &mut Session<'_>) {
     let now = sess.s.now;
     for g in 0..sess.s.groups.len() as GroupId {
         let grp = &sess.s.groups[g as usize];
-        if grp.foreign || grp.queue.is_none() || (grp.stale_since.is_none() && sess.st.gang_satisfied(sess.s, g)) {
+        if grp.foreign
+            || grp.queue.is_none()
+            || (grp.stale_since.is_none() && sess.st.gang_satisfied(sess.s, g))
+        {
             continue;
         }
         let running = sess.running_pods(g);
         let active = !running.is_empty() || sess.st.group_placed[g as usize] > 0;
         let below = active && !sess.st.gang_satisfied(sess.s, g);
-        let mark = |since| StaleMark { namespace: grp.namespace.clone(), pod_group: grp.name.clone(), since };
+        let mark = |since| StaleMark {
+            namespace: grp.namespace.clone(),
+            pod_group: grp.name.clone(),
+            since,
+        };
         match (below, grp.stale_since) {
             (false, Some(_)) => sess.stale_marks.push(mark(None)),
             (false, None) => {}
             (true, None) => sess.stale_marks.push(mark(Some(now))),
             (true, Some(since)) => {
-                let Some(grace) = grp.staleness_grace else { continue };
+                let Some(grace) = grp.staleness_grace else {
+                    continue;
+                };
                 if now - since < grace || running.is_empty() {
                     continue;
                 }
                 let mut stmt = Statement::new();
                 for p in running {
-                    stmt.evict(sess.s, &mut sess.st, p, EvictReason::StaleGang { since, grace_secs: grace });
+                    stmt.evict(
+                        sess.s,
+                        &mut sess.st,
+                        p,
+                        EvictReason::StaleGang {
+                            since,
+                            grace_secs: grace,
+                        },
+                    );
                 }
                 // Pods placed this cycle for the gang stay: they bind and may complete it next cycle.
                 sess.commit(stmt);
                 let grp = &sess.s.groups[g as usize];
-                sess.stale_marks.push(StaleMark { namespace: grp.namespace.clone(), pod_group: grp.name.clone(), since: None });
+                sess.stale_marks.push(StaleMark {
+                    namespace: grp.namespace.clone(),
+                    pod_group: grp.name.clone(),
+                    since: None,
+                });
             }
         }
     }

@@ -20,7 +20,10 @@ pub use synth::{MixSpec, SynthSpec};
 pub enum Workload {
     Synthetic(SynthSpec),
     /// Node and pod CSV files; the pods are the pending workload and the arrival stream.
-    Trace { nodes: PathBuf, pods: PathBuf },
+    Trace {
+        nodes: PathBuf,
+        pods: PathBuf,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -87,7 +90,10 @@ fn arrivals(opts: &BenchOptions, nodes: &[NodeInput], base: &[PodInput]) -> Vec<
         if let Some(n) = p.extended.get(gantry_api::names::RESOURCE_GPU) {
             return n * 1000;
         }
-        if let Some(f) = p.annotations.get(gantry_api::names::ANNOTATION_GPU_FRACTION) {
+        if let Some(f) = p
+            .annotations
+            .get(gantry_api::names::ANNOTATION_GPU_FRACTION)
+        {
             return (f.parse::<f64>().unwrap_or(0.0) * 1000.0) as i64;
         }
         if let Some(m) = p.annotations.get(gantry_api::names::ANNOTATION_GPU_MEMORY) {
@@ -141,7 +147,15 @@ pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
             synth::synth(spec),
             format!(
                 "synthetic: {} nodes x {} GPUs, {} running, {} pending, mix whole:{},fraction:{},gang:{}, {} queues, seed {}",
-                spec.nodes, spec.gpus_per_node, spec.running, spec.pending, spec.mix.whole, spec.mix.fraction, spec.mix.gang, spec.queues, opts.seed
+                spec.nodes,
+                spec.gpus_per_node,
+                spec.running,
+                spec.pending,
+                spec.mix.whole,
+                spec.mix.fraction,
+                spec.mix.gang,
+                spec.queues,
+                opts.seed
             ),
         ),
         Workload::Trace { nodes, pods } => {
@@ -151,15 +165,34 @@ pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
             }
             let p = trace::read_pods(pods)?;
             let input = replay_input(&n, &p);
-            (input, format!("trace: {} ({} nodes), {} ({} pods)", nodes.display(), n.len(), pods.display(), p.len()))
+            (
+                input,
+                format!(
+                    "trace: {} ({} nodes), {} ({} pods)",
+                    nodes.display(),
+                    n.len(),
+                    pods.display(),
+                    p.len()
+                ),
+            )
         }
     };
-    let stream = if opts.skip_replay { Vec::new() } else { arrivals(opts, &input.nodes, &input.pods) };
-    let replay_snapshot = (!opts.skip_replay).then(|| Snapshot::build(&replay_input(&input.nodes, &stream)));
+    let stream = if opts.skip_replay {
+        Vec::new()
+    } else {
+        arrivals(opts, &input.nodes, &input.pods)
+    };
+    let replay_snapshot =
+        (!opts.skip_replay).then(|| Snapshot::build(&replay_input(&input.nodes, &stream)));
     let mut rows = Vec::new();
     for &policy in &opts.policies {
-        let cfg = Config { policy, seed: opts.seed, ..Config::default() };
-        let (mut binds, mut evictions, mut build, mut cycle) = (0, 0, Duration::ZERO, Duration::ZERO);
+        let cfg = Config {
+            policy,
+            seed: opts.seed,
+            ..Config::default()
+        };
+        let (mut binds, mut evictions, mut build, mut cycle) =
+            (0, 0, Duration::ZERO, Duration::ZERO);
         if !opts.skip_cycle {
             let t0 = Instant::now();
             let snap = Snapshot::build(&input);
@@ -171,9 +204,20 @@ pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
             evictions = d.evictions.len();
         }
         let replay = replay_snapshot.as_ref().map(|s| replay(s, &cfg));
-        rows.push(Row { policy, binds, evictions, build, cycle, replay });
+        rows.push(Row {
+            policy,
+            binds,
+            evictions,
+            build,
+            cycle,
+            replay,
+        });
     }
-    let running = input.pods.iter().filter(|p| p.phase == crate::input::PodPhase::Running).count();
+    let running = input
+        .pods
+        .iter()
+        .filter(|p| p.phase == crate::input::PodPhase::Running)
+        .count();
     Ok(Report {
         description,
         nodes: input.nodes.len(),
@@ -191,11 +235,24 @@ fn pct(v: Option<f64>) -> String {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.description)?;
-        writeln!(f, "cluster: {} nodes, {} GPUs, {} running pods, {} pending pods", self.nodes, self.gpus, self.running, self.pending)?;
+        writeln!(
+            f,
+            "cluster: {} nodes, {} GPUs, {} running pods, {} pending pods",
+            self.nodes, self.gpus, self.running, self.pending
+        )?;
         writeln!(
             f,
             "{:<26} {:>8} {:>10} {:>9} {:>9} {:>13} {:>12} {:>12} {:>12} {:>13}",
-            "policy", "binds", "place/s", "build ms", "cycle ms", "alloc@1stfail", "unalloc@90%", "unalloc@95%", "unalloc@100%", "replay pods/s"
+            "policy",
+            "binds",
+            "place/s",
+            "build ms",
+            "cycle ms",
+            "alloc@1stfail",
+            "unalloc@90%",
+            "unalloc@95%",
+            "unalloc@100%",
+            "replay pods/s"
         )?;
         for r in &self.rows {
             let rp = r.replay.as_ref();
@@ -211,14 +268,27 @@ impl fmt::Display for Report {
                 pct(rp.and_then(|x| x.unalloc_at[0])),
                 pct(rp.and_then(|x| x.unalloc_at[1])),
                 pct(rp.and_then(|x| x.unalloc_at[2])),
-                rp.map_or("-".into(), |x| format!("{:.0}", x.arrived as f64 / x.elapsed.as_secs_f64().max(1e-9))),
+                rp.map_or("-".into(), |x| format!(
+                    "{:.0}",
+                    x.arrived as f64 / x.elapsed.as_secs_f64().max(1e-9)
+                )),
             )?;
         }
         // Headline comparison the fragmentation target is judged on.
-        let at100 = |p: Policy| self.rows.iter().find(|r| r.policy == p).and_then(|r| r.replay.as_ref()).and_then(|x| x.unalloc_at[2]);
+        let at100 = |p: Policy| {
+            self.rows
+                .iter()
+                .find(|r| r.policy == p)
+                .and_then(|r| r.replay.as_ref())
+                .and_then(|x| x.unalloc_at[2])
+        };
         if let (Some(fa), Some(bf)) = (at100(Policy::FragmentationAware), at100(Policy::BestFit)) {
             if bf > 0.0 {
-                writeln!(f, "frag-aware leaves {:.1}% fewer unallocated GPUs than best fit at 100% requested", (1.0 - fa / bf) * 100.0)?;
+                writeln!(
+                    f,
+                    "frag-aware leaves {:.1}% fewer unallocated GPUs than best fit at 100% requested",
+                    (1.0 - fa / bf) * 100.0
+                )?;
             }
         }
         Ok(())

@@ -2,7 +2,9 @@
 //! GPU requested reaches the cluster's capacity. Measures how much GPU is left unusable.
 
 use crate::config::Config;
-use crate::input::{ClusterInput, NodeInput, PodGroupInput, PodInput, QueueInput, QueueResourceInput};
+use crate::input::{
+    ClusterInput, NodeInput, PodGroupInput, PodInput, QueueInput, QueueResourceInput,
+};
 use crate::placement::Placer;
 use crate::snapshot::{GPU, PodId, Snapshot};
 use crate::state::State;
@@ -23,8 +25,18 @@ pub const THRESHOLDS: [f64; 3] = [0.90, 0.95, 1.00];
 
 /// The replay cluster: one unlimited queue, a one-pod job per arrival.
 pub fn replay_input(nodes: &[NodeInput], arrivals: &[PodInput]) -> ClusterInput {
-    let any = QueueResourceInput { quota: -1.0, limit: -1.0, over_quota_weight: 1.0 };
-    let queue = QueueInput { name: "replay".into(), gpu: any, cpu: any, memory: any, ..Default::default() };
+    let any = QueueResourceInput {
+        quota: -1.0,
+        limit: -1.0,
+        over_quota_weight: 1.0,
+    };
+    let queue = QueueInput {
+        name: "replay".into(),
+        gpu: any,
+        cpu: any,
+        memory: any,
+        ..Default::default()
+    };
     let mut pods = arrivals.to_vec();
     let mut groups = Vec::with_capacity(pods.len());
     for (i, p) in pods.iter_mut().enumerate() {
@@ -33,16 +45,32 @@ pub fn replay_input(nodes: &[NodeInput], arrivals: &[PodInput]) -> ClusterInput 
         p.pod_group = p.name.clone();
         p.phase = crate::input::PodPhase::Pending;
         p.node = None;
-        groups.push(PodGroupInput { namespace: "replay".into(), name: p.name.clone(), queue: "replay".into(), ..Default::default() });
+        groups.push(PodGroupInput {
+            namespace: "replay".into(),
+            name: p.name.clone(),
+            queue: "replay".into(),
+            ..Default::default()
+        });
     }
-    ClusterInput { now: 0, nodes: nodes.to_vec(), queues: vec![queue], pod_groups: groups, pods }
+    ClusterInput {
+        now: 0,
+        nodes: nodes.to_vec(),
+        queues: vec![queue],
+        pod_groups: groups,
+        pods,
+    }
 }
 
 pub fn replay(s: &Snapshot, cfg: &Config) -> ReplayFigures {
     let mut issues = Vec::new();
     let mut st = State::new(s, &mut issues);
     let mut placer = Placer::new(s, cfg);
-    let capacity: i64 = s.nodes.iter().filter(|n| n.schedulable).map(|n| i64::from(n.gpus) * 1000).sum();
+    let capacity: i64 = s
+        .nodes
+        .iter()
+        .filter(|n| n.schedulable)
+        .map(|n| i64::from(n.gpus) * 1000)
+        .sum();
     let mut out = ReplayFigures::default();
     if capacity == 0 {
         return out;
@@ -64,7 +92,8 @@ pub fn replay(s: &Snapshot, cfg: &Config) -> ReplayFigures {
                 out.placed += 1;
             }
             None => {
-                out.alloc_at_first_fail.get_or_insert(allocated as f64 / cap);
+                out.alloc_at_first_fail
+                    .get_or_insert(allocated as f64 / cap);
             }
         }
         for (i, t) in THRESHOLDS.iter().enumerate() {

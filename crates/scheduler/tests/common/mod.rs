@@ -9,7 +9,10 @@ pub const GIB: i64 = 1 << 30;
 
 pub fn gpu_node(name: &str, gpus: u32) -> NodeInput {
     let mut labels = BTreeMap::new();
-    labels.insert(names::LABEL_GPU_PRODUCT.to_string(), "NVIDIA-H100-80GB-HBM3".to_string());
+    labels.insert(
+        names::LABEL_GPU_PRODUCT.to_string(),
+        "NVIDIA-H100-80GB-HBM3".to_string(),
+    );
     labels.insert(names::LABEL_GPU_MEMORY.to_string(), "80000".to_string());
     NodeInput {
         name: name.into(),
@@ -24,14 +27,32 @@ pub fn gpu_node(name: &str, gpus: u32) -> NodeInput {
     }
 }
 
-pub fn queue(name: &str, parent: Option<&str>, gpu_quota: f64, gpu_limit: f64, weight: f64) -> QueueInput {
+pub fn queue(
+    name: &str,
+    parent: Option<&str>,
+    gpu_quota: f64,
+    gpu_limit: f64,
+    weight: f64,
+) -> QueueInput {
     QueueInput {
         name: name.into(),
         parent: parent.map(str::to_string),
         priority: None,
-        gpu: QueueResourceInput { quota: gpu_quota, limit: gpu_limit, over_quota_weight: weight },
-        cpu: QueueResourceInput { quota: -1.0, limit: -1.0, over_quota_weight: 1.0 },
-        memory: QueueResourceInput { quota: -1.0, limit: -1.0, over_quota_weight: 1.0 },
+        gpu: QueueResourceInput {
+            quota: gpu_quota,
+            limit: gpu_limit,
+            over_quota_weight: weight,
+        },
+        cpu: QueueResourceInput {
+            quota: -1.0,
+            limit: -1.0,
+            over_quota_weight: 1.0,
+        },
+        memory: QueueResourceInput {
+            quota: -1.0,
+            limit: -1.0,
+            over_quota_weight: 1.0,
+        },
         creation: 0,
         usage: [0.0; 3],
     }
@@ -82,8 +103,17 @@ pub fn running(mut p: PodInput, node: &str, gpus: &[u32]) -> PodInput {
 }
 
 /// A one-pod job per pod: group named like the pod.
-pub fn job(input: &mut ClusterInput, name: &str, queue: &str, priority: i32, gpus: i64, creation: i64) {
-    input.pod_groups.push(group(name, queue, priority, 1, creation));
+pub fn job(
+    input: &mut ClusterInput,
+    name: &str,
+    queue: &str,
+    priority: i32,
+    gpus: i64,
+    creation: i64,
+) {
+    input
+        .pod_groups
+        .push(group(name, queue, priority, 1, creation));
     let mut p = pod(name, name, gpus);
     p.creation = creation;
     input.pods.push(p);

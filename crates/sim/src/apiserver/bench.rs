@@ -40,7 +40,10 @@ pub enum BenchError {
 
 fn cm(name: &str, v: usize) -> ConfigMap {
     ConfigMap {
-        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
         data: Some(BTreeMap::from([("v".to_string(), v.to_string())])),
         ..Default::default()
     }
@@ -53,13 +56,25 @@ where
     Fut: std::future::Future<Output = Result<(), BenchError>>,
 {
     let start = Instant::now();
-    futures::stream::iter(0..n).map(f).buffer_unordered(conc.max(1)).try_for_each(|_| async { Ok(()) }).await?;
+    futures::stream::iter(0..n)
+        .map(f)
+        .buffer_unordered(conc.max(1))
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
     Ok(start.elapsed())
 }
 
 /// Measures one control plane (memory when `data_dir` is None).
-pub async fn bench_one(label: &str, data_dir: Option<PathBuf>, o: &BenchOpts) -> Result<BenchRow, BenchError> {
-    let cp = ControlPlane::start(ControlPlaneOptions { data_dir, ..Default::default() }).await?;
+pub async fn bench_one(
+    label: &str,
+    data_dir: Option<PathBuf>,
+    o: &BenchOpts,
+) -> Result<BenchRow, BenchError> {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        data_dir,
+        ..Default::default()
+    })
+    .await?;
     let client = cp.client()?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
@@ -74,13 +89,19 @@ pub async fn bench_one(label: &str, data_dir: Option<PathBuf>, o: &BenchOpts) ->
     let updated = run_many(o.objects, o.concurrency, |i| {
         let (api, pp) = (api.clone(), pp.clone());
         async move {
-            api.replace(&format!("bench-{i}"), &pp, &cm(&format!("bench-{i}"), 1)).await?;
+            api.replace(&format!("bench-{i}"), &pp, &cm(&format!("bench-{i}"), 1))
+                .await?;
             Ok(())
         }
     })
     .await?;
     // Watch phase: every watcher must see every write.
-    let rv = api.list_metadata(&Default::default()).await?.metadata.resource_version.unwrap_or_default();
+    let rv = api
+        .list_metadata(&Default::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
     let mut watchers = Vec::new();
     for _ in 0..o.watchers {
         let stream = api.watch(&WatchParams::default(), &rv).await?;
@@ -111,7 +132,12 @@ pub async fn bench_one(label: &str, data_dir: Option<PathBuf>, o: &BenchOpts) ->
     for w in watchers {
         match w.await {
             Ok(r) => r?,
-            Err(_) => return Err(BenchError::WatchEnded { got: 0, want: o.watch_writes }),
+            Err(_) => {
+                return Err(BenchError::WatchEnded {
+                    got: 0,
+                    want: o.watch_writes,
+                });
+            }
         }
     }
     let watched = start.elapsed();
@@ -128,7 +154,11 @@ pub async fn bench_one(label: &str, data_dir: Option<PathBuf>, o: &BenchOpts) ->
 /// Memory, then SQLite in a temporary directory.
 pub async fn run(o: &BenchOpts) -> Result<Vec<BenchRow>, BenchError> {
     let mem = bench_one("memory", None, o).await?;
-    let dir = tempfile::tempdir().map_err(|source| SimError::Io { what: "creating temporary directory", path: "$TMPDIR".into(), source })?;
+    let dir = tempfile::tempdir().map_err(|source| SimError::Io {
+        what: "creating temporary directory",
+        path: "$TMPDIR".into(),
+        source,
+    })?;
     let sql = bench_one("sqlite", Some(dir.path().to_path_buf()), o).await?;
     Ok(vec![mem, sql])
 }

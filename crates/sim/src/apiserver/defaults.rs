@@ -14,9 +14,15 @@ pub fn validate_name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
         return Ok(());
     }
     let max = if info.plural == "namespaces" { 63 } else { 253 };
-    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && max == 253);
+    let allowed = |c: char| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && max == 253)
+    };
     let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if name.len() > max || !name.chars().all(allowed) || !edge_ok(name.chars().next()) || !edge_ok(name.chars().last()) {
+    if name.len() > max
+        || !name.chars().all(allowed)
+        || !edge_ok(name.chars().next())
+        || !edge_ok(name.chars().last())
+    {
         return bad(&format!(
             "a lowercase RFC 1123 {} must consist of lower case alphanumeric characters{}, and must start and end with an alphanumeric character (at most {max} characters)",
             if max == 63 { "label" } else { "subdomain" },
@@ -81,7 +87,11 @@ pub fn on_update(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
 
 /// A CRD is served as soon as it is stored: its names are accepted and it is Established.
 fn crd_status(crd: &mut Value) -> Result<(), ApiError> {
-    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let Some(info) = super::resources::from_crd(crd) else {
         return Err(ApiError::invalid(
             "CustomResourceDefinition",
@@ -92,7 +102,12 @@ fn crd_status(crd: &mut Value) -> Result<(), ApiError> {
     };
     let want = format!("{}.{}", info.plural, info.group);
     if name != want {
-        return Err(ApiError::invalid("CustomResourceDefinition", &name, "metadata.name", &format!("must be spec.names.plural+\".\"+spec.group ({want})")));
+        return Err(ApiError::invalid(
+            "CustomResourceDefinition",
+            &name,
+            "metadata.name",
+            &format!("must be spec.names.plural+\".\"+spec.group ({want})"),
+        ));
     }
     let storage: Vec<Value> = crd
         .pointer("/spec/versions")

@@ -23,7 +23,16 @@ pub fn core_versions(addr: &str) -> Value {
            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": addr}]})
 }
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// Groups in discovery order (built-ins first, as listed), each with its versions.
 fn groups(srv: &ApiServer) -> Vec<(String, Vec<String>)> {
@@ -43,11 +52,20 @@ fn groups(srv: &ApiServer) -> Vec<(String, Vec<String>)> {
             }
         }
     }
-    order.into_iter().map(|g| { let v = versions.remove(&g).unwrap_or_default(); (g, v) }).collect()
+    order
+        .into_iter()
+        .map(|g| {
+            let v = versions.remove(&g).unwrap_or_default();
+            (g, v)
+        })
+        .collect()
 }
 
 fn group_doc(name: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
     json!({"name": name, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(json!({}))})
 }
 
@@ -72,13 +90,14 @@ fn entries(r: &Arc<ResourceInfo>) -> Vec<Value> {
         "shortNames": r.short_names, "categories": r.categories,
     })];
     for sub in &r.subresources {
-        let (kind, group, version, verbs): (&str, Option<&str>, Option<&str>, &[&str]) = match sub.as_str() {
-            "status" => (&r.kind, None, None, &["get", "patch", "update"]),
-            "binding" => ("Binding", None, None, &["create"]),
-            "eviction" => ("Eviction", Some("policy"), Some("v1"), &["create"]),
-            "finalize" => (&r.kind, None, None, &["update"]),
-            _ => continue,
-        };
+        let (kind, group, version, verbs): (&str, Option<&str>, Option<&str>, &[&str]) =
+            match sub.as_str() {
+                "status" => (&r.kind, None, None, &["get", "patch", "update"]),
+                "binding" => ("Binding", None, None, &["create"]),
+                "eviction" => ("Eviction", Some("policy"), Some("v1"), &["create"]),
+                "finalize" => (&r.kind, None, None, &["update"]),
+                _ => continue,
+            };
         let mut e = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
         if let Some(g) = group {
             e["group"] = json!(g);
@@ -103,6 +122,12 @@ pub fn resource_list(srv: &ApiServer, group: &str, version: &str) -> Option<Valu
     if rs.is_empty() {
         return None;
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": rs}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": rs}),
+    )
 }

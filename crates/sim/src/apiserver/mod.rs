@@ -19,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use objects::Target;
 use resources::Registry;
 use serde_json::json;
-use std::sync::{Arc, OnceLock};
 use status::ApiError;
+use std::sync::{Arc, OnceLock};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;
@@ -42,7 +42,12 @@ impl ApiServer {
     /// An API server over `store`; requests must carry `token` (None: no auth, for
     /// in-process use only). Creates the system namespaces if missing.
     pub fn new(store: Store, token: Option<String>) -> Arc<Self> {
-        let srv = Arc::new(Self { store, registry: Registry::default(), token, address: OnceLock::new() });
+        let srv = Arc::new(Self {
+            store,
+            registry: Registry::default(),
+            token,
+            address: OnceLock::new(),
+        });
         srv.refresh_crds();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             if srv.store.get("/namespaces", "", ns).is_none() {
@@ -62,18 +67,33 @@ impl ApiServer {
     }
 
     pub fn address(&self) -> String {
-        self.address.get().cloned().unwrap_or_else(|| "127.0.0.1".into())
+        self.address
+            .get()
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1".into())
     }
 
     /// A verb target for `group/version/plural` in `namespace`, if served.
-    pub fn target(&self, group: &str, version: &str, plural: &str, namespace: &str) -> Option<Target> {
+    pub fn target(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        namespace: &str,
+    ) -> Option<Target> {
         let info = self.registry.lookup(group, version, plural)?;
-        Some(Target { info, version: version.to_string(), namespace: namespace.to_string() })
+        Some(Target {
+            info,
+            version: version.to_string(),
+            namespace: namespace.to_string(),
+        })
     }
 
     /// Re-reads the stored CRDs into the registry.
     pub fn refresh_crds(&self) {
-        let (crds, _) = self.store.list("apiextensions.k8s.io/customresourcedefinitions", None, None);
+        let (crds, _) =
+            self.store
+                .list("apiextensions.k8s.io/customresourcedefinitions", None, None);
         self.registry.set_crds(crds.iter().map(|c| c.as_ref()));
     }
 
@@ -83,7 +103,9 @@ impl ApiServer {
     }
 
     fn authorized(&self, req: &Request) -> bool {
-        let Some(token) = &self.token else { return true };
+        let Some(token) = &self.token else {
+            return true;
+        };
         req.headers()
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -99,7 +121,14 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
-        Err(e) => return ApiError::new(413, "RequestEntityTooLarge", format!("reading the request body: {e}")).into_response(),
+        Err(e) => {
+            return ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("reading the request body: {e}"),
+            )
+            .into_response();
+        }
     };
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or_default().to_string();

@@ -21,7 +21,11 @@ pub struct Target {
 
 impl Target {
     pub fn key(&self, name: &str) -> ObjKey {
-        ObjKey { gr: self.info.gr(), namespace: self.namespace.clone(), name: name.to_string() }
+        ObjKey {
+            gr: self.info.gr(),
+            namespace: self.namespace.clone(),
+            name: name.to_string(),
+        }
     }
     fn api_version(&self) -> String {
         self.info.api_version(&self.version)
@@ -61,9 +65,15 @@ pub struct DeleteOpts {
 impl DeleteOpts {
     pub fn from_body(body: &Value) -> Self {
         Self {
-            propagation: body.get("propagationPolicy").and_then(Value::as_str).map(str::to_string),
+            propagation: body
+                .get("propagationPolicy")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             grace_seconds: body.get("gracePeriodSeconds").and_then(Value::as_i64),
-            uid: body.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string),
+            uid: body
+                .pointer("/preconditions/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             resource_version: body
                 .pointer("/preconditions/resourceVersion")
                 .and_then(Value::as_str)
@@ -82,7 +92,9 @@ pub struct ListOpts {
 }
 
 fn meta_str<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
-    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+    obj.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
 }
 
 fn rv_of(obj: &Value) -> &str {
@@ -93,7 +105,9 @@ fn generate_suffix() -> String {
     use rand::Rng;
     const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| CHARS[rng.random_range(0..CHARS.len())] as char).collect()
+    (0..5)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
 }
 
 /// Compares two objects ignoring resourceVersion and managedFields timestamps.
@@ -150,7 +164,10 @@ impl ApiServer {
     fn prepare_create(&self, t: &Target, mut obj: Value, manager: &str) -> Result<Value, ApiError> {
         let info = &t.info;
         if !obj.is_object() {
-            return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", info.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} must be a JSON object",
+                info.kind
+            )));
         }
         if let Some(kind) = obj.get("kind").and_then(Value::as_str)
             && kind != info.kind
@@ -168,7 +185,9 @@ impl ApiServer {
         let mut name = meta_str(&obj, "name").unwrap_or_default().to_string();
         if name.is_empty() {
             match meta_str(&obj, "generateName") {
-                Some(prefix) if !prefix.is_empty() => name = format!("{prefix}{}", generate_suffix()),
+                Some(prefix) if !prefix.is_empty() => {
+                    name = format!("{prefix}{}", generate_suffix())
+                }
                 _ => {
                     return Err(ApiError::invalid(
                         &info.kind,
@@ -182,7 +201,9 @@ impl ApiServer {
         defaults::validate_name(info, &name)?;
         let body_ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
         let now = now();
-        let meta = obj["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("metadata vanished"))?;
+        let meta = obj["metadata"]
+            .as_object_mut()
+            .ok_or_else(|| ApiError::internal("metadata vanished"))?;
         if info.namespaced {
             if !body_ns.is_empty() && body_ns != t.namespace {
                 return Err(ApiError::bad_request(format!(
@@ -198,12 +219,23 @@ impl ApiServer {
         meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
         meta.insert("creationTimestamp".into(), json!(now));
         meta.insert("generation".into(), json!(1));
-        for k in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"] {
+        for k in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "managedFields",
+        ] {
             meta.remove(k);
         }
         defaults::on_create(info, &mut obj)?;
         let lk = t.list_kinds();
-        let writer = ssa::Writer { manager, subresource: "", api_version: &t.api_version(), time: &now };
+        let writer = ssa::Writer {
+            manager,
+            subresource: "",
+            api_version: &t.api_version(),
+            time: &now,
+        };
         ssa::track_update(None, &mut obj, &writer, &lk);
         Ok(obj)
     }
@@ -220,7 +252,10 @@ impl ApiServer {
         let info = &t.info;
         let name = meta_str(cur, "name").unwrap_or_default().to_string();
         if !new.is_object() {
-            return Err(ApiError::bad_request(format!("the body of a {} must be a JSON object", info.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the body of a {} must be a JSON object",
+                info.kind
+            )));
         }
         if let Some(rv) = meta_str(&new, "resourceVersion")
             && !rv.is_empty()
@@ -269,10 +304,24 @@ impl ApiServer {
             }
             new["apiVersion"] = json!(t.api_version());
             new["kind"] = json!(info.kind);
-            let (Some(nm), Some(cm)) = (new["metadata"].as_object_mut(), cur["metadata"].as_object()) else {
-                return Err(ApiError::internal(format!("stored {} {name} has no metadata", info.kind)));
+            let (Some(nm), Some(cm)) =
+                (new["metadata"].as_object_mut(), cur["metadata"].as_object())
+            else {
+                return Err(ApiError::internal(format!(
+                    "stored {} {name} has no metadata",
+                    info.kind
+                )));
             };
-            for k in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "managedFields"] {
+            for k in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "managedFields",
+            ] {
                 match cm.get(k) {
                     Some(v) => nm.insert(k.into(), v.clone()),
                     None => nm.remove(k),
@@ -284,29 +333,57 @@ impl ApiServer {
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
-                    .any(|f| !cm.get("finalizers").and_then(Value::as_array).is_some_and(|c| c.contains(f)));
+                    .any(|f| {
+                        !cm.get("finalizers")
+                            .and_then(Value::as_array)
+                            .is_some_and(|c| c.contains(f))
+                    });
                 if added {
-                    return Err(ApiError::invalid(&info.kind, &name, "metadata.finalizers", "no new finalizers can be added if the object is being deleted"));
+                    return Err(ApiError::invalid(
+                        &info.kind,
+                        &name,
+                        "metadata.finalizers",
+                        "no new finalizers can be added if the object is being deleted",
+                    ));
                 }
             }
             defaults::on_update(info, &mut new)?;
             if info.builtin && info.plural == "pods" {
-                let old_node = cur.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
-                let new_node = new.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
+                let old_node = cur
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let new_node = new
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 if !old_node.is_empty() && old_node != new_node {
-                    return Err(ApiError::invalid("Pod", &name, "spec.nodeName", "field is immutable once set"));
+                    return Err(ApiError::invalid(
+                        "Pod",
+                        &name,
+                        "spec.nodeName",
+                        "field is immutable once set",
+                    ));
                 }
             }
             new
         };
         if spec_part(info, cur) != spec_part(info, &out) {
-            let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            let g = cur
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             out["metadata"]["generation"] = json!(g + 1);
         }
         if let Some(manager) = manager {
             let time = now();
             let lk = t.list_kinds();
-            let writer = ssa::Writer { manager, subresource: sub, api_version: &t.api_version(), time: &time };
+            let writer = ssa::Writer {
+                manager,
+                subresource: sub,
+                api_version: &t.api_version(),
+                time: &time,
+            };
             ssa::track_update(Some(cur), &mut out, &writer, &lk);
         }
         if same_content(cur, &out) {
@@ -321,11 +398,16 @@ impl ApiServer {
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = t.key(&name);
         let out = self.store.mutate(&key, |cur, _| match cur {
-            Some(_) => Err(ApiError::already_exists(&t.info.plural, &t.info.group, &name)),
+            Some(_) => Err(ApiError::already_exists(
+                &t.info.plural,
+                &t.info.group,
+                &name,
+            )),
             None => Ok(Mutation::Put(obj)),
         })?;
         self.after_write(t);
-        out.map(|o| t.present(&o)).ok_or_else(|| ApiError::internal("create stored nothing"))
+        out.map(|o| t.present(&o))
+            .ok_or_else(|| ApiError::internal("create stored nothing"))
     }
 
     pub fn get(&self, t: &Target, name: &str) -> Result<Value, ApiError> {
@@ -336,7 +418,11 @@ impl ApiServer {
     }
 
     pub fn list(&self, t: &Target, opts: &ListOpts) -> Result<Value, ApiError> {
-        let ns = t.info.namespaced.then_some(t.namespace.as_str()).filter(|n| !n.is_empty());
+        let ns = t
+            .info
+            .namespaced
+            .then_some(t.namespace.as_str())
+            .filter(|n| !n.is_empty());
         let after = match &opts.continue_token {
             Some(tok) => Some(decode_continue(tok)?),
             None => None,
@@ -345,7 +431,9 @@ impl ApiServer {
         let mut items = Vec::new();
         let mut next = None;
         let filtered = !opts.labels.is_empty() || !opts.fields.is_empty();
-        let mut matching = objs.iter().filter(|o| opts.labels.matches(o) && opts.fields.matches(o));
+        let mut matching = objs
+            .iter()
+            .filter(|o| opts.labels.matches(o) && opts.fields.matches(o));
         let mut remaining = 0usize;
         for o in matching.by_ref() {
             if opts.limit.is_some_and(|l| l > 0 && items.len() >= l) {
@@ -380,7 +468,14 @@ impl ApiServer {
     }
 
     /// PUT of the object or its status. Returns the stored object.
-    pub fn update(&self, t: &Target, name: &str, sub: &str, body: Value, manager: &str) -> Result<Value, ApiError> {
+    pub fn update(
+        &self,
+        t: &Target,
+        name: &str,
+        sub: &str,
+        body: Value,
+        manager: &str,
+    ) -> Result<Value, ApiError> {
         let out = self.store.mutate(&t.key(name), |cur, _| match cur {
             None => Err(t.not_found(name)),
             Some(cur) => self.prepare_update(t, cur, body, sub, Some(manager)),
@@ -404,13 +499,17 @@ impl ApiServer {
     ) -> Result<(Value, bool), ApiError> {
         let what = format!("{} {name}", t.info.kind);
         if kind == PatchType::Strategic && !t.info.builtin {
-            return Err(ApiError::unsupported_media_type("application/strategic-merge-patch+json (custom resources take merge, JSON or apply patches)"));
+            return Err(ApiError::unsupported_media_type(
+                "application/strategic-merge-patch+json (custom resources take merge, JSON or apply patches)",
+            ));
         }
         if kind == PatchType::Apply {
             return self.server_side_apply(t, name, sub, body, manager, force, &what);
         }
         let out = self.store.mutate(&t.key(name), |cur, _| {
-            let Some(cur) = cur else { return Err(t.not_found(name)) };
+            let Some(cur) = cur else {
+                return Err(t.not_found(name));
+            };
             let patched = patch::apply_simple(kind, cur, body, &what)?;
             let manager = manager.unwrap_or("unknown");
             self.prepare_update(t, cur, patched, sub, Some(manager))
@@ -435,10 +534,13 @@ impl ApiServer {
                 "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
             ));
         };
-        let applied: Value = serde_yaml::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid apply configuration for {what}: {e}")))?;
+        let applied: Value = serde_yaml::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("invalid apply configuration for {what}: {e}"))
+        })?;
         if !applied.is_object() {
-            return Err(ApiError::bad_request(format!("the apply configuration for {what} must be an object")));
+            return Err(ApiError::bad_request(format!(
+                "the apply configuration for {what} must be an object"
+            )));
         }
         if let Some(n) = applied.pointer("/metadata/name").and_then(Value::as_str)
             && n != name
@@ -450,7 +552,12 @@ impl ApiServer {
         let lk = t.list_kinds();
         let time = now();
         let av = t.api_version();
-        let writer = ssa::Writer { manager, subresource: sub, api_version: &av, time: &time };
+        let writer = ssa::Writer {
+            manager,
+            subresource: sub,
+            api_version: &av,
+            time: &time,
+        };
         let mut created = false;
         if self.store.get(&t.info.gr(), &t.namespace, name).is_none() {
             if sub == "status" {
@@ -520,8 +627,20 @@ impl ApiServer {
     }
 
     /// Deletes every object a list with `opts` would return.
-    pub fn delete_collection(&self, t: &Target, list: &ListOpts, opts: &DeleteOpts) -> Result<Value, ApiError> {
-        let items = self.list(t, &ListOpts { limit: None, continue_token: None, ..list.clone() })?;
+    pub fn delete_collection(
+        &self,
+        t: &Target,
+        list: &ListOpts,
+        opts: &DeleteOpts,
+    ) -> Result<Value, ApiError> {
+        let items = self.list(
+            t,
+            &ListOpts {
+                limit: None,
+                continue_token: None,
+                ..list.clone()
+            },
+        )?;
         let mut deleted = Vec::new();
         for item in items["items"].as_array().into_iter().flatten() {
             let name = meta_str(item, "name").unwrap_or_default();
@@ -540,9 +659,17 @@ impl ApiServer {
 
     /// pods/binding: sets spec.nodeName once.
     pub fn bind(&self, t: &Target, pod: &str, binding: &Value) -> Result<(), ApiError> {
-        let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or_default();
+        let node = binding
+            .pointer("/target/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if node.is_empty() {
-            return Err(ApiError::invalid("Binding", pod, "target.name", "Required value"));
+            return Err(ApiError::invalid(
+                "Binding",
+                pod,
+                "target.name",
+                "Required value",
+            ));
         }
         self.store.mutate(&t.key(pod), |cur, _| {
             let Some(cur) = cur else { return Err(t.not_found(pod)) };
@@ -576,19 +703,36 @@ impl ApiServer {
 /// namespaces) or remove it.
 pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> Mutation {
     let mut obj = cur.clone();
-    let mut finalizers: Vec<Value> = cur.pointer("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut finalizers: Vec<Value> = cur
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     match opts.propagation.as_deref() {
-        Some("Foreground") if !finalizers.contains(&json!(crate::gc::FOREGROUND)) => finalizers.push(json!(crate::gc::FOREGROUND)),
-        Some("Orphan") if !finalizers.contains(&json!(crate::gc::ORPHAN)) => finalizers.push(json!(crate::gc::ORPHAN)),
+        Some("Foreground") if !finalizers.contains(&json!(crate::gc::FOREGROUND)) => {
+            finalizers.push(json!(crate::gc::FOREGROUND))
+        }
+        Some("Orphan") if !finalizers.contains(&json!(crate::gc::ORPHAN)) => {
+            finalizers.push(json!(crate::gc::ORPHAN))
+        }
         _ => {}
     }
     let deleting = cur.pointer("/metadata/deletionTimestamp").is_some();
     let is_pod = info.builtin && info.plural == "pods";
-    let phase = cur.pointer("/status/phase").and_then(Value::as_str).unwrap_or_default();
-    let bound = cur.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let phase = cur
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let bound = cur
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
     let grace = opts
         .grace_seconds
-        .or_else(|| cur.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+        .or_else(|| {
+            cur.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
         .unwrap_or(30);
     let graceful = is_pod && bound && grace > 0 && phase != "Succeeded" && phase != "Failed";
     let is_ns = info.builtin && info.plural == "namespaces";
@@ -603,11 +747,20 @@ pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> M
     }
     if !deleting {
         let when = chrono::Utc::now() + chrono::Duration::seconds(if graceful { grace } else { 0 });
-        meta.insert("deletionTimestamp".into(), json!(when.format("%Y-%m-%dT%H:%M:%SZ").to_string()));
-        meta.insert("deletionGracePeriodSeconds".into(), json!(if graceful { grace } else { 0 }));
+        meta.insert(
+            "deletionTimestamp".into(),
+            json!(when.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        );
+        meta.insert(
+            "deletionGracePeriodSeconds".into(),
+            json!(if graceful { grace } else { 0 }),
+        );
     } else if graceful {
         // A second delete may only shorten the grace period.
-        let cur_grace = meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(grace);
+        let cur_grace = meta
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(grace);
         if grace < cur_grace {
             meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
         }
@@ -615,17 +768,33 @@ pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> M
     if is_ns {
         obj["status"]["phase"] = json!("Terminating");
     }
-    if same_content(cur, &obj) { Mutation::Unchanged } else { Mutation::Put(obj) }
+    if same_content(cur, &obj) {
+        Mutation::Unchanged
+    } else {
+        Mutation::Put(obj)
+    }
 }
 
 /// An update of an object being deleted whose last finalizer went away removes it.
 fn finish(obj: Value) -> Mutation {
     let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
-    let finalizers = obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
-    let is_ns = obj.get("kind").and_then(Value::as_str) == Some("Namespace") && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
+    let finalizers = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty());
+    let is_ns = obj.get("kind").and_then(Value::as_str) == Some("Namespace")
+        && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
     let graceful_pod = obj.get("kind").and_then(Value::as_str) == Some("Pod")
-        && obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) > 0;
-    if deleting && !finalizers && !is_ns && !graceful_pod { Mutation::Delete(obj) } else { Mutation::Put(obj) }
+        && obj
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            > 0;
+    if deleting && !finalizers && !is_ns && !graceful_pod {
+        Mutation::Delete(obj)
+    } else {
+        Mutation::Put(obj)
+    }
 }
 
 fn encode_continue(key: &(String, String)) -> String {
@@ -635,8 +804,15 @@ fn encode_continue(key: &(String, String)) -> String {
 
 fn decode_continue(tok: &str) -> Result<(String, String), ApiError> {
     let bad = || ApiError::bad_request(format!("invalid continue token {tok:?}"));
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(tok).map_err(|_| bad())?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(tok)
+        .map_err(|_| bad())?;
     let v: Map<String, Value> = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string).ok_or_else(bad);
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(bad)
+    };
     Ok((s("ns")?, s("name")?))
 }

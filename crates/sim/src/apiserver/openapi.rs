@@ -9,7 +9,11 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `/openapi/v3`: one entry per served group/version.
@@ -39,7 +43,12 @@ pub fn v3_doc(srv: &ApiServer, gv: &str) -> Option<Value> {
     };
     let mut paths = Map::new();
     let mut schemas = Map::new();
-    for r in srv.registry.all().iter().filter(|r| r.group == group && r.serves(&version)) {
+    for r in srv
+        .registry
+        .all()
+        .iter()
+        .filter(|r| r.group == group && r.serves(&version))
+    {
         if r.plural == "bindings" {
             continue;
         }
@@ -65,7 +74,11 @@ pub fn v3_doc(srv: &ApiServer, gv: &str) -> Option<Value> {
                 "x-kubernetes-group-version-kind": gvk,
             }}),
         );
-        let id = format!("{}.{version}.{}", if group.is_empty() { "core" } else { &group }, r.kind);
+        let id = format!(
+            "{}.{version}.{}",
+            if group.is_empty() { "core" } else { &group },
+            r.kind
+        );
         schemas.insert(id, json!({"type": "object", "x-kubernetes-group-version-kind": [gvk], "x-kubernetes-preserve-unknown-fields": true}));
     }
     if paths.is_empty() {

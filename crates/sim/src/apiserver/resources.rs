@@ -32,7 +32,11 @@ impl ResourceInfo {
         self.subresources.iter().any(|s| s == "status")
     }
     pub fn api_version(&self, version: &str) -> String {
-        if self.group.is_empty() { version.to_string() } else { format!("{}/{version}", self.group) }
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", self.group)
+        }
     }
     pub fn serves(&self, version: &str) -> bool {
         self.versions.iter().any(|v| v == version)
@@ -40,44 +44,260 @@ impl ResourceInfo {
 }
 
 // (group, version, plural, kind, namespaced, short names, subresources)
-type Row = (&'static str, &'static str, &'static str, &'static str, bool, &'static [&'static str], &'static [&'static str]);
+type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    &'static [&'static str],
+);
 
 const BUILTINS: &[Row] = &[
-    ("", "v1", "namespaces", "Namespace", false, &["ns"], &["status", "finalize"]),
+    (
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        false,
+        &["ns"],
+        &["status", "finalize"],
+    ),
     ("", "v1", "nodes", "Node", false, &["no"], &["status"]),
-    ("", "v1", "pods", "Pod", true, &["po"], &["status", "binding", "eviction"]),
+    (
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        true,
+        &["po"],
+        &["status", "binding", "eviction"],
+    ),
     ("", "v1", "bindings", "Binding", true, &[], &[]),
     ("", "v1", "configmaps", "ConfigMap", true, &["cm"], &[]),
     ("", "v1", "secrets", "Secret", true, &[], &[]),
     ("", "v1", "services", "Service", true, &["svc"], &["status"]),
     ("", "v1", "endpoints", "Endpoints", true, &["ep"], &[]),
-    ("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], &[]),
+    (
+        "",
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        true,
+        &["sa"],
+        &[],
+    ),
     ("", "v1", "events", "Event", true, &["ev"], &[]),
-    ("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true, &["pvc"], &["status"]),
-    ("", "v1", "persistentvolumes", "PersistentVolume", false, &["pv"], &["status"]),
-    ("", "v1", "resourcequotas", "ResourceQuota", true, &["quota"], &["status"]),
-    ("", "v1", "limitranges", "LimitRange", true, &["limits"], &[]),
-    ("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"], &["status"]),
-    ("apps", "v1", "deployments", "Deployment", true, &["deploy"], &["status", "scale"]),
-    ("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"], &["status", "scale"]),
-    ("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"], &["status", "scale"]),
-    ("apps", "v1", "controllerrevisions", "ControllerRevision", true, &[], &[]),
+    (
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        true,
+        &["pvc"],
+        &["status"],
+    ),
+    (
+        "",
+        "v1",
+        "persistentvolumes",
+        "PersistentVolume",
+        false,
+        &["pv"],
+        &["status"],
+    ),
+    (
+        "",
+        "v1",
+        "resourcequotas",
+        "ResourceQuota",
+        true,
+        &["quota"],
+        &["status"],
+    ),
+    (
+        "",
+        "v1",
+        "limitranges",
+        "LimitRange",
+        true,
+        &["limits"],
+        &[],
+    ),
+    (
+        "apps",
+        "v1",
+        "daemonsets",
+        "DaemonSet",
+        true,
+        &["ds"],
+        &["status"],
+    ),
+    (
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        true,
+        &["deploy"],
+        &["status", "scale"],
+    ),
+    (
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        &["status", "scale"],
+    ),
+    (
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        true,
+        &["sts"],
+        &["status", "scale"],
+    ),
+    (
+        "apps",
+        "v1",
+        "controllerrevisions",
+        "ControllerRevision",
+        true,
+        &[],
+        &[],
+    ),
     ("batch", "v1", "jobs", "Job", true, &[], &["status"]),
-    ("batch", "v1", "cronjobs", "CronJob", true, &["cj"], &["status"]),
-    ("coordination.k8s.io", "v1", "leases", "Lease", true, &[], &[]),
+    (
+        "batch",
+        "v1",
+        "cronjobs",
+        "CronJob",
+        true,
+        &["cj"],
+        &["status"],
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        true,
+        &[],
+        &[],
+    ),
     ("events.k8s.io", "v1", "events", "Event", true, &["ev"], &[]),
-    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, &["pdb"], &["status"]),
-    ("rbac.authorization.k8s.io", "v1", "roles", "Role", true, &[], &[]),
-    ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", true, &[], &[]),
-    ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, &[], &[]),
-    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", false, &[], &[]),
-    ("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false, &["pc"], &[]),
-    ("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", false, &[], &[]),
-    ("storage.k8s.io", "v1", "storageclasses", "StorageClass", false, &["sc"], &[]),
-    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true, &["netpol"], &[]),
-    ("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", false, &[], &[]),
-    ("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", false, &[], &[]),
-    ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], &["status"]),
+    (
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        &["status"],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "roles",
+        "Role",
+        true,
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "rolebindings",
+        "RoleBinding",
+        true,
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterroles",
+        "ClusterRole",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        false,
+        &["pc"],
+        &[],
+    ),
+    (
+        "node.k8s.io",
+        "v1",
+        "runtimeclasses",
+        "RuntimeClass",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        &["sc"],
+        &[],
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        "NetworkPolicy",
+        true,
+        &["netpol"],
+        &[],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+        &["status"],
+    ),
 ];
 
 fn builtins() -> Vec<Arc<ResourceInfo>> {
@@ -92,7 +312,18 @@ fn builtins() -> Vec<Arc<ResourceInfo>> {
                 kind: kind.to_string(),
                 namespaced: *namespaced,
                 short_names: short.iter().map(|s| s.to_string()).collect(),
-                categories: if ["pods", "services", "deployments", "daemonsets", "replicasets", "statefulsets", "jobs", "cronjobs"].contains(plural) {
+                categories: if [
+                    "pods",
+                    "services",
+                    "deployments",
+                    "daemonsets",
+                    "replicasets",
+                    "statefulsets",
+                    "jobs",
+                    "cronjobs",
+                ]
+                .contains(plural)
+                {
                     vec!["all".into()]
                 } else {
                     vec![]
@@ -113,14 +344,18 @@ pub struct Registry {
 
 impl Default for Registry {
     fn default() -> Self {
-        Self { builtins: builtins(), custom: RwLock::new(Vec::new()) }
+        Self {
+            builtins: builtins(),
+            custom: RwLock::new(Vec::new()),
+        }
     }
 }
 
 impl Registry {
     /// Finds the resource served at `group/version/plural`.
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
-        let hit = |r: &&Arc<ResourceInfo>| r.group == group && r.plural == plural && r.serves(version);
+        let hit =
+            |r: &&Arc<ResourceInfo>| r.group == group && r.plural == plural && r.serves(version);
         if let Some(r) = self.builtins.iter().find(hit) {
             return Some(r.clone());
         }
@@ -130,7 +365,9 @@ impl Registry {
 
     /// Finds a resource by kind in a group (for ownerReferences and SSA bodies).
     pub fn by_kind(&self, group: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
-        self.all().into_iter().find(|r| r.group == group && r.kind == kind)
+        self.all()
+            .into_iter()
+            .find(|r| r.group == group && r.kind == kind)
     }
 
     pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
@@ -140,7 +377,11 @@ impl Registry {
 
     /// Replaces the custom resources with those of `crds` (CRD objects as stored).
     pub fn set_crds<'a>(&self, crds: impl IntoIterator<Item = &'a Value>) {
-        let list: Vec<_> = crds.into_iter().filter_map(from_crd).map(Arc::new).collect();
+        let list: Vec<_> = crds
+            .into_iter()
+            .filter_map(from_crd)
+            .map(Arc::new)
+            .collect();
         *self.custom.write().unwrap_or_else(|e| e.into_inner()) = list;
     }
 }
@@ -151,13 +392,22 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
     let names = spec.get("names")?;
     let strs = |v: Option<&Value>| -> Vec<String> {
         v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let mut versions: Vec<(bool, String)> = Vec::new();
     let mut status = false;
     let mut scale = false;
-    for v in spec.get("versions").and_then(Value::as_array).into_iter().flatten() {
+    for v in spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if v.get("served").and_then(Value::as_bool) == Some(false) {
             continue;
         }
@@ -193,7 +443,10 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
         categories: strs(names.get("categories")),
         subresources,
         builtin: false,
-        crd: crd.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string),
+        crd: crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .map(str::to_string),
     })
 }
 

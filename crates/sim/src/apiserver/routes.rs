@@ -71,8 +71,10 @@ fn parse_resource_path(group: &str, version: &str, rest: &[&str]) -> Option<ResP
     }
     let mut namespace = None;
     // `/api/v1/namespaces/{name}/status|finalize` address the namespace itself.
-    let namespace_object =
-        group.is_empty() && rest.len() == 3 && rest[0] == "namespaces" && (rest[2] == "status" || rest[2] == "finalize");
+    let namespace_object = group.is_empty()
+        && rest.len() == 3
+        && rest[0] == "namespaces"
+        && (rest[2] == "status" || rest[2] == "finalize");
     if rest.len() >= 3 && rest[0] == "namespaces" && !namespace_object {
         namespace = Some(rest[1].to_string());
         rest.drain(..2);
@@ -101,7 +103,11 @@ fn body_json(body: &Bytes, what: &str) -> Result<Value, ApiError> {
     }
     serde_json::from_slice(body)
         .or_else(|_| serde_yaml::from_slice(body))
-        .map_err(|e| ApiError::bad_request(format!("the body of the {what} request is not valid JSON: {e}")))
+        .map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the {what} request is not valid JSON: {e}"
+            ))
+        })
 }
 
 /// The field manager of a write: the query parameter, else the user agent's program name.
@@ -109,33 +115,76 @@ fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
     if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
         return m.clone();
     }
-    let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
-    ua.split('/').next().unwrap_or("unknown").chars().take(128).collect()
+    let ua = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown");
+    ua.split('/')
+        .next()
+        .unwrap_or("unknown")
+        .chars()
+        .take(128)
+        .collect()
 }
 
 /// Entry point for every request after authentication.
-pub async fn handle(srv: Arc<ApiServer>, method: Method, path: &str, query: &str, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn handle(
+    srv: Arc<ApiServer>,
+    method: Method,
+    path: &str,
+    query: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     match route(srv, method, path, query, &headers, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn route(srv: Arc<ApiServer>, method: Method, path: &str, query: &str, headers: &HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+async fn route(
+    srv: Arc<ApiServer>,
+    method: Method,
+    path: &str,
+    query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let q = parse_query(query);
     let get = method == Method::GET;
-    let not_found = || ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})"));
+    let not_found = || {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    };
     match segs.as_slice() {
         ["version"] if get => Ok(ok_json(StatusCode::OK, &discovery::version())),
         ["healthz"] | ["readyz"] | ["livez"] if get => Ok((StatusCode::OK, "ok").into_response()),
-        ["api"] if get => Ok(ok_json(StatusCode::OK, &discovery::core_versions(&srv.address()))),
+        ["api"] if get => Ok(ok_json(
+            StatusCode::OK,
+            &discovery::core_versions(&srv.address()),
+        )),
         ["apis"] if get => Ok(ok_json(StatusCode::OK, &discovery::api_groups(&srv))),
-        ["api", "v1"] if get => discovery::resource_list(&srv, "", "v1").map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
-        ["apis", g] if get => discovery::api_group(&srv, g).map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
-        ["apis", g, v] if get => discovery::resource_list(&srv, g, v).map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
+        ["api", "v1"] if get => discovery::resource_list(&srv, "", "v1")
+            .map(|v| ok_json(StatusCode::OK, &v))
+            .ok_or_else(not_found),
+        ["apis", g] if get => discovery::api_group(&srv, g)
+            .map(|v| ok_json(StatusCode::OK, &v))
+            .ok_or_else(not_found),
+        ["apis", g, v] if get => discovery::resource_list(&srv, g, v)
+            .map(|v| ok_json(StatusCode::OK, &v))
+            .ok_or_else(not_found),
         ["openapi", "v3"] if get => Ok(ok_json(StatusCode::OK, &openapi::v3_index(&srv))),
-        ["openapi", "v3", rest @ ..] if get => openapi::v3_doc(&srv, &rest.join("/")).map(|v| ok_json(StatusCode::OK, &v)).ok_or_else(not_found),
+        ["openapi", "v3", rest @ ..] if get => openapi::v3_doc(&srv, &rest.join("/"))
+            .map(|v| ok_json(StatusCode::OK, &v))
+            .ok_or_else(not_found),
         ["api", "v1", rest @ ..] => {
             let p = parse_resource_path("", "v1", rest).ok_or_else(not_found)?;
             resource(srv, method, p, q, headers, body).await
@@ -150,15 +199,27 @@ async fn route(srv: Arc<ApiServer>, method: Method, path: &str, query: &str, hea
 
 fn list_opts(q: &HashMap<String, String>) -> Result<ListOpts, ApiError> {
     Ok(ListOpts {
-        labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or_default())?,
-        fields: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or_default())?,
+        labels: LabelSelector::parse(
+            q.get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )?,
+        fields: FieldSelector::parse(
+            q.get("fieldSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )?,
         limit: q.get("limit").and_then(|l| l.parse().ok()),
         continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
     })
 }
 
 fn delete_opts(q: &HashMap<String, String>, body: &Bytes) -> Result<DeleteOpts, ApiError> {
-    let mut o = if body.is_empty() { DeleteOpts::default() } else { DeleteOpts::from_body(&body_json(body, "delete")?) };
+    let mut o = if body.is_empty() {
+        DeleteOpts::default()
+    } else {
+        DeleteOpts::from_body(&body_json(body, "delete")?)
+    };
     if let Some(p) = q.get("propagationPolicy") {
         o.propagation = Some(p.clone());
     }
@@ -168,25 +229,66 @@ fn delete_opts(q: &HashMap<String, String>, body: &Bytes) -> Result<DeleteOpts, 
     if let Some(p) = &o.propagation
         && !["Foreground", "Background", "Orphan"].contains(&p.as_str())
     {
-        return Err(ApiError::bad_request(format!("invalid propagationPolicy {p:?}: must be Foreground, Background or Orphan")));
+        return Err(ApiError::bad_request(format!(
+            "invalid propagationPolicy {p:?}: must be Foreground, Background or Orphan"
+        )));
     }
     Ok(o)
 }
 
-async fn resource(srv: Arc<ApiServer>, method: Method, p: ResPath, q: HashMap<String, String>, headers: &HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let info = srv.registry.lookup(&p.group, &p.version, &p.resource).ok_or_else(|| {
-        ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({}/{}, resource {})", p.group, p.version, p.resource))
-    })?;
+async fn resource(
+    srv: Arc<ApiServer>,
+    method: Method,
+    p: ResPath,
+    q: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let info = srv
+        .registry
+        .lookup(&p.group, &p.version, &p.resource)
+        .ok_or_else(|| {
+            ApiError::new(
+                404,
+                "NotFound",
+                format!(
+                    "the server could not find the requested resource ({}/{}, resource {})",
+                    p.group, p.version, p.resource
+                ),
+            )
+        })?;
     if !info.namespaced && p.namespace.is_some() {
-        return Err(ApiError::new(404, "NotFound", format!("{} is cluster-scoped; it has no namespaced path", info.plural)));
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!(
+                "{} is cluster-scoped; it has no namespaced path",
+                info.plural
+            ),
+        ));
     }
-    let t = Target { info: info.clone(), version: p.version.clone(), namespace: p.namespace.clone().unwrap_or_default() };
+    let t = Target {
+        info: info.clone(),
+        version: p.version.clone(),
+        namespace: p.namespace.clone().unwrap_or_default(),
+    };
     let sub = p.sub.clone().unwrap_or_default();
     if !sub.is_empty() && !info.subresources.contains(&sub) {
-        return Err(ApiError::new(404, "NotFound", format!("{} has no subresource {sub:?}", info.plural)));
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!("{} has no subresource {sub:?}", info.plural),
+        ));
     }
     if info.namespaced && p.namespace.is_none() && !(method == Method::GET && p.name.is_none()) {
-        return Err(ApiError::new(404, "NotFound", format!("{} is namespaced: use /namespaces/{{namespace}}/{}", info.plural, info.plural)));
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!(
+                "{} is namespaced: use /namespaces/{{namespace}}/{}",
+                info.plural, info.plural
+            ),
+        ));
     }
     let mgr = manager(&q, headers);
     let is_watch = p.watch || truthy(q.get("watch"));
@@ -197,10 +299,17 @@ async fn resource(srv: Arc<ApiServer>, method: Method, p: ResPath, q: HashMap<St
         (Method::GET, Some(name)) => Ok(ok_json(StatusCode::OK, &srv.get(&t, name)?)),
         (Method::POST, None) if info.plural == "bindings" => {
             let b = body_json(&body, "binding")?;
-            let pod = b.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let pod = b
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
             let pods = pods_target(&srv, &t)?;
             srv.bind(&pods, &pod, &b)?;
-            Ok(ok_json(StatusCode::CREATED, &success_status(json!({"name": pod, "kind": "pods"}))))
+            Ok(ok_json(
+                StatusCode::CREATED,
+                &success_status(json!({"name": pod, "kind": "pods"})),
+            ))
         }
         (Method::POST, None) => {
             let obj = srv.create(&t, body_json(&body, "create")?, &mgr)?;
@@ -208,13 +317,22 @@ async fn resource(srv: Arc<ApiServer>, method: Method, p: ResPath, q: HashMap<St
         }
         (Method::POST, Some(name)) if sub == "binding" => {
             srv.bind(&t, name, &body_json(&body, "binding")?)?;
-            Ok(ok_json(StatusCode::CREATED, &success_status(json!({"name": name, "kind": "pods"}))))
+            Ok(ok_json(
+                StatusCode::CREATED,
+                &success_status(json!({"name": name, "kind": "pods"})),
+            ))
         }
         (Method::POST, Some(name)) if sub == "eviction" => {
             let ev = body_json(&body, "eviction")?;
-            let opts = ev.get("deleteOptions").map(DeleteOpts::from_body).unwrap_or_default();
+            let opts = ev
+                .get("deleteOptions")
+                .map(DeleteOpts::from_body)
+                .unwrap_or_default();
             srv.delete(&t, name, &opts)?;
-            Ok(ok_json(StatusCode::CREATED, &success_status(json!({"name": name, "kind": "pods"}))))
+            Ok(ok_json(
+                StatusCode::CREATED,
+                &success_status(json!({"name": name, "kind": "pods"})),
+            ))
         }
         (Method::PUT, Some(name)) => {
             let sub = if sub == "finalize" { "" } else { sub.as_str() };
@@ -222,34 +340,87 @@ async fn resource(srv: Arc<ApiServer>, method: Method, p: ResPath, q: HashMap<St
             Ok(ok_json(StatusCode::OK, &obj))
         }
         (Method::PATCH, Some(name)) => {
-            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
             let kind = PatchType::from_content_type(ct)?;
-            let manager = q.get("fieldManager").cloned().or_else(|| (kind != PatchType::Apply).then_some(mgr));
-            let (obj, created) = srv.patch(&t, name, &sub, kind, &body, manager.as_deref(), truthy(q.get("force")))?;
-            Ok(ok_json(if created { StatusCode::CREATED } else { StatusCode::OK }, &obj))
+            let manager = q
+                .get("fieldManager")
+                .cloned()
+                .or_else(|| (kind != PatchType::Apply).then_some(mgr));
+            let (obj, created) = srv.patch(
+                &t,
+                name,
+                &sub,
+                kind,
+                &body,
+                manager.as_deref(),
+                truthy(q.get("force")),
+            )?;
+            Ok(ok_json(
+                if created {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                },
+                &obj,
+            ))
         }
-        (Method::DELETE, Some(name)) => Ok(ok_json(StatusCode::OK, &srv.delete(&t, name, &delete_opts(&q, &body)?)?)),
-        (Method::DELETE, None) => Ok(ok_json(StatusCode::OK, &srv.delete_collection(&t, &list_opts(&q)?, &delete_opts(&q, &body)?)?)),
-        (m, _) => Err(ApiError::method_not_allowed(format!("{m} is not supported on {}", info.plural))),
+        (Method::DELETE, Some(name)) => Ok(ok_json(
+            StatusCode::OK,
+            &srv.delete(&t, name, &delete_opts(&q, &body)?)?,
+        )),
+        (Method::DELETE, None) => Ok(ok_json(
+            StatusCode::OK,
+            &srv.delete_collection(&t, &list_opts(&q)?, &delete_opts(&q, &body)?)?,
+        )),
+        (m, _) => Err(ApiError::method_not_allowed(format!(
+            "{m} is not supported on {}",
+            info.plural
+        ))),
     }
 }
 
 fn pods_target(srv: &ApiServer, t: &Target) -> Result<Target, ApiError> {
-    let info = srv.registry.lookup("", "v1", "pods").ok_or_else(|| ApiError::internal("pods are not registered"))?;
-    Ok(Target { info, version: "v1".into(), namespace: t.namespace.clone() })
+    let info = srv
+        .registry
+        .lookup("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("pods are not registered"))?;
+    Ok(Target {
+        info,
+        version: "v1".into(),
+        namespace: t.namespace.clone(),
+    })
 }
 
-fn watch_response(srv: Arc<ApiServer>, t: Target, q: &HashMap<String, String>, name: Option<&str>) -> Result<Response, ApiError> {
+fn watch_response(
+    srv: Arc<ApiServer>,
+    t: Target,
+    q: &HashMap<String, String>,
+    name: Option<&str>,
+) -> Result<Response, ApiError> {
     let mut fields = q.get("fieldSelector").cloned().unwrap_or_default();
     if let Some(n) = name {
-        fields = if fields.is_empty() { format!("metadata.name={n}") } else { format!("{fields},metadata.name={n}") };
+        fields = if fields.is_empty() {
+            format!("metadata.name={n}")
+        } else {
+            format!("{fields},metadata.name={n}")
+        };
     }
     let opts = WatchOpts {
         resource_version: q.get("resourceVersion").cloned(),
         bookmarks: truthy(q.get("allowWatchBookmarks")),
-        timeout: q.get("timeoutSeconds").and_then(|s| s.parse().ok()).map(Duration::from_secs),
+        timeout: q
+            .get("timeoutSeconds")
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs),
         send_initial_events: q.get("sendInitialEvents").map(|v| v == "true"),
-        labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or_default())?,
+        labels: LabelSelector::parse(
+            q.get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )?,
         fields: FieldSelector::parse(&fields)?,
     };
     let rx = watch::start(srv, t, opts)?;

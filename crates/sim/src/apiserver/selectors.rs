@@ -34,7 +34,10 @@ fn split_top(s: &str) -> Vec<&str> {
         }
     }
     out.push(&s[start..]);
-    out.into_iter().map(str::trim).filter(|p| !p.is_empty()).collect()
+    out.into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn set_values(rest: &str, whole: &str) -> Result<Vec<String>, ApiError> {
@@ -42,8 +45,16 @@ fn set_values(rest: &str, whole: &str) -> Result<Vec<String>, ApiError> {
         .trim()
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| ApiError::bad_request(format!("unable to parse requirement {whole:?}: expected (v1,v2,...)")))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement {whole:?}: expected (v1,v2,...)"
+            ))
+        })?;
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 impl LabelSelector {
@@ -63,7 +74,9 @@ impl LabelSelector {
             } else if let Some((k, rest)) = part.split_once(" in ") {
                 Req::In(k.trim().into(), set_values(rest, part)?)
             } else if part.contains(' ') || part.contains('(') {
-                return Err(ApiError::bad_request(format!("unable to parse requirement {part:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "unable to parse requirement {part:?}"
+                )));
             } else {
                 Req::Exists(part.to_string())
             };

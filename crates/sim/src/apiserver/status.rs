@@ -17,7 +17,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
@@ -30,8 +35,12 @@ impl ApiError {
     }
     pub fn already_exists(resource: &str, group: &str, name: &str) -> Self {
         let what = qualified(resource, group);
-        Self::new(409, "AlreadyExists", format!("{what} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": resource}))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{what} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": resource}))
     }
     pub fn conflict(resource: &str, group: &str, name: &str, why: &str) -> Self {
         let what = qualified(resource, group);
@@ -54,7 +63,13 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message)
     }
     pub fn unsupported_media_type(ct: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct:?})"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct:?})"
+            ),
+        )
     }
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
@@ -85,7 +100,11 @@ impl ApiError {
 }
 
 fn qualified(resource: &str, group: &str) -> String {
-    if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -98,7 +117,12 @@ impl IntoResponse for ApiError {
 /// A JSON response with the content type kubectl requires.
 pub fn json_response(code: StatusCode, body: &Value) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
-    (code, [(http::header::CONTENT_TYPE, "application/json")], bytes).into_response()
+    (
+        code,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        bytes,
+    )
+        .into_response()
 }
 
 /// A `Status` of success, as answered by some deletes.

@@ -2,10 +2,10 @@
 //! with bookmarks, timeouts, 410 Gone for compacted versions and the streaming list
 //! (`sendInitialEvents=true`, ended by a bookmark annotated `k8s.io/initial-events-end`).
 
+use super::ApiServer;
 use super::objects::Target;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::ApiServer;
 use crate::store::{Event, EventType};
 use axum::body::Bytes;
 use serde_json::{Value, json};
@@ -44,7 +44,10 @@ impl Filter {
         if ev.key.gr != self.gr {
             return None;
         }
-        if self.target.info.namespaced && !self.target.namespace.is_empty() && ev.key.namespace != self.target.namespace {
+        if self.target.info.namespaced
+            && !self.target.namespace.is_empty()
+            && ev.key.namespace != self.target.namespace
+        {
             return None;
         }
         let now = self.matches(&ev.object);
@@ -75,7 +78,9 @@ fn line(kind: &str, object: &Value) -> Bytes {
 }
 
 fn parse_rv(rv: &str) -> Result<u64, ApiError> {
-    rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}: must be a number")))
+    rv.parse().map_err(|_| {
+        ApiError::bad_request(format!("invalid resourceVersion {rv:?}: must be a number"))
+    })
 }
 
 /// Starts a watch; the returned channel yields the response body chunks.
@@ -84,7 +89,11 @@ pub fn start(
     target: Target,
     opts: WatchOpts,
 ) -> Result<mpsc::Receiver<Result<Bytes, std::convert::Infallible>>, ApiError> {
-    let filter = Filter { gr: target.info.gr(), target, opts };
+    let filter = Filter {
+        gr: target.info.gr(),
+        target,
+        opts,
+    };
     let rv = filter.opts.resource_version.clone().unwrap_or_default();
     let initial = match filter.opts.send_initial_events {
         Some(b) => b,
@@ -95,9 +104,17 @@ pub fn start(
     let (start_rv, backlog, sub) = if initial || rv.is_empty() || rv == "0" {
         let list = srv.list(
             &filter.target,
-            &super::objects::ListOpts { labels: filter.opts.labels.clone(), fields: filter.opts.fields.clone(), ..Default::default() },
+            &super::objects::ListOpts {
+                labels: filter.opts.labels.clone(),
+                fields: filter.opts.fields.clone(),
+                ..Default::default()
+            },
         )?;
-        let list_rv = parse_rv(list.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0"))?;
+        let list_rv = parse_rv(
+            list.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("0"),
+        )?;
         if initial {
             for item in list["items"].as_array().into_iter().flatten() {
                 first.push(line("ADDED", item));

@@ -17,11 +17,20 @@ pub use sqlite::SqliteBackend;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("sqlite database {path}: {source}")]
-    Sqlite { path: String, source: rusqlite::Error },
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
     #[error("stored object {key} is not valid JSON: {source}")]
-    Corrupt { key: String, source: serde_json::Error },
+    Corrupt {
+        key: String,
+        source: serde_json::Error,
+    },
     #[error("creating data directory {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Where objects are kept. Writes are called under the store lock, in resourceVersion
@@ -119,7 +128,9 @@ impl Store {
         let (objects, rv) = backend.load()?;
         let mut map: HashMap<String, Bucket> = HashMap::new();
         for (key, obj) in objects {
-            map.entry(key.gr).or_default().insert((key.namespace, key.name), Arc::new(obj));
+            map.entry(key.gr)
+                .or_default()
+                .insert((key.namespace, key.name), Arc::new(obj));
         }
         let history_limit = history_limit.max(16);
         let (tx, _) = broadcast::channel(history_limit.max(1024));
@@ -157,7 +168,11 @@ impl Store {
 
     pub fn get(&self, gr: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let inner = self.lock();
-        inner.objects.get(gr)?.get(&(namespace.to_string(), name.to_string())).cloned()
+        inner
+            .objects
+            .get(gr)?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// Objects of one resource, in (namespace, name) order, with the store rv.
@@ -189,7 +204,12 @@ impl Store {
     /// Every resource key with at least one object (for garbage collection scans).
     pub fn resources(&self) -> Vec<String> {
         let inner = self.lock();
-        inner.objects.iter().filter(|(_, b)| !b.is_empty()).map(|(k, _)| k.clone()).collect()
+        inner
+            .objects
+            .iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Atomically reads the current object and applies `f`'s decision. `f` gets the
@@ -209,7 +229,11 @@ impl Store {
                 set_rv(&mut obj, next);
                 inner.backend.put(key, &obj, next)?;
                 let obj = Arc::new(obj);
-                let kind = if current.is_some() { EventType::Modified } else { EventType::Added };
+                let kind = if current.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
                 (kind, Some(obj.clone()), obj)
             }
             Mutation::Delete(mut obj) => {
@@ -221,7 +245,11 @@ impl Store {
         inner.rv = next;
         match &stored {
             Some(obj) => {
-                inner.objects.entry(key.gr.clone()).or_default().insert(k, obj.clone());
+                inner
+                    .objects
+                    .entry(key.gr.clone())
+                    .or_default()
+                    .insert(k, obj.clone());
             }
             None => {
                 if let Some(b) = inner.objects.get_mut(&key.gr) {
@@ -234,7 +262,11 @@ impl Store {
             kind,
             key: key.clone(),
             object: event_obj.clone(),
-            prev: if kind == EventType::Modified { current } else { None },
+            prev: if kind == EventType::Modified {
+                current
+            } else {
+                None
+            },
         });
         inner.history.push_back(event.clone());
         while inner.history.len() > self.history_limit {
@@ -255,10 +287,18 @@ impl Store {
     ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), TooOld> {
         let inner = self.lock();
         if rv < inner.compacted {
-            return Err(TooOld { requested: rv, oldest: inner.compacted });
+            return Err(TooOld {
+                requested: rv,
+                oldest: inner.compacted,
+            });
         }
         let rx = self.tx.subscribe();
-        let backlog = inner.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        let backlog = inner
+            .history
+            .iter()
+            .filter(|e| e.rv > rv)
+            .cloned()
+            .collect();
         Ok((backlog, rx))
     }
 
@@ -281,16 +321,26 @@ mod tests {
     use serde_json::json;
 
     fn key(name: &str) -> ObjKey {
-        ObjKey { gr: "/configmaps".into(), namespace: "default".into(), name: name.into() }
+        ObjKey {
+            gr: "/configmaps".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
     }
 
     fn put(store: &Store, name: &str) -> u64 {
         let obj = store
-            .mutate::<StoreError>(&key(name), |_, _| Ok(Mutation::Put(json!({"metadata": {"name": name}}))))
+            .mutate::<StoreError>(&key(name), |_, _| {
+                Ok(Mutation::Put(json!({"metadata": {"name": name}})))
+            })
             .ok()
             .flatten();
-        obj.and_then(|o| o["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()))
-            .unwrap_or(0)
+        obj.and_then(|o| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+        })
+        .unwrap_or(0)
     }
 
     #[test]
@@ -303,7 +353,9 @@ mod tests {
             put(&store, &format!("c{i}"));
         }
         assert!(store.watch_from(first).is_err());
-        let (backlog, _) = store.watch_from(store.current_rv() - 3).expect("recent rv is kept");
+        let (backlog, _) = store
+            .watch_from(store.current_rv() - 3)
+            .expect("recent rv is kept");
         assert_eq!(backlog.len(), 3);
     }
 
@@ -311,8 +363,12 @@ mod tests {
     fn list_scopes_by_namespace() {
         let store = Store::memory(16);
         put(&store, "x");
-        let other = ObjKey { namespace: "other".into(), ..key("y") };
-        let _ = store.mutate::<StoreError>(&other, |_, _| Ok(Mutation::Put(json!({"metadata": {}}))));
+        let other = ObjKey {
+            namespace: "other".into(),
+            ..key("y")
+        };
+        let _ =
+            store.mutate::<StoreError>(&other, |_, _| Ok(Mutation::Put(json!({"metadata": {}}))));
         assert_eq!(store.list("/configmaps", Some("default"), None).0.len(), 1);
         assert_eq!(store.list("/configmaps", None, None).0.len(), 2);
         assert_eq!(store.list("/secrets", None, None).0.len(), 0);

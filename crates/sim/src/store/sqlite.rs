@@ -16,8 +16,10 @@ pub struct SqliteBackend {
 impl SqliteBackend {
     /// Opens (creating if needed) `dir/state.db`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|source| StoreError::Io { path: dir.display().to_string(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
         let path = dir.join("state.db");
         let conn = Connection::open(&path).map_err(|source| StoreError::Sqlite {
             path: path.display().to_string(),
@@ -39,7 +41,10 @@ impl SqliteBackend {
     }
 
     fn err(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite { path: self.path.display().to_string(), source }
+        StoreError::Sqlite {
+            path: self.path.display().to_string(),
+            source,
+        }
     }
 
     fn set_rv(&self, rv: u64) -> rusqlite::Result<usize> {
@@ -53,7 +58,11 @@ impl Backend for SqliteBackend {
     fn load(&mut self) -> Result<(Vec<(ObjKey, Value)>, u64), StoreError> {
         let rv: i64 = self
             .conn
-            .query_row("SELECT COALESCE((SELECT value FROM meta WHERE key = 'rv'), 0)", [], |r| r.get(0))
+            .query_row(
+                "SELECT COALESCE((SELECT value FROM meta WHERE key = 'rv'), 0)",
+                [],
+                |r| r.get(0),
+            )
             .map_err(|e| self.err(e))?;
         let mut stmt = self
             .conn
@@ -62,7 +71,11 @@ impl Backend for SqliteBackend {
         let rows = stmt
             .query_map([], |r| {
                 Ok((
-                    ObjKey { gr: r.get(0)?, namespace: r.get(1)?, name: r.get(2)? },
+                    ObjKey {
+                        gr: r.get(0)?,
+                        namespace: r.get(1)?,
+                        name: r.get(2)?,
+                    },
                     r.get::<_, Vec<u8>>(3)?,
                 ))
             })
@@ -73,16 +86,20 @@ impl Backend for SqliteBackend {
                 path: self.path.display().to_string(),
                 source: e,
             })?;
-            let value = serde_json::from_slice(&data)
-                .map_err(|source| StoreError::Corrupt { key: key.to_string(), source })?;
+            let value = serde_json::from_slice(&data).map_err(|source| StoreError::Corrupt {
+                key: key.to_string(),
+                source,
+            })?;
             out.push((key, value));
         }
         Ok((out, rv.max(0) as u64))
     }
 
     fn put(&mut self, key: &ObjKey, object: &Value, rv: u64) -> Result<(), StoreError> {
-        let data = serde_json::to_vec(object)
-            .map_err(|source| StoreError::Corrupt { key: key.to_string(), source })?;
+        let data = serde_json::to_vec(object).map_err(|source| StoreError::Corrupt {
+            key: key.to_string(),
+            source,
+        })?;
         let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
         self.conn
             .prepare_cached(
@@ -115,19 +132,33 @@ mod tests {
     #[test]
     fn reopen_keeps_objects_and_rv() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let key = ObjKey { gr: "/configmaps".into(), namespace: "default".into(), name: "a".into() };
+        let key = ObjKey {
+            gr: "/configmaps".into(),
+            namespace: "default".into(),
+            name: "a".into(),
+        };
         let rv = {
-            let store = Store::open(Box::new(SqliteBackend::open(dir.path()).expect("open")), 100)
-                .expect("store");
+            let store = Store::open(
+                Box::new(SqliteBackend::open(dir.path()).expect("open")),
+                100,
+            )
+            .expect("store");
             store
-                .mutate::<StoreError>(&key, |_, _| Ok(Mutation::Put(json!({"metadata": {"name": "a"}}))))
+                .mutate::<StoreError>(&key, |_, _| {
+                    Ok(Mutation::Put(json!({"metadata": {"name": "a"}})))
+                })
                 .expect("put");
             store.current_rv()
         };
-        let store =
-            Store::open(Box::new(SqliteBackend::open(dir.path()).expect("reopen")), 100).expect("store");
+        let store = Store::open(
+            Box::new(SqliteBackend::open(dir.path()).expect("reopen")),
+            100,
+        )
+        .expect("store");
         assert_eq!(store.current_rv(), rv);
-        let obj = store.get("/configmaps", "default", "a").expect("object survives");
+        let obj = store
+            .get("/configmaps", "default", "a")
+            .expect("object survives");
         assert_eq!(obj["metadata"]["resourceVersion"], json!(rv.to_string()));
     }
 }

@@ -19,8 +19,17 @@ pub type ListKinds<'a> = &'a dyn Fn(&[String], &str, Option<&Value>) -> ListKind
 
 /// Metadata fields the server owns; never tracked.
 const SERVER_META: &[&str] = &[
-    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "managedFields", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "generateName",
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+    "generateName",
 ];
 
 /// The leaf fields set in `obj`. `with_status` says whether `.status` counts.
@@ -35,8 +44,17 @@ pub fn fields_of(obj: &Value, lk: ListKinds<'_>, with_status: bool) -> FieldSet 
             let path = vec![format!("f:{k}")];
             if k == "metadata" {
                 if let Some(mm) = v.as_object() {
-                    for (mk, mv) in mm.iter().filter(|(mk, _)| !SERVER_META.contains(&mk.as_str())) {
-                        walk(mv, vec![path[0].clone(), format!("f:{mk}")], mk, lk, &mut out);
+                    for (mk, mv) in mm
+                        .iter()
+                        .filter(|(mk, _)| !SERVER_META.contains(&mk.as_str()))
+                    {
+                        walk(
+                            mv,
+                            vec![path[0].clone(), format!("f:{mk}")],
+                            mk,
+                            lk,
+                            &mut out,
+                        );
                     }
                 }
             } else {
@@ -107,7 +125,9 @@ fn step<'v>(cur: &'v Value, seg: &str) -> Option<&'v Value> {
     let list = cur.as_array()?;
     if let Some(k) = seg.strip_prefix("k:") {
         let key: Map<String, Value> = serde_json::from_str(k).ok()?;
-        return list.iter().find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)));
+        return list
+            .iter()
+            .find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)));
     }
     if let Some(v) = seg.strip_prefix("v:") {
         let want: Value = serde_json::from_str(v).ok()?;
@@ -163,7 +183,9 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
     for path in set {
         let mut cur = &mut root;
         for seg in path {
-            let entry = cur.entry(seg.clone()).or_insert_with(|| Value::Object(Map::new()));
+            let entry = cur
+                .entry(seg.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
             match entry.as_object_mut() {
                 Some(m) => cur = m,
                 None => break,
@@ -213,11 +235,27 @@ pub fn read_managers(obj: &Value) -> Vec<Manager> {
         .into_iter()
         .flatten()
         .map(|e| Manager {
-            manager: e.get("manager").and_then(Value::as_str).unwrap_or_default().to_string(),
+            manager: e
+                .get("manager")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
             apply: e.get("operation").and_then(Value::as_str) == Some("Apply"),
-            subresource: e.get("subresource").and_then(Value::as_str).unwrap_or_default().to_string(),
-            api_version: e.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
-            time: e.get("time").and_then(Value::as_str).unwrap_or_default().to_string(),
+            subresource: e
+                .get("subresource")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            api_version: e
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            time: e
+                .get("time")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
             fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
         })
         .collect()
@@ -255,7 +293,9 @@ pub fn write_managers(obj: &mut Value, managers: &[Manager]) {
 }
 
 fn owns(fields: &FieldSet, path: &Path) -> bool {
-    fields.iter().any(|f| f.starts_with(path) || path.starts_with(f))
+    fields
+        .iter()
+        .any(|f| f.starts_with(path) || path.starts_with(f))
 }
 
 /// Who is doing a write.
@@ -272,10 +312,14 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: 
     let with_status = who.subresource == "status";
     let mut managers = old.map(read_managers).unwrap_or_default();
     let new_fields = fields_of(new, lk, with_status);
-    let old_fields = old.map(|o| fields_of(o, lk, with_status)).unwrap_or_default();
+    let old_fields = old
+        .map(|o| fields_of(o, lk, with_status))
+        .unwrap_or_default();
     let changed: FieldSet = new_fields
         .iter()
-        .filter(|p| !old_fields.contains(*p) || old.and_then(|o| value_at(o, p)) != value_at(new, p))
+        .filter(|p| {
+            !old_fields.contains(*p) || old.and_then(|o| value_at(o, p)) != value_at(new, p)
+        })
         .cloned()
         .collect();
     let gone: FieldSet = old_fields.difference(&new_fields).cloned().collect();
@@ -284,7 +328,8 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: 
         return;
     }
     for m in managers.iter_mut() {
-        m.fields.retain(|p| !changed.contains(p) && !gone.iter().any(|g| p.starts_with(g)));
+        m.fields
+            .retain(|p| !changed.contains(p) && !gone.iter().any(|g| p.starts_with(g)));
     }
     let idx = managers
         .iter()
@@ -321,7 +366,8 @@ pub fn apply(
     let with_status = who.subresource == "status";
     let applied_fields = fields_of(applied, lk, with_status);
     let mut managers = current.map(read_managers).unwrap_or_default();
-    let is_self = |m: &Manager| m.manager == who.manager && m.apply && m.subresource == who.subresource;
+    let is_self =
+        |m: &Manager| m.manager == who.manager && m.apply && m.subresource == who.subresource;
     let mut conflicts = Vec::new();
     if let Some(cur) = current {
         for m in managers.iter_mut().filter(|m| !is_self(m)) {
@@ -342,12 +388,18 @@ pub fn apply(
             .iter()
             .map(|(m, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m:?}"), "field": dotted(p)}))
             .collect();
-        let list: Vec<String> =
-            conflicts.iter().map(|(m, p)| format!("conflict with {m:?}: {}", dotted(p))).collect();
+        let list: Vec<String> = conflicts
+            .iter()
+            .map(|(m, p)| format!("conflict with {m:?}: {}", dotted(p)))
+            .collect();
         return Err(ApiError::new(
             409,
             "Conflict",
-            format!("Apply failed with {} conflict(s): {}", conflicts.len(), list.join("; ")),
+            format!(
+                "Apply failed with {} conflict(s): {}",
+                conflicts.len(),
+                list.join("; ")
+            ),
         )
         .with_details(json!({"causes": causes})));
     }
@@ -359,14 +411,24 @@ pub fn apply(
         }
         None => applied.clone(),
     };
-    let previous = managers.iter().find(|m| is_self(m)).map(|m| m.fields.clone()).unwrap_or_default();
+    let previous = managers
+        .iter()
+        .find(|m| is_self(m))
+        .map(|m| m.fields.clone())
+        .unwrap_or_default();
     let mut removed: Vec<&Path> = previous
         .difference(&applied_fields)
         .filter(|p| !managers.iter().any(|m| !is_self(m) && owns(&m.fields, p)))
         .collect();
     // Outermost first: a dropped list item goes whole (its key fields are still there
     // to find it), and removing its fields afterwards finds nothing.
-    removed.sort_by_key(|p| if p.last().is_some_and(|s| s == ".") { p.len() - 1 } else { p.len() });
+    removed.sort_by_key(|p| {
+        if p.last().is_some_and(|s| s == ".") {
+            p.len() - 1
+        } else {
+            p.len()
+        }
+    });
     for p in removed {
         remove_at(&mut merged, p);
     }
@@ -419,7 +481,9 @@ fn merge_into(dst: &mut Value, src: &Value, path: &mut Path, field: &str, lk: Li
             }
             ListKind::Keyed(mk) => {
                 for item in s {
-                    let pos = item.get(mk).and_then(|k| d.iter().position(|x| x.get(mk) == Some(k)));
+                    let pos = item
+                        .get(mk)
+                        .and_then(|k| d.iter().position(|x| x.get(mk) == Some(k)));
                     match pos {
                         Some(i) => merge_into(&mut d[i], item, path, field, lk),
                         None => d.push(item.clone()),
@@ -440,7 +504,12 @@ mod tests {
         list_kind(f, s)
     }
     fn who(m: &str) -> Writer<'_> {
-        Writer { manager: m, subresource: "", api_version: "v1", time: "t" }
+        Writer {
+            manager: m,
+            subresource: "",
+            api_version: "v1",
+            time: "t",
+        }
     }
 
     #[test]
@@ -474,7 +543,10 @@ mod tests {
         let obj = apply(None, &a, &who("m"), false, &lk).expect("apply");
         let b = json!({"spec": {"containers": [{"name": "a", "image": "2"}]}});
         let obj = apply(Some(&obj), &b, &who("m"), false, &lk).expect("apply");
-        assert_eq!(obj["spec"]["containers"], json!([{"name": "a", "image": "2"}]));
+        assert_eq!(
+            obj["spec"]["containers"],
+            json!([{"name": "a", "image": "2"}])
+        );
         let fields = from_fields_v1(&to_fields_v1(&fields_of(&obj, &lk, false)));
         assert_eq!(fields, fields_of(&obj, &lk, false));
     }
@@ -486,7 +558,8 @@ mod tests {
         let mut updated = obj.clone();
         updated["spec"]["replicas"] = json!(3);
         track_update(Some(&obj), &mut updated, &who("editor"), &lk);
-        let err = apply(Some(&updated), &a, &who("m1"), false, &lk).expect_err("editor owns replicas");
+        let err =
+            apply(Some(&updated), &a, &who("m1"), false, &lk).expect_err("editor owns replicas");
         assert_eq!(err.code, 409);
     }
 }

@@ -29,29 +29,43 @@ impl PatchType {
 
 /// Applies a JSON (RFC 6902) or merge (RFC 7386) or strategic patch to `current`.
 /// Server-side apply is handled by the caller (it needs ownership data).
-pub fn apply_simple(kind: PatchType, current: &Value, body: &[u8], what: &str) -> Result<Value, ApiError> {
+pub fn apply_simple(
+    kind: PatchType,
+    current: &Value,
+    body: &[u8],
+    what: &str,
+) -> Result<Value, ApiError> {
     match kind {
         PatchType::Json => {
-            let patch: json_patch::Patch = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch for {what}: {e}")))?;
+            let patch: json_patch::Patch = serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("invalid JSON patch for {what}: {e}"))
+            })?;
             let mut out = current.clone();
             json_patch::patch(&mut out, &patch).map_err(|e| {
-                ApiError::new(422, "Invalid", format!("the JSON patch for {what} cannot be applied: {e}"))
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the JSON patch for {what} cannot be applied: {e}"),
+                )
             })?;
             Ok(out)
         }
         PatchType::Merge => {
-            let patch: Value = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("invalid merge patch for {what}: {e}")))?;
+            let patch: Value = serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("invalid merge patch for {what}: {e}"))
+            })?;
             let mut out = current.clone();
             json_patch::merge(&mut out, &patch);
             Ok(out)
         }
         PatchType::Strategic => {
-            let patch: Value = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch for {what}: {e}")))?;
+            let patch: Value = serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("invalid strategic merge patch for {what}: {e}"))
+            })?;
             strategic::apply(current, &patch)
         }
-        PatchType::Apply => Err(ApiError::internal("server-side apply is not a simple patch")),
+        PatchType::Apply => Err(ApiError::internal(
+            "server-side apply is not a simple patch",
+        )),
     }
 }

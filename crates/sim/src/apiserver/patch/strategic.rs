@@ -22,8 +22,13 @@ pub enum ListKind<'a> {
 /// is an element, to tell container ports (`containerPort`) from service ports (`port`).
 pub fn list_kind<'a>(field: &str, sample: Option<&Value>) -> ListKind<'a> {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
-        | "imagePullSecrets" | "resourceClaims" => ListKind::Keyed("name"),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "resourceClaims" => ListKind::Keyed("name"),
         "volumeMounts" => ListKind::Keyed("mountPath"),
         "volumeDevices" => ListKind::Keyed("devicePath"),
         "hostAliases" => ListKind::Keyed("ip"),
@@ -48,7 +53,9 @@ const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
 /// Applies `patch` to `original`.
 pub fn apply(original: &Value, patch: &Value) -> Result<Value, ApiError> {
     let (Some(orig), Some(p)) = (original.as_object(), patch.as_object()) else {
-        return Err(ApiError::bad_request("strategic merge patch must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "strategic merge patch must be a JSON object",
+        ));
     };
     let mut out = orig.clone();
     merge_map(&mut out, p)?;
@@ -66,14 +73,21 @@ fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Resul
             return Ok(());
         }
         Some("merge") | None => {}
-        Some(other) => return Err(ApiError::bad_request(format!("unknown patch directive $patch: {other:?}"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown patch directive $patch: {other:?}"
+            )));
+        }
     }
     for (key, pv) in patch {
         if key == "$patch" || key == "$retainKeys" || key.starts_with(SET_ORDER) {
             continue;
         }
         if let Some(field) = key.strip_prefix(DELETE_FROM) {
-            let remove: Vec<&Value> = pv.as_array().map(|a| a.iter().collect()).unwrap_or_default();
+            let remove: Vec<&Value> = pv
+                .as_array()
+                .map(|a| a.iter().collect())
+                .unwrap_or_default();
             if let Some(list) = orig.get_mut(field).and_then(Value::as_array_mut) {
                 list.retain(|v| !remove.contains(&v));
             }
@@ -117,7 +131,10 @@ fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Resul
 }
 
 fn merge_list(field: &str, orig: &[Value], patch: &[Value]) -> Result<Vec<Value>, ApiError> {
-    if patch.iter().any(|v| v.get("$patch").and_then(Value::as_str) == Some("replace")) {
+    if patch
+        .iter()
+        .any(|v| v.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
         return Ok(patch
             .iter()
             .filter(|v| v.get("$patch").is_none())
@@ -194,7 +211,10 @@ mod tests {
             {"name": "a", "env": [{"name": "Y", "value": "2"}]}]}});
         let out = apply(&orig, &patch).expect("applies");
         assert_eq!(out["spec"]["containers"][0]["image"], "a:1");
-        assert_eq!(out["spec"]["containers"][0]["env"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            out["spec"]["containers"][0]["env"].as_array().map(Vec::len),
+            Some(2)
+        );
         assert_eq!(out["spec"]["containers"][1]["image"], "b:2");
     }
 
@@ -215,10 +235,14 @@ mod tests {
 
     #[test]
     fn replace_directive_and_ports() {
-        let orig = json!({"spec": {"ports": [{"port": 80, "name": "http"}], "selector": {"a": "1"}}});
+        let orig =
+            json!({"spec": {"ports": [{"port": 80, "name": "http"}], "selector": {"a": "1"}}});
         let patch = json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}], "selector": {"$patch": "replace", "b": "2"}}});
         let out = apply(&orig, &patch).expect("applies");
-        assert_eq!(out["spec"]["ports"], json!([{"port": 80, "name": "http", "targetPort": 8080}]));
+        assert_eq!(
+            out["spec"]["ports"],
+            json!([{"port": 80, "name": "http", "targetPort": 8080}])
+        );
         assert_eq!(out["spec"]["selector"], json!({"b": "2"}));
     }
 }

@@ -127,7 +127,6 @@ impl NvmlBackend {
         Ok(out)
     }
 
-
     pub(super) fn mig_gpu_instances(&self, gpu: u32) -> Result<Vec<GpuInstance>> {
         let d = self.dev(gpu)?;
         let profiles = self.gi_profiles(gpu, &d)?;
@@ -148,7 +147,11 @@ impl NvmlBackend {
             .collect())
     }
 
-    pub(super) fn mig_compute_instances(&self, gpu: u32, gpu_instance: u32) -> Result<Vec<ComputeInstance>> {
+    pub(super) fn mig_compute_instances(
+        &self,
+        gpu: u32,
+        gpu_instance: u32,
+    ) -> Result<Vec<ComputeInstance>> {
         let d = self.dev(gpu)?;
         Ok(self
             .cis(gpu, &d, gpu_instance)?
@@ -217,7 +220,6 @@ impl NvmlBackend {
         Ok(out)
     }
 
-
     pub(super) fn mig_create_gpu_instance(
         &self,
         gpu: u32,
@@ -262,7 +264,6 @@ impl NvmlBackend {
         })
     }
 
-
     pub(super) fn mig_create_compute_instance(
         &self,
         gpu: u32,
@@ -290,5 +291,4 @@ impl NvmlBackend {
             sm_count: p.sm_count,
         })
     }
-
 }
