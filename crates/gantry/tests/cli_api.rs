@@ -8,28 +8,55 @@ fn gantry() -> Command {
 }
 
 fn api_tests(sub: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../api/tests").join(sub)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../api/tests")
+        .join(sub)
 }
 
 #[test]
 fn crds_prints_five_crds_as_yaml() {
-    let out = gantry().arg("crds").output().unwrap_or_else(|e| panic!("run gantry: {e}"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = gantry()
+        .arg("crds")
+        .output()
+        .unwrap_or_else(|e| panic!("run gantry: {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut kinds = Vec::new();
     let (docs, err) = gantry_api::validate::parse_documents(&text);
     assert!(err.is_none(), "not YAML: {err:?}");
     for v in docs {
         assert_eq!(v["kind"], "CustomResourceDefinition");
-        kinds.push(v["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string());
+        kinds.push(
+            v["spec"]["names"]["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
     }
-    assert_eq!(kinds, ["ClusterPolicy", "NVIDIADriver", "MigClusterPolicy", "Queue", "PodGroup"]);
+    assert_eq!(
+        kinds,
+        [
+            "ClusterPolicy",
+            "NVIDIADriver",
+            "MigClusterPolicy",
+            "Queue",
+            "PodGroup"
+        ]
+    );
 }
 
 #[test]
 fn crds_output_dir_matches_deploy() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let out = gantry().args(["crds", "--output-dir"]).arg(dir.path()).output().unwrap_or_else(|e| panic!("{e}"));
+    let out = gantry()
+        .args(["crds", "--output-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success());
     let deploy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
     for (name, _) in gantry_api::crds::crd_files().unwrap_or_else(|e| panic!("{e}")) {
@@ -43,13 +70,24 @@ fn crds_output_dir_matches_deploy() {
 fn validate_good_files_exit_zero() {
     let mut cmd = gantry();
     cmd.args(["validate", "-f"]);
-    for f in ["clusterpolicy-helm-defaults.yaml", "queues-two-level.yaml", "podgroups.yaml", "device-plugin-time-slicing.yaml", "mig-parted-examples.yaml", "migclusterpolicies.yaml"] {
+    for f in [
+        "clusterpolicy-helm-defaults.yaml",
+        "queues-two-level.yaml",
+        "podgroups.yaml",
+        "device-plugin-time-slicing.yaml",
+        "mig-parted-examples.yaml",
+        "migclusterpolicies.yaml",
+    ] {
         cmd.arg(api_tests("fixtures").join(f));
     }
     let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert_eq!(stdout.lines().filter(|l| l.ends_with(": ok")).count(), 6, "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.ends_with(": ok")).count(),
+        6,
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -64,7 +102,12 @@ fn validate_bad_files_exit_one_with_paths() {
         .unwrap_or_else(|e| panic!("{e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("dp-replicas-one.yaml: sharing.timeSlicing.resources[0].replicas: must be >= 2, got 1"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "dp-replicas-one.yaml: sharing.timeSlicing.resources[0].replicas: must be >= 2, got 1"
+        ),
+        "{stdout}"
+    );
     assert!(stdout.contains("mig-unknown-profile.yaml: mig-configs[\"all-1g.7gb\"][0].mig-devices[\"1g.7gb\"]: unknown MIG profile"), "{stdout}");
     assert!(stdout.contains("queues-default.yaml: ok"), "{stdout}");
 }
@@ -79,13 +122,21 @@ fn validate_reads_stdin_and_reports_missing_files() {
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"));
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(b"version: v1\nflags: {migStrategy: bogus}\n").unwrap_or_else(|e| panic!("{e}"));
+        stdin
+            .write_all(b"version: v1\nflags: {migStrategy: bogus}\n")
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout.contains("<stdin>: flags.migStrategy: must be one of"), "{stdout}");
-    let out = gantry().args(["validate", "-f", "/nonexistent/x.yaml"]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        stdout.contains("<stdin>: flags.migStrategy: must be one of"),
+        "{stdout}"
+    );
+    let out = gantry()
+        .args(["validate", "-f", "/nonexistent/x.yaml"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("/nonexistent/x.yaml: cannot read"));
 }

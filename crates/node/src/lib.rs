@@ -3,5 +3,6 @@
 pub mod device_plugin;
 pub mod discovery;
 pub mod exporter;
+pub mod mig;
 pub mod proto;
 pub mod toolkit;

@@ -264,7 +264,6 @@ fn pod(name: &str, resource: &str, ids: &[String]) -> PodResources {
             }],
             ..Default::default()
         }],
-        ..Default::default()
     }
 }
 

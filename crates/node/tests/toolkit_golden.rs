@@ -359,3 +359,25 @@ fn auto_detects_the_runtime() {
         .unwrap();
     assert_eq!(Runtime::detect(&host).unwrap(), Runtime::Containerd);
 }
+
+/// A reload that cannot happen (no pid file, no process) fails before any file is written,
+/// so the next run still sees the change to make and reloads then.
+#[test]
+fn unreachable_runtime_fails_before_writing() {
+    use gantry_node::toolkit::hostfs::HostRoot;
+    use gantry_node::toolkit::reload::SignalReloader;
+    let tmp = tempfile::tempdir().unwrap();
+    let input = read_tree(&testdata().join("containerd/v3-containerd2/input"));
+    write_tree(tmp.path(), &input);
+    let cfg = config(tmp.path(), Runtime::Containerd, "");
+    let mut signal = SignalReloader {
+        host: HostRoot::new(tmp.path()),
+        pid_file: None,
+    };
+    let err = agent::run(&cfg, &mut signal).unwrap_err().to_string();
+    assert!(
+        err.contains("no pid file /run/containerd/containerd.pid"),
+        "{err}"
+    );
+    same(&read_tree(tmp.path()), &input, "nothing written");
+}

@@ -181,8 +181,8 @@ impl FairShare {
             .filter(|&q| s.queues[q as usize].parent.is_none())
             .collect();
         let mut fair = vec![[0.0; 3]; n];
-        for r in 0..3 {
-            divide(s, &req, k_value, r, &roots, total[r], &mut fair);
+        for (r, &t) in total.iter().enumerate() {
+            divide(s, &req, k_value, r, &roots, t, &mut fair);
         }
         FairShare {
             fair,

@@ -286,10 +286,10 @@ impl Placer {
             {
                 continue;
             }
-            if let GpuRequest::Whole(k) = p.gpu {
-                if u32::from(st.idle_gpus[i]) < k {
-                    continue;
-                }
+            if let GpuRequest::Whole(k) = p.gpu
+                && u32::from(st.idle_gpus[i]) < k
+            {
+                continue;
             }
             let node = &s.nodes[i];
             let bonus = sharing_bonus

@@ -194,7 +194,7 @@ fn check_capacity(input: &ClusterInput, d: &Decisions) -> Result<(), String> {
         *mem.entry(node).or_default() += p.memory_bytes;
         *pods.entry(node).or_default() += 1;
         *mig.entry(node).or_default() += p.extended.get(MIG).copied().unwrap_or(0);
-        let whole = p.extended.get(names::RESOURCE_GPU).is_some();
+        let whole = p.extended.contains_key(names::RESOURCE_GPU);
         let share = if let Some(f) = p.annotations.get(names::ANNOTATION_GPU_FRACTION) {
             (f.parse::<f64>().unwrap() * 1000.0).round() as u32
         } else if let Some(m) = p.annotations.get(names::ANNOTATION_GPU_MEMORY) {
@@ -296,12 +296,12 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
     let bound: Vec<&str> = d.binds.iter().map(|b| b.name.as_str()).collect();
     let mut before: HashMap<&str, f64> = HashMap::new();
     for p in &snap.pods {
-        if p.running || bound.contains(&p.name.as_str()) {
-            if let Some(q) = snap.groups[p.group as usize].queue {
-                *before
-                    .entry(snap.queues[q as usize].name.as_str())
-                    .or_default() += p.res.0[0] as f64 / 1000.0;
-            }
+        if (p.running || bound.contains(&p.name.as_str()))
+            && let Some(q) = snap.groups[p.group as usize].queue
+        {
+            *before
+                .entry(snap.queues[q as usize].name.as_str())
+                .or_default() += p.res.0[0] as f64 / 1000.0;
         }
     }
     let mut reclaimed: HashMap<&str, f64> = HashMap::new();

@@ -15,10 +15,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.output_dir {
         None => print!("{}", gantry_api::crds::all_crds_yaml()?),
         Some(dir) => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
             for (name, body) in gantry_api::crds::crd_files()? {
                 let path = dir.join(&name);
-                std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
+                std::fs::write(&path, body)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
                 println!("wrote {}", path.display());
             }
         }

@@ -157,8 +157,8 @@ fn gpu_mode(gpus: &[GpuFacts]) -> &'static str {
             _ => "unknown",
         })
         .collect();
-    match modes.first() {
-        Some(first) if modes.iter().all(|m| m == first) => *first,
+    match modes.first().copied() {
+        Some(first) if modes.iter().all(|m| *m == first) => first,
         _ => "unknown",
     }
 }

@@ -167,7 +167,6 @@ mod tests {
                     ],
                     ..Default::default()
                 }],
-                ..Default::default()
             }],
         };
         let a = assignments(&resp, &ResourceFilter::default());

@@ -146,6 +146,9 @@ pub fn run(cfg: &AgentConfig, reloader: &mut dyn Reloader) -> Result<AgentReport
                     .map(|c| (c.path.clone(), Outcome::Unchanged)),
             );
         } else {
+            if plan.changes.iter().any(|c| c.changes()) {
+                reloader.ready(runtime)?;
+            }
             let applied = install::apply(&cfg.host, &plan)?;
             if applied.changed() {
                 reloader.reload(runtime)?;

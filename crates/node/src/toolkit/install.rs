@@ -422,6 +422,9 @@ pub fn run(
     } else {
         plan_install(host, cfg)?
     };
+    if plan.changes.iter().any(FileChange::changes) {
+        reloader.ready(cfg.runtime)?;
+    }
     let report = apply(host, &plan)?;
     if report.changed() {
         reloader.reload(cfg.runtime)?;

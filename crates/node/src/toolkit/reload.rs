@@ -9,6 +9,13 @@ use std::process::Command;
 /// Asks a runtime to reload; called only after a file actually changed.
 pub trait Reloader {
     fn reload(&mut self, runtime: Runtime) -> Result<(), ToolkitError>;
+
+    /// Checked before any file is written, so a reload that cannot happen fails the run
+    /// while the config is still untouched (a later run would see nothing to change and
+    /// never reload).
+    fn ready(&self, _runtime: Runtime) -> Result<(), ToolkitError> {
+        Ok(())
+    }
 }
 
 /// Sends SIGHUP to the runtime daemon: the pid comes from a pid file, or else from the host's
@@ -52,6 +59,10 @@ impl SignalReloader {
 }
 
 impl Reloader for SignalReloader {
+    fn ready(&self, runtime: Runtime) -> Result<(), ToolkitError> {
+        self.pid(runtime).map(|_| ())
+    }
+
     fn reload(&mut self, runtime: Runtime) -> Result<(), ToolkitError> {
         let pid = self.pid(runtime)?;
         run(

@@ -282,14 +282,14 @@ impl fmt::Display for Report {
                 .and_then(|r| r.replay.as_ref())
                 .and_then(|x| x.unalloc_at[2])
         };
-        if let (Some(fa), Some(bf)) = (at100(Policy::FragmentationAware), at100(Policy::BestFit)) {
-            if bf > 0.0 {
-                writeln!(
-                    f,
-                    "frag-aware leaves {:.1}% fewer unallocated GPUs than best fit at 100% requested",
-                    (1.0 - fa / bf) * 100.0
-                )?;
-            }
+        if let (Some(fa), Some(bf)) = (at100(Policy::FragmentationAware), at100(Policy::BestFit))
+            && bf > 0.0
+        {
+            writeln!(
+                f,
+                "frag-aware leaves {:.1}% fewer unallocated GPUs than best fit at 100% requested",
+                (1.0 - fa / bf) * 100.0
+            )?;
         }
         Ok(())
     }
