@@ -218,7 +218,12 @@ impl Plugin {
             Ok(Ok(s)) => Some(s.clone()),
             _ => None,
         };
-        found.unwrap_or_else(|| panic!("timed out waiting for {what}; status {:#?}", *self.status.borrow()))
+        found.unwrap_or_else(|| {
+            panic!(
+                "timed out waiting for {what}; status {:#?}",
+                *self.status.borrow()
+            )
+        })
     }
 
     async fn stop(mut self) {
@@ -420,10 +425,17 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
         .find(|m| m.profile == "3g.40gb")
         .unwrap();
     backend
-        .inject_xid(0, 62, Some(target.gpu_instance_id), Some(target.compute_instance_id))
+        .inject_xid(
+            0,
+            62,
+            Some(target.gpu_instance_id),
+            Some(target.compute_instance_id),
+        )
         .unwrap();
     let seen = kubelet
-        .wait("one MIG device unhealthy", |s| s.healthy("nvidia.com/mig-3g.40gb") == 1)
+        .wait("one MIG device unhealthy", |s| {
+            s.healthy("nvidia.com/mig-3g.40gb") == 1
+        })
         .await;
     let bad: Vec<&pb::Device> = seen.devices["nvidia.com/mig-3g.40gb"]
         .iter()
@@ -659,7 +671,9 @@ async fn a_kubelet_restart_is_survived() {
             s.healthy("nvidia.com/gpu") == 4
         })
         .await;
-    plugin.wait_status("a new generation", |s| s.generation > before).await;
+    plugin
+        .wait_status("a new generation", |s| s.generation > before)
+        .await;
     drop(kubelet);
     plugin.stop().await;
 }

@@ -304,7 +304,7 @@ async fn pods_are_attributed_for_replicas_and_mig_devices() {
                 &format!("nvidia.com/mig-{}", model.mig[0].name),
                 std::slice::from_ref(&mig_dev.uuid),
             ),
-            pod("nic", "example.com/nic", &[uuid1.clone()]),
+            pod("nic", "example.com/nic", std::slice::from_ref(&uuid1)),
         ],
     };
     let dir = tempfile::tempdir().expect("tempdir");

@@ -37,10 +37,11 @@ pub fn validate_name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
 
 /// Type-specific state on create (after generic metadata is set).
 pub fn on_create(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
-    if info.has_status() && !matches!(info.plural.as_str(), "nodes" | "customresourcedefinitions") {
-        if let Some(m) = obj.as_object_mut() {
-            m.remove("status");
-        }
+    if info.has_status()
+        && !matches!(info.plural.as_str(), "nodes" | "customresourcedefinitions")
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
     }
     if !info.builtin {
         return Ok(());

@@ -418,7 +418,7 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
         scale |= subs.and_then(|s| s.get("scale")).is_some();
         versions.push((!storage, name));
     }
-    versions.sort_by(|a, b| a.0.cmp(&b.0));
+    versions.sort_by_key(|v| v.0);
     let kind = names.get("kind").and_then(Value::as_str)?.to_string();
     let plural = names.get("plural").and_then(Value::as_str)?.to_string();
     let mut subresources = Vec::new();

@@ -102,6 +102,9 @@ pub struct TooOld {
     pub oldest: u64,
 }
 
+/// Kept events after the requested version, and the receiver for what follows.
+pub type WatchStart = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>);
+
 type Bucket = BTreeMap<(String, String), Arc<Value>>;
 
 struct Inner {
@@ -281,10 +284,7 @@ impl Store {
 
     /// Starts a watch after `rv`: the kept events newer than `rv` and a receiver for what
     /// follows, taken atomically so nothing falls between them.
-    pub fn watch_from(
-        &self,
-        rv: u64,
-    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), TooOld> {
+    pub fn watch_from(&self, rv: u64) -> Result<WatchStart, TooOld> {
         let inner = self.lock();
         if rv < inner.compacted {
             return Err(TooOld {
