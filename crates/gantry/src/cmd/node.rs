@@ -4,6 +4,7 @@ mod device_plugin;
 mod discovery;
 mod exporter;
 mod gpu_source;
+mod mig_manager;
 mod toolkit;
 
 use std::process::ExitCode;
@@ -18,6 +19,8 @@ pub enum NodeCommand {
     Discovery(discovery::DiscoveryArgs),
     /// GPU metrics under dcgm-exporter's names and labels, on :9400.
     Exporter(exporter::ExporterArgs),
+    /// MIG manager: plan and apply a named layout of a mig-parted config (`--dry-run` prints it).
+    MigManager(mig_manager::MigManagerArgs),
 }
 
 pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
@@ -26,5 +29,6 @@ pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
         NodeCommand::DevicePlugin(args) => device_plugin::run(args),
         NodeCommand::Discovery(args) => discovery::run(args),
         NodeCommand::Exporter(args) => exporter::run(args),
+        NodeCommand::MigManager(args) => mig_manager::run(args),
     }
 }
