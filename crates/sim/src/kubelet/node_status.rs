@@ -129,9 +129,11 @@ pub fn node_object(name: &str, res: &NodeResources) -> Node {
 
 fn quantity(resource: &str, v: u64) -> String {
     match resource {
-        admission::CPU if v % 1000 == 0 => (v / 1000).to_string(),
+        admission::CPU if v.is_multiple_of(1000) => (v / 1000).to_string(),
         admission::CPU => format!("{v}m"),
-        admission::MEMORY | "ephemeral-storage" if v % 1024 == 0 => format!("{}Ki", v / 1024),
+        admission::MEMORY | "ephemeral-storage" if v.is_multiple_of(1024) => {
+            format!("{}Ki", v / 1024)
+        }
         _ => v.to_string(),
     }
 }

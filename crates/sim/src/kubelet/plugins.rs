@@ -203,9 +203,9 @@ async fn watch_devices(
     generation: u64,
     mut stream: tonic::Streaming<dp::ListAndWatchResponse>,
 ) {
-    loop {
-        match stream.message().await {
-            Ok(Some(msg)) => {
+    while let Ok(Some(msg)) = stream.message().await {
+        {
+            {
                 let devices = msg
                     .devices
                     .into_iter()
@@ -222,7 +222,6 @@ async fn watch_devices(
                     node.changed.notify_one();
                 }
             }
-            Ok(None) | Err(_) => break,
         }
     }
     tracing::debug!(node = %node.name, %resource, "device plugin stream ended");

@@ -100,7 +100,6 @@ pub fn pod_resources(state: &DeviceState, pod: &PodDevices) -> PodResources {
         name: pod.name.clone(),
         namespace: pod.namespace.clone(),
         containers,
-        ..Default::default()
     }
 }
 

@@ -580,6 +580,9 @@ fn release(node: &NodeShared, uid: &str, pids: &[u32]) {
     lock(&node.admitted).remove(uid);
 }
 
+/// One container's run: its exit code and a message.
+type ContainerRun = std::pin::Pin<Box<dyn std::future::Future<Output = (i32, String)> + Send>>;
+
 enum Outcome {
     Exited(i32, String),
     Stopped,
@@ -699,8 +702,7 @@ async fn run_containers(
     let exit_code = annotation(pod, names::ANNOTATION_SIM_EXIT_CODE)
         .and_then(|c| c.trim().parse::<i32>().ok())
         .unwrap_or(0);
-    let mut futs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = (i32, String)> + Send>>> =
-        Vec::new();
+    let mut futs: Vec<ContainerRun> = Vec::new();
     for c in &spec.containers {
         let agent = agent_command(c)
             .and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r)));
