@@ -1,11 +1,11 @@
 //! MIG planning and applying on simulated GPUs: convergence, refusal before any change, and
 //! repair after a failure part-way.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use gantry_api::mig_parted::{MigPartedConfig, default_config};
 use gantry_gpu::*;
 use gantry_node::mig::{self, ApplyError, GpuAction, ReadOnly};
 use proptest::prelude::*;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A backend that fails the Nth create call (GPU or compute instance), counting from 0.
 struct FailNthCreate {
@@ -35,41 +35,97 @@ impl FailNthCreate {
 }
 
 impl Backend for FailNthCreate {
-    fn driver_version(&self) -> Result<String> { self.inner.driver_version() }
-    fn cuda_driver_version(&self) -> Result<u32> { self.inner.cuda_driver_version() }
-    fn nvml_version(&self) -> Result<String> { self.inner.nvml_version() }
-    fn device_count(&self) -> Result<u32> { self.inner.device_count() }
-    fn device_info(&self, g: u32) -> Result<DeviceInfo> { self.inner.device_info(g) }
-    fn memory(&self, g: u32) -> Result<MemoryInfo> { self.inner.memory(g) }
-    fn utilization(&self, g: u32) -> Result<Utilization> { self.inner.utilization(g) }
-    fn temperature(&self, g: u32) -> Result<Temperature> { self.inner.temperature(g) }
-    fn power(&self, g: u32) -> Result<Power> { self.inner.power(g) }
-    fn total_energy_mj(&self, g: u32) -> Result<u64> { self.inner.total_energy_mj(g) }
-    fn clocks(&self, g: u32) -> Result<Clocks> { self.inner.clocks(g) }
-    fn violations(&self, g: u32) -> Result<Violations> { self.inner.violations(g) }
-    fn ecc(&self, g: u32) -> Result<EccCounts> { self.inner.ecc(g) }
-    fn row_remap(&self, g: u32) -> Result<RowRemap> { self.inner.row_remap(g) }
-    fn pcie(&self, g: u32) -> Result<PcieInfo> { self.inner.pcie(g) }
-    fn pcie_throughput(&self, g: u32) -> Result<PcieThroughput> { self.inner.pcie_throughput(g) }
-    fn nvlinks(&self, g: u32) -> Result<Vec<NvLinkInfo>> { self.inner.nvlinks(g) }
-    fn topology(&self, a: u32, b: u32) -> Result<TopologyLevel> { self.inner.topology(a, b) }
-    fn processes(&self, g: u32) -> Result<Vec<ProcessInfo>> { self.inner.processes(g) }
-    fn vgpu_license_status(&self, g: u32) -> Result<u32> { self.inner.vgpu_license_status(g) }
-    fn profiling(&self, g: u32, gi: Option<u32>) -> Result<Profiling> { self.inner.profiling(g, gi) }
-    fn mig_mode(&self, g: u32) -> Result<MigMode> { self.inner.mig_mode(g) }
-    fn mig_profiles(&self, g: u32) -> Result<Vec<MigProfile>> { self.inner.mig_profiles(g) }
-    fn gpu_instances(&self, g: u32) -> Result<Vec<GpuInstance>> { self.inner.gpu_instances(g) }
+    fn driver_version(&self) -> Result<String> {
+        self.inner.driver_version()
+    }
+    fn cuda_driver_version(&self) -> Result<u32> {
+        self.inner.cuda_driver_version()
+    }
+    fn nvml_version(&self) -> Result<String> {
+        self.inner.nvml_version()
+    }
+    fn device_count(&self) -> Result<u32> {
+        self.inner.device_count()
+    }
+    fn device_info(&self, g: u32) -> Result<DeviceInfo> {
+        self.inner.device_info(g)
+    }
+    fn memory(&self, g: u32) -> Result<MemoryInfo> {
+        self.inner.memory(g)
+    }
+    fn utilization(&self, g: u32) -> Result<Utilization> {
+        self.inner.utilization(g)
+    }
+    fn temperature(&self, g: u32) -> Result<Temperature> {
+        self.inner.temperature(g)
+    }
+    fn power(&self, g: u32) -> Result<Power> {
+        self.inner.power(g)
+    }
+    fn total_energy_mj(&self, g: u32) -> Result<u64> {
+        self.inner.total_energy_mj(g)
+    }
+    fn clocks(&self, g: u32) -> Result<Clocks> {
+        self.inner.clocks(g)
+    }
+    fn violations(&self, g: u32) -> Result<Violations> {
+        self.inner.violations(g)
+    }
+    fn ecc(&self, g: u32) -> Result<EccCounts> {
+        self.inner.ecc(g)
+    }
+    fn row_remap(&self, g: u32) -> Result<RowRemap> {
+        self.inner.row_remap(g)
+    }
+    fn pcie(&self, g: u32) -> Result<PcieInfo> {
+        self.inner.pcie(g)
+    }
+    fn pcie_throughput(&self, g: u32) -> Result<PcieThroughput> {
+        self.inner.pcie_throughput(g)
+    }
+    fn nvlinks(&self, g: u32) -> Result<Vec<NvLinkInfo>> {
+        self.inner.nvlinks(g)
+    }
+    fn topology(&self, a: u32, b: u32) -> Result<TopologyLevel> {
+        self.inner.topology(a, b)
+    }
+    fn processes(&self, g: u32) -> Result<Vec<ProcessInfo>> {
+        self.inner.processes(g)
+    }
+    fn vgpu_license_status(&self, g: u32) -> Result<u32> {
+        self.inner.vgpu_license_status(g)
+    }
+    fn profiling(&self, g: u32, gi: Option<u32>) -> Result<Profiling> {
+        self.inner.profiling(g, gi)
+    }
+    fn mig_mode(&self, g: u32) -> Result<MigMode> {
+        self.inner.mig_mode(g)
+    }
+    fn mig_profiles(&self, g: u32) -> Result<Vec<MigProfile>> {
+        self.inner.mig_profiles(g)
+    }
+    fn gpu_instances(&self, g: u32) -> Result<Vec<GpuInstance>> {
+        self.inner.gpu_instances(g)
+    }
     fn compute_instances(&self, g: u32, gi: u32) -> Result<Vec<ComputeInstance>> {
         self.inner.compute_instances(g, gi)
     }
-    fn mig_devices(&self, g: u32) -> Result<Vec<MigDevice>> { self.inner.mig_devices(g) }
-    fn mig_device_memory(&self, uuid: &str) -> Result<MemoryInfo> { self.inner.mig_device_memory(uuid) }
-    fn set_mig_mode(&self, g: u32, on: bool) -> Result<MigMode> { self.inner.set_mig_mode(g, on) }
+    fn mig_devices(&self, g: u32) -> Result<Vec<MigDevice>> {
+        self.inner.mig_devices(g)
+    }
+    fn mig_device_memory(&self, uuid: &str) -> Result<MemoryInfo> {
+        self.inner.mig_device_memory(uuid)
+    }
+    fn set_mig_mode(&self, g: u32, on: bool) -> Result<MigMode> {
+        self.inner.set_mig_mode(g, on)
+    }
     fn create_gpu_instance(&self, g: u32, p: &str, at: Option<Placement>) -> Result<GpuInstance> {
         self.maybe_fail(g)?;
         self.inner.create_gpu_instance(g, p, at)
     }
-    fn destroy_gpu_instance(&self, g: u32, gi: u32) -> Result<()> { self.inner.destroy_gpu_instance(g, gi) }
+    fn destroy_gpu_instance(&self, g: u32, gi: u32) -> Result<()> {
+        self.inner.destroy_gpu_instance(g, gi)
+    }
     fn create_compute_instance(&self, g: u32, gi: u32, s: u32) -> Result<ComputeInstance> {
         self.maybe_fail(g)?;
         self.inner.create_compute_instance(g, gi, s)
@@ -77,7 +133,9 @@ impl Backend for FailNthCreate {
     fn destroy_compute_instance(&self, g: u32, gi: u32, ci: u32) -> Result<()> {
         self.inner.destroy_compute_instance(g, gi, ci)
     }
-    fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>> { self.inner.subscribe(mask) }
+    fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>> {
+        self.inner.subscribe(mask)
+    }
 }
 
 const MODELS: [&str; 4] = ["A100-40GB", "A100-80GB", "H100-80GB", "H200"];
@@ -94,7 +152,11 @@ fn config_names() -> Vec<String> {
 fn assert_converged(b: &dyn Backend, cfg: &MigPartedConfig, name: &str) {
     let facts = mig::observe(ReadOnly::new(b)).unwrap();
     let plan = mig::plan(cfg, name, &facts).unwrap();
-    assert!(!plan.changes(), "{name} did not converge:\n{}", mig::render::render(&plan));
+    assert!(
+        !plan.changes(),
+        "{name} did not converge:\n{}",
+        mig::render::render(&plan)
+    );
 }
 
 fn wanted_counts_match(b: &dyn Backend, cfg: &MigPartedConfig, name: &str) {

@@ -59,11 +59,14 @@ pub fn apply(backend: &dyn Backend, plan: &MigPlan) -> Result<ApplyReport, Apply
             for &ci in &d.compute_instances {
                 backend
                     .destroy_compute_instance(gpu, gi, ci)
-                    .map_err(step(format!("destroying compute instance {ci} of GPU instance {gi}")))?;
+                    .map_err(step(format!(
+                        "destroying compute instance {ci} of GPU instance {gi}"
+                    )))?;
             }
-            backend
-                .destroy_gpu_instance(gpu, gi)
-                .map_err(step(format!("destroying GPU instance {gi} ({})", d.instance.profile)))?;
+            backend.destroy_gpu_instance(gpu, gi).map_err(step(format!(
+                "destroying GPU instance {gi} ({})",
+                d.instance.profile
+            )))?;
         }
         if let Some(on) = *set_mode {
             let what = if on { "enabling" } else { "disabling" };
@@ -90,10 +93,12 @@ pub fn apply(backend: &dyn Backend, plan: &MigPlan) -> Result<ApplyReport, Apply
                 .create_gpu_instance(gpu, name, Some(c.placement))
                 .map_err(step(format!("creating GPU instance {name} at {at}")))?;
             for &slices in &c.compute_instances {
-                backend.create_compute_instance(gpu, gi.id, slices).map_err(step(format!(
-                    "creating a {slices}-slice compute instance in GPU instance {} ({name})",
-                    gi.id
-                )))?;
+                backend
+                    .create_compute_instance(gpu, gi.id, slices)
+                    .map_err(step(format!(
+                        "creating a {slices}-slice compute instance in GPU instance {} ({name})",
+                        gi.id
+                    )))?;
             }
         }
         report.changed.push(gpu);

@@ -192,7 +192,10 @@ fn plan_gpu(
     // Every GPU instance must carry its compute instances: a bare GI left by an interrupted
     // apply holds slices without showing up as a MIG device.
     let instances_ok = gpu.instances.len() == create.len()
-        && gpu.instances.iter().all(|i| !i.compute_instances.is_empty());
+        && gpu
+            .instances
+            .iter()
+            .all(|i| !i.compute_instances.is_empty());
     if mode_ok && gpu.layout == wanted && instances_ok {
         out.action = GpuAction::Unchanged;
         return Ok(out);
@@ -280,7 +283,10 @@ mod tests {
         cfg.mig_configs.insert("odd".into(), vec![e]);
         let err = plan(&cfg, "odd", &[facts("H100-80GB", 3)]).unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, PlanError::Impossible { gpu: 3, .. }), "{text}");
+        assert!(
+            matches!(err, PlanError::Impossible { gpu: 3, .. }),
+            "{text}"
+        );
         assert!(text.contains("GPU 3") && text.contains("1g.18gb"), "{text}");
     }
 
@@ -301,7 +307,10 @@ mod tests {
     #[test]
     fn non_mig_gpu_wanting_mig_is_refused() {
         let err = plan(&default_config(), "all-enabled", &[facts("L4", 0)]).unwrap_err();
-        assert!(matches!(err, PlanError::NotMigCapable { gpu: 0, .. }), "{err}");
+        assert!(
+            matches!(err, PlanError::NotMigCapable { gpu: 0, .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -330,6 +339,8 @@ mod tests {
             compute_instances: vec![],
         });
         let p = plan(&default_config(), "all-enabled", &[g]).unwrap();
-        assert!(matches!(&p.gpus[0].action, GpuAction::Change { set_mode: None, destroy, create } if destroy.len() == 1 && create.is_empty()));
+        assert!(
+            matches!(&p.gpus[0].action, GpuAction::Change { set_mode: None, destroy, create } if destroy.len() == 1 && create.is_empty())
+        );
     }
 }

@@ -12,12 +12,23 @@ pub fn render(plan: &MigPlan) -> String {
         let now = describe(&g.current);
         match (&g.action, &g.wanted) {
             (GpuAction::NotSelected, _) | (_, None) => {
-                let _ = writeln!(s, "GPU {} ({}): {now}; not selected by this config, left as is", g.gpu, g.model);
+                let _ = writeln!(
+                    s,
+                    "GPU {} ({}): {now}; not selected by this config, left as is",
+                    g.gpu, g.model
+                );
             }
             (GpuAction::Unchanged, Some(_)) => {
                 let _ = writeln!(s, "GPU {} ({}): {now}; already as wanted", g.gpu, g.model);
             }
-            (GpuAction::Change { set_mode, destroy, create }, Some(w)) => {
+            (
+                GpuAction::Change {
+                    set_mode,
+                    destroy,
+                    create,
+                },
+                Some(w),
+            ) => {
                 let _ = writeln!(s, "GPU {} ({}): {now} -> {}", g.gpu, g.model, describe(w));
                 for d in destroy {
                     let i = &d.instance;
@@ -59,7 +70,11 @@ pub fn render(plan: &MigPlan) -> String {
             s,
             "{} GPU(s) change; GPU clients must be stopped first{}",
             plan.gpus.iter().filter(|g| g.changes()).count(),
-            if plan.mode_change() { "; MIG mode changes" } else { "" }
+            if plan.mode_change() {
+                "; MIG mode changes"
+            } else {
+                ""
+            }
         )
     } else {
         writeln!(s, "nothing to change")

@@ -1,4 +1,4 @@
-//! The sim's control socket, `<data-dir>/sim-control.sock`: one JSON request per line
+//! The sim's control socket, `<sim dir>/sim-control.sock` (`<data-dir>/sim` for `gantry up`): one JSON request per line
 //! (`{"node":"h100-80gb-0","fault":{"kind":"xid","gpu":3,"xid":79}}`), one JSON reply per line
 //! (`{"ok":true,"message":"…"}` or `{"ok":false,"error":"…"}`). `gantry sim fault` is its client.
 

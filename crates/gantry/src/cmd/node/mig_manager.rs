@@ -29,8 +29,8 @@ pub fn run(args: MigManagerArgs) -> anyhow::Result<ExitCode> {
     let path = args.config_file.display().to_string();
     let text = std::fs::read_to_string(&args.config_file)
         .with_context(|| format!("reading mig-parted config {path}"))?;
-    let config: MigPartedConfig = serde_yaml::from_str(&text)
-        .with_context(|| format!("parsing mig-parted config {path}"))?;
+    let config: MigPartedConfig =
+        serde_yaml::from_str(&text).with_context(|| format!("parsing mig-parted config {path}"))?;
     let backend = gpu_source::open(&args.gpu)?;
     if args.dry_run {
         // Only a read-only view reaches the planner: a dry run cannot change a GPU.
