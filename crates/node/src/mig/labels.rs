@@ -86,8 +86,14 @@ mod tests {
         assert_eq!(
             paused,
             map(&[
-                ("nvidia.com/gpu.deploy.device-plugin", "paused-for-mig-change"),
-                ("nvidia.com/gpu.deploy.gpu-feature-discovery", "paused-for-mig-change"),
+                (
+                    "nvidia.com/gpu.deploy.device-plugin",
+                    "paused-for-mig-change"
+                ),
+                (
+                    "nvidia.com/gpu.deploy.gpu-feature-discovery",
+                    "paused-for-mig-change"
+                ),
             ])
         );
         let mut after = labels.clone();
@@ -101,7 +107,10 @@ mod tests {
 
     #[test]
     fn empty_label_selects_nothing() {
-        assert_eq!(selected_config(&map(&[("nvidia.com/mig.config", " ")])), None);
+        assert_eq!(
+            selected_config(&map(&[("nvidia.com/mig.config", " ")])),
+            None
+        );
         assert_eq!(
             selected_config(&map(&[("nvidia.com/mig.config", "all-balanced")])),
             Some("all-balanced")

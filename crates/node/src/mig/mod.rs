@@ -4,9 +4,11 @@
 //! - [`plan`]: the pure core — (config, config name, GPU facts) → per-GPU steps, refusing
 //!   layouts a GPU cannot hold before anything is touched.
 //! - [`apply`]: carries a plan out through [`gantry_gpu::Backend`] and checks the result.
+//! - [`labels`]: the Node labels read and written around a change (pure).
 //! - [`render`]: the plan as text (`gantry node mig-manager --dry-run`).
 
 pub mod apply;
+pub mod labels;
 pub mod plan;
 pub mod render;
 pub mod state;
