@@ -10,7 +10,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .compile_with_config(
             config,
-            &["proto/deviceplugin_v1beta1.proto", "proto/podresources_v1.proto"],
+            &[
+                "proto/deviceplugin_v1beta1.proto",
+                "proto/podresources_v1.proto",
+            ],
             &["proto"],
         )?;
     println!("cargo:rerun-if-changed=proto");

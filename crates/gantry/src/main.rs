@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "gantry", version, about = "GPU infrastructure for Kubernetes: operator, node agents, scheduler and an embedded sim")]
+#[command(
+    name = "gantry",
+    version,
+    about = "GPU infrastructure for Kubernetes: operator, node agents, scheduler and an embedded sim"
+)]
 struct Cli {
     /// Log filter (RUST_LOG syntax), e.g. `info` or `gantry_sim=debug`.
     #[arg(long, global = true, env = "GANTRY_LOG", default_value = "warn")]
@@ -16,6 +20,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process, so the size of the biggest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Print every CRD Gantry serves as multi-document YAML.

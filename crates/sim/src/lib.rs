@@ -4,8 +4,8 @@
 
 pub mod apiserver;
 pub mod cluster;
-pub mod controllers;
 pub mod control_plane;
+pub mod controllers;
 pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
@@ -24,7 +24,11 @@ pub enum SimError {
     #[error("TLS material in {path}: {message}")]
     Tls { path: String, message: String },
     #[error("{what} {path}: {source}")]
-    Io { what: &'static str, path: String, source: std::io::Error },
+    Io {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
     #[error("binding 127.0.0.1:{port}: {source}")]
     Bind { port: u16, source: std::io::Error },
     #[error("building a client for {url}: {message}")]

@@ -18,7 +18,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ("<stdin>".to_string(), s)
         } else {
             match std::fs::read(path) {
-                Ok(bytes) => (path.display().to_string(), String::from_utf8_lossy(&bytes).into_owned()),
+                Ok(bytes) => (
+                    path.display().to_string(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                ),
                 Err(e) => {
                     println!("{}: cannot read: {e}", path.display());
                     problems += 1;
@@ -35,5 +38,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             println!("{name}: ok");
         }
     }
-    Ok(if problems == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if problems == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
