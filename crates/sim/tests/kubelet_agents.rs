@@ -1,6 +1,7 @@
 //! Operand pods: a DaemonSet running `gantry node device-plugin` makes the sim kubelet run the
 //! real device plugin in-process on each GPU node; it registers over the node's kubelet socket
-//! and the GPUs become allocatable. A GPU fault then shows up as an unhealthy device.
+//! and the GPUs become allocatable. A GPU fault then shows up as an unhealthy device. A GFD
+//! DaemonSet runs the real discovery agent, which labels its own Node.
 
 use std::time::Duration;
 
@@ -111,5 +112,66 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
         allocatable(&nodes_api, "h100-80gb-1").await.as_deref() == Some("7")
     })
     .await?;
+    Ok(())
+}
+
+/// A GFD DaemonSet: the sim kubelet runs the real discovery agent in-process, which labels its
+/// own Node through server-side apply; the CPU node gets no GPU labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_daemonset_labels_gpu_nodes() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("gd").tempdir_in("/tmp")?;
+    let _sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("1xH100-80GB:8,1xL4:1,1xcpu")?,
+        default_registry(),
+    )
+    .await?;
+    let _ctl = controllers::start(client.clone());
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "gpu-feature-discovery", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "gpu-feature-discovery"}},
+                 "template": {"metadata": {"labels": {"app": "gpu-feature-discovery"}},
+                              "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
+                                       "containers": [{"name": "gfd", "image": "ghcr.io/gantry/gantry:dev",
+                                                       "command": ["gantry"],
+                                                       "args": ["node", "discovery", "--mig-strategy", "mixed"]}]}}}
+    }))?;
+    Api::<DaemonSet>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &ds)
+        .await?;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let label = |node: Node, key: &str| node.metadata.labels.and_then(|l| l.get(key).cloned());
+    for (node, product, count) in [
+        ("h100-80gb-0", "NVIDIA-H100-80GB-HBM3", "8"),
+        ("l4-0", "NVIDIA-L4", "1"),
+    ] {
+        eventually("GFD labels on the GPU node", || async {
+            nodes_api.get(node).await.is_ok_and(|n| {
+                label(n.clone(), names::LABEL_GPU_PRODUCT).as_deref() == Some(product)
+                    && label(n, names::LABEL_GPU_COUNT).as_deref() == Some(count)
+            })
+        })
+        .await?;
+    }
+    let h100 = nodes_api.get("h100-80gb-0").await?;
+    assert_eq!(
+        label(h100.clone(), names::LABEL_MIG_CAPABLE).as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        label(h100.clone(), names::LABEL_MIG_STRATEGY).as_deref(),
+        Some("mixed")
+    );
+    // The kubelet's own labels survive the agent's apply.
+    assert_eq!(
+        label(h100, names::NFD_GPU_LABELS[0]).as_deref(),
+        Some("true")
+    );
+    let cpu = nodes_api.get("cpu-0").await?;
+    assert_eq!(label(cpu, names::LABEL_GPU_PRODUCT), None);
     Ok(())
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use gantry_gpu::Backend;
 use gantry_node::device_plugin::{self, HealthPolicy, health, settings::MigStrategy};
+use gantry_node::discovery::{self, DiscoveryOptions};
 
 use super::agents::{AgentContext, AgentFuture, AgentRegistry};
 
@@ -19,6 +20,7 @@ pub const SIM_PLUGIN_POLL: Duration = Duration::from_secs(2);
 pub fn default_registry() -> AgentRegistry {
     let mut r = AgentRegistry::new();
     r.register("device-plugin", Arc::new(device_plugin_runner));
+    r.register("discovery", Arc::new(discovery_runner));
     r
 }
 
@@ -77,6 +79,56 @@ pub fn device_plugin_options(ctx: &AgentContext) -> Result<device_plugin::Option
     Ok(opts)
 }
 
+/// Options for `gantry node discovery` on a simulated node: the node's directory stands in
+/// for the host root (so `gpu.machine` reads `<node dir>/sys/...`).
+pub fn discovery_options(ctx: &AgentContext) -> Result<DiscoveryOptions, String> {
+    let flag = |name: &str| ctx.args.iter().any(|a| a == &format!("--{name}"));
+    let mut opts = DiscoveryOptions {
+        node_name: Some(ctx.node_name.clone()),
+        host_root: ctx.host_root.clone(),
+        oneshot: flag("oneshot"),
+        no_timestamp: flag("no-timestamp"),
+        ..DiscoveryOptions::default()
+    };
+    if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {
+        opts.mig_strategy = Some(
+            s.parse()
+                .map_err(|e: discovery::DiscoveryError| e.to_string())?,
+        );
+    }
+    if let Some(s) = setting(&ctx.args, &ctx.env, "sleep-interval", "GFD_SLEEP_INTERVAL") {
+        opts.sleep_interval = Some(discovery::config::parse_interval(&s)?);
+    }
+    Ok(opts)
+}
+
+fn discovery_runner(ctx: AgentContext) -> AgentFuture {
+    Box::pin(async move {
+        let backend: Arc<dyn Backend> = match &ctx.backend {
+            Some(b) => b.clone(),
+            None => return Err(format!("node {} has no GPUs to discover", ctx.node_name)),
+        };
+        let opts = discovery_options(&ctx)?;
+        discovery::run(
+            opts,
+            backend,
+            ctx.client.clone(),
+            stopped(ctx.shutdown.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// Resolves once the pod's shutdown flag flips (or its sender is gone).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
         let backend: Arc<dyn Backend> = match &ctx.backend {
@@ -89,15 +141,7 @@ fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
             }
         };
         let opts = device_plugin_options(&ctx)?;
-        let mut stop = ctx.shutdown.clone();
-        let shutdown = async move {
-            while !*stop.borrow_and_update() {
-                if stop.changed().await.is_err() {
-                    return;
-                }
-            }
-        };
-        device_plugin::run(opts, backend, shutdown)
+        device_plugin::run(opts, backend, stopped(ctx.shutdown.clone()))
             .await
             .map_err(|e| e.to_string())
     })
@@ -138,6 +182,6 @@ mod tests {
             Some("mixed")
         );
         assert!(mig_strategy("weird").unwrap_err().contains("\"weird\""));
-        assert_eq!(default_registry().names(), ["device-plugin"]);
+        assert_eq!(default_registry().names(), ["device-plugin", "discovery"]);
     }
 }
