@@ -3,16 +3,16 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use gantry_gpu::{Backend, NvmlBackend, SimBackend, SimConfig};
 use gantry_node::device_plugin::named::{DEFAULT_FALLBACKS, Fallback};
 use gantry_node::device_plugin::settings::{
     AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, MigStrategy,
 };
 use gantry_node::device_plugin::{self, ConfigSource, HealthPolicy, Options, Overrides, health};
+
+use super::gpu_source::{self, GpuSourceArgs, shutdown_signal};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum MigStrategyArg {
@@ -90,29 +90,8 @@ pub struct DevicePluginArgs {
     /// How often to check the kubelet socket, config, inventory and faulted GPUs (ms).
     #[arg(long, default_value_t = 500)]
     poll_interval_ms: u64,
-    /// Host path of the driver installation, where NVML is looked for.
-    #[arg(long, env = "NVIDIA_DRIVER_ROOT")]
-    driver_root: Option<PathBuf>,
-    /// Run on simulated GPUs of this model (`H100-80GB`, `A100-40GB`, ...) instead of NVML.
-    #[arg(long)]
-    sim_model: Option<String>,
-    /// Number of simulated GPUs.
-    #[arg(long, default_value_t = 8)]
-    sim_gpus: u32,
-}
-
-fn backend(args: &DevicePluginArgs) -> anyhow::Result<Arc<dyn Backend>> {
-    match &args.sim_model {
-        Some(model) => {
-            let config = SimConfig::for_model(model, args.sim_gpus, 1).context("--sim-model")?;
-            Ok(Arc::new(SimBackend::new(config)))
-        }
-        None => {
-            let nvml = NvmlBackend::open(args.driver_root.as_deref())
-                .context("loading NVML (pass --sim-model MODEL to run on simulated GPUs)")?;
-            Ok(Arc::new(nvml))
-        }
-    }
+    #[command(flatten)]
+    gpu: GpuSourceArgs,
 }
 
 fn overrides(args: &DevicePluginArgs) -> Overrides {
@@ -148,7 +127,7 @@ fn overrides(args: &DevicePluginArgs) -> Overrides {
 }
 
 pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
-    let backend = backend(&args)?;
+    let backend = gpu_source::open(&args.gpu)?;
     let mut opts = Options::new(&args.plugin_dir);
     opts.kubelet_socket = match args.kubelet_socket.as_deref() {
         None => Some(args.plugin_dir.join("kubelet.sock")),
@@ -212,19 +191,4 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     })
     .context("gantry node device-plugin")?;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }
