@@ -111,6 +111,11 @@ pub const ANNOTATION_UPGRADE_WAIT_FOR_POD_COMPLETION_START: &str =
 pub const ANNOTATION_UPGRADE_VALIDATION_START: &str =
     "nvidia.com/gpu-driver-upgrade-validation-start-time";
 pub const ANNOTATION_UPGRADE_REQUESTOR_MODE: &str = "nvidia.com/gpu-driver-upgrade-requestor-mode";
+/// Gantry's own: when GPU pod deletion / the drain of an upgrading node began (Unix seconds), so
+/// their `timeoutSeconds` hold across reconciles (upstream keeps these in a goroutine).
+pub const ANNOTATION_UPGRADE_POD_DELETION_START: &str =
+    "gantry.dev/gpu-driver-upgrade-pod-deletion-start-time";
+pub const ANNOTATION_UPGRADE_DRAIN_START: &str = "gantry.dev/gpu-driver-upgrade-drain-start-time";
 
 // ---- Taints -------------------------------------------------------------------------------
 
@@ -160,6 +165,12 @@ pub const NON_PREEMPTIBLE_PRIORITY_THRESHOLD: i32 = 100;
 
 /// Namespace of the GPU reservation pods that hold shared GPUs.
 pub const DEFAULT_RESERVATION_NAMESPACE: &str = "gantry-reservation";
+/// `app` label value of GPU reservation pods (as KAI's binder sets it).
+pub const RESERVATION_APP: &str = "kai-resource-reservation";
+/// Scheduler bookkeeping on a bound pod: the node's GPU indices it was given (comma list).
+pub const ANNOTATION_SCHEDULER_GPU_INDICES: &str = "scheduler.gantry.dev/gpu-indices";
+/// Scheduler Lease name (leader election).
+pub const SCHEDULER_LEASE: &str = "gantry-scheduler";
 /// Finalizer the operator puts on objects whose deletion needs cleanup.
 pub const FINALIZER_OPERATOR: &str = "gantry.nvidia.com/operator";
 /// Sim: the pod annotation that sets how long a simulated container runs (Go duration, e.g. `30s`).
@@ -169,6 +180,9 @@ pub const ANNOTATION_SIM_ALLOCATED: &str = "sim.gantry.dev/allocated-devices";
 /// Sim: the pod annotation that sets a simulated container's exit code when its run time ends
 /// (default 0).
 pub const ANNOTATION_SIM_EXIT_CODE: &str = "sim.gantry.dev/exit-code";
+/// Sim: where an in-process operand (exporter, validator metrics) serves its metrics on this
+/// host (`127.0.0.1:PORT`); the sim kubelet's runner publishes it on the operand's pod.
+pub const ANNOTATION_SIM_METRICS_ADDRESS: &str = "sim.gantry.dev/metrics-address";
 
 // ---- GFD labels: CUDA, per-resource helpers ------------------------------------------------
 
@@ -262,6 +276,13 @@ pub const MIG_PARTED_CONFIG_KEY: &str = "config.yaml";
 /// `nvidia.com/mig.config` value prefix for a MigClusterPolicy's inline layout:
 /// `gantry-mcp-<policy name>`.
 pub const MIG_CLUSTER_POLICY_CONFIG_PREFIX: &str = "gantry-mcp-";
+/// Gantry-owned ConfigMap (operator namespace, key `config.yaml`) holding the inline layouts of
+/// MigClusterPolicies as named mig-parted configs; the MIG manager merges it into its config.
+pub const CONFIG_MAP_MIG_CUSTOM_LAYOUTS: &str = "gantry-mig-custom-layouts";
+/// Node annotation the MIG manager sets to the error of a `failed` MIG config (removed on success).
+pub const ANNOTATION_MIG_CONFIG_ERROR: &str = "gantry.dev/mig-config-error";
+/// Finalizer a MigClusterPolicy with `resetOnDelete` carries until its nodes are reset.
+pub const FINALIZER_MIG_CLUSTER_POLICY: &str = "gantry.dev/mig-cluster-policy";
 /// Label on the per-node generated mig-parted ConfigMap (`<node>-mig-config`).
 pub const LABEL_NODE_NAME: &str = "nvidia.com/node-name";
 /// KAI's node role label marking MIG-enabled nodes.

@@ -39,6 +39,15 @@ enum Command {
     Bench(cmd::bench::BenchCommand),
     /// Start the embedded control plane (Kubernetes API on 127.0.0.1 over HTTPS) in the foreground.
     Up(cmd::up::Args),
+    /// The whole story on simulated GPU nodes: operator, scheduler, sharing, MIG, upgrades, faults.
+    Demo(cmd::demo::Args),
+    /// The GPU operator: reconciles the ClusterPolicy into labelled nodes and operand DaemonSets.
+    Operator(cmd::operator::Args),
+    /// The KAI-compatible batch scheduler (queues, gangs, GPU fractions) against a cluster.
+    Scheduler(cmd::scheduler::Args),
+    /// Explain scheduling: `gantry explain pod NAMESPACE/NAME`.
+    #[command(subcommand)]
+    Explain(cmd::explain::ExplainCommand),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +60,10 @@ fn main() -> ExitCode {
         Command::Sim(cmd) => cmd::sim::run(cmd),
         Command::Bench(cmd) => cmd::bench::run(cmd),
         Command::Up(args) => cmd::up::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::Operator(args) => cmd::operator::run(args),
+        Command::Scheduler(args) => cmd::scheduler::run(args),
+        Command::Explain(cmd) => cmd::explain::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -6,3 +6,4 @@ pub mod exporter;
 pub mod mig;
 pub mod proto;
 pub mod toolkit;
+pub mod validator;

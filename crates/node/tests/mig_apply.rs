@@ -12,6 +12,8 @@ struct FailNthCreate {
     inner: SimBackend,
     fail_at: AtomicU32,
     creates: AtomicU32,
+    /// Every call that changes a GPU (mode, create, destroy).
+    mutations: AtomicU32,
 }
 
 impl FailNthCreate {
@@ -20,9 +22,14 @@ impl FailNthCreate {
             inner,
             fail_at: AtomicU32::new(n),
             creates: AtomicU32::new(0),
+            mutations: AtomicU32::new(0),
         }
     }
+    fn mutated(&self) {
+        self.mutations.fetch_add(1, Ordering::SeqCst);
+    }
     fn maybe_fail(&self, gpu: u32) -> Result<()> {
+        self.mutated();
         let n = self.creates.fetch_add(1, Ordering::SeqCst);
         if n == self.fail_at.load(Ordering::SeqCst) {
             return Err(GpuError::Nvml {
@@ -117,6 +124,7 @@ impl Backend for FailNthCreate {
         self.inner.mig_device_memory(uuid)
     }
     fn set_mig_mode(&self, g: u32, on: bool) -> Result<MigMode> {
+        self.mutated();
         self.inner.set_mig_mode(g, on)
     }
     fn create_gpu_instance(&self, g: u32, p: &str, at: Option<Placement>) -> Result<GpuInstance> {
@@ -124,6 +132,7 @@ impl Backend for FailNthCreate {
         self.inner.create_gpu_instance(g, p, at)
     }
     fn destroy_gpu_instance(&self, g: u32, gi: u32) -> Result<()> {
+        self.mutated();
         self.inner.destroy_gpu_instance(g, gi)
     }
     fn create_compute_instance(&self, g: u32, gi: u32, s: u32) -> Result<ComputeInstance> {
@@ -131,6 +140,7 @@ impl Backend for FailNthCreate {
         self.inner.create_compute_instance(g, gi, s)
     }
     fn destroy_compute_instance(&self, g: u32, gi: u32, ci: u32) -> Result<()> {
+        self.mutated();
         self.inner.destroy_compute_instance(g, gi, ci)
     }
     fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>> {
@@ -229,6 +239,46 @@ fn dry_run_view_plans_without_changes() {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Any layout, possible or not, on GPUs in any shipped state: either it is refused with no
+    /// call that changes a GPU, or it is applied and a fresh plan changes nothing.
+    #[test]
+    fn random_layouts_are_refused_untouched_or_converge(
+        model in 0..MODELS.len(),
+        start in 0..64usize,
+        picks in prop::collection::vec((0..16usize, 1..5i64), 1..5),
+        only_gpu in prop::option::of(0..2u32),
+    ) {
+        let names = config_names();
+        let cfg = default_config();
+        let b = FailNthCreate::new(sim(MODELS[model], 2), u32::MAX);
+        mig::reconcile(&b, &cfg, &names[start % names.len()]).unwrap();
+        let profiles = b.mig_profiles(0).unwrap();
+        let mut devices = std::collections::BTreeMap::new();
+        for (i, n) in picks {
+            devices.insert(profiles[i % profiles.len()].name.clone(), n);
+        }
+        let entry = serde_json::json!({
+            "devices": only_gpu.map_or(serde_json::json!("all"), |g| serde_json::json!([g])),
+            "mig-enabled": true,
+            "mig-devices": devices,
+        });
+        let text = serde_json::json!({"version": "v1", "mig-configs": {"random": [entry]}}).to_string();
+        let random: MigPartedConfig = serde_yaml::from_str(&text).unwrap();
+        let before = mig::observe(ReadOnly::new(&b)).unwrap();
+        b.mutations.store(0, Ordering::SeqCst);
+        match mig::reconcile(&b, &random, "random") {
+            Err(ApplyError::Plan(e)) => {
+                prop_assert_eq!(b.mutations.load(Ordering::SeqCst), 0, "refused ({}) after changing a GPU", e);
+                prop_assert_eq!(mig::observe(ReadOnly::new(&b)).unwrap(), before);
+            }
+            Err(e) => prop_assert!(false, "a plannable layout failed to apply: {e}"),
+            Ok(_) => {
+                assert_converged(&b, &random, "random");
+                wanted_counts_match(&b, &random, "random");
+            }
+        }
+    }
 
     #[test]
     fn any_sequence_of_shipped_configs_converges_in_one_apply(

@@ -12,6 +12,7 @@ pub mod decisions;
 pub mod fairshare;
 pub mod frag;
 pub mod input;
+pub mod k8s;
 pub mod placement;
 pub mod predicates;
 pub mod request;

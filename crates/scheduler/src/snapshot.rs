@@ -5,6 +5,65 @@ use crate::input::{ClusterInput, NodeSelectorTerm, PodPhase, Taint, Toleration};
 use crate::request::{GpuRequest, gpu_memory_mib, memory_to_milli, parse_gpu_request};
 use gantry_api::names;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A small multiply-rotate hasher for the build's indexes: the keys are names from our own
+/// cache, so SipHash's flooding resistance buys nothing and costs a large share of the build.
+#[derive(Clone, Copy, Default)]
+pub struct FastHasher(u64);
+
+impl FastHasher {
+    #[inline]
+    fn mix(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.mix(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i));
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.mix(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        // Fold the high bits down: the table indexes by the low ones.
+        let h = (self.0 ^ (self.0 >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 29)
+    }
+}
+
+/// `HashMap` with [`FastHasher`].
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+fn fast_map<K, V>(capacity: usize) -> FastMap<K, V> {
+    FastMap::with_capacity_and_hasher(capacity, BuildHasherDefault::default())
+}
 
 pub type NodeId = u32;
 pub type QueueId = u32;
@@ -205,7 +264,7 @@ impl Snapshot {
             now: input.now,
             ..Default::default()
         };
-        let mut mig_ids: HashMap<String, u16> = HashMap::new();
+        let mut mig_ids: FastMap<String, u16> = fast_map(8);
         let mut intern = |name: &str, s: &mut Snapshot| -> u16 {
             *mig_ids.entry(name.to_string()).or_insert_with(|| {
                 s.mig_profiles.push(name.to_string());
@@ -213,7 +272,10 @@ impl Snapshot {
                 (s.mig_profiles.len() - 1) as u16
             })
         };
-        let mut node_ids: HashMap<&str, NodeId> = HashMap::with_capacity(input.nodes.len());
+        s.nodes.reserve_exact(input.nodes.len());
+        s.groups.reserve_exact(input.pod_groups.len() + 16);
+        s.pods.reserve_exact(input.pods.len());
+        let mut node_ids: FastMap<&str, NodeId> = fast_map(input.nodes.len());
         for n in &input.nodes {
             if node_ids.insert(&n.name, s.nodes.len() as NodeId).is_some() {
                 s.issues.push(format!(
@@ -228,8 +290,16 @@ impl Snapshot {
                 .filter(|(_, c)| **c > 0)
                 .map(|(k, c)| (intern(k, &mut s), *c))
                 .collect();
-            let strategy = n.labels.get(names::LABEL_MIG_STRATEGY).map(String::as_str);
-            let mig_enabled = !mig.is_empty() || matches!(strategy, Some("single") | Some("mixed"));
+            // MIG is on when the node exposes MIG resources (mixed), says so (KAI's
+            // `node-role.kubernetes.io/mig-enabled`), or advertises MIG slices as `nvidia.com/gpu`
+            // (single: GFD's product gets a `-MIG-<profile>` suffix). The strategy label alone
+            // is not enough: GFD sets it on every node, MIG-capable or not.
+            let label = |k: &str| n.labels.get(k).map(String::as_str);
+            let single_mig = label(names::LABEL_MIG_STRATEGY) == Some("single")
+                && label(names::LABEL_GPU_PRODUCT).is_some_and(|p| p.contains("-MIG-"));
+            let mig_enabled = !mig.is_empty()
+                || label("node-role.kubernetes.io/mig-enabled") == Some("true")
+                || single_mig;
             s.nodes.push(Node {
                 name: n.name.clone(),
                 labels: n.labels.clone(),
@@ -250,16 +320,20 @@ impl Snapshot {
             });
         }
         build_queues(input, &mut s);
-        let queue_ids: HashMap<&str, QueueId> = s
+        let queue_ids: FastMap<&str, QueueId> = s
             .queues
             .iter()
             .enumerate()
             .map(|(i, q)| (q.name.as_str(), i as QueueId))
             .collect();
-        let mut group_ids: HashMap<(&str, &str), GroupId> =
-            HashMap::with_capacity(input.pod_groups.len());
+        let mut group_ids: FastMap<(&str, &str), GroupId> = fast_map(input.pod_groups.len());
         for g in &input.pod_groups {
-            if group_ids.contains_key(&(g.namespace.as_str(), g.name.as_str())) {
+            let next = s.groups.len() as GroupId;
+            if let std::collections::hash_map::Entry::Vacant(v) =
+                group_ids.entry((g.namespace.as_str(), g.name.as_str()))
+            {
+                v.insert(next);
+            } else {
                 s.issues.push(format!(
                     "podgroup {}/{}: duplicate, later entry ignored",
                     g.namespace, g.name
@@ -281,19 +355,19 @@ impl Snapshot {
             let queue = queue.filter(|&q| s.queues[q as usize].is_leaf());
             let priority = g.priority.unwrap_or(names::DEFAULT_POD_GROUP_PRIORITY);
             let min_member = g.min_member.unwrap_or(1);
-            let mut sub_groups = vec![SubGroup {
+            let mut sub_groups = Vec::with_capacity(1 + g.sub_groups.len());
+            sub_groups.push(SubGroup {
                 name: "default".into(),
                 min_member: if g.sub_groups.is_empty() {
                     min_member
                 } else {
                     0
                 },
-            }];
+            });
             sub_groups.extend(g.sub_groups.iter().map(|sg| SubGroup {
                 name: sg.name.clone(),
                 min_member: sg.min_member,
             }));
-            group_ids.insert((&g.namespace, &g.name), s.groups.len() as GroupId);
             s.groups.push(PodGroup {
                 namespace: g.namespace.clone(),
                 name: g.name.clone(),
@@ -316,7 +390,7 @@ impl Snapshot {
             });
         }
         let max_gpu_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
-        let mut class_ids: HashMap<ConstraintClass, ClassId> = HashMap::new();
+        let mut class_ids: FastMap<ConstraintClass, ClassId> = fast_map(16);
         let mut empty_class: Option<ClassId> = None;
         for p in &input.pods {
             let mut invalid = None;

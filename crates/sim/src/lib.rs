@@ -12,6 +12,7 @@ pub mod kubelet;
 pub mod nodes;
 pub mod store;
 pub mod tls;
+pub mod ui;
 
 pub use apiserver::ApiServer;
 pub use control_plane::{ControlPlane, ControlPlaneOptions};

@@ -175,3 +175,375 @@ async fn discovery_daemonset_labels_gpu_nodes() -> Res<()> {
     assert_eq!(label(cpu, names::LABEL_GPU_PRODUCT), None);
     Ok(())
 }
+
+fn daemonset(name: &str, labels: serde_json::Value, pod_spec: serde_json::Value) -> Res<DaemonSet> {
+    let mut spec = pod_spec;
+    spec["nodeSelector"] = json!({names::NFD_GPU_LABELS[0]: "true"});
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "gpu-operator", "labels": labels},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}
+    }))?)
+}
+
+fn gantry(name: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["node"];
+    all.extend_from_slice(args);
+    json!({"name": name, "image": "ghcr.io/gantry/gantry:dev", "command": ["gantry"], "args": all,
+           "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]})
+}
+
+async fn operand_pod(client: &kube::Client, app: &str, node: &str) -> Option<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "gpu-operator");
+    let lp = kube::api::ListParams::default().labels(&format!("app={app}"));
+    pods.list(&lp)
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+}
+
+fn restarts(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count)
+}
+
+/// The operand stack in dependency order, as the operator renders it: a driver container
+/// (installs 580.95.05), the toolkit gated on the driver validation, the validator's init
+/// chain, and the device plugin gated on `toolkit-ready`. Then the driver-fail fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("gv").tempdir_in("/tmp")?;
+    let sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("1xH100-80GB:8")?,
+        default_registry(),
+    )
+    .await?;
+    let _ctl = controllers::start(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let node = "h100-80gb-0";
+    let host = tmp.path().join(node);
+    let validations = host.join("run/nvidia/validations");
+    let ds_api = Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator");
+    let driver = daemonset(
+        "nvidia-driver-daemonset",
+        json!({names::LABEL_APP_COMPONENT: names::COMPONENT_NVIDIA_DRIVER}),
+        json!({"containers": [{"name": "nvidia-driver-ctr",
+                               "image": "nvcr.io/nvidia/driver:580.95.05-ubuntu24.04"}]}),
+    )?;
+    let toolkit = daemonset(
+        "nvidia-container-toolkit-daemonset",
+        json!({}),
+        json!({"initContainers": [gantry("driver-validation", &["validator", "--component", "driver", "--wait"])],
+               "containers": [gantry("toolkit", &["toolkit", "--host-root", "/host", "--runtime", "containerd", "--watch", "30"])]}),
+    )?;
+    let validator = daemonset(
+        "nvidia-operator-validator",
+        json!({}),
+        json!({"initContainers": [
+                   gantry("driver-validation", &["validator", "--component", "driver", "--wait"]),
+                   gantry("toolkit-validation", &["validator", "--component", "toolkit", "--wait"]),
+                   gantry("cuda-validation", &["validator", "--component", "cuda", "--wait"]),
+                   gantry("plugin-validation", &["validator", "--component", "plugin", "--wait"])],
+               "containers": [gantry("nvidia-operator-validator", &["validator"])]}),
+    )?;
+    let plugin = daemonset(
+        "nvidia-device-plugin-daemonset",
+        json!({}),
+        json!({"initContainers": [gantry("toolkit-validation", &["validator", "--wait-for", "toolkit"])],
+               "containers": [gantry("nvidia-device-plugin", &["device-plugin"])]}),
+    )?;
+    let status_exporter = daemonset(
+        "nvidia-node-status-exporter",
+        json!({}),
+        json!({"initContainers": [gantry("toolkit-validation", &["validator", "--wait-for", "toolkit"])],
+               "containers": [gantry("node-status-exporter", &["validator", "--component", "metrics"])]}),
+    )?;
+    // Reverse order: every layer must wait for the one below.
+    for ds in [&status_exporter, &plugin, &validator, &toolkit, &driver] {
+        ds_api.create(&PostParams::default(), ds).await?;
+    }
+    let backend = sim
+        .node(node)
+        .and_then(|n| n.backend.clone())
+        .ok_or("no backend")?;
+    for f in [
+        "driver-ready",
+        "toolkit-ready",
+        "cuda-ready",
+        "plugin-ready",
+    ] {
+        eventually(f, || async { validations.join(f).exists() }).await?;
+    }
+    assert!(validations.join(".driver-ctr-ready").exists());
+    assert_eq!(
+        gantry_gpu::Backend::driver_version(backend.as_ref())?,
+        "580.95.05"
+    );
+    let ready = std::fs::read_to_string(validations.join("driver-ready"))?;
+    assert!(ready.contains("IS_HOST_DRIVER=false\n"), "{ready}");
+    assert!(
+        ready.contains("NVIDIA_DRIVER_ROOT=/run/nvidia/driver\n"),
+        "{ready}"
+    );
+    // The toolkit edited the seeded containerd config and wrote the CDI spec.
+    let config = std::fs::read_to_string(host.join("etc/containerd/config.toml"))?;
+    assert!(config.contains("runtimes.nvidia]"), "{config}");
+    assert!(config.contains("# containerd config written at node provisioning"));
+    let spec_path = host.join("var/run/cdi/nvidia.yaml");
+    let spec = std::fs::read_to_string(&spec_path).map_err(|e| {
+        let tk = std::process::Command::new("find")
+            .arg(&host)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        format!("{}: {e}; host: {tk:?}", spec_path.display())
+    })?;
+    let uuid = gantry_gpu::Backend::device_info(backend.as_ref(), 0)?.uuid;
+    assert!(spec.contains(&uuid), "{spec}");
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    assert_eq!(allocatable(&nodes_api, node).await.as_deref(), Some("8"));
+    eventually("validator pod running", || async {
+        operand_pod(&client, "nvidia-operator-validator", node)
+            .await
+            .and_then(|p| p.status?.phase)
+            .as_deref()
+            == Some("Running")
+    })
+    .await?;
+
+    // The node status exporter serves the ready states on its published address.
+    let mut addr = None;
+    for _ in 0..300 {
+        addr = operand_pod(&client, "nvidia-node-status-exporter", node)
+            .await
+            .and_then(|p| {
+                p.metadata
+                    .annotations?
+                    .get(names::ANNOTATION_SIM_METRICS_ADDRESS)
+                    .cloned()
+            });
+        if addr.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = scrape(&addr.ok_or("no node status exporter address")?).await?;
+    for line in [
+        "\ngpu_operator_node_driver_ready 1\n",
+        "\ngpu_operator_node_toolkit_ready 1\n",
+        "\ngpu_operator_node_cuda_ready 1\n",
+        "\ngpu_operator_node_plugin_ready 1\n",
+        "\ngpu_operator_node_device_plugin_devices_total 8\n",
+    ] {
+        assert!(body.contains(line), "{line:?} missing from {body}");
+    }
+
+    // driver-fail: the driver container exits 1 and crash-loops; its ready file goes away.
+    sim.fault(node, &Fault::DriverFail).await?;
+    eventually("driver container restarted", || async {
+        operand_pod(&client, "nvidia-driver-daemonset", node)
+            .await
+            .is_some_and(|p| restarts(&p) >= 1)
+    })
+    .await?;
+    assert!(!validations.join(".driver-ctr-ready").exists());
+    let p = operand_pod(&client, "nvidia-driver-daemonset", node)
+        .await
+        .ok_or("no driver pod")?;
+    let last = p
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.into_iter().next())
+        .ok_or("no status")?;
+    assert_eq!(
+        last.last_state
+            .and_then(|s| s.terminated)
+            .map(|t| t.exit_code),
+        Some(1)
+    );
+    sim.fault(node, &Fault::DriverOk).await?;
+    eventually("driver back after the fault clears", || async {
+        validations.join(".driver-ctr-ready").exists()
+    })
+    .await?;
+    Ok(())
+}
+
+async fn scrape(addr: &str) -> Res<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await?;
+    Ok(body)
+}
+
+/// An exporter DaemonSet: each node's exporter serves on its own loopback port, published on
+/// its pod; a scrape shows the node's GPUs and attributes a GPU to the workload pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exporter_daemonset_serves_per_node_with_attribution() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("ge").tempdir_in("/tmp")?;
+    let _sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("2xL4:2")?,
+        default_registry(),
+    )
+    .await?;
+    let _ctl = controllers::start(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let ds_api = Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator");
+    ds_api
+        .create(
+            &PostParams::default(),
+            &daemonset(
+                "nvidia-device-plugin-daemonset",
+                json!({}),
+                json!({"containers": [gantry("nvidia-device-plugin", &["device-plugin"])]}),
+            )?,
+        )
+        .await?;
+    ds_api
+        .create(
+            &PostParams::default(),
+            &daemonset(
+                "nvidia-dcgm-exporter",
+                json!({}),
+                json!({"containers": [gantry("nvidia-dcgm-exporter", &["exporter", "-a", ":9400"])]}),
+            )?,
+        )
+        .await?;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    eventually("GPUs allocatable", || async {
+        allocatable(&nodes_api, "l4-1").await.as_deref() == Some("2")
+    })
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "trainer", "namespace": "default"},
+        "spec": {"nodeName": "l4-1", "containers": [{"name": "main", "image": "cuda",
+                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let mut addrs = Vec::new();
+    for node in ["l4-0", "l4-1"] {
+        let mut addr = None;
+        for _ in 0..300 {
+            addr = operand_pod(&client, "nvidia-dcgm-exporter", node)
+                .await
+                .and_then(|p| {
+                    p.metadata
+                        .annotations?
+                        .get(names::ANNOTATION_SIM_METRICS_ADDRESS)
+                        .cloned()
+                });
+            if addr.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        addrs.push(addr.ok_or("no metrics address on the exporter pod")?);
+    }
+    assert_ne!(addrs[0], addrs[1]);
+    let body = scrape(&addrs[0]).await?;
+    assert!(body.contains("DCGM_FI_DEV_GPU_TEMP{"), "{body}");
+    assert!(body.contains("Hostname=\"l4-0\""), "{body}");
+    assert!(body.contains("gpu=\"1\""), "{body}");
+    assert!(!body.contains("trainer"));
+    let attributed = eventually("the workload pod attributed", || async {
+        scrape(&addrs[1])
+            .await
+            .is_ok_and(|b| b.contains("pod=\"trainer\"") && b.contains("namespace=\"default\""))
+    })
+    .await;
+    if let Err(e) = attributed {
+        return Err(format!("{e}: {}", scrape(&addrs[1]).await?).into());
+    }
+    Ok(())
+}
+
+/// GFD with `--config-map NS/NAME --default-config NAME`, as the operator renders it with a
+/// device plugin config: the node label picks the key, else the default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_reads_its_config_from_a_config_map() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("gc").tempdir_in("/tmp")?;
+    let _sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("2xL4:1")?,
+        default_registry(),
+    )
+    .await?;
+    let _ctl = controllers::start(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let sliced = |n: u32| {
+        format!(
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {n}\n"
+        )
+    };
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "plugin-config", "namespace": "gpu-operator"},
+        "data": {"shared-4": sliced(4), "shared-2": sliced(2)}
+    }))?;
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "gpu-operator")
+        .create(&PostParams::default(), &cm)
+        .await?;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let patch = json!({"metadata": {"labels": {names::LABEL_DEVICE_PLUGIN_CONFIG: "shared-2"}}});
+    nodes_api
+        .patch(
+            "l4-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator")
+        .create(
+            &PostParams::default(),
+            &daemonset(
+                "gpu-feature-discovery",
+                json!({}),
+                json!({"containers": [gantry("gfd", &["discovery", "--config-map", "gpu-operator/plugin-config",
+                                                       "--default-config", "shared-4"])]}),
+            )?,
+        )
+        .await?;
+    let replicas = |n: Node| {
+        n.metadata
+            .labels
+            .and_then(|l| l.get(names::LABEL_GPU_REPLICAS).cloned())
+    };
+    for (node, want) in [("l4-0", "4"), ("l4-1", "2")] {
+        eventually("replicas label from the ConfigMap", || async {
+            nodes_api
+                .get(node)
+                .await
+                .is_ok_and(|n| replicas(n).as_deref() == Some(want))
+        })
+        .await?;
+    }
+    Ok(())
+}

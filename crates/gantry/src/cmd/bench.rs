@@ -18,6 +18,12 @@ pub enum BenchCommand {
     /// under arrival replay, for Gantry's placement policies and baselines (random fit, best
     /// fit, plain bin-pack), on a synthetic cluster or a two-CSV trace.
     Schedule(ScheduleBenchArgs),
+    /// Scheduler through the API: pending one-GPU pods on simulated 8-GPU nodes, a
+    /// `gantry scheduler` child process binds them; binds/s and the scheduler's RSS.
+    SchedulerApi(super::scheduler::BenchArgs),
+    /// The operator from bare simulated GPU nodes to every node allocatable and the
+    /// ClusterPolicy ready; time and the operator's RSS (`gantry operator` child process).
+    Operator(super::operator::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -114,6 +120,8 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::DevicePlugin(args) => device_plugin(args),
         BenchCommand::Apiserver(args) => apiserver(args),
         BenchCommand::Schedule(args) => schedule(args),
+        BenchCommand::SchedulerApi(args) => super::scheduler::bench(args),
+        BenchCommand::Operator(args) => super::operator::bench(args),
         BenchCommand::Nodes(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -2,7 +2,11 @@
 
 pub mod bench;
 pub mod crds;
+pub mod demo;
+pub mod explain;
 pub mod node;
+pub mod operator;
+pub mod scheduler;
 pub mod sim;
 pub mod up;
 pub mod validate;

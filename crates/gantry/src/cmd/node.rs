@@ -6,6 +6,7 @@ mod exporter;
 mod gpu_source;
 mod mig_manager;
 mod toolkit;
+mod validator;
 
 use std::process::ExitCode;
 
@@ -21,6 +22,9 @@ pub enum NodeCommand {
     Exporter(exporter::ExporterArgs),
     /// MIG manager: plan and apply a named layout of a mig-parted config (`--dry-run` prints it).
     MigManager(mig_manager::MigManagerArgs),
+    /// Validate a layer of the node's GPU stack and write its ready file (or wait for one,
+    /// serve the state as metrics, or idle and clean up on stop).
+    Validator(validator::ValidatorArgs),
 }
 
 pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
@@ -30,5 +34,6 @@ pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
         NodeCommand::Discovery(args) => discovery::run(args),
         NodeCommand::Exporter(args) => exporter::run(args),
         NodeCommand::MigManager(args) => mig_manager::run(args),
+        NodeCommand::Validator(args) => validator::run(args),
     }
 }

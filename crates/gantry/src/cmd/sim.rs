@@ -6,15 +6,59 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gantry_sim::cluster::{self, Fault, control};
+use gantry_sim::kubelet::probe;
 
 #[derive(clap::Subcommand)]
 pub enum SimCommand {
     /// Inject a fault into (or repair) a simulated node of a running `gantry up`.
     Fault(FaultArgs),
+    /// A one-shot test kubelet: serve `DIR/kubelet.sock`, wait for a device plugin to
+    /// register, list its devices and optionally allocate some; print what it answered.
+    KubeletProbe(KubeletProbeArgs),
 }
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["xid", "off_bus", "ecc_dbe", "clear", "power_off", "power_on"])))]
+pub struct KubeletProbeArgs {
+    /// Directory for `kubelet.sock` (the plugin's `--plugin-dir`).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The resource whose plugin to probe.
+    #[arg(long, default_value = gantry_api::names::RESOURCE_GPU)]
+    resource: String,
+    /// Allocate this many healthy devices (GetPreferredAllocation, Allocate, PreStartContainer).
+    #[arg(long, default_value_t = 0)]
+    allocate: usize,
+    /// Give up after this many seconds, from the start.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn kubelet_probe(args: &KubeletProbeArgs) -> anyhow::Result<ExitCode> {
+    let opts = probe::ProbeOptions {
+        dir: args.dir.clone(),
+        resource: args.resource.clone(),
+        allocate: args.allocate,
+        timeout: std::time::Duration::from_secs(args.timeout),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = rt
+        .block_on(probe::run(&opts))
+        .with_context(|| format!("kubelet probe on {}", args.dir.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", probe::render_text(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["xid", "off_bus", "ecc_dbe", "clear", "power_off", "power_on", "driver_fail", "driver_ok"])))]
 pub struct FaultArgs {
     /// The simulated node, e.g. `h100-80gb-0`.
     node: String,
@@ -36,6 +80,12 @@ pub struct FaultArgs {
     /// Power the node on again.
     #[arg(long)]
     power_on: bool,
+    /// The node's driver container fails to load the driver (exits 1 and crash-loops).
+    #[arg(long)]
+    driver_fail: bool,
+    /// Clear --driver-fail: the driver container installs again on its next restart.
+    #[arg(long)]
+    driver_ok: bool,
     /// GPU index on the node (for --xid, --off-bus, --ecc-dbe, --clear).
     #[arg(long)]
     gpu: Option<u32>,
@@ -59,6 +109,10 @@ fn fault(args: &FaultArgs) -> anyhow::Result<Fault> {
         Fault::Clear { gpu: gpu()? }
     } else if args.power_off {
         Fault::PowerOff
+    } else if args.driver_fail {
+        Fault::DriverFail
+    } else if args.driver_ok {
+        Fault::DriverOk
     } else {
         Fault::PowerOn
     })
@@ -81,5 +135,6 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
             println!("{msg}");
             Ok(ExitCode::SUCCESS)
         }
+        SimCommand::KubeletProbe(args) => kubelet_probe(&args),
     }
 }

@@ -18,6 +18,21 @@ pub struct Args {
     /// Simulated nodes, e.g. `4xH100-80GB:8,2xA100-80GB:8,1xL4:1,2xcpu` (COUNT x MODEL : GPUs).
     #[arg(long)]
     nodes: Option<String>,
+    /// Do not run the scheduler (`gantry scheduler`) in-process.
+    #[arg(long)]
+    no_scheduler: bool,
+    /// Do not run the operator (`gantry operator`) in-process.
+    #[arg(long)]
+    no_operator: bool,
+    /// The image the operator's operand DaemonSets run.
+    #[arg(long, env = "GANTRY_IMAGE", default_value = gantry_operator::run::DEFAULT_IMAGE)]
+    image: String,
+    /// Port of the read-only web view on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    ui_port: u16,
+    /// Do not serve the web view.
+    #[arg(long)]
+    no_ui: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -56,8 +71,77 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             None => None,
         };
+        let _ui = if args.no_ui {
+            None
+        } else {
+            let nodes = _sim
+                .as_ref()
+                .map(|u| u.cluster.nodes().cloned().collect())
+                .unwrap_or_default();
+            let (collector, task) = gantry_sim::ui::Collector::start(
+                cp.client().context("client for the web view")?,
+                nodes,
+                std::time::Duration::from_secs(1),
+            );
+            let server = gantry_sim::ui::serve(collector, args.ui_port)
+                .await
+                .with_context(|| format!("serving the web view on 127.0.0.1:{}", args.ui_port))?;
+            println!("web view: {} (read-only, loopback only)", server.url());
+            Some((server, task))
+        };
+        let (stop_scheduler, scheduler_stop) = tokio::sync::watch::channel(false);
+        let scheduler = if args.no_scheduler {
+            None
+        } else {
+            let opts = gantry_scheduler::k8s::Options {
+                leader_elect: false,
+                ..Default::default()
+            };
+            let client = gantry_scheduler::k8s::client(Some(cp.kubeconfig_path()))
+                .await
+                .context("building the scheduler's client")?;
+            println!("scheduler: {} (in-process)", opts.scheduler_name);
+            Some(tokio::spawn(async move {
+                if let Err(e) = gantry_scheduler::k8s::run(client, opts, scheduler_stop).await {
+                    eprintln!("scheduler stopped: {e}");
+                }
+            }))
+        };
+        let (stop_operator, operator_stop) = tokio::sync::oneshot::channel::<()>();
+        let operator = if args.no_operator {
+            None
+        } else {
+            let client = gantry_operator::run::client(Some(cp.kubeconfig_path()))
+                .await
+                .context("building the operator's client")?;
+            let mut opts = gantry_operator::run::RunOptions::new(
+                gantry_operator::run::DEFAULT_NAMESPACE,
+                &args.image,
+            );
+            opts.leader_elect = false;
+            println!(
+                "operator: in-process, namespace {} (apply a ClusterPolicy to deploy the GPU stack)",
+                opts.namespace
+            );
+            Some(tokio::spawn(async move {
+                let stop = async move {
+                    let _ = operator_stop.await;
+                };
+                if let Err(e) = gantry_operator::run::run(client, opts, stop).await {
+                    eprintln!("operator stopped: {e}");
+                }
+            }))
+        };
         wait_for_signal().await?;
         println!("stopping");
+        let _ = stop_operator.send(());
+        if let Some(o) = operator {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), o).await;
+        }
+        let _ = stop_scheduler.send(true);
+        if let Some(s) = scheduler {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s).await;
+        }
         cp.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })

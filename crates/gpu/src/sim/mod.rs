@@ -82,6 +82,8 @@ pub struct SimBackend {
     clock: SimClock,
     gpus: Mutex<Vec<SimGpu>>,
     subscribers: Mutex<Vec<Subscriber>>,
+    /// Starts as `config.driver_version`; a simulated driver install changes it.
+    driver_version: Mutex<String>,
 }
 
 impl std::fmt::Debug for SimBackend {
@@ -110,6 +112,7 @@ impl SimBackend {
             SimClock::real()
         };
         SimBackend {
+            driver_version: Mutex::new(config.driver_version.clone()),
             config,
             clock,
             gpus: Mutex::new(gpus),
@@ -123,6 +126,12 @@ impl SimBackend {
 
     pub fn config(&self) -> &SimConfig {
         &self.config
+    }
+
+    /// Replace the driver version NVML reports (a simulated driver container installed
+    /// another driver).
+    pub fn set_driver_version(&self, version: &str) {
+        *lock(&self.driver_version) = version.to_string();
     }
 
     /// Move a manual clock forward (metrics integrate over it). Returns false on wall time.
@@ -361,7 +370,7 @@ impl EventStream for SimEvents {
 
 impl Backend for SimBackend {
     fn driver_version(&self) -> Result<String> {
-        Ok(self.config.driver_version.clone())
+        Ok(lock(&self.driver_version).clone())
     }
 
     fn cuda_driver_version(&self) -> Result<u32> {
@@ -372,7 +381,7 @@ impl Backend for SimBackend {
         Ok(format!(
             "{}.{}",
             self.config.cuda_version / 1000,
-            self.config.driver_version
+            lock(&self.driver_version)
         ))
     }
 

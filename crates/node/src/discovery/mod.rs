@@ -50,6 +50,11 @@ pub struct DiscoveryOptions {
     /// Where the host's `/sys` is found (`/` on a node, a temp dir in tests).
     pub host_root: PathBuf,
     pub config_file: Option<PathBuf>,
+    /// Named configs in a ConfigMap (`namespace`, `name`) read through the API, the key
+    /// picked by the node label `nvidia.com/device-plugin.config`, else `default_config`
+    /// (what the device plugin's `--config-map` does).
+    pub config_map: Option<(String, String)>,
+    pub default_config: Option<String>,
     pub mig_strategy: Option<MigStrategy>,
     /// `Some(None)` = infinite.
     pub sleep_interval: Option<Option<Duration>>,
@@ -69,10 +74,15 @@ struct Effective {
     oneshot: bool,
 }
 
-fn effective(opts: &DiscoveryOptions, started: u64) -> Result<Effective, DiscoveryError> {
-    let file = match &opts.config_file {
-        Some(path) => config::load(path)?,
-        None => config::DiscoveryConfig::default(),
+fn effective(
+    opts: &DiscoveryOptions,
+    started: u64,
+    from_api: Option<config::DiscoveryConfig>,
+) -> Result<Effective, DiscoveryError> {
+    let file = match (from_api, &opts.config_file) {
+        (Some(c), _) => c,
+        (None, Some(path)) => config::load(path)?,
+        (None, None) => config::DiscoveryConfig::default(),
     };
     let no_timestamp = opts.no_timestamp || file.no_timestamp.unwrap_or(false);
     Ok(Effective {
@@ -100,7 +110,7 @@ pub fn labels_once(
     opts: &DiscoveryOptions,
     backend: &dyn Backend,
 ) -> Result<Labels, DiscoveryError> {
-    let eff = effective(opts, unix_now())?;
+    let eff = effective(opts, unix_now(), None)?;
     let facts = facts::collect(backend, &opts.host_root)?;
     compute_labels(&facts, &eff.sharing, &eff.label_opts)
 }
@@ -115,6 +125,55 @@ pub async fn client_from_env() -> Result<kube::Client, DiscoveryError> {
     kube::Client::try_default()
         .await
         .map_err(DiscoveryError::Client)
+}
+
+/// The config named by the node's `nvidia.com/device-plugin.config` label (else `default`)
+/// among the keys of ConfigMap `namespace/name`; none named: the defaults.
+pub async fn config_from_map(
+    client: &kube::Client,
+    node: &str,
+    namespace: &str,
+    name: &str,
+    default: Option<&str>,
+) -> Result<config::DiscoveryConfig, DiscoveryError> {
+    let where_ = format!("ConfigMap {namespace}/{name}");
+    let err = |message: String| DiscoveryError::Config {
+        path: where_.clone(),
+        message,
+    };
+    let n: Node = kube::Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .map_err(|e| err(format!("reading node {node}'s config label: {e}")))?;
+    let label = n
+        .metadata
+        .labels
+        .and_then(|l| {
+            l.get(gantry_api::names::LABEL_DEVICE_PLUGIN_CONFIG)
+                .cloned()
+        })
+        .filter(|v| !v.is_empty());
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        kube::Api::namespaced(client.clone(), namespace)
+            .get(name)
+            .await
+            .map_err(|e| err(e.to_string()))?;
+    let data = cm.data.unwrap_or_default();
+    let available: Vec<String> = data
+        .keys()
+        .filter(|k| !k.starts_with('.'))
+        .cloned()
+        .collect();
+    let chosen = crate::device_plugin::named::select(&available, label.as_deref(), default, &[])
+        .map_err(err)?;
+    let Some(key) = chosen else {
+        return Ok(config::DiscoveryConfig::default());
+    };
+    let text = data.get(&key).map(String::as_str).unwrap_or_default();
+    config::parse(text).map_err(|message| DiscoveryError::Config {
+        path: format!("{where_} key {key}"),
+        message,
+    })
 }
 
 /// Server-side apply `labels` as the node's label set owned by the discovery field manager.
@@ -150,8 +209,28 @@ pub async fn run(
     let node = opts.node_name.clone().ok_or(DiscoveryError::NoNodeName)?;
     let started = unix_now();
     tokio::pin!(shutdown);
+    // A missing or broken ConfigMap must not take the labels away: keep the last good config
+    // (the defaults until there is one) and say what is wrong.
+    let mut last_good: Option<config::DiscoveryConfig> = None;
     loop {
-        let eff = effective(&opts, started)?;
+        let from_api = match &opts.config_map {
+            Some((ns, name)) => {
+                match config_from_map(&client, &node, ns, name, opts.default_config.as_deref())
+                    .await
+                {
+                    Ok(c) => {
+                        last_good = Some(c.clone());
+                        Some(c)
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %node, error = %e, "keeping the last good sharing config");
+                        Some(last_good.clone().unwrap_or_default())
+                    }
+                }
+            }
+            None => None,
+        };
+        let eff = effective(&opts, started, from_api)?;
         let b = backend.clone();
         let root = opts.host_root.clone();
         let facts = tokio::task::spawn_blocking(move || facts::collect(b.as_ref(), &root))

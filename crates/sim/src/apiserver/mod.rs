@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod routes;
 pub mod selectors;

@@ -101,6 +101,10 @@ fn body_json(body: &Bytes, what: &str) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(json!({}));
     }
+    // client-go's typed clients send built-in kinds as protobuf.
+    if body.starts_with(super::protobuf::MAGIC) {
+        return super::protobuf::decode(body);
+    }
     serde_json::from_slice(body)
         .or_else(|_| serde_yaml::from_slice(body))
         .map_err(|e| {

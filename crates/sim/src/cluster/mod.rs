@@ -59,6 +59,10 @@ pub enum Fault {
     PowerOff,
     /// Power returns: kubelet restarts (plugin sockets wiped), containers start again.
     PowerOn,
+    /// The node's driver container fails (exits 1, so it crash-loops) until `DriverOk`.
+    DriverFail,
+    /// Clear `DriverFail`: the driver container's next restart installs the driver.
+    DriverOk,
 }
 
 /// Where a sim keeps its nodes' host directories and its control socket: `<data-dir>/sim`,
@@ -174,6 +178,9 @@ pub async fn start(
             .map(|m| Arc::new(SimBackend::new(SimConfig::new(m, p.gpus, p.seed))));
         let res = NodeResources::for_gpus(p.gpu, p.gpus, i as u32);
         let node = NodeShared::new(root, &p.name, res, backend);
+        node.dirs
+            .seed_host(if p.gpu.is_some() { p.gpus } else { 0 })
+            .await?;
         node.start_servers().await?;
         nodes.insert(p.name.clone(), node);
     }
@@ -323,6 +330,22 @@ pub async fn apply_fault(n: &Arc<NodeShared>, fault: &Fault) -> Result<String, C
             n.stop_servers();
             n.changed.notify_one();
             Ok(format!("{}: powered off", n.name))
+        }
+        Fault::DriverFail => {
+            let was = n.driver_fail.send_replace(true);
+            Ok(format!(
+                "{}: driver container fails{}",
+                n.name,
+                if was { " (already)" } else { "" }
+            ))
+        }
+        Fault::DriverOk => {
+            let was = n.driver_fail.send_replace(false);
+            Ok(format!(
+                "{}: driver fault cleared{}",
+                n.name,
+                if was { "" } else { " (none was set)" }
+            ))
         }
         Fault::PowerOn => {
             if n.is_powered() {

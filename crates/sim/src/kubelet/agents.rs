@@ -44,6 +44,10 @@ pub struct AgentContext {
     pub pod_namespace: String,
     /// Flips to `true` when the pod is stopping; the agent should return promptly.
     pub shutdown: watch::Receiver<bool>,
+    /// The container's image.
+    pub image: String,
+    /// The node's `driver-fail` fault (see [`crate::cluster::Fault::DriverFail`]).
+    pub driver_fail: watch::Receiver<bool>,
 }
 
 pub type AgentFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -86,6 +90,24 @@ impl AgentRegistry {
     pub fn names(&self) -> Vec<String> {
         self.runners.keys().cloned().collect()
     }
+}
+
+/// Registry key of the driver container's runner (containers are matched by image, see
+/// [`driver_image`]).
+pub const DRIVER: &str = "driver";
+
+/// Is this an NVIDIA driver container (image path ending in `/driver`, e.g.
+/// `nvcr.io/nvidia/driver:580.95.05-ubuntu24.04`)? Returns the image.
+pub fn driver_image(c: &Container) -> Option<&str> {
+    let image = c.image.as_deref()?;
+    let name = image.split('@').next().unwrap_or(image);
+    // Drop a tag (a `:` after the last `/`; an earlier one is a registry port).
+    let last_slash = name.rfind('/')?;
+    let path = match name[last_slash..].find(':') {
+        Some(i) => &name[..last_slash + i],
+        None => name,
+    };
+    path.ends_with("/driver").then_some(image)
 }
 
 /// If the container runs `… node <agent> [args]` (any binary path; `sh -c "gantry node x"`
@@ -156,5 +178,29 @@ mod tests {
         assert_eq!(agent_command(&c(&["python"], &["node", "toolkit"])), None);
         assert_eq!(agent_command(&c(&["sleep", "infinity"], &[])), None);
         assert_eq!(agent_command(&c(&[], &[])), None);
+    }
+
+    #[test]
+    fn detects_driver_images() {
+        let img = |i: &str| Container {
+            name: "d".into(),
+            image: Some(i.into()),
+            ..Default::default()
+        };
+        for yes in [
+            "nvcr.io/nvidia/driver:580.95.05-ubuntu24.04",
+            "registry.local:5000/nvidia/driver",
+            "nvcr.io/nvidia/driver@sha256:0123abcd",
+        ] {
+            assert_eq!(driver_image(&img(yes)), Some(yes));
+        }
+        for no in [
+            "nvcr.io/nvidia/k8s-device-plugin:v0.17",
+            "driver:580",
+            "nvcr.io/nvidia/driver-manager:1",
+            "nvcr.io/nvidia/gpu-driver:1",
+        ] {
+            assert_eq!(driver_image(&img(no)), None, "{no}");
+        }
     }
 }

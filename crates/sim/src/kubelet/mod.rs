@@ -6,11 +6,14 @@
 pub mod admission;
 pub mod agents;
 pub mod devices;
+pub mod driver;
+pub mod host_agents;
 pub mod node_status;
 pub mod node_sync;
 pub mod plugins;
 pub mod podresources;
 pub mod pods;
+pub mod probe;
 pub mod runners;
 
 use std::collections::{BTreeMap, HashMap};
@@ -88,7 +91,78 @@ impl NodeDirs {
     pub fn pod_resources_socket(&self) -> PathBuf {
         self.pod_resources.join("kubelet.sock")
     }
+
+    /// Make the node's host dir look like a GPU host's: a containerd config for the toolkit to
+    /// edit (kept if one exists, so a restarted sim keeps its edits), the validations dir, and
+    /// on a GPU node the `/dev/nvidia*` nodes the loaded driver creates (empty files).
+    pub async fn seed_host(&self, gpus: u32) -> Result<(), KubeletError> {
+        let io = |path: &Path, e: std::io::Error| KubeletError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let etc = self.host_root.join("etc/containerd");
+        tokio::fs::create_dir_all(&etc)
+            .await
+            .map_err(|e| io(&etc, e))?;
+        let config = etc.join("config.toml");
+        if !tokio::fs::try_exists(&config).await.unwrap_or(false) {
+            tokio::fs::write(&config, CONTAINERD_CONFIG)
+                .await
+                .map_err(|e| io(&config, e))?;
+        }
+        let validations = self.host_root.join("run/nvidia/validations");
+        tokio::fs::create_dir_all(&validations)
+            .await
+            .map_err(|e| io(&validations, e))?;
+        if gpus > 0 {
+            let dev = self.host_root.join("dev");
+            tokio::fs::create_dir_all(&dev)
+                .await
+                .map_err(|e| io(&dev, e))?;
+            let control = [
+                "nvidiactl",
+                "nvidia-uvm",
+                "nvidia-uvm-tools",
+                "nvidia-modeset",
+            ];
+            let per_gpu = (0..gpus).map(|i| format!("nvidia{i}"));
+            for name in control.iter().map(|s| s.to_string()).chain(per_gpu) {
+                let path = dev.join(name);
+                tokio::fs::write(&path, b"")
+                    .await
+                    .map_err(|e| io(&path, e))?;
+            }
+        }
+        Ok(())
+    }
 }
+
+/// What a freshly installed node's `/etc/containerd/config.toml` looks like (containerd 1.7,
+/// config version 2, systemd cgroups as kubeadm sets them up).
+pub const CONTAINERD_CONFIG: &str = r#"# containerd config written at node provisioning
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+"#;
 
 /// Identity of a pod the kubelet runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +187,8 @@ pub struct NodeShared {
     pub changed: Notify,
     /// Power: `false` stops every container and the node's heartbeat.
     pub power: watch::Sender<bool>,
+    /// The `driver-fail` fault: the node's driver container fails while set.
+    pub driver_fail: watch::Sender<bool>,
     /// Admitted pods' requests, by uid (admission accounting).
     pub admitted: Mutex<HashMap<String, admission::Requests>>,
     /// Pod tasks, by uid.
@@ -138,6 +214,7 @@ impl NodeShared {
             alloc_lock: tokio::sync::Mutex::new(()),
             changed: Notify::new(),
             power: watch::Sender::new(true),
+            driver_fail: watch::Sender::new(false),
             admitted: Mutex::new(HashMap::new()),
             pods: Mutex::new(HashMap::new()),
             registration: Mutex::new(None),

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::agents::{AgentContext, AgentRegistry, agent_command};
+use super::agents::{AgentContext, AgentRegistry, DRIVER, agent_command, driver_image};
 use super::{NodeShared, PodRef, admission, lock, plugins};
 
 /// How long an in-process agent gets to stop after its pod is deleted.
@@ -183,13 +183,39 @@ impl CState {
     }
 }
 
+/// One init container's status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitStatus {
+    pub state: CState,
+    pub last: Option<CState>,
+    pub restarts: u32,
+}
+
+impl InitStatus {
+    fn waiting() -> Self {
+        InitStatus {
+            state: CState::Waiting {
+                reason: "PodInitializing".into(),
+                message: String::new(),
+            },
+            last: None,
+            restarts: 0,
+        }
+    }
+}
+
 /// The status patch for a pod, pure.
 pub struct StatusView<'a> {
     pub pod: &'a Pod,
     pub phase: &'a str,
+    /// State of every main container.
     pub state: &'a CState,
     pub last: Option<&'a CState>,
     pub restarts: u32,
+    /// Init containers by position; missing entries have not started (`PodInitializing`).
+    pub inits: &'a [InitStatus],
+    /// Every init container has completed.
+    pub initialized: bool,
     pub host_ip: &'a str,
     pub pod_ip: &'a str,
     pub started: &'a str,
@@ -197,46 +223,54 @@ pub struct StatusView<'a> {
     pub now: &'a str,
 }
 
+fn container_status(
+    v: &StatusView<'_>,
+    c: &Container,
+    state: &CState,
+    last: Option<&CState>,
+    ready: bool,
+    restarts: u32,
+) -> Value {
+    let image = c.image.clone().unwrap_or_default();
+    let mut s = json!({
+        "name": c.name, "image": image,
+        "imageID": format!("sim://{image}"),
+        "containerID": format!("sim://{}-{}", v.pod.metadata.uid.clone().unwrap_or_default(), c.name),
+        "ready": ready, "started": matches!(state, CState::Running { .. }),
+        "restartCount": restarts, "state": state.to_json(),
+    });
+    if let Some(l) = last {
+        s["lastState"] = l.to_json();
+    }
+    s
+}
+
 pub fn status_patch(v: &StatusView<'_>) -> Value {
     let spec = v.pod.spec.as_ref();
     let running = matches!(v.state, CState::Running { .. });
-    let ready = running && v.phase == "Running";
+    let ready = running && v.phase == "Running" && v.initialized;
     let cond = |t: &str, ok: bool| json!({"type": t, "status": if ok { "True" } else { "False" }, "lastTransitionTime": v.now});
-    let statuses = |cs: &[Container], init: bool| -> Vec<Value> {
-        cs.iter()
-            .map(|c| {
-                let (state, ready, restarts) = if init {
-                    let s = CState::Terminated {
-                        code: 0,
-                        reason: "Completed".into(),
-                        started: v.started.into(),
-                        finished: v.started.into(),
-                    };
-                    (s, false, 0)
-                } else {
-                    (v.state.clone(), ready, v.restarts)
-                };
-                let mut s = json!({
-                    "name": c.name, "image": c.image.clone().unwrap_or_default(),
-                    "imageID": format!("sim://{}", c.image.clone().unwrap_or_default()),
-                    "containerID": format!("sim://{}-{}", v.pod.metadata.uid.clone().unwrap_or_default(), c.name),
-                    "ready": ready, "started": matches!(state, CState::Running { .. }),
-                    "restartCount": restarts, "state": state.to_json(),
-                });
-                if !init && let Some(l) = v.last {
-                    s["lastState"] = l.to_json();
-                }
-                s
-            })
-            .collect()
-    };
-    let containers = spec
-        .map(|s| statuses(&s.containers, false))
+    let containers: Vec<Value> = spec
+        .map(|s| {
+            s.containers
+                .iter()
+                .map(|c| container_status(v, c, v.state, v.last, ready, v.restarts))
+                .collect()
+        })
         .unwrap_or_default();
-    let inits = spec
+    let not_started = InitStatus::waiting();
+    let inits: Vec<Value> = spec
         .and_then(|s| s.init_containers.as_deref())
-        .map(|cs| statuses(cs, true))
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let st = v.inits.get(i).unwrap_or(&not_started);
+            let done = matches!(st.state, CState::Terminated { code: 0, .. });
+            container_status(v, c, &st.state, st.last.as_ref(), done, st.restarts)
+        })
+        .collect();
+    let initializing = !v.initialized && v.phase == "Pending";
     let mut status = json!({
         "phase": v.phase,
         "hostIP": v.host_ip,
@@ -245,8 +279,8 @@ pub fn status_patch(v: &StatusView<'_>) -> Value {
         "podIPs": [{"ip": v.pod_ip}],
         "startTime": v.started,
         "conditions": [
-            cond("PodReadyToStartContainers", running),
-            cond("Initialized", true),
+            cond("PodReadyToStartContainers", running || initializing),
+            cond("Initialized", v.initialized),
             cond("ContainersReady", ready),
             cond("Ready", ready),
             cond("PodScheduled", true),
@@ -276,6 +310,8 @@ struct Ctx {
     host_ip: String,
     pod_ip: String,
     started: String,
+    /// Init container statuses, and whether all of them have completed.
+    inits: std::sync::Mutex<(Vec<InitStatus>, bool)>,
 }
 
 impl Ctx {
@@ -295,12 +331,15 @@ impl Ctx {
             return;
         };
         let n = now();
+        let (inits, initialized) = lock(&self.inits).clone();
         let patch = status_patch(&StatusView {
             pod: &pod,
             phase,
             state,
             last,
             restarts,
+            inits: &inits,
+            initialized,
             host_ip: &self.host_ip,
             pod_ip: &self.pod_ip,
             started: &self.started,
@@ -365,6 +404,7 @@ async fn pod_task(
         host_ip,
         pod_ip,
         started: now(),
+        inits: std::sync::Mutex::new((Vec::new(), false)),
     };
     let phase = pod
         .status
@@ -589,6 +629,154 @@ enum Outcome {
     PowerLost,
 }
 
+/// Back-off before restart number `restarts + 1`.
+fn backoff(restarts: u32) -> Duration {
+    BACKOFF_START
+        .saturating_mul(1 << restarts.min(6))
+        .min(BACKOFF_MAX)
+}
+
+fn crash_loop(backoff: Duration) -> CState {
+    CState::Waiting {
+        reason: "CrashLoopBackOff".into(),
+        message: format!(
+            "back-off {}s restarting failed container",
+            backoff.as_secs()
+        ),
+    }
+}
+
+fn pod_initializing() -> CState {
+    CState::Waiting {
+        reason: "PodInitializing".into(),
+        message: String::new(),
+    }
+}
+
+/// Drive one run future to its end, or until the pod stops or the node loses power (then ask
+/// it to stop and give it the grace period).
+async fn supervise(
+    run: ContainerRun,
+    stop_tx: watch::Sender<bool>,
+    rx: &mut watch::Receiver<Option<Arc<Pod>>>,
+    power: &mut watch::Receiver<bool>,
+) -> Outcome {
+    tokio::pin!(run);
+    let outcome = loop {
+        tokio::select! {
+            (code, msg) = &mut run => return Outcome::Exited(code, msg),
+            changed = rx.changed() => {
+                if changed.is_err() || stopping(&rx.borrow_and_update()) {
+                    break Outcome::Stopped;
+                }
+            }
+            changed = power.changed() => {
+                if changed.is_err() || !*power.borrow_and_update() {
+                    break Outcome::PowerLost;
+                }
+            }
+        }
+    };
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
+    outcome
+}
+
+/// After a power loss: wait for power (false: the pod stopped meanwhile).
+async fn wait_power(
+    rx: &mut watch::Receiver<Option<Arc<Pod>>>,
+    power: &mut watch::Receiver<bool>,
+) -> bool {
+    loop {
+        tokio::select! {
+            c = power.changed() => {
+                if c.is_err() { return false; }
+                if *power.borrow_and_update() { return true; }
+            }
+            _ = wait_stopping(rx) => return false,
+        }
+    }
+}
+
+enum InitResult {
+    Done,
+    /// An init container failed and the pod does not restart: the pod has failed.
+    Failed,
+    Stopped,
+    PowerLost,
+}
+
+/// Run the init containers in order, each to completion; a failed one restarts with back-off
+/// (unless restartPolicy is Never) and the pod stays Pending meanwhile.
+async fn run_inits(
+    ctx: &Ctx,
+    pod: &Pod,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    policy: &str,
+    rx: &mut watch::Receiver<Option<Arc<Pod>>>,
+    power: &mut watch::Receiver<bool>,
+) -> InitResult {
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    *lock(&ctx.inits) = (vec![InitStatus::waiting(); inits.len()], inits.is_empty());
+    let set = |i: usize, f: &dyn Fn(&mut InitStatus)| {
+        if let Some(st) = lock(&ctx.inits).0.get_mut(i) {
+            f(st);
+        }
+    };
+    let main_waiting = pod_initializing();
+    for (i, c) in inits.iter().enumerate() {
+        loop {
+            let started = now();
+            set(i, &|st| {
+                st.state = CState::Running {
+                    started: started.clone(),
+                }
+            });
+            ctx.patch_status("Pending", &main_waiting, None, 0, None)
+                .await;
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let run = container_run(ctx, pod, c, stop_rx, PlainRun::Immediate);
+            let (code, msg) = match supervise(run, stop_tx, rx, power).await {
+                Outcome::Exited(code, msg) => (code, msg),
+                Outcome::Stopped => return InitResult::Stopped,
+                Outcome::PowerLost => return InitResult::PowerLost,
+            };
+            let term = CState::Terminated {
+                code,
+                reason: if code == 0 { "Completed" } else { "Error" }.into(),
+                started,
+                finished: now(),
+            };
+            if code == 0 {
+                set(i, &|st| st.state = term.clone());
+                break;
+            }
+            tracing::info!(node = %ctx.node.name, pod = %ctx.r.name, container = %c.name, code, %msg, "init container failed");
+            if policy == "Never" {
+                set(i, &|st| st.state = term.clone());
+                ctx.patch_status("Failed", &main_waiting, None, 0, None)
+                    .await;
+                return InitResult::Failed;
+            }
+            let restarts = lock(&ctx.inits).0.get(i).map_or(0, |st| st.restarts);
+            let wait = backoff(restarts);
+            set(i, &|st| {
+                st.restarts += 1;
+                st.last = Some(term.clone());
+                st.state = crash_loop(wait);
+            });
+            ctx.patch_status("Pending", &main_waiting, None, 0, None)
+                .await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = wait_stopping(rx) => return InitResult::Stopped,
+            }
+        }
+    }
+    lock(&ctx.inits).1 = true;
+    InitResult::Done
+}
+
 async fn run_containers_with_restarts(
     ctx: &Ctx,
     pod: &Pod,
@@ -602,170 +790,190 @@ async fn run_containers_with_restarts(
     let mut last: Option<CState> = None;
     let mut power = ctx.node.power.subscribe();
     let mut rx = ctx.rx.clone();
-    loop {
-        let started = now();
-        let running = CState::Running {
-            started: started.clone(),
-        };
-        ctx.patch_status("Running", &running, last.as_ref(), restarts, None)
-            .await;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let run = run_containers(ctx, pod, spec, stop_rx);
-        tokio::pin!(run);
-        let outcome = loop {
-            tokio::select! {
-                (code, msg) = &mut run => break Outcome::Exited(code, msg),
-                changed = rx.changed() => {
-                    if changed.is_err() || stopping(&rx.borrow_and_update()) {
-                        break Outcome::Stopped;
-                    }
-                }
-                changed = power.changed() => {
-                    if changed.is_err() || !*power.borrow_and_update() {
-                        break Outcome::PowerLost;
-                    }
-                }
-            }
-        };
-        match outcome {
-            Outcome::Exited(code, msg) => {
-                let finished = now();
-                let reason = if code == 0 { "Completed" } else { "Error" };
-                let term = CState::Terminated {
-                    code,
-                    reason: reason.into(),
-                    started,
-                    finished,
-                };
-                let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
-                if !restart {
-                    let phase = if code == 0 { "Succeeded" } else { "Failed" };
-                    if !msg.is_empty() {
-                        tracing::info!(pod = %ctx.r.name, code, %msg, "container ended");
-                    }
-                    ctx.patch_status(phase, &term, last.as_ref(), restarts, None)
-                        .await;
+    // A new sandbox (first start, or after the node lost power) runs the init containers again.
+    'sandbox: loop {
+        match run_inits(ctx, pod, spec, &policy, &mut rx, &mut power).await {
+            InitResult::Done => {}
+            InitResult::Failed | InitResult::Stopped => return,
+            InitResult::PowerLost => {
+                if !wait_power(&mut rx, &mut power).await {
                     return;
                 }
-                let backoff = BACKOFF_START
-                    .saturating_mul(1 << restarts.min(6))
-                    .min(BACKOFF_MAX);
-                restarts += 1;
-                let wait = CState::Waiting {
-                    reason: "CrashLoopBackOff".into(),
-                    message: format!(
-                        "back-off {}s restarting failed container",
-                        backoff.as_secs()
-                    ),
-                };
-                ctx.patch_status("Running", &wait, Some(&term), restarts, None)
-                    .await;
-                last = Some(term);
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = wait_stopping(&mut rx) => return,
-                }
+                continue 'sandbox;
             }
-            Outcome::Stopped => {
-                let _ = stop_tx.send(true);
-                let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
-                return;
-            }
-            Outcome::PowerLost => {
-                let _ = stop_tx.send(true);
-                let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
-                // Nothing runs (and nothing is reported) until power returns.
-                loop {
+        }
+        loop {
+            let started = now();
+            let running = CState::Running {
+                started: started.clone(),
+            };
+            ctx.patch_status("Running", &running, last.as_ref(), restarts, None)
+                .await;
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let run = run_containers(ctx, pod, spec, stop_rx);
+            match supervise(run, stop_tx, &mut rx, &mut power).await {
+                Outcome::Exited(code, msg) => {
+                    let reason = if code == 0 { "Completed" } else { "Error" };
+                    let term = CState::Terminated {
+                        code,
+                        reason: reason.into(),
+                        started,
+                        finished: now(),
+                    };
+                    let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
+                    if !msg.is_empty() {
+                        tracing::info!(node = %ctx.node.name, pod = %ctx.r.name, code, %msg, "container ended");
+                    }
+                    if !restart {
+                        let phase = if code == 0 { "Succeeded" } else { "Failed" };
+                        ctx.patch_status(phase, &term, last.as_ref(), restarts, None)
+                            .await;
+                        return;
+                    }
+                    let wait = backoff(restarts);
+                    restarts += 1;
+                    ctx.patch_status("Running", &crash_loop(wait), Some(&term), restarts, None)
+                        .await;
+                    last = Some(term);
                     tokio::select! {
-                        c = power.changed() => {
-                            if c.is_err() { return; }
-                            if *power.borrow_and_update() { break; }
-                        }
+                        _ = tokio::time::sleep(wait) => {}
                         _ = wait_stopping(&mut rx) => return,
                     }
                 }
-                restarts += 1;
+                Outcome::Stopped => return,
+                Outcome::PowerLost => {
+                    // Nothing runs (and nothing is reported) until power returns.
+                    if !wait_power(&mut rx, &mut power).await {
+                        return;
+                    }
+                    restarts += 1;
+                    continue 'sandbox;
+                }
             }
         }
     }
 }
 
-/// Run every container of the pod once; returns the pod's exit code (first non-zero) and a
-/// message. Operand containers run their agent in-process; others sleep for the run time.
-async fn run_containers(
+/// What a container that is not an in-process agent does.
+#[derive(Clone, Copy)]
+enum PlainRun {
+    /// Completes at once (plain init containers).
+    Immediate,
+    /// Runs for the pod's `sim.gantry.dev/run-time` (forever without it), then exits with
+    /// `sim.gantry.dev/exit-code`.
+    Annotated,
+}
+
+/// The in-process context for a runner-run container.
+fn agent_context(
     ctx: &Ctx,
     pod: &Pod,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
+    c: &Container,
+    args: Vec<String>,
     stop: watch::Receiver<bool>,
-) -> (i32, String) {
+) -> AgentContext {
+    AgentContext {
+        node_name: ctx.node.name.clone(),
+        host_root: ctx.node.dirs.host_root.clone(),
+        device_plugin_dir: ctx.node.dirs.device_plugins.clone(),
+        kubelet_socket: ctx.node.dirs.kubelet_socket(),
+        pod_resources_socket: ctx.node.dirs.pod_resources_socket(),
+        backend: ctx.node.backend.clone(),
+        client: ctx.env.client.clone(),
+        args,
+        env: container_env(c, pod, &ctx.node.name),
+        pod_name: ctx.r.name.clone(),
+        pod_namespace: ctx.r.namespace.clone(),
+        shutdown: stop,
+        image: c.image.clone().unwrap_or_default(),
+        driver_fail: ctx.node.driver_fail.subscribe(),
+    }
+}
+
+/// One container's run: its runner in-process when it has one, else the plain behaviour.
+fn container_run(
+    ctx: &Ctx,
+    pod: &Pod,
+    c: &Container,
+    stop: watch::Receiver<bool>,
+    plain: PlainRun,
+) -> ContainerRun {
+    let agent = match driver_image(c) {
+        Some(_) => ctx
+            .env
+            .agents
+            .get(DRIVER)
+            .map(|r| (DRIVER.to_string(), Vec::new(), r)),
+        None => agent_command(c)
+            .and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r))),
+    };
+    if let Some((name, args, runner)) = agent {
+        let fut = runner.run(agent_context(ctx, pod, c, args, stop));
+        return Box::pin(async move {
+            match fut.await {
+                Ok(()) => (0, String::new()),
+                Err(e) => (1, format!("agent {name}: {e}")),
+            }
+        });
+    }
+    if let PlainRun::Immediate = plain {
+        return Box::pin(async { (0, String::new()) });
+    }
     let run_time = annotation(pod, names::ANNOTATION_SIM_RUN_TIME).map(parse_duration);
     let exit_code = annotation(pod, names::ANNOTATION_SIM_EXIT_CODE)
         .and_then(|c| c.trim().parse::<i32>().ok())
         .unwrap_or(0);
-    let mut futs: Vec<ContainerRun> = Vec::new();
-    for c in &spec.containers {
-        let agent = agent_command(c)
-            .and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r)));
-        if let Some((name, args, runner)) = agent {
-            let actx = AgentContext {
-                node_name: ctx.node.name.clone(),
-                host_root: ctx.node.dirs.host_root.clone(),
-                device_plugin_dir: ctx.node.dirs.device_plugins.clone(),
-                kubelet_socket: ctx.node.dirs.kubelet_socket(),
-                pod_resources_socket: ctx.node.dirs.pod_resources_socket(),
-                backend: ctx.node.backend.clone(),
-                client: ctx.env.client.clone(),
-                args,
-                env: container_env(c, pod, &ctx.node.name),
-                pod_name: ctx.r.name.clone(),
-                pod_namespace: ctx.r.namespace.clone(),
-                shutdown: stop.clone(),
-            };
-            let fut = runner.run(actx);
-            futs.push(Box::pin(async move {
-                match fut.await {
-                    Ok(()) => (0, String::new()),
-                    Err(e) => (1, format!("agent {name}: {e}")),
+    let mut stop = stop;
+    Box::pin(async move {
+        let run = async {
+            match run_time {
+                Some(Ok(d)) => {
+                    tokio::time::sleep(d).await;
+                    (exit_code, String::new())
                 }
-            }));
-        } else {
-            let rt = run_time.clone();
-            let mut stop = stop.clone();
-            futs.push(Box::pin(async move {
-                let run = async {
-                    match rt {
-                        Some(Ok(d)) => {
-                            tokio::time::sleep(d).await;
-                            (exit_code, String::new())
-                        }
-                        Some(Err(e)) => (
-                            1,
-                            format!("annotation {}: {e}", names::ANNOTATION_SIM_RUN_TIME),
-                        ),
-                        // No run time: runs until deleted.
-                        None => std::future::pending().await,
-                    }
-                };
-                // A plain container stops at once when asked (SIGTERM honoured: exit 0).
-                let stopped = async {
-                    while !*stop.borrow_and_update() {
-                        if stop.changed().await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                };
-                tokio::select! {
-                    r = run => r,
-                    () = stopped => (0, String::new()),
+                Some(Err(e)) => (
+                    1,
+                    format!("annotation {}: {e}", names::ANNOTATION_SIM_RUN_TIME),
+                ),
+                // No run time: runs until deleted.
+                None => std::future::pending().await,
+            }
+        };
+        // A plain container stops at once when asked (SIGTERM honoured: exit 0).
+        let stopped = async {
+            while !*stop.borrow_and_update() {
+                if stop.changed().await.is_err() {
+                    std::future::pending::<()>().await;
                 }
-            }));
+            }
+        };
+        tokio::select! {
+            r = run => r,
+            () = stopped => (0, String::new()),
         }
-    }
-    let results = futures::future::join_all(futs).await;
-    results
-        .into_iter()
-        .find(|(code, _)| *code != 0)
-        .unwrap_or((0, String::new()))
+    })
+}
+
+/// Run every main container of the pod once; returns the pod's exit code (first non-zero)
+/// and a message.
+fn run_containers(
+    ctx: &Ctx,
+    pod: &Pod,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    stop: watch::Receiver<bool>,
+) -> ContainerRun {
+    let futs: Vec<ContainerRun> = spec
+        .containers
+        .iter()
+        .map(|c| container_run(ctx, pod, c, stop.clone(), PlainRun::Annotated))
+        .collect();
+    Box::pin(async move {
+        futures::future::join_all(futs)
+            .await
+            .into_iter()
+            .find(|(code, _)| *code != 0)
+            .unwrap_or((0, String::new()))
+    })
 }
 
 /// A container's env with the downward-API fields agents commonly read resolved.
@@ -827,6 +1035,17 @@ mod tests {
             state: &st,
             last: None,
             restarts: 2,
+            inits: &[InitStatus {
+                state: CState::Terminated {
+                    code: 0,
+                    reason: "Completed".into(),
+                    started: "t0".into(),
+                    finished: "t0".into(),
+                },
+                last: None,
+                restarts: 1,
+            }],
+            initialized: true,
             host_ip: "10.0.0.1",
             pod_ip: "10.244.0.2",
             started: "t0",
@@ -845,6 +1064,8 @@ mod tests {
             s["initContainerStatuses"][0]["state"]["terminated"]["reason"],
             "Completed"
         );
+        assert_eq!(s["initContainerStatuses"][0]["restartCount"], 1);
+        assert_eq!(s["initContainerStatuses"][0]["ready"], true);
         let ready = s["conditions"]
             .as_array()
             .unwrap()
@@ -868,6 +1089,8 @@ mod tests {
                 state: &st,
                 last: None,
                 restarts: 0,
+                inits: &[],
+                initialized: true,
                 host_ip: "h",
                 pod_ip: "p",
                 started: "t0",
@@ -888,5 +1111,67 @@ mod tests {
             .unwrap()
             .clone();
         assert_eq!(ready["status"], "False");
+    }
+
+    #[test]
+    fn status_while_initializing() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "main", "image": "img"}],
+                     "initContainers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}
+        }))
+        .unwrap();
+        let failed = CState::Terminated {
+            code: 1,
+            reason: "Error".into(),
+            started: "t0".into(),
+            finished: "t1".into(),
+        };
+        let inits = [InitStatus {
+            state: crash_loop(backoff(0)),
+            last: Some(failed),
+            restarts: 1,
+        }];
+        let p = status_patch(&StatusView {
+            pod: &pod,
+            phase: "Pending",
+            state: &pod_initializing(),
+            last: None,
+            restarts: 0,
+            inits: &inits,
+            initialized: false,
+            host_ip: "h",
+            pod_ip: "p",
+            started: "t0",
+            reason: None,
+            now: "t1",
+        });
+        let s = &p["status"];
+        assert_eq!(s["phase"], "Pending");
+        let a = &s["initContainerStatuses"][0];
+        assert_eq!(a["state"]["waiting"]["reason"], "CrashLoopBackOff");
+        assert_eq!(a["lastState"]["terminated"]["exitCode"], 1);
+        assert_eq!(a["restartCount"], 1);
+        assert_eq!(
+            s["initContainerStatuses"][1]["state"]["waiting"]["reason"],
+            "PodInitializing"
+        );
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "PodInitializing"
+        );
+        let cond = |t: &str| {
+            s["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == t)
+                .unwrap()["status"]
+                .clone()
+        };
+        assert_eq!(cond("Initialized"), "False");
+        assert_eq!(cond("Ready"), "False");
+        assert_eq!(backoff(0), BACKOFF_START);
+        assert_eq!(backoff(100), BACKOFF_MAX);
     }
 }

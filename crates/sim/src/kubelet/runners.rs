@@ -9,6 +9,7 @@ use std::time::Duration;
 use gantry_gpu::Backend;
 use gantry_node::device_plugin::{self, HealthPolicy, health, settings::MigStrategy};
 use gantry_node::discovery::{self, DiscoveryOptions};
+use gantry_node::mig;
 
 use super::agents::{AgentContext, AgentFuture, AgentRegistry};
 
@@ -21,11 +22,13 @@ pub fn default_registry() -> AgentRegistry {
     let mut r = AgentRegistry::new();
     r.register("device-plugin", Arc::new(device_plugin_runner));
     r.register("discovery", Arc::new(discovery_runner));
+    r.register("mig-manager", Arc::new(mig_manager_runner));
+    super::host_agents::register(&mut r);
     r
 }
 
 /// `--flag value` / `--flag=value` from args, else the env variable.
-fn setting(
+pub(crate) fn setting(
     args: &[String],
     env: &BTreeMap<String, String>,
     flag: &str,
@@ -68,6 +71,19 @@ pub fn device_plugin_options(ctx: &AgentContext) -> Result<device_plugin::Option
     if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {
         opts.overrides.mig_strategy = Some(mig_strategy(&s)?);
     }
+    // Named configs from a ConfigMap (the operator's `devicePlugin.config`): the node label
+    // picks the key, `--default-config` / DEFAULT_CONFIG when it is empty.
+    if let Some(cm) = setting(&ctx.args, &ctx.env, "config-map", "CONFIG_MAP") {
+        let (namespace, name) = cm
+            .split_once('/')
+            .ok_or_else(|| format!("--config-map {cm:?}: expected namespace/name"))?;
+        opts.config = device_plugin::ConfigSource::ConfigMap {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            default: setting(&ctx.args, &ctx.env, "default-config", "DEFAULT_CONFIG"),
+            fallbacks: device_plugin::named::DEFAULT_FALLBACKS.to_vec(),
+        };
+    }
     let (policy, warnings): (HealthPolicy, _) = HealthPolicy::from_env(
         ctx.env.get(health::ENV_DISABLE).map(String::as_str),
         ctx.env.get(health::ENV_ENABLE).map(String::as_str),
@@ -96,6 +112,14 @@ pub fn discovery_options(ctx: &AgentContext) -> Result<DiscoveryOptions, String>
                 .map_err(|e: discovery::DiscoveryError| e.to_string())?,
         );
     }
+    if let Some(cm) = setting(&ctx.args, &ctx.env, "config-map", "") {
+        let (ns, name) = cm
+            .split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+            .ok_or_else(|| format!("--config-map {cm:?}: expected namespace/name"))?;
+        opts.config_map = Some((ns.to_string(), name.to_string()));
+    }
+    opts.default_config = setting(&ctx.args, &ctx.env, "default-config", "DEFAULT_CONFIG");
     if let Some(s) = setting(&ctx.args, &ctx.env, "sleep-interval", "GFD_SLEEP_INTERVAL") {
         opts.sleep_interval = Some(discovery::config::parse_interval(&s)?);
     }
@@ -121,7 +145,7 @@ fn discovery_runner(ctx: AgentContext) -> AgentFuture {
 }
 
 /// Resolves once the pod's shutdown flag flips (or its sender is gone).
-async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     while !*stop.borrow_and_update() {
         if stop.changed().await.is_err() {
             return;
@@ -144,6 +168,56 @@ fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
         device_plugin::run(opts, backend, stopped(ctx.shutdown.clone()))
             .await
             .map_err(|e| e.to_string())
+    })
+}
+
+/// Options for `gantry node mig-manager` (daemon mode) on a simulated node: `--config-file`
+/// resolves under the node's host dir; waits poll faster than on a real node.
+pub fn mig_manager_options(ctx: &AgentContext) -> Result<mig::DaemonOptions, String> {
+    let file = setting(&ctx.args, &ctx.env, "config-file", "CONFIG_FILE");
+    let map = setting(&ctx.args, &ctx.env, "config-map", "CONFIG_MAP");
+    let source = match (file, map) {
+        (_, Some(m)) => {
+            let (namespace, name) = mig::daemon::parse_namespaced(&m)
+                .ok_or_else(|| format!("--config-map {m:?}: write NAMESPACE/NAME"))?;
+            mig::ConfigSource::ConfigMap { namespace, name }
+        }
+        (Some(f), None) => mig::ConfigSource::File(ctx.host_root.join(f.trim_start_matches('/'))),
+        (None, None) => return Err("mig-manager needs --config-file or --config-map".into()),
+    };
+    let mut opts = mig::DaemonOptions::new(ctx.node_name.clone(), source);
+    opts.custom_layouts = match setting(
+        &ctx.args,
+        &ctx.env,
+        "custom-config-map",
+        "CUSTOM_CONFIG_MAP",
+    ) {
+        Some(m) => Some(
+            mig::daemon::parse_namespaced(&m)
+                .ok_or_else(|| format!("--custom-config-map {m:?}: write NAMESPACE/NAME"))?,
+        ),
+        None => mig::daemon::default_custom_layouts(&opts.source, Some(&ctx.pod_namespace)),
+    };
+    opts.poll_interval = Duration::from_millis(200);
+    opts.clients_timeout = Duration::from_secs(60);
+    Ok(opts)
+}
+
+fn mig_manager_runner(ctx: AgentContext) -> AgentFuture {
+    Box::pin(async move {
+        let backend: Arc<dyn Backend> = match &ctx.backend {
+            Some(b) => b.clone(),
+            None => return Err(format!("node {} has no GPUs to partition", ctx.node_name)),
+        };
+        let opts = mig_manager_options(&ctx)?;
+        mig::run(
+            opts,
+            backend,
+            ctx.client.clone(),
+            stopped(ctx.shutdown.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())
     })
 }
 
@@ -182,6 +256,17 @@ mod tests {
             Some("mixed")
         );
         assert!(mig_strategy("weird").unwrap_err().contains("\"weird\""));
-        assert_eq!(default_registry().names(), ["device-plugin", "discovery"]);
+        assert_eq!(
+            default_registry().names(),
+            [
+                "device-plugin",
+                "discovery",
+                "driver",
+                "exporter",
+                "mig-manager",
+                "toolkit",
+                "validator"
+            ]
+        );
     }
 }

@@ -32,8 +32,15 @@ pub struct DiscoveryArgs {
     #[arg(long, env = "GANTRY_HOST_ROOT", default_value = "/")]
     host_root: PathBuf,
     /// Device plugin config file (v1): MIG strategy, sharing, `flags.gfd`.
-    #[arg(long, env = "CONFIG_FILE")]
+    #[arg(long, env = "CONFIG_FILE", conflicts_with = "config_map")]
     config_file: Option<PathBuf>,
+    /// ConfigMap `namespace/name` of named device plugin configs, read through the API; the
+    /// node label `nvidia.com/device-plugin.config` picks the key.
+    #[arg(long)]
+    config_map: Option<String>,
+    /// Named config used when the node label is empty.
+    #[arg(long, env = "DEFAULT_CONFIG")]
+    default_config: Option<String>,
     /// MIG strategy (overrides the config file; default none).
     #[arg(long, env = "MIG_STRATEGY", value_enum)]
     mig_strategy: Option<MigStrategyArg>,
@@ -53,8 +60,20 @@ pub fn run(args: DiscoveryArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    let config_map = match &args.config_map {
+        Some(cm) => {
+            let (ns, name) = cm
+                .split_once('/')
+                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+                .with_context(|| format!("--config-map {cm:?}: expected namespace/name"))?;
+            Some((ns.to_string(), name.to_string()))
+        }
+        None => None,
+    };
     let backend = gpu_source::open(&args.gpu)?;
     let opts = DiscoveryOptions {
+        config_map,
+        default_config: args.default_config.clone(),
         node_name: args.node_name.clone(),
         host_root: args.host_root.clone(),
         config_file: args.config_file.clone(),

@@ -1,0 +1,281 @@
+//! The whole demo, non-interactive, then: every figure of its summary checked against the
+//! cluster's own objects, and the web view loaded in headless Chromium (screenshot kept under
+//! the cargo target's tmp dir as `demo-web-view.png`).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use gantry_api::names;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && p.metadata.deletion_timestamp.is_none()
+}
+
+fn gpu_limit(p: &Pod) -> i64 {
+    p.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .limits
+                .as_ref()?
+                .get(names::RESOURCE_GPU)
+        })
+        .filter_map(|q| q.0.parse::<i64>().ok())
+        .sum()
+}
+
+fn chromium() -> Option<String> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(str::to_string)
+}
+
+fn chromium_args(profile: &std::path::Path) -> Vec<String> {
+    [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--virtual-time-budget=4000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("--user-data-dir={}", profile.display())])
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = gantry_demo::DemoOptions {
+        kubeconfig: dir.path().join("demo.kubeconfig"),
+        ..Default::default()
+    };
+    let (demo, summary) = gantry_demo::run(opts)
+        .await
+        .expect("the demo runs to the end");
+    println!("{summary}");
+    let client = demo.client.clone();
+
+    // Nodes and GPUs.
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(summary.nodes, nodes.len());
+    let gpu_nodes = nodes
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(names::LABEL_GPU_PRESENT))
+                .map(String::as_str)
+                == Some("true")
+        })
+        .count();
+    assert_eq!(
+        summary.gpu_nodes, gpu_nodes,
+        "GPU nodes = nodes the operator labelled gpu.present"
+    );
+    let physical: u32 = demo
+        .plan
+        .iter()
+        .map(|p| if p.gpu.is_some() { p.gpus } else { 0 })
+        .sum();
+    assert_eq!(summary.gpus_total, physical);
+    assert!(summary.time_to_gpu_ready.as_secs_f64() > 0.0);
+    assert!(summary.phases.len() >= 9, "{:?}", summary.phases);
+
+    // Allocation: at least the whole GPUs Running pods hold on the H100s, at most everything.
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let whole_on_h100: i64 = pods
+        .iter()
+        .filter(|p| running(p))
+        .filter(|p| p.metadata.namespace.as_deref() != Some(names::DEFAULT_RESERVATION_NAMESPACE))
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| n.starts_with("h100"))
+        })
+        .map(gpu_limit)
+        .sum();
+    assert!(
+        whole_on_h100 >= 8 + 16,
+        "train-a (8) and batch-b (at least 16) hold H100s: {whole_on_h100}"
+    );
+    assert!(
+        summary.gpus_allocated >= whole_on_h100 as f64,
+        "{} < {whole_on_h100}",
+        summary.gpus_allocated
+    );
+    assert!(summary.gpus_allocated <= summary.gpus_total as f64 + 1e-9);
+
+    // Queues: the summary's allocation is the scheduler's Queue status.
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.run.ai", "v2", "Queue"),
+        "queues",
+    );
+    let queues = Api::<DynamicObject>::all_with(client.clone(), &ar)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let status: BTreeMap<String, serde_json::Value> = queues
+        .iter()
+        .map(|q| {
+            (
+                q.metadata.name.clone().unwrap_or_default(),
+                q.data["status"].clone(),
+            )
+        })
+        .collect();
+    for q in &summary.queues {
+        assert!(
+            status.contains_key(&q.name),
+            "queue {} in the summary exists",
+            q.name
+        );
+    }
+    assert!(
+        summary
+            .queues
+            .iter()
+            .any(|q| q.name == "team-a" && q.allocated > 0.0)
+    );
+    assert!(
+        summary
+            .queues
+            .iter()
+            .any(|q| q.name == "team-b" && q.allocated > 0.0)
+    );
+
+    // Reclaim happened, and every pod named as evicted or waiting is real.
+    let events = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let reclaim_events = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Reclaimed"))
+        .count();
+    assert!(
+        reclaim_events >= 1,
+        "team A's gang reclaimed GPUs from team B"
+    );
+    assert_eq!(
+        summary
+            .evicted
+            .iter()
+            .filter(|e| e.reason.starts_with("Reclaimed"))
+            .count(),
+        reclaim_events
+    );
+    let names: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter_map(|e| {
+            Some(format!(
+                "{}/{}",
+                e.involved_object.namespace.clone()?,
+                e.involved_object.name.clone()?
+            ))
+        })
+        .chain(pods.iter().map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default()
+            )
+        }))
+        .collect();
+    for w in summary.waited.iter().chain(summary.evicted.iter()) {
+        assert!(
+            names.contains(&w.pod),
+            "{} is a pod the cluster knows",
+            w.pod
+        );
+    }
+
+    // The web view, in a real browser.
+    let url = demo
+        .ui
+        .as_ref()
+        .expect("the demo serves its web view")
+        .url();
+    match chromium() {
+        None => eprintln!(
+            "skipping the web view check: no chromium on PATH (scripts/test.sh installs Debian's)"
+        ),
+        Some(browser) => {
+            let profile = tempfile::tempdir().unwrap();
+            let out = tokio::process::Command::new(&browser)
+                .args(chromium_args(profile.path()))
+                .arg("--dump-dom")
+                .arg(&url)
+                .output()
+                .await
+                .expect("chromium runs");
+            let dom = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                dom.contains("data-loaded=\"true\""),
+                "the page loaded its snapshot: {dom:.2000}"
+            );
+            for node in ["h100-80gb-0", "a100-80gb-0", "l4-0"] {
+                assert!(
+                    dom.contains(&format!("data-node=\"{node}\"")),
+                    "grid row for {node}"
+                );
+            }
+            assert!(
+                dom.contains("data-pod=\"team-a/train-a-"),
+                "the gang's pods are in the grid"
+            );
+            assert!(dom.contains("k-fraction"), "fractional holders are drawn");
+            assert!(dom.contains("data-queue=\"team-b\""));
+            let shot =
+                std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-web-view.png");
+            let profile = tempfile::tempdir().unwrap();
+            let status = tokio::process::Command::new(&browser)
+                .args(chromium_args(profile.path()))
+                .arg(format!("--screenshot={}", shot.display()))
+                .arg("--window-size=1400,1100")
+                .arg(&url)
+                .status()
+                .await
+                .expect("chromium screenshot");
+            assert!(status.success());
+            assert!(
+                std::fs::metadata(&shot)
+                    .map(|m| m.len() > 10_000)
+                    .unwrap_or(false),
+                "screenshot at {}",
+                shot.display()
+            );
+            println!("web view screenshot: {}", shot.display());
+        }
+    }
+    demo.shutdown().await;
+}

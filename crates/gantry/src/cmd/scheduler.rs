@@ -1,0 +1,142 @@
+//! `gantry scheduler`: the KAI-compatible batch scheduler against a cluster.
+
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pods with this `spec.schedulerName` are scheduled.
+    #[arg(long, default_value = gantry_api::names::DEFAULT_SCHEDULER_NAME)]
+    scheduler_name: String,
+    /// Namespace of the GPU reservation pods that hold shared GPUs.
+    #[arg(long, default_value = gantry_api::names::DEFAULT_RESERVATION_NAMESPACE)]
+    reservation_namespace: String,
+    /// Image of the reservation pods (KAI's resource-reservation image reports the GPU UUID).
+    #[arg(long, env = "RESERVATION_IMAGE")]
+    reservation_image: Option<String>,
+    /// Serves /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    metrics_address: SocketAddr,
+    /// Take the Lease `gantry-scheduler` before scheduling (`--leader-elect=false` to skip).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: bool,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "gantry")]
+    namespace: String,
+    /// Kubeconfig; without it: in-cluster config, else KUBECONFIG / ~/.kube/config.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+}
+
+pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
+    let mut o = gantry_scheduler::k8s::Options {
+        scheduler_name: args.scheduler_name.clone(),
+        reservation_namespace: args.reservation_namespace.clone(),
+        metrics_address: Some(args.metrics_address),
+        leader_elect: args.leader_elect,
+        namespace: args.namespace.clone(),
+        ..Default::default()
+    };
+    if let Some(i) = &args.reservation_image {
+        o.reservation_image = i.clone();
+    }
+    o
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let client = gantry_scheduler::k8s::client(args.kubeconfig.as_deref()).await?;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(t) => t,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            let _ = tx.send(true);
+        });
+        gantry_scheduler::k8s::run(client, options(&args), rx)
+            .await
+            .context("scheduler")?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Pending one-GPU pods (bare pods: the pod grouper makes a PodGroup for each).
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+/// `gantry bench scheduler-api`: an in-memory control plane in this process, the scheduler
+/// as a child process (`gantry scheduler`), so its RSS is its own.
+pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    use gantry_scheduler::k8s::bench;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let dir = tempfile_dir()?;
+        let kc = dir.join("kubeconfig");
+        let cp = gantry_sim::ControlPlane::start(gantry_sim::ControlPlaneOptions {
+            port: 0,
+            kubeconfig: Some(kc.clone()),
+            ..Default::default()
+        })
+        .await
+        .context("starting the control plane")?;
+        let client = gantry_scheduler::k8s::client(Some(cp.kubeconfig_path())).await?;
+        let o = bench::ApiBenchOptions {
+            nodes: args.nodes,
+            gpus_per_node: args.gpus_per_node,
+            pods: args.pods,
+            namespace: "bench".into(),
+            concurrency: 64,
+        };
+        let exe = std::env::current_exe().context("locating the gantry binary")?;
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.args([
+            "scheduler",
+            "--leader-elect=false",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path());
+        let r = bench::drive(
+            &client,
+            &o,
+            cmd,
+            std::time::Duration::from_secs(args.timeout),
+        )
+        .await?;
+        print!("{}", bench::table(&o, &r));
+        std::fs::remove_dir_all(&dir).ok();
+        Ok(if r.overcommitted_nodes == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    })
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("gantry-bench-sched-{}", std::process::id()));
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(d)
+}

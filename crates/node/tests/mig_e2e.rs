@@ -1,0 +1,285 @@
+//! The MIG manager in the sim, end to end: a DaemonSet runs `gantry node mig-manager` on the
+//! H100 node beside the device plugin (mixed strategy). Setting `nvidia.com/mig.config` makes
+//! it pause the plugin (deploy label), repartition the simulated GPUs, bring the plugin back,
+//! and report `success`; the node then advertises the MIG devices. A layout the GPUs cannot
+//! hold ends in `failed` with the reason on the Node, and nothing changes.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use gantry_api::mig_parted::default_config_yaml;
+use gantry_api::names;
+use gantry_gpu::layout::{self, MigLayout};
+use gantry_sim::kubelet::runners::default_registry;
+use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const NS: &str = "gpu-operator";
+const NODE: &str = "h100-80gb-0";
+
+async fn eventually<F, Fut>(what: &str, mut f: F) -> Res<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..600 {
+        if f().await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("timed out waiting for {what}").into())
+}
+
+fn label(n: &Node, key: &str) -> Option<String> {
+    n.metadata.labels.as_ref()?.get(key).cloned()
+}
+
+fn allocatable(n: &Node, res: &str) -> Option<String> {
+    Some(n.status.as_ref()?.allocatable.as_ref()?.get(res)?.0.clone())
+}
+
+async fn create<K>(api: &Api<K>, v: serde_json::Value) -> Res<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(v)?;
+    api.create(&PostParams::default(), &obj).await?;
+    Ok(())
+}
+
+fn daemonset(
+    name: &str,
+    selector: (&str, &str),
+    args: &[&str],
+    env: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"nodeSelector": {selector.0: selector.1},
+                                       "containers": [{"name": name, "image": "ghcr.io/gantry/gantry:dev",
+                                                       "command": ["gantry"], "args": args, "env": env}]}}}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_devices() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("mm").tempdir_in("/tmp")?;
+    let sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("1xH100-80GB:2")?,
+        default_registry(),
+    )
+    .await?;
+    let _ctl = controllers::start(client.clone());
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        json!({"metadata": {"name": NS}}),
+    )
+    .await?;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let deploy_dp = format!("{}device-plugin", names::LABEL_DEPLOY_PREFIX);
+    // What the operator would do: enable the device plugin on the GPU node.
+    nodes_api
+        .patch(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {&deploy_dp: "true"}}})),
+        )
+        .await?;
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), NS),
+        json!({"metadata": {"name": names::CONFIG_MAP_DEFAULT_MIG_PARTED, "namespace": NS},
+               "data": {names::MIG_PARTED_CONFIG_KEY: default_config_yaml()}}),
+    )
+    .await?;
+    let ds_api: Api<DaemonSet> = Api::namespaced(client.clone(), NS);
+    create(
+        &ds_api,
+        daemonset(
+            names::app::DEVICE_PLUGIN,
+            (&deploy_dp, "true"),
+            &["node", "device-plugin"],
+            json!([{"name": "MIG_STRATEGY", "value": "mixed"}]),
+        ),
+    )
+    .await?;
+    let cm_ref = format!("{NS}/{}", names::CONFIG_MAP_DEFAULT_MIG_PARTED);
+    create(
+        &ds_api,
+        daemonset(
+            names::app::MIG_MANAGER,
+            (names::NFD_GPU_LABELS[0], "true"),
+            &["node", "mig-manager", "--config-map", &cm_ref],
+            json!([{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+        ),
+    )
+    .await?;
+    eventually("2 whole GPUs from the plugin", || async {
+        nodes_api
+            .get(NODE)
+            .await
+            .is_ok_and(|n| allocatable(&n, names::RESOURCE_GPU).as_deref() == Some("2"))
+    })
+    .await?;
+
+    // Record every value the state and the plugin's deploy label take.
+    let seen: Arc<Mutex<BTreeSet<(String, String)>>> = Arc::default();
+    let recorder = {
+        let seen = seen.clone();
+        let api = nodes_api.clone();
+        let keys = [names::LABEL_MIG_CONFIG_STATE.to_string(), deploy_dp.clone()];
+        tokio::spawn(async move {
+            let cfg = watcher::Config::default().fields(&format!("metadata.name={NODE}"));
+            let mut s = watcher(api, cfg).applied_objects().boxed();
+            while let Some(Ok(n)) = s.next().await {
+                let mut seen = seen.lock().unwrap();
+                for k in &keys {
+                    if let Some(v) = label(&n, k) {
+                        seen.insert((k.clone(), v));
+                    }
+                }
+            }
+        })
+    };
+
+    nodes_api
+        .patch(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"labels": {names::LABEL_MIG_CONFIG: "all-balanced"}}}),
+            ),
+        )
+        .await?;
+    eventually(
+        "mig.config.state=success and the MIG devices advertised",
+        || async {
+            nodes_api.get(NODE).await.is_ok_and(|n| {
+                label(&n, names::LABEL_MIG_CONFIG_STATE).as_deref() == Some("success")
+                    && allocatable(&n, "nvidia.com/mig-1g.10gb").as_deref() == Some("4")
+                    && allocatable(&n, "nvidia.com/mig-2g.20gb").as_deref() == Some("2")
+                    && allocatable(&n, "nvidia.com/mig-3g.40gb").as_deref() == Some("2")
+            })
+        },
+    )
+    .await?;
+    let n = nodes_api.get(NODE).await?;
+    assert!(
+        matches!(
+            allocatable(&n, names::RESOURCE_GPU).as_deref(),
+            None | Some("0")
+        ),
+        "whole GPUs are gone under the mixed strategy: {:?}",
+        allocatable(&n, names::RESOURCE_GPU)
+    );
+    assert_eq!(
+        label(&n, &deploy_dp).as_deref(),
+        Some("true"),
+        "plugin label restored"
+    );
+    let backend = sim
+        .node(NODE)
+        .and_then(|s| s.backend.clone())
+        .ok_or("no backend")?;
+    let balanced = MigLayout::enabled([("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)]);
+    for gpu in 0..2 {
+        assert_eq!(layout::current(backend.as_ref(), gpu)?, balanced);
+    }
+    {
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.contains(&(names::LABEL_MIG_CONFIG_STATE.into(), "pending".into())),
+            "{seen:?}"
+        );
+        assert!(
+            seen.contains(&(
+                deploy_dp.clone(),
+                names::DEPLOY_PAUSED_FOR_MIG_CHANGE.into()
+            )),
+            "the plugin was paused during the change: {seen:?}"
+        );
+    }
+
+    // A layout the GPUs cannot hold, from Gantry's inline-layouts ConfigMap: refused up front.
+    let bad = "version: v1\nmig-configs:\n  gantry-mcp-bad:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"4g.40gb\": 1, \"3g.40gb\": 1, \"1g.10gb\": 1}\n";
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), NS),
+        json!({"metadata": {"name": names::CONFIG_MAP_MIG_CUSTOM_LAYOUTS, "namespace": NS},
+               "data": {names::MIG_PARTED_CONFIG_KEY: bad}}),
+    )
+    .await?;
+    seen.lock().unwrap().clear();
+    nodes_api
+        .patch(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"labels": {names::LABEL_MIG_CONFIG: "gantry-mcp-bad"}}}),
+            ),
+        )
+        .await?;
+    eventually("mig.config.state=failed", || async {
+        nodes_api
+            .get(NODE)
+            .await
+            .is_ok_and(|n| label(&n, names::LABEL_MIG_CONFIG_STATE).as_deref() == Some("failed"))
+    })
+    .await?;
+    let n = nodes_api.get(NODE).await?;
+    let why = n
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_MIG_CONFIG_ERROR))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        why.contains("cannot hold") && why.contains("GPU 0"),
+        "{why}"
+    );
+    for gpu in 0..2 {
+        assert_eq!(
+            layout::current(backend.as_ref(), gpu)?,
+            balanced,
+            "nothing touched"
+        );
+    }
+    assert!(
+        !seen.lock().unwrap().contains(&(
+            deploy_dp.clone(),
+            names::DEPLOY_PAUSED_FOR_MIG_CHANGE.into()
+        )),
+        "a refused layout pauses nothing"
+    );
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await?;
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("MigConfigFailed")
+                && e.involved_object.name.as_deref() == Some(NODE)
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("cannot hold"))),
+        "a Node event names the error"
+    );
+    recorder.abort();
+    Ok(())
+}

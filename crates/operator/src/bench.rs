@@ -1,0 +1,191 @@
+//! `gantry bench operator`: helpers that measure a bare cluster becoming a GPU cluster under
+//! the operator — every node allocatable, the policy `ready` — and the operator's memory.
+//! The caller starts the cluster and runs the operator as a child process, so the RSS read
+//! here is the operator's own.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, PostParams};
+
+use crate::reconcile::cluster_policy_resource;
+
+/// The policy the bench applies: upstream's defaults (the nine required sections, empty).
+pub const DEFAULT_POLICY: &str = "apiVersion: nvidia.com/v1
+kind: ClusterPolicy
+metadata:
+  name: cluster-policy
+spec:
+  operator: {}
+  daemonsets: {}
+  driver: {}
+  toolkit: {}
+  devicePlugin: {}
+  dcgmExporter: {}
+  dcgm: {}
+  nodeStatusExporter: {}
+  gfd: {}
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("bench policy: {0}")]
+    Policy(String),
+    #[error("bench: {0}")]
+    Api(#[from] kube::Error),
+    #[error("bench: timed out after {secs} s: {progress}")]
+    Timeout { secs: u64, progress: String },
+}
+
+/// Milestones after the policy was created.
+#[derive(Debug, Default, Clone)]
+pub struct Progress {
+    pub nodes: usize,
+    pub allocatable_nodes: usize,
+    pub allocatable_gpus: u64,
+    pub to_allocatable: Option<Duration>,
+    pub to_ready: Option<Duration>,
+    /// The policy's last `Error` condition message.
+    pub message: String,
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{} nodes allocatable ({} GPUs), policy ready: {} {}",
+            self.allocatable_nodes,
+            self.nodes,
+            self.allocatable_gpus,
+            self.to_ready.is_some(),
+            self.message
+        )
+    }
+}
+
+/// Install every CRD Gantry serves (existing ones are left alone).
+pub async fn install_crds(client: &kube::Client) -> Result<(), BenchError> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds = gantry_api::crds::all_crds().map_err(|e| BenchError::Policy(e.to_string()))?;
+    for crd in crds {
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Create the ClusterPolicy from YAML; returns its name.
+pub async fn create_policy(client: &kube::Client, yaml: &str) -> Result<String, BenchError> {
+    let obj: DynamicObject =
+        serde_yaml::from_str(yaml).map_err(|e| BenchError::Policy(e.to_string()))?;
+    let name = obj
+        .metadata
+        .name
+        .clone()
+        .ok_or_else(|| BenchError::Policy("metadata.name is missing".into()))?;
+    Api::<DynamicObject>::all_with(client.clone(), &cluster_policy_resource())
+        .create(&PostParams::default(), &obj)
+        .await?;
+    Ok(name)
+}
+
+/// Poll until every node in `gpu_nodes` reports `nvidia.com/gpu` allocatable and the policy is
+/// `ready`; times are measured from `t0`. `on_tick` runs every poll (to sample memory).
+pub async fn wait_ready(
+    client: &kube::Client,
+    policy: &str,
+    gpu_nodes: usize,
+    t0: Instant,
+    timeout: Duration,
+    mut on_tick: impl FnMut(),
+) -> Result<Progress, BenchError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let policies = Api::<DynamicObject>::all_with(client.clone(), &cluster_policy_resource());
+    let mut p = Progress {
+        nodes: gpu_nodes,
+        ..Default::default()
+    };
+    loop {
+        on_tick();
+        if p.to_allocatable.is_none() {
+            let list = nodes.list(&Default::default()).await?;
+            let counts: Vec<u64> = list
+                .items
+                .iter()
+                .filter_map(|n| {
+                    n.status
+                        .as_ref()?
+                        .allocatable
+                        .as_ref()?
+                        .get(gantry_api::names::RESOURCE_GPU)?
+                        .0
+                        .parse::<u64>()
+                        .ok()
+                })
+                .filter(|c| *c > 0)
+                .collect();
+            p.allocatable_nodes = counts.len();
+            p.allocatable_gpus = counts.iter().sum();
+            if p.allocatable_nodes >= gpu_nodes {
+                p.to_allocatable = Some(t0.elapsed());
+            }
+        }
+        if p.to_ready.is_none() {
+            let cp = policies.get(policy).await?;
+            p.message = cp
+                .data
+                .pointer("/status/conditions")
+                .and_then(|c| c.as_array())
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Error"))
+                .and_then(|c| c["message"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            if cp.data.pointer("/status/state").and_then(|s| s.as_str()) == Some("ready") {
+                p.to_ready = Some(t0.elapsed());
+            }
+        }
+        if p.to_allocatable.is_some() && p.to_ready.is_some() {
+            return Ok(p);
+        }
+        if t0.elapsed() > timeout {
+            return Err(BenchError::Timeout {
+                secs: timeout.as_secs(),
+                progress: p.to_string(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// (`VmRSS`, `VmHWM`) of process `pid` in bytes, from `/proc/<pid>/status`.
+pub fn rss_of(pid: u32) -> (Option<u64>, Option<u64>) {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return (None, None);
+    };
+    let field = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|k| k.parse::<u64>().ok())
+            .map(|k| k * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_policy_parses_and_reads_own_rss() {
+        let v: gantry_api::cluster_policy::ClusterPolicy =
+            serde_yaml::from_str(DEFAULT_POLICY).unwrap();
+        assert_eq!(v.metadata.name.as_deref(), Some("cluster-policy"));
+        let (rss, peak) = rss_of(std::process::id());
+        assert!(rss.is_some_and(|r| r > 0) && peak >= rss);
+    }
+}

@@ -1,0 +1,461 @@
+//! The MigClusterPolicy reconciler: turns cluster-wide MIG layouts into per-node
+//! `nvidia.com/mig.config` labels (and, for inline layouts, named configs in Gantry's
+//! `gantry-mig-custom-layouts` ConfigMap that the MIG manager merges into its mig-parted file),
+//! rolling out at most `maxUnavailable` nodes per policy at a time.
+//!
+//! - [`plan`]: pure — (policies, nodes) → label writes, evictions, statuses, finalizers.
+//! - [`custom`]: pure — the inline layouts as a mig-parted file.
+//! - this module: the shell — list, decide, write; woken by watches and a periodic requeue.
+
+pub mod custom;
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use gantry_api::mig_cluster_policy::MigClusterPolicy;
+use gantry_api::mig_parted::MigPartedConfig;
+use gantry_api::names::{self, mig_config_state};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::FIELD_MANAGER;
+use plan::{Action, NodeView};
+
+/// Options of the reconciler.
+#[derive(Debug, Clone)]
+pub struct MigPolicyOptions {
+    /// Operator namespace: where the custom-layouts ConfigMap lives.
+    pub namespace: String,
+    /// Periodic re-plan even without events.
+    pub requeue: Duration,
+    /// Shortest gap between two rounds.
+    pub min_interval: Duration,
+}
+
+impl MigPolicyOptions {
+    pub fn new(namespace: impl Into<String>) -> Self {
+        MigPolicyOptions {
+            namespace: namespace.into(),
+            requeue: Duration::from_secs(30),
+            min_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigPolicyError {
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("ConfigMap {namespace}/{name} key {key}: {reason}")]
+    ConfigMap {
+        namespace: String,
+        name: String,
+        key: String,
+        reason: String,
+    },
+}
+
+fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> MigPolicyError {
+    let what = what.into();
+    move |source| MigPolicyError::Api { what, source }
+}
+
+/// Runs until `shutdown` resolves; a failed round is logged and retried.
+pub async fn run<F>(client: kube::Client, opts: MigPolicyOptions, shutdown: F)
+where
+    F: Future<Output = ()> + Send,
+{
+    let wake = Arc::new(Notify::new());
+    let triggers = vec![
+        tokio::spawn(trigger(Api::<Node>::all(client.clone()), wake.clone())),
+        tokio::spawn(trigger(Api::<Pod>::all(client.clone()), wake.clone())),
+        tokio::spawn(trigger(
+            Api::<MigClusterPolicy>::all(client.clone()),
+            wake.clone(),
+        )),
+    ];
+    tokio::pin!(shutdown);
+    loop {
+        match reconcile_once(&client, &opts).await {
+            Ok(n) if n > 0 => tracing::debug!(actions = n, "MigClusterPolicy round"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "MigClusterPolicy round failed"),
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(opts.requeue) => {}
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(opts.min_interval) => {}
+        }
+    }
+    for t in triggers {
+        t.abort();
+    }
+}
+
+async fn trigger<K>(api: Api<K>, wake: Arc<Notify>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let mut s = watcher::watcher(api, watcher::Config::default()).boxed();
+    while let Some(ev) = s.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                wake.notify_one();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "MigClusterPolicy trigger watch (retrying)");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// A pod that holds GPUs: running or about to, asking for `nvidia.com/gpu`, `nvidia.com/mig-*`
+/// or a KAI GPU fraction.
+pub fn uses_gpus(pod: &Pod) -> bool {
+    if matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) {
+        return false;
+    }
+    let fraction = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(names::ANNOTATION_GPU_FRACTION));
+    let Some(spec) = &pod.spec else { return false };
+    let gpu_key =
+        |k: &String| k == names::RESOURCE_GPU || k.starts_with(names::RESOURCE_MIG_PREFIX);
+    fraction
+        || spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .filter_map(|c| c.resources.as_ref())
+            .flat_map(|r| r.limits.iter().flatten().chain(r.requests.iter().flatten()))
+            .any(|(k, _)| gpu_key(k))
+}
+
+/// One round: read, decide, write. Returns the number of writes.
+pub async fn reconcile_once(
+    client: &kube::Client,
+    opts: &MigPolicyOptions,
+) -> Result<usize, MigPolicyError> {
+    let papi: Api<MigClusterPolicy> = Api::all(client.clone());
+    let mut policies = papi
+        .list(&ListParams::default())
+        .await
+        .map_err(api("listing MigClusterPolicies"))?
+        .items;
+    policies.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut writes = ensure_finalizers(&papi, &mut policies).await?;
+
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api("listing Nodes"))?
+        .items;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api("listing Pods"))?
+        .items;
+    let mut gpu_pods: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in pods.iter().filter(|p| uses_gpus(p)) {
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            gpu_pods.entry(node).or_default().push(format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+    let views: Vec<NodeView> = nodes
+        .iter()
+        .map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            NodeView {
+                gpu_pods: gpu_pods.remove(&name).unwrap_or_default(),
+                name,
+                labels: n.metadata.labels.clone().unwrap_or_default(),
+                error: n
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(names::ANNOTATION_MIG_CONFIG_ERROR).cloned()),
+            }
+        })
+        .collect();
+
+    // Inline layouts first, so a node's MIG manager finds its config when the label arrives.
+    writes += sync_custom_layouts(client, opts, &policies, &views).await?;
+
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let decision = plan::decide(&policies, &views, &now);
+    for a in &decision.actions {
+        writes += 1;
+        carry_out(client, a).await?;
+    }
+    for p in &policies {
+        let Some(name) = &p.metadata.name else {
+            continue;
+        };
+        let Some(status) = decision.statuses.get(name) else {
+            continue;
+        };
+        if p.status.as_ref() != Some(status) {
+            papi.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await
+            .map_err(api(format!("writing status of MigClusterPolicy {name}")))?;
+            writes += 1;
+        }
+    }
+    for name in &decision.finalize {
+        if let Some(p) = policies
+            .iter()
+            .find(|p| p.metadata.name.as_ref() == Some(name))
+        {
+            set_finalizer(&papi, p, false).await?;
+            writes += 1;
+        }
+    }
+    Ok(writes)
+}
+
+/// Policies with `resetOnDelete` carry the finalizer; others do not (unless being deleted,
+/// when [`plan::decide`] says when it may go).
+async fn ensure_finalizers(
+    papi: &Api<MigClusterPolicy>,
+    policies: &mut [MigClusterPolicy],
+) -> Result<usize, MigPolicyError> {
+    let mut writes = 0;
+    for p in policies.iter_mut() {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let has = has_finalizer(p);
+        let want = p.spec.reset_on_delete();
+        if has != want {
+            *p = set_finalizer(papi, p, want).await?;
+            writes += 1;
+        }
+    }
+    Ok(writes)
+}
+
+fn has_finalizer(p: &MigClusterPolicy) -> bool {
+    p.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == names::FINALIZER_MIG_CLUSTER_POLICY)
+}
+
+async fn set_finalizer(
+    papi: &Api<MigClusterPolicy>,
+    p: &MigClusterPolicy,
+    on: bool,
+) -> Result<MigClusterPolicy, MigPolicyError> {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let mut list: Vec<String> = p
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| *f != names::FINALIZER_MIG_CLUSTER_POLICY)
+        .cloned()
+        .collect();
+    if on {
+        list.push(names::FINALIZER_MIG_CLUSTER_POLICY.to_string());
+    }
+    // The resourceVersion makes this a compare-and-swap on the list.
+    let patch =
+        json!({"metadata": {"finalizers": list, "resourceVersion": p.metadata.resource_version}});
+    papi.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api(format!(
+            "updating finalizers of MigClusterPolicy {name}"
+        )))
+}
+
+async fn sync_custom_layouts(
+    client: &kube::Client,
+    opts: &MigPolicyOptions,
+    policies: &[MigClusterPolicy],
+    nodes: &[NodeView],
+) -> Result<usize, MigPolicyError> {
+    let ns = &opts.namespace;
+    let name = names::CONFIG_MAP_MIG_CUSTOM_LAYOUTS;
+    let key = names::MIG_PARTED_CONFIG_KEY;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let existing = cms
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading ConfigMap {ns}/{name}")))?;
+    let old_text = existing
+        .as_ref()
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get(key));
+    let old: Option<MigPartedConfig> = match old_text {
+        Some(t) => Some(
+            serde_yaml::from_str(t).map_err(|e| MigPolicyError::ConfigMap {
+                namespace: ns.clone(),
+                name: name.to_string(),
+                key: key.to_string(),
+                reason: format!("not a mig-parted file ({e}); fix or delete it"),
+            })?,
+        ),
+        None => None,
+    };
+    let wanted = custom::custom_layouts(
+        policies,
+        nodes
+            .iter()
+            .filter_map(|n| n.labels.get(names::LABEL_MIG_CONFIG).map(String::as_str)),
+        old.as_ref(),
+    );
+    if old.as_ref() == Some(&wanted) || (existing.is_none() && wanted.mig_configs.is_empty()) {
+        return Ok(0);
+    }
+    let text = serde_yaml::to_string(&wanted).map_err(|e| MigPolicyError::ConfigMap {
+        namespace: ns.clone(),
+        name: name.to_string(),
+        key: key.to_string(),
+        reason: e.to_string(),
+    })?;
+    ensure_namespace(client, ns).await?;
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {"app.kubernetes.io/managed-by": "gantry"}},
+        "data": {key: text},
+    });
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    cms.patch(name, &pp, &Patch::Apply(&cm))
+        .await
+        .map_err(api(format!("writing ConfigMap {ns}/{name}")))?;
+    Ok(1)
+}
+
+async fn ensure_namespace(client: &kube::Client, ns: &str) -> Result<(), MigPolicyError> {
+    let api_ns: Api<Namespace> = Api::all(client.clone());
+    if api_ns
+        .get_opt(ns)
+        .await
+        .map_err(api(format!("reading Namespace {ns}")))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let obj: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| {
+            MigPolicyError::ConfigMap {
+                namespace: ns.to_string(),
+                name: String::new(),
+                key: String::new(),
+                reason: e.to_string(),
+            }
+        })?;
+    match api_ns.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(api(format!("creating Namespace {ns}"))(e)),
+    }
+}
+
+async fn carry_out(client: &kube::Client, action: &Action) -> Result<(), MigPolicyError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    match action {
+        Action::SetConfig { node, config } => {
+            tracing::info!(%node, %config, "MigClusterPolicy: selecting MIG config");
+            let patch = json!({"metadata": {"labels": {
+                names::LABEL_MIG_CONFIG: config,
+                names::LABEL_MIG_CONFIG_STATE: mig_config_state::PENDING,
+            }}});
+            nodes
+                .patch(node, &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(api(format!("labelling Node {node}")))?;
+        }
+        Action::Claim { node } => {
+            let patch = json!({"metadata": {"labels": {
+                names::LABEL_MIG_CONFIG_STATE: mig_config_state::PENDING,
+            }}});
+            nodes
+                .patch(node, &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(api(format!("labelling Node {node}")))?;
+        }
+        Action::Evict { node, pods } => {
+            for p in pods {
+                let Some((ns, name)) = p.split_once('/') else {
+                    continue;
+                };
+                tracing::info!(%node, pod = %p, "MigClusterPolicy: evicting GPU pod");
+                let api_pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+                match api_pods.evict(name, &EvictParams::default()).await {
+                    Ok(_) => {}
+                    // Gone already, or a disruption budget says not now: retried next round.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 429 => {}
+                    Err(e) => return Err(api(format!("evicting pod {p} from Node {node}"))(e)),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn gpu_pods_are_those_asking_for_gpus_mig_devices_or_fractions() {
+        let whole = pod(json!({"metadata": {"name": "a"}, "spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}));
+        let mig = pod(json!({"metadata": {"name": "b"}, "spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}}));
+        let fraction = pod(
+            json!({"metadata": {"name": "c", "annotations": {"gpu-fraction": "0.5"}},
+            "spec": {"containers": [{"name": "c"}]}}),
+        );
+        let cpu = pod(json!({"metadata": {"name": "d"}, "spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"cpu": "1"}}}]}}));
+        let done = pod(json!({"metadata": {"name": "e"}, "spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Succeeded"}}));
+        assert!(uses_gpus(&whole) && uses_gpus(&mig) && uses_gpus(&fraction));
+        assert!(!uses_gpus(&cpu) && !uses_gpus(&done));
+    }
+}

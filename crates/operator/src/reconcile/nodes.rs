@@ -1,0 +1,105 @@
+//! Node labelling shell: plans every node with [`crate::nodes::plan`], writes only the nodes
+//! whose plan is not a no-op (a merge patch removing keys, a server-side apply of the keys
+//! the operator owns).
+
+use std::sync::Arc;
+
+use gantry_api::cluster_policy::ClusterPolicySpec;
+use gantry_api::names;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use serde_json::{Map, Value, json};
+
+use super::{Ctx, Error, labels_of};
+use crate::FIELD_MANAGER;
+use crate::nodes::{self, NodePlan};
+use crate::render::NodeFacts;
+
+/// Every node's plan, and what the render needs to know.
+pub(crate) struct Plans {
+    /// Nodes whose plan writes something.
+    pub changes: Vec<(String, NodePlan)>,
+    /// GPU nodes (`gpu.present=true` once the plans are written), with those labels.
+    pub gpu_nodes: Vec<NodeFacts>,
+    pub nfd_present: bool,
+}
+
+pub(crate) fn plan_all(spec: &ClusterPolicySpec, all: &[Arc<PartialObjectMeta<Node>>]) -> Plans {
+    let mut out = Plans {
+        changes: Vec::new(),
+        gpu_nodes: Vec::new(),
+        nfd_present: false,
+    };
+    let mut sorted: Vec<&Arc<PartialObjectMeta<Node>>> = all.iter().collect();
+    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for n in sorted {
+        let Some(name) = n.metadata.name.clone() else {
+            continue;
+        };
+        let labels = labels_of(&n.metadata);
+        let annotations = n.metadata.annotations.clone().unwrap_or_default();
+        out.nfd_present |= nodes::has_nfd_labels(&labels);
+        let plan = nodes::plan(spec, &labels, &annotations);
+        let after = plan.labels_after(&labels);
+        if after
+            .get(names::LABEL_GPU_PRESENT)
+            .is_some_and(|v| v == "true")
+        {
+            out.gpu_nodes.push(NodeFacts {
+                name: name.clone(),
+                labels: after,
+            });
+        }
+        if !plan.is_noop() {
+            out.changes.push((name, plan));
+        }
+    }
+    out
+}
+
+pub(crate) async fn write_all(ctx: &Ctx, changes: &[(String, NodePlan)]) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    for (name, plan) in changes {
+        write(ctx, &api, name, plan).await?;
+    }
+    Ok(())
+}
+
+fn nulls<'a>(keys: impl Iterator<Item = &'a String>) -> Map<String, Value> {
+    keys.map(|k| (k.clone(), Value::Null)).collect()
+}
+
+async fn write(ctx: &Ctx, api: &Api<Node>, name: &str, plan: &NodePlan) -> Result<(), Error> {
+    let what = format!("Node {name}");
+    if !plan.remove_labels.is_empty() || !plan.remove_annotations.is_empty() {
+        let body = json!({"metadata": {
+            "labels": nulls(plan.remove_labels.iter()),
+            "annotations": nulls(plan.remove_annotations.iter()),
+        }});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        ctx.metrics.wrote();
+        api.patch(name, &pp, &Patch::Merge(&body))
+            .await
+            .map_err(|e| Error::api("removing operator labels from", what.clone(), e))?;
+    }
+    if plan.apply_needed {
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": plan.labels, "annotations": plan.annotations},
+        });
+        ctx.metrics.wrote();
+        api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| Error::api("labelling", what, e))?;
+    }
+    Ok(())
+}

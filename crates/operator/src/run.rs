@@ -1,0 +1,249 @@
+//! `gantry operator`: creates its namespace, serves `/metrics` `/healthz` `/readyz`, and —
+//! while it holds the Lease `gantry-operator` (or always, without leader election) — runs
+//! every operator controller.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::lease::{Lease, LeaseConfig};
+use crate::metrics::Metrics;
+use crate::reconcile::{self, ReconcileOptions};
+
+/// Default operator namespace (env `OPERATOR_NAMESPACE`).
+pub const DEFAULT_NAMESPACE: &str = "gpu-operator";
+/// The Lease the operator replicas compete for.
+pub const LEASE_NAME: &str = "gantry-operator";
+/// The image operand DaemonSets run when none is given (env `GANTRY_IMAGE`).
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/gantry-dev/gantry:v", env!("CARGO_PKG_VERSION"));
+
+#[derive(Clone)]
+pub struct RunOptions {
+    pub namespace: String,
+    /// The image operand DaemonSets run (`gantry node …`).
+    pub image: String,
+    /// Where to serve metrics and health; `None`: not served.
+    pub metrics_address: Option<SocketAddr>,
+    pub leader_elect: bool,
+    /// This replica's identity in the Lease (default: hostname and pid).
+    pub identity: String,
+    /// Metrics handle (create one to read counts in-process).
+    pub metrics: Metrics,
+    /// Labels of the operator's pods (the metrics Service selects them); empty: upstream's.
+    pub operator_labels: std::collections::BTreeMap<String, String>,
+}
+
+impl RunOptions {
+    pub fn new(namespace: impl Into<String>, image: impl Into<String>) -> Self {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "gantry".into());
+        RunOptions {
+            namespace: namespace.into(),
+            image: image.into(),
+            metrics_address: None,
+            leader_elect: true,
+            identity: format!("{host}-{}", std::process::id()),
+            metrics: Metrics::default(),
+            operator_labels: Default::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("creating the operator namespace {namespace}: {source}")]
+    Namespace {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config): {0}")]
+    NoConfig(String),
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig { path: String, message: String },
+    #[error("serving metrics on {address}: {source}")]
+    Metrics {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A client from `kubeconfig`, else in-cluster config, else `KUBECONFIG` / `~/.kube/config`.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, RunError> {
+    let Some(p) = kubeconfig else {
+        return kube::Client::try_default()
+            .await
+            .map_err(|e| RunError::NoConfig(e.to_string()));
+    };
+    let bad = |message: String| RunError::Kubeconfig {
+        path: p.display().to_string(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| bad(e.to_string()))?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    kube::Client::try_from(cfg).map_err(|e| bad(e.to_string()))
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), RunError> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let err = |source| RunError::Namespace {
+        namespace: name.to_string(),
+        source,
+    };
+    if api.get_opt(name).await.map_err(err)?.is_some() {
+        return Ok(());
+    }
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(err(e)),
+    }
+}
+
+/// Start every operator controller; they stop when `stop` turns true.
+fn spawn_controllers(
+    client: &kube::Client,
+    opts: &RunOptions,
+    stop: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut tasks = Vec::new();
+    let ropts = ReconcileOptions {
+        namespace: opts.namespace.clone(),
+        image: opts.image.clone(),
+        image_env: reconcile::image_env_from_process(),
+        operator_labels: opts.operator_labels.clone(),
+    };
+    tasks.push(tokio::spawn(reconcile::run(
+        client.clone(),
+        ropts,
+        opts.metrics.clone(),
+        stopped(stop.clone()),
+    )));
+    // Further controllers (driver upgrade, MigClusterPolicy) are spawned here, one line
+    // each, with `stopped(stop.clone())` as their shutdown future.
+    tasks.push(tokio::spawn(crate::upgrade::run(
+        client.clone(),
+        crate::upgrade::UpgradeOptions::new(&opts.namespace),
+        stopped(stop.clone()),
+    )));
+    tasks.push(tokio::spawn(crate::migpolicy::run(
+        client.clone(),
+        crate::migpolicy::MigPolicyOptions::new(&opts.namespace),
+        stopped(stop.clone()),
+    )));
+    tasks
+}
+
+/// Run the operator until `shutdown` resolves.
+pub async fn run(
+    client: kube::Client,
+    opts: RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let (shut_tx, shut_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = shut_tx.send(true);
+    });
+    let wait_shutdown = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    ensure_namespace(&client, &opts.namespace).await?;
+    if let Some(address) = opts.metrics_address {
+        crate::metrics::serve(
+            address,
+            opts.metrics.clone(),
+            wait_shutdown(shut_rx.clone()),
+        )
+        .await
+        .map_err(|source| RunError::Metrics { address, source })?;
+    }
+
+    if !opts.leader_elect {
+        opts.metrics.set_leader(true);
+        let tasks = spawn_controllers(&client, &opts, shut_rx.clone());
+        for t in tasks {
+            let _ = t.await;
+        }
+        return Ok(());
+    }
+
+    let lease = Lease::new(
+        client.clone(),
+        LeaseConfig {
+            namespace: opts.namespace.clone(),
+            name: LEASE_NAME.into(),
+            identity: opts.identity.clone(),
+            duration: Duration::from_secs(15),
+        },
+    );
+    let renew_every = Duration::from_secs(5);
+    let retry_every = Duration::from_secs(2);
+    let mut term: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>)> = None;
+    let mut shut = shut_rx.clone();
+    loop {
+        let held = match lease.try_acquire_or_renew().await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(error = %e, "leader election");
+                false
+            }
+        };
+        opts.metrics.set_leader(held);
+        match (&term, held) {
+            (None, true) => {
+                tracing::info!(identity = %opts.identity, "became leader");
+                let (tx, rx) = watch::channel(false);
+                let tasks = spawn_controllers(&client, &opts, rx);
+                term = Some((tx, tasks));
+            }
+            (Some(_), false) => {
+                tracing::warn!("lost leadership; stopping controllers");
+                if let Some((tx, tasks)) = term.take() {
+                    let _ = tx.send(true);
+                    for t in tasks {
+                        let _ = t.await;
+                    }
+                }
+            }
+            _ => {}
+        }
+        let wait = if held { renew_every } else { retry_every };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shut.wait_for(|s| *s) => break,
+        }
+    }
+    if let Some((tx, tasks)) = term.take() {
+        let _ = tx.send(true);
+        for t in tasks {
+            let _ = t.await;
+        }
+        if let Err(e) = lease.release().await {
+            tracing::debug!(error = %e, "releasing the lease");
+        }
+    }
+    Ok(())
+}

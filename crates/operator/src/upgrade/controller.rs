@@ -1,0 +1,508 @@
+//! The shell: list the cluster, build the view, plan, apply. Woken by watches on Nodes, Pods,
+//! DaemonSets and ClusterPolicies, and by a periodic requeue (upstream: every 2 minutes).
+//!
+//! Node writes are JSON merge patches under their own field manager: removing a label or an
+//! annotation someone else set (`…upgrade-requested`) and flipping `spec.unschedulable`, which
+//! `kubectl cordon` shares, are exactly what server-side apply's ownership makes awkward.
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use gantry_api::cluster_policy::ClusterPolicy;
+use gantry_api::names;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher::{self, watcher};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use super::plan::{self, Action, Config, PlanError};
+use super::view::{self, ClusterView};
+
+/// Field manager of the upgrade controller's node writes.
+pub const FIELD_MANAGER: &str = "gantry-operator-upgrade";
+/// Event reason (upper-cased driver name + `DriverUpgrade`, as upstream).
+pub const EVENT_REASON: &str = "GPUDriverUpgrade";
+
+#[derive(Debug, Clone)]
+pub struct UpgradeOptions {
+    /// Namespace of the driver DaemonSets (the operator namespace).
+    pub namespace: String,
+    /// Periodic re-plan even without events.
+    pub requeue: Duration,
+    /// Shortest gap between two rounds (a busy cluster's pod events are coalesced).
+    pub min_interval: Duration,
+    /// A driver pod counts as ready once its containers have run this long (the DaemonSet
+    /// `minReadySeconds` idea; keeps a crash-looping driver's brief Ready from counting).
+    pub driver_min_ready: Duration,
+    pub config: Config,
+}
+
+impl UpgradeOptions {
+    /// Upstream's timings for the operator in `namespace`.
+    pub fn new(namespace: &str) -> Self {
+        UpgradeOptions {
+            namespace: namespace.into(),
+            ..Default::default()
+        }
+    }
+}
+
+impl Default for UpgradeOptions {
+    fn default() -> Self {
+        UpgradeOptions {
+            namespace: "gpu-operator".into(),
+            requeue: Duration::from_secs(120),
+            min_interval: Duration::from_secs(1),
+            driver_min_ready: Duration::from_secs(5),
+            config: Config::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("listing {what}: {source}")]
+    List {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("driver upgrade: {count} action(s) failed; first: {first}")]
+    Apply { count: usize, first: String },
+}
+
+fn list_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> UpgradeError {
+    let what = what.into();
+    move |source| UpgradeError::List { what, source }
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Run until `shutdown` resolves. A failed round is logged and retried on the next wake-up.
+pub async fn run<F>(client: kube::Client, opts: UpgradeOptions, shutdown: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let wake = Arc::new(Notify::new());
+    let triggers = vec![
+        tokio::spawn(trigger(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            wake.clone(),
+        )),
+        tokio::spawn(trigger(
+            Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+            wake.clone(),
+        )),
+        tokio::spawn(trigger(
+            Api::<PartialObjectMeta<DaemonSet>>::namespaced(client.clone(), &opts.namespace),
+            wake.clone(),
+        )),
+        tokio::spawn(trigger(
+            Api::<PartialObjectMeta<ClusterPolicy>>::all(client.clone()),
+            wake.clone(),
+        )),
+    ];
+    tokio::pin!(shutdown);
+    loop {
+        match reconcile_once(&client, &opts).await {
+            Ok(n) if n > 0 => tracing::debug!(actions = n, "driver upgrade round"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "driver upgrade round failed"),
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(opts.requeue) => {}
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(opts.min_interval) => {}
+        }
+    }
+    for t in triggers {
+        t.abort();
+    }
+}
+
+/// Wake the loop on every change of `K` (metadata only: the round lists what it needs).
+async fn trigger<K>(api: Api<K>, wake: Arc<Notify>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let mut s = watcher(api, watcher::Config::default()).boxed();
+    while let Some(ev) = s.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                wake.notify_one();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "upgrade trigger watch (retrying)");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// The ClusterPolicy in charge: the oldest (others are `ignored`).
+fn active_policy(mut list: Vec<ClusterPolicy>) -> Option<ClusterPolicy> {
+    list.sort_by(|a, b| {
+        let t = |c: &ClusterPolicy| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        t(a).cmp(&t(b))
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    });
+    list.into_iter().next()
+}
+
+fn owned_by(pod: &Pod, uid: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid)
+}
+
+fn label_is(labels: Option<&BTreeMap<String, String>>, key: &str, value: &str) -> bool {
+    labels.and_then(|l| l.get(key)).map(String::as_str) == Some(value)
+}
+
+/// One round: list, plan, apply. Returns how many actions it applied.
+pub async fn reconcile_once(
+    client: &kube::Client,
+    opts: &UpgradeOptions,
+) -> Result<usize, UpgradeError> {
+    let lp = ListParams::default();
+    let policies = match Api::<ClusterPolicy>::all(client.clone()).list(&lp).await {
+        Ok(l) => l.items,
+        Err(e) if not_found(&e) => Vec::new(),
+        Err(e) => return Err(list_err("ClusterPolicies")(e)),
+    };
+    let Some(policy) = active_policy(policies) else {
+        return Ok(0);
+    };
+    let dss = Api::<DaemonSet>::namespaced(client.clone(), &opts.namespace)
+        .list(&lp)
+        .await
+        .map_err(list_err(format!("DaemonSets in {}", opts.namespace)))?
+        .items;
+    let is_driver = |d: &DaemonSet| {
+        label_is(
+            d.metadata.labels.as_ref(),
+            names::LABEL_APP_COMPONENT,
+            names::COMPONENT_NVIDIA_DRIVER,
+        )
+    };
+    let drivers: Vec<&DaemonSet> = dss.iter().filter(|d| is_driver(d)).collect();
+    let validator_expected = dss.iter().any(|d| {
+        label_is(
+            d.spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.labels.as_ref()),
+            names::LABEL_APP,
+            names::app::OPERATOR_VALIDATOR,
+        )
+    });
+    let node_list = Api::<Node>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(list_err("Nodes"))?
+        .items;
+    let nodes: Vec<view::NodeView> = node_list.iter().filter_map(view::node_view).collect();
+    let uids: BTreeMap<String, String> = node_list
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.uid.clone()?)))
+        .collect();
+
+    let auto = policy.spec.driver_auto_upgrade();
+    if auto && drivers.is_empty() {
+        // No driver DaemonSet (yet, or the driver is not managed here): nothing to walk, and
+        // the labels stay as they are in case it is only being recreated.
+        return Ok(0);
+    }
+    let (plan, planned_view_nodes) = if !auto {
+        let v = ClusterView {
+            nodes,
+            ..Default::default()
+        };
+        (plan::disable(&v), v.nodes.len())
+    } else {
+        let Some(up) = policy.spec.driver_upgrade_policy() else {
+            return Ok(0);
+        };
+        let pods = Api::<Pod>::all(client.clone())
+            .list(&lp)
+            .await
+            .map_err(list_err("Pods"))?
+            .items;
+        let revisions = match Api::<ControllerRevision>::namespaced(client.clone(), &opts.namespace)
+            .list(&lp)
+            .await
+        {
+            Ok(l) => l.items,
+            Err(e) if not_found(&e) => Vec::new(),
+            Err(e) => return Err(list_err("ControllerRevisions")(e)),
+        };
+        let now = Timestamp::now().as_second();
+        let v = build_view(
+            nodes,
+            &drivers,
+            &revisions,
+            &pods,
+            validator_expected,
+            &opts.namespace,
+            (now, opts.driver_min_ready.as_secs() as i64),
+        );
+        (plan::plan(&v, &up, &opts.config, now)?, v.nodes.len())
+    };
+    if let Some(w) = &plan.waiting {
+        tracing::debug!(nodes = planned_view_nodes, "driver upgrade waiting: {w}");
+    }
+    apply(client, &plan.actions, &uids).await
+}
+
+/// Build the core's view from listed objects.
+pub fn build_view(
+    nodes: Vec<view::NodeView>,
+    drivers: &[&DaemonSet],
+    revisions: &[ControllerRevision],
+    pods: &[Pod],
+    validator_expected: bool,
+    namespace: &str,
+    (now, min_ready_s): (i64, i64),
+) -> ClusterView {
+    let mut driver_pods = Vec::new();
+    let mut complete = true;
+    for ds in drivers {
+        let uid = ds.metadata.uid.clone().unwrap_or_default();
+        let owned: Vec<&Pod> = pods.iter().filter(|p| owned_by(p, &uid)).collect();
+        let desired = ds
+            .status
+            .as_ref()
+            .map(|s| s.desired_number_scheduled)
+            .unwrap_or(0);
+        if i32::try_from(owned.len()).unwrap_or(i32::MAX) != desired {
+            complete = false;
+        }
+        let rev = view::current_revision(ds, revisions, &owned);
+        driver_pods.extend(
+            owned
+                .iter()
+                .filter_map(|p| view::driver_pod(p, Some(&rev), now, min_ready_s)),
+        );
+    }
+    // Orphaned driver pods (their DaemonSet was deleted with orphan propagation) need upgrading.
+    let is_driver_pod = |p: &Pod| {
+        p.metadata.namespace.as_deref() == Some(namespace)
+            && (label_is(
+                p.metadata.labels.as_ref(),
+                names::LABEL_APP,
+                names::app::DRIVER,
+            ) || label_is(
+                p.metadata.labels.as_ref(),
+                names::LABEL_APP_COMPONENT,
+                names::COMPONENT_NVIDIA_DRIVER,
+            ))
+    };
+    for p in pods {
+        let orphan = p
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(Vec::is_empty);
+        if orphan && is_driver_pod(p) {
+            driver_pods.extend(view::driver_pod(p, None, now, min_ready_s));
+        }
+    }
+    let driver_keys: HashSet<(String, String)> = driver_pods
+        .iter()
+        .map(|d| (d.key.namespace.clone(), d.key.name.clone()))
+        .collect();
+    let others = pods
+        .iter()
+        .filter(|p| {
+            !driver_keys.contains(&(
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            ))
+        })
+        .filter_map(view::pod_view)
+        .collect();
+    ClusterView {
+        nodes,
+        driver_pods,
+        pods: others,
+        driver_pods_complete: complete,
+        validator_expected,
+    }
+}
+
+async fn patch_node(
+    client: &kube::Client,
+    node: &str,
+    body: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    Api::<Node>::all(client.clone())
+        .patch(node, &pp, &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+}
+
+async fn event(
+    client: &kube::Client,
+    node: &str,
+    uid: Option<&String>,
+    warning: bool,
+    message: &str,
+) {
+    let now = Timestamp::now();
+    let ev = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{node}.{:x}", now.as_nanosecond())),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            uid: uid.cloned(),
+            ..Default::default()
+        },
+        reason: Some(EVENT_REASON.into()),
+        message: Some(message.to_string()),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        source: Some(EventSource {
+            component: Some(crate::FIELD_MANAGER.into()),
+            host: None,
+        }),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        ..Default::default()
+    };
+    if let Err(e) = Api::<Event>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &ev)
+        .await
+    {
+        tracing::debug!(node, error = %e, "recording a driver upgrade event failed");
+    }
+}
+
+/// Apply actions in order; a failed action skips the rest of its node's actions this round
+/// (so the state label, which comes last, is not advanced past work that did not happen).
+async fn apply(
+    client: &kube::Client,
+    actions: &[Action],
+    uids: &BTreeMap<String, String>,
+) -> Result<usize, UpgradeError> {
+    let mut broken: HashSet<String> = HashSet::new();
+    let mut failures: Vec<String> = Vec::new();
+    let mut done = 0usize;
+    for a in actions {
+        let node = a.node();
+        if broken.contains(node) {
+            continue;
+        }
+        let result: Result<(), kube::Error> = match a {
+            Action::SetState { node, state } => {
+                let r = patch_node(
+                    client,
+                    node,
+                    json!({"metadata": {"labels": {names::LABEL_UPGRADE_STATE: state.label()}}}),
+                )
+                .await;
+                if r.is_ok() {
+                    tracing::info!(node, state = %state, "driver upgrade state");
+                    let warning = *state == super::UpgradeState::UpgradeFailed;
+                    let msg = format!("Successfully updated node state label to {state}");
+                    event(client, node, uids.get(node), warning, &msg).await;
+                }
+                r
+            }
+            Action::ClearState { node } => {
+                patch_node(
+                    client,
+                    node,
+                    json!({"metadata": {"labels": {names::LABEL_UPGRADE_STATE: null}}}),
+                )
+                .await
+            }
+            Action::Annotate { node, key, value } => {
+                patch_node(
+                    client,
+                    node,
+                    json!({"metadata": {"annotations": {*key: value}}}),
+                )
+                .await
+            }
+            Action::Cordon { node } => {
+                patch_node(client, node, json!({"spec": {"unschedulable": true}})).await
+            }
+            Action::Uncordon { node } => {
+                patch_node(client, node, json!({"spec": {"unschedulable": null}})).await
+            }
+            Action::Evict { pod, .. } => {
+                let api = Api::<Pod>::namespaced(client.clone(), &pod.namespace);
+                match api.evict(&pod.name, &EvictParams::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if not_found(&e) => Ok(()),
+                    // A PodDisruptionBudget says not now: try again next round (the timeout
+                    // annotation bounds how long).
+                    Err(kube::Error::Api(s)) if s.code == 429 => {
+                        tracing::info!(pod = %pod, "eviction blocked by a disruption budget; retrying");
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Action::DeletePod { pod, .. } => {
+                let api = Api::<Pod>::namespaced(client.clone(), &pod.namespace);
+                match api.delete(&pod.name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if not_found(&e) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Action::Event {
+                node,
+                warning,
+                message,
+            } => {
+                event(client, node, uids.get(node), *warning, message).await;
+                Ok(())
+            }
+        };
+        match result {
+            Ok(()) => done += 1,
+            Err(e) => {
+                broken.insert(node.to_string());
+                failures.push(format!("node {node}: {a:?}: {e}"));
+            }
+        }
+    }
+    match failures.first() {
+        None => Ok(done),
+        Some(first) => Err(UpgradeError::Apply {
+            count: failures.len(),
+            first: first.clone(),
+        }),
+    }
+}

@@ -1,0 +1,64 @@
+//! Steady state: with 200 simulated GPU nodes labelled and their operands deployed, a fresh
+//! operator's full resync (every node, object and status compared) sends zero writes.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
+    let env = Env::start("200xT4:1").await?;
+    let first = env.operator()?;
+    // Operands this test does not need are off so 200 nodes stay cheap.
+    let mut policy = fixture("clusterpolicy-minimal.yaml")?;
+    for (k, v) in [
+        ("driver", json!({"enabled": false})),
+        ("dcgmExporter", json!({"enabled": false})),
+        ("dcgm", json!({"enabled": false})),
+        ("gfd", json!({"enabled": false})),
+        ("migManager", json!({"enabled": false})),
+        ("nodeStatusExporter", json!({"enabled": false})),
+    ] {
+        policy["spec"][k] = v;
+    }
+    env.create_policy(policy).await?;
+    // Settled: every node labelled and the operator idle for a while.
+    eventually("200 GPU nodes labelled", 300, || {
+        let m = first.metrics.clone();
+        async move {
+            m.render()
+                .contains("gpu_operator_gpu_nodes_total 200")
+                .then_some(())
+        }
+    })
+    .await?;
+    let mut last = first.api_writes();
+    let mut quiet = 0;
+    while quiet < 8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = first.api_writes();
+        quiet = if now == last { quiet + 1 } else { 0 };
+        last = now;
+    }
+    assert!(last >= 200, "labelling 200 nodes took {last} writes");
+    first.stop().await;
+
+    let second = env.operator()?;
+    eventually("two reconciles", 120, || {
+        let m = second.metrics.clone();
+        async move { (m.reconciles() >= 2).then_some(()) }
+    })
+    .await?;
+    assert_eq!(
+        second.api_writes(),
+        0,
+        "a resync wrote: {:?}",
+        second.written.lock().map(|l| l.clone()).unwrap_or_default()
+    );
+    assert_eq!(second.metrics.writes(), 0);
+    second.stop().await;
+    Ok(())
+}

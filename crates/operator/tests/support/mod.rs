@@ -1,0 +1,225 @@
+//! Test harness: an in-process control plane with the CRDs, simulated nodes with the sim's
+//! DaemonSet/Job controllers and agent runners, and the operator running in-process.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use gantry_operator::metrics::Metrics;
+use gantry_operator::run::{RunOptions, run};
+use gantry_sim::cluster::{self, SimCluster};
+use gantry_sim::kubelet::runners::default_registry;
+use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, PostParams};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub type Res<T = ()> = anyhow::Result<T>;
+
+pub const NS: &str = "gpu-operator";
+pub const IMAGE: &str = "ghcr.io/gantry/gantry:test";
+
+pub struct Env {
+    pub cp: ControlPlane,
+    pub client: kube::Client,
+    pub sim: SimCluster,
+    _controllers: controllers::Controllers,
+    pub tmp: tempfile::TempDir,
+}
+
+/// A running operator; stops when dropped or on [`Operator::stop`].
+pub struct Operator {
+    pub metrics: Metrics,
+    /// Non-GET requests its client sent (lease excluded: leader election is off).
+    pub writes: Arc<AtomicU64>,
+    /// `METHOD path` of each write.
+    pub written: Arc<std::sync::Mutex<Vec<String>>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Operator {
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+
+    pub fn api_writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+impl Env {
+    pub async fn start(spec: &str) -> Res<Env> {
+        let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+        let client = cp.client()?;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in gantry_api::crds::all_crds()? {
+            crds.create(&PostParams::default(), &crd).await?;
+        }
+        let tmp = tempfile::Builder::new().prefix("gop").tempdir_in("/tmp")?;
+        let sim = cluster::start(
+            client.clone(),
+            tmp.path(),
+            nodes::plan(spec)?,
+            default_registry(),
+        )
+        .await?;
+        let ctl = controllers::start(client.clone());
+        Ok(Env {
+            cp,
+            client,
+            sim,
+            _controllers: ctl,
+            tmp,
+        })
+    }
+
+    /// Start the operator with a client that counts the writes it sends.
+    pub fn operator(&self) -> Res<Operator> {
+        let writes = Arc::new(AtomicU64::new(0));
+        let w = writes.clone();
+        let written = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = written.clone();
+        let layer =
+            tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+                let m = req.method();
+                if m != http::Method::GET && m != http::Method::HEAD {
+                    w.fetch_add(1, Ordering::SeqCst);
+                    if let Ok(mut l) = log.lock() {
+                        l.push(format!("{m} {}", req.uri()));
+                    }
+                }
+                req
+            });
+        let client = kube::client::ClientBuilder::try_from(self.cp.kube_config()?)?
+            .with_layer(&layer)
+            .build();
+        let mut opts = RunOptions::new(NS, IMAGE);
+        opts.leader_elect = false;
+        let metrics = opts.metrics.clone();
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            if let Err(e) = run(client, opts, async move {
+                let _ = rx.await;
+            })
+            .await
+            {
+                eprintln!("operator: {e}");
+            }
+        });
+        Ok(Operator {
+            metrics,
+            writes,
+            written,
+            stop: Some(tx),
+            task: Some(task),
+        })
+    }
+
+    pub fn host_root(&self, node: &str) -> PathBuf {
+        self.sim.root().join(node)
+    }
+
+    /// Apply a ClusterPolicy (or any object) given as JSON, creating it.
+    pub async fn create_policy(&self, v: serde_json::Value) -> Res<DynamicObject> {
+        let api = policies(&self.client);
+        let obj: DynamicObject = serde_json::from_value(v)?;
+        Ok(api.create(&PostParams::default(), &obj).await?)
+    }
+}
+
+pub fn policies(client: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &gantry_operator::reconcile::cluster_policy_resource(),
+    )
+}
+
+/// A fixture from crates/api/tests/fixtures as JSON.
+pub fn fixture(name: &str) -> Res<serde_json::Value> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../api/tests/fixtures")
+        .join(name);
+    Ok(serde_yaml::from_str(&std::fs::read_to_string(p)?)?)
+}
+
+/// Poll `f` every 200 ms until it returns Some, for at most `secs`.
+pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> Res<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("timed out after {secs} s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `status.allocatable["nvidia.com/gpu"]` of every node that has one, in node-name order (what
+/// `kubectl get nodes -o jsonpath='{.items[*].status.allocatable.nvidia\.com/gpu}'` prints).
+pub async fn allocatable(client: &kube::Client) -> Res<String> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&Default::default())
+        .await?;
+    let mut items: Vec<&Node> = nodes.items.iter().collect();
+    items.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(items
+        .iter()
+        .filter_map(|n| {
+            n.status
+                .as_ref()?
+                .allocatable
+                .as_ref()?
+                .get(gantry_api::names::RESOURCE_GPU)
+                .map(|q| q.0.clone())
+        })
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
+/// The policy's `status.state`.
+pub async fn policy_state(client: &kube::Client, name: &str) -> Option<String> {
+    let p = policies(client).get(name).await.ok()?;
+    p.data
+        .pointer("/status/state")
+        .and_then(|s| s.as_str())
+        .map(str::to_string)
+}
+
+/// The policy's condition of `type_`, as (status, reason, message).
+pub async fn condition(
+    client: &kube::Client,
+    name: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let p = policies(client).get(name).await.ok()?;
+    let conds = p.data.pointer("/status/conditions")?.as_array()?.clone();
+    conds.iter().find(|c| c["type"] == type_).map(|c| {
+        let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+        (s("status"), s("reason"), s("message"))
+    })
+}

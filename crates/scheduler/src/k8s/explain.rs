@@ -1,0 +1,236 @@
+//! `gantry explain pod NS/NAME`: why a pod is where it is — its queue with fair share and
+//! usage, the reason the last cycle gives, and why each node was rejected. Reads the cluster
+//! once, fills a cache the way the scheduler does and asks the pure core.
+
+use super::cache::Cache;
+use crate::decisions::NodeReason;
+use crate::predicates::static_check;
+use crate::sharing::can_fit_gpu;
+use crate::snapshot::{CPU, MEM, PodId, Snapshot};
+use crate::state::State;
+use gantry_api::kai::{PodGroup, Queue};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, ListParams};
+use std::fmt::Write;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("reading {what}: {source}")]
+    Api { what: String, source: kube::Error },
+    #[error("pod {0} not found")]
+    NotFound(String),
+}
+
+/// Why `pod` cannot go to each node right now (`Ok` = it fits).
+pub fn node_verdicts(
+    s: &Snapshot,
+    st: &State,
+    pod: PodId,
+) -> Vec<(String, Result<(), NodeReason>)> {
+    let p = &s.pods[pod as usize];
+    let class = &s.classes[p.class as usize];
+    s.nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let v = static_check(n, class).and_then(|_| {
+                if st.free_cpu[i] < p.res.0[CPU] {
+                    Err(NodeReason::InsufficientCpu)
+                } else if st.free_mem[i] < p.res.0[MEM] {
+                    Err(NodeReason::InsufficientMemory)
+                } else if st.free_pods[i] < 1 {
+                    Err(NodeReason::TooManyPods)
+                } else {
+                    can_fit_gpu(s, st, i as u32, &p.gpu)
+                }
+            });
+            (n.name.clone(), v)
+        })
+        .collect()
+}
+
+fn fmt3(v: [f64; 3]) -> String {
+    format!(
+        "gpu {:.2}, cpu {:.0}m, memory {:.2} GiB",
+        v[0],
+        v[1],
+        v[2] / (1u64 << 30) as f64
+    )
+}
+
+/// The report for one pod, as text.
+pub async fn explain_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    scheduler_name: &str,
+    reservation_ns: &str,
+) -> Result<String, ExplainError> {
+    let err = |what: &str| {
+        let what = what.to_string();
+        move |source| ExplainError::Api { what, source }
+    };
+    let lp = ListParams::default();
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(err("the pod"))?
+        .ok_or_else(|| ExplainError::NotFound(format!("{namespace}/{name}")))?;
+    let mut cache = Cache::new(scheduler_name, reservation_ns);
+    for pc in Api::<PriorityClass>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(err("priority classes"))?
+    {
+        if let Some(n) = &pc.metadata.name {
+            cache.apply_priority_class(n, pc.value);
+        }
+    }
+    for n in Api::<Node>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(err("nodes"))?
+    {
+        cache.apply_node(&n);
+    }
+    // Missing CRDs simply mean no queues / groups.
+    if let Ok(qs) = Api::<Queue>::all(client.clone()).list(&lp).await {
+        for q in qs {
+            cache.apply_queue(&q);
+        }
+    }
+    if let Ok(gs) = Api::<PodGroup>::all(client.clone()).list(&lp).await {
+        for g in gs {
+            cache.apply_pod_group(&g);
+        }
+    }
+    for p in Api::<Pod>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(err("pods"))?
+    {
+        cache.apply_pod(&p);
+    }
+    cache.settle_order();
+    cache.input.now = chrono::Utc::now().timestamp();
+    let k = super::cache::key(namespace, name);
+    let mut out = String::new();
+    let _ = writeln!(out, "Pod:        {namespace}/{name}");
+    let meta = cache.meta.get(&k);
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let sched = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_default();
+    if sched != scheduler_name {
+        let _ = writeln!(
+            out,
+            "Scheduler:  {sched} (not {scheduler_name}: this scheduler ignores the pod)"
+        );
+    }
+    if let Some(n) = &bound {
+        let _ = writeln!(out, "Node:       {n} (bound)");
+    }
+    let group = meta.and_then(|m| cache.pod_group(namespace, &m.input.pod_group));
+    match (meta, group) {
+        (Some(m), None) if m.input.pod_group.is_empty() => {
+            let _ = writeln!(out, "PodGroup:   none yet (the pod grouper creates one)");
+        }
+        (Some(m), None) => {
+            let _ = writeln!(out, "PodGroup:   {} (does not exist)", m.input.pod_group);
+        }
+        (_, Some(g)) => {
+            let _ = writeln!(
+                out,
+                "PodGroup:   {} (minMember {}, priority {}, {})",
+                g.name,
+                g.min_member.unwrap_or(1),
+                g.priority.unwrap_or(50),
+                if g.preemptible == Some(false) {
+                    "non-preemptible"
+                } else {
+                    "preemptible"
+                }
+            );
+        }
+        _ => {}
+    }
+    if let Some(p) = meta.and_then(|m| m.problem.as_deref()) {
+        let _ = writeln!(out, "Problem:    {p}");
+    }
+    let snap = Snapshot::build(&cache.input);
+    let decisions = crate::schedule(&snap, &crate::Config::default());
+    if let Some(g) = group {
+        match decisions.queues.iter().find(|q| q.name == g.queue) {
+            Some(q) => {
+                let _ = writeln!(out, "Queue:      {}", q.name);
+                let _ = writeln!(out, "  deserved:   {}", fmt3(q.deserved));
+                let _ = writeln!(out, "  fair share: {}", fmt3(q.fair_share));
+                let _ = writeln!(out, "  allocated:  {}", fmt3(q.allocated));
+                let _ = writeln!(out, "  requested:  {}", fmt3(q.requested));
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "Queue:      {} (does not exist or is not a leaf queue)",
+                    g.queue
+                );
+            }
+        }
+    }
+    if let Some(u) = decisions
+        .unschedulable
+        .iter()
+        .find(|u| u.namespace == namespace && u.name == name)
+    {
+        let _ = writeln!(out, "Pending:    {}", u.message);
+    } else if decisions
+        .binds
+        .iter()
+        .any(|b| b.namespace == namespace && b.name == name)
+    {
+        let _ = writeln!(out, "Pending:    no: the next cycle binds it");
+    }
+    if bound.is_none()
+        && let Some(id) = snap.pod_by_name(namespace, name)
+    {
+        let mut issues = Vec::new();
+        let st = State::new(&snap, &mut issues);
+        let _ = writeln!(out, "Nodes:");
+        for (n, v) in node_verdicts(&snap, &st, id) {
+            match v {
+                Ok(()) => {
+                    let _ = writeln!(out, "  {n}: fits");
+                }
+                Err(r) => {
+                    let _ = writeln!(out, "  {n}: {r}");
+                }
+            }
+        }
+    }
+    let evs = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut evs: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .collect();
+    evs.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
+    if !evs.is_empty() {
+        let _ = writeln!(out, "Events:");
+        for e in evs.iter().rev().take(5).rev() {
+            let _ = writeln!(
+                out,
+                "  {} {}: {}",
+                e.type_.as_deref().unwrap_or(""),
+                e.reason.as_deref().unwrap_or(""),
+                e.message.as_deref().unwrap_or("")
+            );
+        }
+    }
+    Ok(out)
+}

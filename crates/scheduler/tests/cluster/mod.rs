@@ -1,0 +1,258 @@
+//! Shared harness: the embedded control plane, simulated GPU nodes running the real device
+//! plugin and GPU feature discovery (as DaemonSets), the Job controller, the real kubectl,
+//! and a scheduler started in-process.
+
+#![allow(dead_code)]
+
+use gantry_scheduler::k8s::Options;
+use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+use tokio::process::Command;
+
+pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+pub struct Cluster {
+    pub client: kube::Client,
+    pub dir: tempfile::TempDir,
+    // Dropped last-to-first: nodes, controllers, control plane.
+    pub sim: gantry_sim::cluster::SimCluster,
+    _controllers: gantry_sim::controllers::Controllers,
+    pub cp: ControlPlane,
+}
+
+fn daemonset(name: &str, command: &[&str]) -> DaemonSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": {gantry_api::names::NFD_GPU_LABELS[0]: "true"},
+                    "containers": [{"name": name, "image": "gantry", "command": command}]
+                }
+            }
+        }
+    }))
+    .expect("static daemonset")
+}
+
+impl Cluster {
+    /// Nodes per `spec` (e.g. `2xH100-80GB:2`), with the device plugin and GFD running, and
+    /// every GPU allocatable.
+    pub async fn start(spec: &str) -> Result<Cluster> {
+        let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+        let client = cp.client()?;
+        let dir = tempfile::Builder::new().prefix("gs").tempdir_in("/tmp")?;
+        let controllers = gantry_sim::controllers::start(client.clone());
+        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        for n in ["kube-system", "default"] {
+            let o = serde_json::from_value(json!({"metadata": {"name": n}}))?;
+            let _ = ns.create(&PostParams::default(), &o).await;
+        }
+        let plan = gantry_sim::nodes::plan(spec)?;
+        let want: u64 = plan.iter().map(|p| u64::from(p.gpus)).sum();
+        let sim = gantry_sim::cluster::start(
+            client.clone(),
+            dir.path(),
+            plan,
+            gantry_sim::kubelet::runners::default_registry(),
+        )
+        .await?;
+        let ds: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
+        ds.create(
+            &PostParams::default(),
+            &daemonset("device-plugin", &["gantry", "node", "device-plugin"]),
+        )
+        .await?;
+        ds.create(
+            &PostParams::default(),
+            &daemonset("gfd", &["gantry", "node", "discovery"]),
+        )
+        .await?;
+        let c = Cluster {
+            client,
+            dir,
+            sim,
+            _controllers: controllers,
+            cp,
+        };
+        c.wait(
+            "GPUs allocatable and GFD labels",
+            Duration::from_secs(60),
+            || async {
+                let nodes = Api::<Node>::all(c.client.clone())
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?;
+                let gpus: u64 = nodes
+                    .items
+                    .iter()
+                    .filter_map(|n| {
+                        n.status
+                            .as_ref()?
+                            .allocatable
+                            .as_ref()?
+                            .get("nvidia.com/gpu")?
+                            .0
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    .sum();
+                let labelled = nodes.items.iter().all(|n| {
+                    n.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(gantry_api::names::LABEL_GPU_MEMORY))
+                });
+                (gpus >= want && labelled).then_some(())
+            },
+        )
+        .await?;
+        Ok(c)
+    }
+
+    pub fn options(&self) -> Options {
+        Options {
+            leader_elect: false,
+            reservation_timeout: Duration::from_secs(20),
+            ..Default::default()
+        }
+    }
+
+    /// Start a scheduler in this runtime; flip the sender to stop it.
+    pub fn scheduler(
+        &self,
+        opts: Options,
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let client = self.client.clone();
+        let h = tokio::spawn(async move {
+            if let Err(e) = gantry_scheduler::k8s::run(client, opts, rx).await {
+                eprintln!("scheduler stopped: {e}");
+            }
+        });
+        (tx, h)
+    }
+
+    pub async fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            Command::new("/usr/bin/kubectl")
+                .arg("--kubeconfig")
+                .arg(self.cp.kubeconfig_path())
+                .args(args)
+                .env("HOME", self.dir.path())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await??;
+        if !out.status.success() {
+            return Err(
+                format!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr)).into(),
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `kubectl apply -f` of a manifest string.
+    pub async fn apply(&self, name: &str, yaml: &str) -> Result<String> {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, yaml)?;
+        self.kubectl(&["apply", "-f", &p.display().to_string()])
+            .await
+    }
+
+    pub async fn wait<T, F, Fut>(&self, what: &str, limit: Duration, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let t0 = tokio::time::Instant::now();
+        loop {
+            if let Some(v) = f().await {
+                return Ok(v);
+            }
+            if t0.elapsed() > limit {
+                return Err(format!("timed out waiting for {what}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    pub async fn pods(&self, ns: &str, selector: &str) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    }
+
+    pub async fn wait_running(&self, ns: &str, name: &str) -> Result<Pod> {
+        self.wait(
+            &format!("pod {ns}/{name} Running"),
+            Duration::from_secs(60),
+            || async {
+                let p = self.pod(ns, name).await?;
+                (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+            },
+        )
+        .await
+    }
+
+    pub async fn events(&self, ns: &str, name: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .collect()
+    }
+
+    /// The first Event on the pod with `reason`, waiting for it.
+    pub async fn wait_event(&self, ns: &str, name: &str, reason: &str) -> Result<String> {
+        self.wait(
+            &format!("event {reason} on {ns}/{name}"),
+            Duration::from_secs(30),
+            || async {
+                self.events(ns, name)
+                    .await
+                    .into_iter()
+                    .find(|e| e.reason.as_deref() == Some(reason))
+                    .and_then(|e| e.message)
+            },
+        )
+        .await
+    }
+}
+
+pub fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref()?.node_name.clone()
+}
+
+pub fn annotation(p: &Pod, k: &str) -> Option<String> {
+    p.metadata.annotations.as_ref()?.get(k).cloned()
+}
+
+pub fn kubeconfig(c: &Cluster) -> &Path {
+    c.cp.kubeconfig_path()
+}

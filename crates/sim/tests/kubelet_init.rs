@@ -1,0 +1,200 @@
+//! Init containers in the sim kubelet: they run in order before the main containers, a
+//! `gantry node <agent>` init container runs its runner in-process, a failing one restarts
+//! with back-off (the pod stays Pending) or fails the pod under `restartPolicy: Never`.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gantry_sim::cluster;
+use gantry_sim::kubelet::AgentRegistry;
+use gantry_sim::kubelet::agents::{AgentContext, AgentFuture};
+use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+async fn eventually<F, Fut>(what: &str, mut f: F) -> Res<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..300 {
+        if f().await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("timed out waiting for {what}").into())
+}
+
+/// Records which runner ran when; `validator` fails until it has been called `fail_first`
+/// times, `exporter` (the main container) runs until stopped.
+fn registry(log: Arc<Mutex<Vec<String>>>, calls: Arc<AtomicU32>, fail_first: u32) -> AgentRegistry {
+    let mut r = AgentRegistry::new();
+    let l = log.clone();
+    r.register(
+        "validator",
+        Arc::new(move |ctx: AgentContext| -> AgentFuture {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            let l = l.clone();
+            Box::pin(async move {
+                l.lock()
+                    .map_err(|e| e.to_string())?
+                    .push(format!("validator {}", ctx.args.join(" ")));
+                if n < fail_first {
+                    Err(format!("attempt {n} fails"))
+                } else {
+                    Ok(())
+                }
+            })
+        }),
+    );
+    r.register(
+        "exporter",
+        Arc::new(move |mut ctx: AgentContext| -> AgentFuture {
+            let l = log.clone();
+            Box::pin(async move {
+                l.lock().map_err(|e| e.to_string())?.push("exporter".into());
+                while !*ctx.shutdown.borrow_and_update() {
+                    if ctx.shutdown.changed().await.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            })
+        }),
+    );
+    r
+}
+
+fn pod(name: &str, policy: &str) -> Res<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": "h100-80gb-0", "restartPolicy": policy,
+                 "initContainers": [
+                     {"name": "plain", "image": "busybox", "command": ["sh", "-c", "true"]},
+                     {"name": "driver-validation", "image": "gantry", "command": ["gantry"],
+                      "args": ["node", "validator", "--component", "driver"]}],
+                 "containers": [{"name": "main", "image": "gantry", "command": ["gantry"],
+                                 "args": ["node", "exporter"]}]}
+    }))?)
+}
+
+fn status(p: &Pod) -> Value {
+    serde_json::to_value(p.status.clone()).unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_run_in_order_and_restart_with_backoff() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("gi").tempdir_in("/tmp")?;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let calls = Arc::new(AtomicU32::new(0));
+    let _sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("1xH100-80GB:8")?,
+        registry(log.clone(), calls.clone(), 2),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("op", "Always")?)
+        .await?;
+
+    // The failing init container crash-loops while the pod stays Pending and uninitialized.
+    eventually("init container in back-off", || async {
+        let Ok(p) = pods.get("op").await else {
+            return false;
+        };
+        let s = status(&p);
+        let i = &s["initContainerStatuses"];
+        if i[1]["state"]["waiting"]["reason"] != "CrashLoopBackOff" {
+            return false;
+        }
+        assert_eq!(s["phase"], "Pending");
+        assert_eq!(i[0]["state"]["terminated"]["reason"], "Completed");
+        assert_eq!(i[1]["lastState"]["terminated"]["exitCode"], 1);
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "PodInitializing"
+        );
+        true
+    })
+    .await?;
+
+    eventually("pod running after its init containers", || async {
+        pods.get("op").await.is_ok_and(|p| {
+            let s = status(&p);
+            s["phase"] == "Running" && s["containerStatuses"][0]["state"]["running"].is_object()
+        })
+    })
+    .await?;
+    let s = status(&pods.get("op").await?);
+    let inits = s["initContainerStatuses"]
+        .as_array()
+        .ok_or("no init statuses")?;
+    assert_eq!(inits.len(), 2);
+    for i in inits {
+        assert_eq!(i["state"]["terminated"]["reason"], "Completed", "{i}");
+    }
+    assert_eq!(inits[1]["restartCount"], 2);
+    assert_eq!(inits[0]["restartCount"], 0);
+    let initialized = s["conditions"]
+        .as_array()
+        .ok_or("no conditions")?
+        .iter()
+        .any(|c| c["type"] == "Initialized" && c["status"] == "True");
+    assert!(initialized, "{s}");
+    let log = log.lock().map_err(|e| e.to_string())?.clone();
+    assert_eq!(
+        log,
+        [
+            "validator --component driver",
+            "validator --component driver",
+            "validator --component driver",
+            "exporter"
+        ]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_init_container_fails_a_never_restart_pod() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("gj").tempdir_in("/tmp")?;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let _sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("1xH100-80GB:8")?,
+        registry(log.clone(), Arc::new(AtomicU32::new(0)), u32::MAX),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("once", "Never")?)
+        .await?;
+    eventually("pod failed", || async {
+        pods.get("once")
+            .await
+            .is_ok_and(|p| status(&p)["phase"] == "Failed")
+    })
+    .await?;
+    let s = status(&pods.get("once").await?);
+    assert_eq!(
+        s["initContainerStatuses"][1]["state"]["terminated"]["exitCode"],
+        1
+    );
+    assert_eq!(
+        s["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "PodInitializing"
+    );
+    let log = log.lock().map_err(|e| e.to_string())?.clone();
+    assert_eq!(log, ["validator --component driver"]);
+    Ok(())
+}
