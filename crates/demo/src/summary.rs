@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use gantry_api::names;
 use gantry_sim::ui::Snapshot;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use serde::Serialize;
@@ -112,7 +113,12 @@ pub fn waited_and_evicted(
         }
     }
     let mut waited = Vec::new();
-    for p in pods {
+    // Only what the batch scheduler placed: DaemonSet pods are bound by their controller.
+    let scheduled_by_us = |p: &Pod| {
+        p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref())
+            == Some(names::DEFAULT_SCHEDULER_NAME)
+    };
+    for p in pods.iter().filter(|p| scheduled_by_us(p)) {
         let Some(created) = p.metadata.creation_timestamp.as_ref() else {
             continue;
         };
@@ -213,11 +219,13 @@ mod tests {
     #[test]
     fn waits_come_from_conditions_and_reasons_from_events() {
         let pods: Vec<Pod> = serde_json::from_value(json!([
-            {"metadata": {"name": "fast", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            {"metadata": {"name": "fast", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"schedulerName": "kai-scheduler", "containers": []},
              "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
-            {"metadata": {"name": "slow", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            {"metadata": {"name": "slow", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"schedulerName": "kai-scheduler", "containers": []},
              "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:09Z"}]}},
-            {"metadata": {"name": "stuck", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {}}
+            {"metadata": {"name": "stuck", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"schedulerName": "kai-scheduler", "containers": []}, "status": {}},
+            {"metadata": {"name": "daemon", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"containers": []},
+             "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:09Z"}]}}
         ])).unwrap();
         let events: Vec<Event> = serde_json::from_value(json!([
             {"metadata": {"name": "e1", "namespace": "a"}, "involvedObject": {"kind": "Pod", "namespace": "a", "name": "slow"},
