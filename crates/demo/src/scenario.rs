@@ -183,6 +183,24 @@ impl Run<'_> {
         .await
     }
 
+    /// Wait until `node` advertises exactly `want` `nvidia.com/gpu`.
+    async fn wait_gpus(&self, node: &str, want: i64, note: &str) -> Result<(), DemoError> {
+        let what = format!("{node} to advertise {want} GPUs{note}");
+        until(&what, self.timeout, || async {
+            let n = self.nodes().await?;
+            let have = n
+                .get(node)
+                .map(|n| alloc(n, names::RESOURCE_GPU))
+                .unwrap_or(0);
+            Ok(if have == want {
+                Progress::Done(())
+            } else {
+                Progress::NotYet(format!("{have}"))
+            })
+        })
+        .await
+    }
+
     fn dynamic(&self, group: &str, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
         let ar =
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
@@ -632,46 +650,13 @@ async fn story(run: &mut Run<'_>, up: &Up) -> Result<Duration, DemoError> {
             .await
             .map_err(|e| DemoError::Start(format!("injecting the fault: {e}")))?;
         run.step(format!("{} GPU 0: XID 79 (fallen off the bus)", p.name));
-        let want = full - 1;
-        until(
-            &format!("{} to advertise {want} GPUs", p.name),
-            run.timeout,
-            || async {
-                let n = run.nodes().await?;
-                let have = n
-                    .get(&p.name)
-                    .map(|n| alloc(n, names::RESOURCE_GPU))
-                    .unwrap_or(0);
-                Ok(if have == want {
-                    Progress::Done(())
-                } else {
-                    Progress::NotYet(format!("{have}"))
-                })
-            },
-        )
-        .await?;
+        run.wait_gpus(&p.name, full - 1, "").await?;
         up.cluster
             .fault(&p.name, &Fault::Clear { gpu: 0 })
             .await
             .map_err(|e| DemoError::Start(format!("resetting the GPU: {e}")))?;
         run.step(format!("{} GPU 0 reset", p.name));
-        until(
-            &format!("{} to advertise {full} GPUs again", p.name),
-            run.timeout,
-            || async {
-                let n = run.nodes().await?;
-                let have = n
-                    .get(&p.name)
-                    .map(|n| alloc(n, names::RESOURCE_GPU))
-                    .unwrap_or(0);
-                Ok(if have == full {
-                    Progress::Done(())
-                } else {
-                    Progress::NotYet(format!("{have}"))
-                })
-            },
-        )
-        .await?;
+        run.wait_gpus(&p.name, full, " again").await?;
     }
     run.end("GPU fault");
     Ok(gpu_ready)
