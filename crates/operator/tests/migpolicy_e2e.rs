@@ -122,6 +122,14 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     .await?;
     let _ctl = controllers::start(client.clone());
     let nodes_api: Api<Node> = Api::all(client.clone());
+    // The kubelets register their Nodes asynchronously: label them only once all exist.
+    eventually("every simulated node to register", || async {
+        nodes_api
+            .list(&Default::default())
+            .await
+            .is_ok_and(|l| l.items.len() == 5)
+    })
+    .await?;
     // What GFD would label (it is not part of this test).
     for (node, product) in A100_NODES
         .iter()
