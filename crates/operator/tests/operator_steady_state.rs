@@ -5,6 +5,7 @@ mod support;
 
 use std::time::Duration;
 
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::*;
 
@@ -35,6 +36,13 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
         }
     })
     .await?;
+    // The operands' pods come up after the labels; a status that still says notReady would
+    // rightly be rewritten by the next operator, so settle on ready first.
+    eventually("policy ready", 300, || {
+        let c = env.client.clone();
+        async move { (policy_state(&c, "minimal").await.as_deref() == Some("ready")).then_some(()) }
+    })
+    .await?;
     let mut last = first.api_writes();
     let mut quiet = 0;
     while quiet < 8 {
@@ -47,7 +55,17 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     first.stop().await;
 
     let second = env.operator()?;
-    eventually("two reconciles", 120, || {
+    eventually("the start-up resync", 120, || {
+        let m = second.metrics.clone();
+        async move { (m.reconciles() >= 1).then_some(()) }
+    })
+    .await?;
+    // A ready policy only resyncs every few minutes; a user's annotation edit forces the second.
+    let patch = json!({"metadata": {"annotations": {"example.com/touched": "yes"}}});
+    policies(&env.client)
+        .patch("minimal", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    eventually("a second reconcile", 120, || {
         let m = second.metrics.clone();
         async move { (m.reconciles() >= 2).then_some(()) }
     })
