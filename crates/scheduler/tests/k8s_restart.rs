@@ -47,6 +47,48 @@ spec:
     s
 }
 
+/// A client for `kubeconfig` whose every POST (binds, reservation pods) goes out 150 ms late.
+async fn slow_writes_client(kubeconfig: &std::path::Path) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(kube::client::ClientBuilder::try_from(cfg)?
+        .with_layer(&tower::layer::layer_fn(SlowPosts))
+        .build())
+}
+
+#[derive(Clone)]
+struct SlowPosts<S>(S);
+
+impl<S, B> tower::Service<http::Request<B>> for SlowPosts<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::result::Result<S::Response, S::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::result::Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let post = req.method() == http::Method::POST;
+        let answer = self.0.call(req);
+        Box::pin(async move {
+            if post {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            answer.await
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_leader_leaves_no_double_binds_and_no_leaked_reservations() -> Result {
     let c = Cluster::start("2xH100-80GB:4").await?;
@@ -57,6 +99,8 @@ async fn killed_leader_leaves_no_double_binds_and_no_leaked_reservations() -> Re
     o1.leader_elect = true;
     o1.lease_duration = lease;
     o1.identity = "first".into();
+    // One bind at a time, each write slowed: the kill below lands mid-run on any machine.
+    o1.bind_concurrency = 1;
     let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
     let first = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -65,7 +109,7 @@ async fn killed_leader_leaves_no_double_binds_and_no_leaked_reservations() -> Re
             .build()
             .ok()?;
         rt.block_on(async move {
-            let client = gantry_scheduler::k8s::client(Some(&kc)).await.ok()?;
+            let client = slow_writes_client(&kc).await.ok()?;
             let (_tx, rx) = tokio::sync::watch::channel(false);
             tokio::select! {
                 _ = gantry_scheduler::k8s::run(client, o1, rx) => {}
