@@ -27,7 +27,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    // One reconcile at a time and a few watch streams: two workers are plenty, and a worker
+    // per core on a big node only adds allocator arenas (resident memory) and idle threads.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     rt.block_on(async {
         let client = run::client(args.kubeconfig.as_deref()).await?;
         let mut opts = RunOptions::new(&args.namespace, &args.image);

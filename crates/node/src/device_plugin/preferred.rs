@@ -3,7 +3,7 @@
 //! greedy by load of the physical GPU, spreading (`distributed`) or filling the fewest
 //! GPUs (`packed`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use gantry_gpu::TopologyLevel;
 
@@ -59,13 +59,21 @@ pub fn preferred(
     policy: AllocationPolicy,
     topology: &Topology,
 ) -> Result<Vec<String>, RequestError> {
-    for id in available.iter().chain(must_include) {
-        if set.device(id).is_none() {
-            return Err(RequestError::UnknownDevice {
-                resource: set.name.clone(),
-                id: id.clone(),
-            });
-        }
+    let unknown = |id: &String| RequestError::UnknownDevice {
+        resource: set.name.clone(),
+        id: id.clone(),
+    };
+    // Each offered ID is looked up once: its physical GPU.
+    let gpus = available
+        .iter()
+        .map(|id| {
+            set.device(id)
+                .map(|d| d.physical.gpu())
+                .ok_or_else(|| unknown(id))
+        })
+        .collect::<Result<Vec<u32>, _>>()?;
+    if let Some(id) = must_include.iter().find(|id| set.device(id).is_none()) {
+        return Err(unknown(id));
     }
     let mut chosen: Vec<String> = Vec::with_capacity(size);
     for id in must_include {
@@ -74,10 +82,11 @@ pub fn preferred(
         }
     }
     let taken: HashSet<&str> = chosen.iter().map(String::as_str).collect();
-    let candidates: Vec<&String> = available
+    let (candidates, cand_gpus): (Vec<&String>, Vec<u32>) = available
         .iter()
-        .filter(|id| !taken.contains(id.as_str()))
-        .collect();
+        .zip(&gpus)
+        .filter(|(id, _)| !taken.contains(id.as_str()))
+        .unzip();
     if chosen.len() >= size {
         chosen.truncate(size.max(must_include.len()));
         return Ok(chosen);
@@ -97,7 +106,12 @@ pub fn preferred(
     if whole_gpus {
         chosen.extend(closest_gpus(set, &chosen, &candidates, need, topology));
     } else {
-        chosen.extend(by_load(set, available, &chosen, &candidates, need, policy));
+        let load = Offer {
+            gpus: &gpus,
+            candidates: &candidates,
+            cand_gpus: &cand_gpus,
+        };
+        chosen.extend(by_load(set, &load, &chosen, need, policy));
     }
     Ok(chosen)
 }
@@ -204,52 +218,62 @@ fn greedy(fixed: &[u32], cands: &[u32], need: usize, topo: &Topology) -> Vec<usi
     pick
 }
 
+/// The offered IDs' GPUs, and the candidates (offered, not yet chosen) with theirs.
+struct Offer<'a> {
+    gpus: &'a [u32],
+    candidates: &'a [&'a String],
+    cand_gpus: &'a [u32],
+}
+
 /// Replicas / MIG devices: greedy by how loaded each physical GPU already is.
+/// Each ID is looked up once; the picks then walk per-GPU queues, not every candidate
+/// (a time-sliced node offers hundreds of replica IDs per call).
 fn by_load(
     set: &ResourceSet,
-    available: &[String],
+    offer: &Offer<'_>,
     fixed: &[String],
-    candidates: &[&String],
     need: usize,
     policy: AllocationPolicy,
 ) -> Vec<String> {
     // Allocated elsewhere = devices of the GPU in the resource minus those still available.
-    let mut allocated: HashMap<u32, i64> = HashMap::new();
+    let mut allocated: BTreeMap<u32, i64> = BTreeMap::new();
     for d in &set.devices {
         *allocated.entry(d.physical.gpu()).or_default() += 1;
     }
-    for id in available {
-        *allocated.entry(gpu_of(set, id)).or_default() -= 1;
+    for &g in offer.gpus {
+        *allocated.entry(g).or_default() -= 1;
     }
-    let mut round: HashMap<u32, i64> = HashMap::new();
+    let mut round: BTreeMap<u32, i64> = BTreeMap::new();
     for id in fixed {
         *round.entry(gpu_of(set, id)).or_default() += 1;
     }
-    let mut used = vec![false; candidates.len()];
+    // Candidates per GPU, in offer order: a GPU's next pick is the front of its queue.
+    let mut queues: BTreeMap<u32, VecDeque<usize>> = BTreeMap::new();
+    for (i, &g) in offer.cand_gpus.iter().enumerate() {
+        queues.entry(g).or_default().push_back(i);
+    }
     let mut out = Vec::with_capacity(need);
     for _ in 0..need {
-        let mut best: Option<(usize, (i64, i64))> = None;
-        for (i, id) in candidates.iter().enumerate() {
-            if used[i] {
-                continue;
-            }
-            let gpu = gpu_of(set, id);
-            let (a, r) = (
-                allocated.get(&gpu).copied().unwrap_or(0),
-                round.get(&gpu).copied().unwrap_or(0),
-            );
-            let key = match policy {
-                AllocationPolicy::Distributed => (a + r, r),
-                AllocationPolicy::Packed => (-r, -a),
-            };
-            if best.as_ref().is_none_or(|(_, k)| key < *k) {
-                best = Some((i, key));
-            }
+        // The least key wins; on a tie the candidate offered first (as a scan would pick).
+        let best = queues
+            .iter()
+            .filter_map(|(gpu, q)| {
+                let first = *q.front()?;
+                let a = allocated.get(gpu).copied().unwrap_or(0);
+                let r = round.get(gpu).copied().unwrap_or(0);
+                let key = match policy {
+                    AllocationPolicy::Distributed => (a + r, r),
+                    AllocationPolicy::Packed => (-r, -a),
+                };
+                Some((key, first, *gpu))
+            })
+            .min();
+        let Some((_, i, gpu)) = best else { break };
+        if let Some(q) = queues.get_mut(&gpu) {
+            q.pop_front();
         }
-        let Some((i, _)) = best else { break };
-        used[i] = true;
-        *round.entry(gpu_of(set, candidates[i])).or_default() += 1;
-        out.push(candidates[i].clone());
+        *round.entry(gpu).or_default() += 1;
+        out.push(offer.candidates[i].clone());
     }
     out
 }
@@ -358,5 +382,82 @@ mod tests {
             got,
             ["GPU-00000000::1", "GPU-00000000::2", "GPU-00000000::3"]
         );
+    }
+
+    /// The plain definition: each step scans every unused candidate, least key first,
+    /// ties to the one offered first.
+    fn scan(
+        set: &ResourceSet,
+        avail: &[String],
+        fixed: &[String],
+        need: usize,
+        policy: AllocationPolicy,
+    ) -> Vec<String> {
+        let gpu = |id: &String| gpu_of(set, id);
+        let count = |ids: &mut dyn Iterator<Item = &String>, g: u32| {
+            ids.filter(|id| gpu(id) == g).count() as i64
+        };
+        let cands: Vec<&String> = avail.iter().filter(|id| !fixed.contains(id)).collect();
+        let mut out: Vec<String> = Vec::new();
+        for _ in 0..need {
+            let best = cands
+                .iter()
+                .filter(|id| !out.contains(id))
+                .map(|id| {
+                    let g = gpu(id);
+                    let total = set.devices.iter().filter(|d| d.physical.gpu() == g).count();
+                    let a = total as i64 - count(&mut avail.iter(), g);
+                    let r = count(&mut fixed.iter().chain(&out), g);
+                    let key = match policy {
+                        AllocationPolicy::Distributed => (a + r, r),
+                        AllocationPolicy::Packed => (-r, -a),
+                    };
+                    (key, *id)
+                })
+                .fold(
+                    None,
+                    |best: Option<((i64, i64), &String)>, (k, id)| match best {
+                        Some((bk, _)) if bk <= k => best,
+                        _ => Some((k, id)),
+                    },
+                );
+            let Some((_, id)) = best else { break };
+            out.push(id.clone());
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn replica_picks_match_the_plain_scan(
+            keep in proptest::collection::vec(proptest::bool::ANY, 15),
+            order in proptest::collection::vec(0u32..1000, 15),
+            fixed_n in 0usize..3,
+            size in 1usize..8,
+            packed in proptest::bool::ANY,
+        ) {
+            let set = &build(&inv(3), &time_sliced(5, None)).unwrap()[0];
+            let mut avail: Vec<(u32, String)> = set
+                .devices
+                .iter()
+                .zip(&keep)
+                .zip(&order)
+                .filter(|((_, k), _)| **k)
+                .map(|((d, _), o)| (*o, d.id.clone()))
+                .collect();
+            avail.sort();
+            let avail: Vec<String> = avail.into_iter().map(|(_, id)| id).collect();
+            let fixed: Vec<String> = avail.iter().take(fixed_n).cloned().collect();
+            let policy = if packed { AllocationPolicy::Packed } else { AllocationPolicy::Distributed };
+            let size = size.max(fixed.len());
+            let got = preferred(set, &avail, &fixed, size, policy, &Topology::default());
+            if avail.len() < size {
+                proptest::prop_assert!(got.is_err());
+            } else {
+                let mut want = fixed.clone();
+                want.extend(scan(set, &avail, &fixed, size - fixed.len(), policy));
+                proptest::prop_assert_eq!(got.unwrap(), want);
+            }
+        }
     }
 }

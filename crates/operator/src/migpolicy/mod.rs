@@ -21,7 +21,7 @@ use gantry_api::mig_parted::MigPartedConfig;
 use gantry_api::names::{self, mig_config_state};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, EvictParams, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -79,8 +79,15 @@ where
 {
     let wake = Arc::new(Notify::new());
     let triggers = vec![
-        tokio::spawn(trigger(Api::<Node>::all(client.clone()), wake.clone())),
-        tokio::spawn(trigger(Api::<Pod>::all(client.clone()), wake.clone())),
+        // Metadata only: a trigger needs to know that something changed, not what.
+        tokio::spawn(trigger(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            wake.clone(),
+        )),
+        tokio::spawn(trigger(
+            Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+            wake.clone(),
+        )),
         tokio::spawn(trigger(
             Api::<MigClusterPolicy>::all(client.clone()),
             wake.clone(),
@@ -155,6 +162,33 @@ pub fn uses_gpus(pod: &Pod) -> bool {
             .any(|(k, _)| gpu_key(k))
 }
 
+/// node -> `namespace/name` of each pod there that holds GPUs.
+async fn gpu_pods_by_node(
+    client: &kube::Client,
+) -> Result<BTreeMap<String, Vec<String>>, MigPolicyError> {
+    let api_pods = Api::<Pod>::all(client.clone());
+    let mut params = ListParams::default().limit(PODS_PAGE);
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    loop {
+        let page = api_pods.list(&params).await.map_err(api("listing Pods"))?;
+        for p in page.items.iter().filter(|p| uses_gpus(p)) {
+            if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                out.entry(node).or_default().push(format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
+const PODS_PAGE: u32 = 500;
+
 /// One round: read, decide, write. Returns the number of writes.
 pub async fn reconcile_once(
     client: &kube::Client,
@@ -169,26 +203,19 @@ pub async fn reconcile_once(
     policies.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut writes = ensure_finalizers(&papi, &mut policies).await?;
 
+    // Labels and annotations are all a node view needs.
     let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
+        .list_metadata(&ListParams::default())
         .await
         .map_err(api("listing Nodes"))?
         .items;
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api("listing Pods"))?
-        .items;
-    let mut gpu_pods: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for p in pods.iter().filter(|p| uses_gpus(p)) {
-        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            gpu_pods.entry(node).or_default().push(format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or_default(),
-                p.metadata.name.as_deref().unwrap_or_default()
-            ));
-        }
-    }
+    // Pods matter only to a policy's eviction rules: none, no list (a 1,000-node cluster's
+    // pods are many megabytes), otherwise paged and reduced to node -> GPU pods as it goes.
+    let mut gpu_pods = if policies.is_empty() {
+        BTreeMap::new()
+    } else {
+        gpu_pods_by_node(client).await?
+    };
     let views: Vec<NodeView> = nodes
         .iter()
         .map(|n| {
