@@ -386,7 +386,9 @@ async fn driver_images(client: &kube::Client) -> BTreeMap<String, String> {
 fn spawn_controller(env: &mut Env, max_driver_restarts: i32) {
     let opts = UpgradeOptions {
         namespace: NS.into(),
-        requeue: Duration::from_secs(2),
+        // Long enough that only events and the in-flight re-plan move the walk.
+        requeue: Duration::from_secs(300),
+        busy_requeue: Duration::from_millis(500),
         min_interval: Duration::from_millis(150),
         driver_min_ready: Duration::from_secs(2),
         config: Config {

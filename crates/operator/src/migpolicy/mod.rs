@@ -195,11 +195,12 @@ pub async fn reconcile_once(
     opts: &MigPolicyOptions,
 ) -> Result<usize, MigPolicyError> {
     let papi: Api<MigClusterPolicy> = Api::all(client.clone());
-    let mut policies = papi
-        .list(&ListParams::default())
-        .await
-        .map_err(api("listing MigClusterPolicies"))?
-        .items;
+    let mut policies = match papi.list(&ListParams::default()).await {
+        Ok(l) => l.items,
+        // The CRD is not installed (yet): nothing to do until it is.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(0),
+        Err(e) => return Err(api("listing MigClusterPolicies")(e)),
+    };
     policies.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut writes = ensure_finalizers(&papi, &mut policies).await?;
 

@@ -24,6 +24,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::plan::{self, Action, Config, PlanError};
+use super::state::UpgradeState;
 use super::view::{self, ClusterView};
 
 /// Field manager of the upgrade controller's node writes.
@@ -37,6 +38,9 @@ pub struct UpgradeOptions {
     pub namespace: String,
     /// Periodic re-plan even without events.
     pub requeue: Duration,
+    /// Re-plan at least this often while a node is mid-upgrade: its waits (the driver's
+    /// minimum ready time, job and validation time-outs) end without any event.
+    pub busy_requeue: Duration,
     /// Shortest gap between two rounds (a busy cluster's pod events are coalesced).
     pub min_interval: Duration,
     /// A driver pod counts as ready once its containers have run this long (the DaemonSet
@@ -60,6 +64,7 @@ impl Default for UpgradeOptions {
         UpgradeOptions {
             namespace: "gpu-operator".into(),
             requeue: Duration::from_secs(120),
+            busy_requeue: Duration::from_secs(2),
             min_interval: Duration::from_secs(1),
             driver_min_ready: Duration::from_secs(5),
             config: Config::default(),
@@ -116,15 +121,22 @@ where
     ];
     tokio::pin!(shutdown);
     loop {
+        let mut next = opts.requeue;
         match reconcile_once(&client, &opts).await {
-            Ok(n) if n > 0 => tracing::debug!(actions = n, "driver upgrade round"),
-            Ok(_) => {}
+            Ok(r) => {
+                if r.actions > 0 {
+                    tracing::debug!(actions = r.actions, "driver upgrade round");
+                }
+                if r.in_flight {
+                    next = next.min(opts.busy_requeue);
+                }
+            }
             Err(e) => tracing::warn!(error = %e, "driver upgrade round failed"),
         }
         tokio::select! {
             () = &mut shutdown => break,
             () = wake.notified() => {}
-            () = tokio::time::sleep(opts.requeue) => {}
+            () = tokio::time::sleep(next) => {}
         }
         tokio::select! {
             () = &mut shutdown => break,
@@ -179,11 +191,20 @@ fn label_is(labels: Option<&BTreeMap<String, String>>, key: &str, value: &str) -
     labels.and_then(|l| l.get(key)).map(String::as_str) == Some(value)
 }
 
-/// One round: list, plan, apply. Returns how many actions it applied.
+/// What one round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Actions applied.
+    pub actions: usize,
+    /// Some node is mid-upgrade (holds an upgrade slot) after the round.
+    pub in_flight: bool,
+}
+
+/// One round: list, plan, apply.
 pub async fn reconcile_once(
     client: &kube::Client,
     opts: &UpgradeOptions,
-) -> Result<usize, UpgradeError> {
+) -> Result<Round, UpgradeError> {
     let lp = ListParams::default();
     let policies = match Api::<ClusterPolicy>::all(client.clone()).list(&lp).await {
         Ok(l) => l.items,
@@ -191,7 +212,7 @@ pub async fn reconcile_once(
         Err(e) => return Err(list_err("ClusterPolicies")(e)),
     };
     let Some(policy) = active_policy(policies) else {
-        return Ok(0);
+        return Ok(Round::default());
     };
     let dss = Api::<DaemonSet>::namespaced(client.clone(), &opts.namespace)
         .list(&lp)
@@ -216,23 +237,23 @@ pub async fn reconcile_once(
             names::app::OPERATOR_VALIDATOR,
         )
     });
-    let node_list = Api::<Node>::all(client.clone())
-        .list(&lp)
-        .await
-        .map_err(list_err("Nodes"))?
-        .items;
-    let nodes: Vec<view::NodeView> = node_list.iter().filter_map(view::node_view).collect();
-    let uids: BTreeMap<String, String> = node_list
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.uid.clone()?)))
-        .collect();
-
     let auto = policy.spec.driver_auto_upgrade();
     if auto && drivers.is_empty() {
         // No driver DaemonSet (yet, or the driver is not managed here): nothing to walk, and
         // the labels stay as they are in case it is only being recreated.
-        return Ok(0);
+        return Ok(Round::default());
     }
+    let node_list = list_nodes(client, auto).await?;
+    let nodes: Vec<view::NodeView> = node_list.iter().filter_map(view::node_view).collect();
+    let busy = nodes.iter().any(|n| {
+        UpgradeState::parse(n.label(names::LABEL_UPGRADE_STATE).unwrap_or("")).in_flight()
+    });
+    let uids: BTreeMap<String, String> = node_list
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.uid.clone()?)))
+        .collect();
+    drop(node_list);
+
     let (plan, planned_view_nodes) = if !auto {
         let v = ClusterView {
             nodes,
@@ -241,7 +262,7 @@ pub async fn reconcile_once(
         (plan::disable(&v), v.nodes.len())
     } else {
         let Some(up) = policy.spec.driver_upgrade_policy() else {
-            return Ok(0);
+            return Ok(Round::default());
         };
         let pods = Api::<Pod>::all(client.clone())
             .list(&lp)
@@ -271,8 +292,48 @@ pub async fn reconcile_once(
     if let Some(w) = &plan.waiting {
         tracing::debug!(nodes = planned_view_nodes, "driver upgrade waiting: {w}");
     }
-    apply(client, &plan.actions, &uids).await
+    let actions = apply(client, &plan.actions, &uids).await?;
+    Ok(Round {
+        actions,
+        // A round that moved something is likely to have started a wait.
+        in_flight: busy || actions > 0,
+    })
 }
+
+/// The nodes, in pages. Without auto-upgrade the round only clears labels, so metadata is
+/// enough; a walk also reads `spec.unschedulable` and the `Ready` condition.
+async fn list_nodes(client: &kube::Client, full: bool) -> Result<Vec<Node>, UpgradeError> {
+    let api = Api::<Node>::all(client.clone());
+    let mut params = ListParams::default().limit(NODES_PAGE);
+    let mut out = Vec::new();
+    loop {
+        let (items, token) = if full {
+            let page = api.list(&params).await.map_err(list_err("Nodes"))?;
+            (page.items, page.metadata.continue_)
+        } else {
+            let page = api
+                .list_metadata(&params)
+                .await
+                .map_err(list_err("Nodes"))?;
+            let items = page
+                .items
+                .into_iter()
+                .map(|m| Node {
+                    metadata: m.metadata,
+                    ..Default::default()
+                })
+                .collect();
+            (items, page.metadata.continue_)
+        };
+        out.extend(items);
+        match token.filter(|t| !t.is_empty()) {
+            Some(t) => params = params.continue_token(&t),
+            None => return Ok(out),
+        }
+    }
+}
+
+const NODES_PAGE: u32 = 500;
 
 /// Build the core's view from listed objects.
 pub fn build_view(

@@ -22,6 +22,6 @@ pub mod view;
 #[cfg(test)]
 mod tests;
 
-pub use controller::{UpgradeError, UpgradeOptions, reconcile_once, run};
+pub use controller::{Round, UpgradeError, UpgradeOptions, reconcile_once, run};
 pub use plan::{Action, Config, Plan, PlanError, plan};
 pub use state::UpgradeState;
