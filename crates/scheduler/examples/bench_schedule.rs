@@ -1,7 +1,9 @@
 //! Run the scheduler benchmark without the `gantry` binary:
 //! `cargo run --release -p gantry-scheduler --example bench_schedule -- NODES GPUS RUNNING PENDING [skip-replay]`.
-use gantry_scheduler::Policy;
-use gantry_scheduler::bench::{BenchOptions, SynthSpec, Workload, run};
+//! With `DUMP=<file>` it also writes the KAI policy's decisions on the synthetic cluster as
+//! JSON, to check that a change to the core leaves every bind, eviction and reason as it was.
+use gantry_scheduler::bench::{BenchOptions, SynthSpec, Workload, run, synth};
+use gantry_scheduler::{Config, Policy, Snapshot, schedule};
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -18,6 +20,17 @@ fn main() {
         queues: 4,
         seed: 1,
     };
+    if let Ok(path) = std::env::var("DUMP") {
+        let cfg = Config {
+            seed: 1,
+            ..Config::default()
+        };
+        let d = schedule(&Snapshot::build(&synth::synth(&spec)), &cfg);
+        let json = serde_json::to_string_pretty(&d).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, json) {
+            eprintln!("error: writing {path}: {e}");
+        }
+    }
     let opts = BenchOptions {
         workload: Workload::Synthetic(spec),
         policies: if a.iter().any(|x| x == "kai-only") {

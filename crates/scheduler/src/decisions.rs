@@ -50,7 +50,7 @@ pub enum GpuBinding {
 }
 
 impl GpuBinding {
-    pub fn from_placement(s: &Snapshot, g: &GpuPlacement) -> GpuBinding {
+    pub fn from_placement(s: &Snapshot<'_>, g: &GpuPlacement) -> GpuBinding {
         match g {
             GpuPlacement::None => GpuBinding::None,
             GpuPlacement::Whole(i) => GpuBinding::Whole {

@@ -26,7 +26,7 @@ fn requestable(limit: f64, request: f64) -> f64 {
 
 /// Divide `total` of resource `r` among sibling queues, then recurse into each one's children.
 fn divide(
-    s: &Snapshot,
+    s: &Snapshot<'_>,
     req: &[[f64; 3]],
     k: f64,
     r: usize,
@@ -77,7 +77,7 @@ fn divide(
     }
 }
 
-fn older(s: &Snapshot, a: QueueId, b: QueueId) -> Ordering {
+fn older(s: &Snapshot<'_>, a: QueueId, b: QueueId) -> Ordering {
     let (qa, qb) = (&s.queues[a as usize], &s.queues[b as usize]);
     qa.creation.cmp(&qb.creation).then(qa.name.cmp(&qb.name))
 }
@@ -85,7 +85,7 @@ fn older(s: &Snapshot, a: QueueId, b: QueueId) -> Ordering {
 /// Rounds of weighted offers in whole units; then the remembered fractional leftovers get
 /// one more unit each, largest leftover first (ties: older queue).
 fn over_quota_rounds(
-    s: &Snapshot,
+    s: &Snapshot<'_>,
     req: &[[f64; 3]],
     k: f64,
     r: usize,
@@ -165,7 +165,7 @@ fn over_quota_rounds(
 
 impl FairShare {
     /// `requested` per leaf queue (natural units); rolled up here.
-    pub fn compute(s: &Snapshot, leaf_requested: &[Res], k_value: f64) -> FairShare {
+    pub fn compute(s: &Snapshot<'_>, leaf_requested: &[Res], k_value: f64) -> FairShare {
         let n = s.queues.len();
         let mut req = vec![[0.0; 3]; n];
         for (q, r) in leaf_requested.iter().enumerate() {
@@ -192,7 +192,7 @@ impl FairShare {
     }
 
     /// Deserved amount (quota; `-1` = the parent's share, i.e. all that the level divides).
-    pub fn deserved(&self, s: &Snapshot, q: QueueId) -> [f64; 3] {
+    pub fn deserved(&self, s: &Snapshot<'_>, q: QueueId) -> [f64; 3] {
         let qq = &s.queues[q as usize];
         let level_total = |r: usize| {
             qq.parent
@@ -208,7 +208,7 @@ impl FairShare {
     }
 
     /// What the DRF denominator uses: max(deserved, fair share) capped by the limit.
-    pub fn allocatable(&self, s: &Snapshot, q: QueueId) -> [f64; 3] {
+    pub fn allocatable(&self, s: &Snapshot<'_>, q: QueueId) -> [f64; 3] {
         let qq = &s.queues[q as usize];
         std::array::from_fn(|r| {
             let limit = qq.limit[r];
@@ -224,7 +224,7 @@ impl FairShare {
 
     /// Max over resources of allocated / allocatable; a resource with nothing allocatable
     /// weighs allocated × 1000.
-    pub fn dominant_share(&self, s: &Snapshot, q: QueueId, allocated: [f64; 3]) -> f64 {
+    pub fn dominant_share(&self, s: &Snapshot<'_>, q: QueueId, allocated: [f64; 3]) -> f64 {
         let a = self.allocatable(s, q);
         (0..3)
             .map(|r| {
@@ -241,7 +241,7 @@ impl FairShare {
 /// Order two sibling queues for the next allocation, each with its best pending job's
 /// request (KAI proportion `QueueOrderFn`). `Less` means `a` goes first.
 pub fn compare_queues(
-    s: &Snapshot,
+    s: &Snapshot<'_>,
     fs: &FairShare,
     alloc: &[Res],
     a: (QueueId, &Res),

@@ -32,7 +32,7 @@ pub struct Mix {
 const MAX_TYPES: usize = 64;
 
 impl Mix {
-    pub fn from_snapshot(s: &Snapshot) -> Mix {
+    pub fn from_snapshot(s: &Snapshot<'_>) -> Mix {
         let mut hist: BTreeMap<(u8, u32, i64, i64), u64> = BTreeMap::new();
         let max_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
         for p in s.pods.iter().filter(|p| p.invalid.is_none()) {

@@ -155,7 +155,7 @@ impl GpuIndex {
 }
 
 impl Placer {
-    pub fn new(s: &Snapshot, cfg: &Config) -> Placer {
+    pub fn new(s: &Snapshot<'_>, cfg: &Config) -> Placer {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let mut order: Vec<u32> = (0..s.nodes.len() as u32).collect();
         // Fisher-Yates with the seeded generator.
@@ -200,7 +200,7 @@ impl Placer {
     /// Cheap dynamic checks, then the GPU fit (devices chosen).
     fn fit(
         &self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         st: &State,
         node: NodeId,
         pod: PodId,
@@ -212,7 +212,7 @@ impl Placer {
     /// Whether the pod fits the node now, without choosing devices.
     fn can_fit(
         &self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         st: &State,
         node: NodeId,
         pod: PodId,
@@ -232,7 +232,7 @@ impl Placer {
     }
 
     /// The best placement for `pod`, or `None` when no node fits.
-    pub fn place(&mut self, s: &Snapshot, st: &State, pod: PodId) -> Option<Placement> {
+    pub fn place(&mut self, s: &Snapshot<'_>, st: &State, pod: PodId) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         let class = p.class;
         let list = std::mem::take(&mut self.classes.get(s, class).nodes);
@@ -243,7 +243,7 @@ impl Placer {
 
     fn place_in(
         &mut self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         st: &State,
         pod: PodId,
         list: &[NodeId],
@@ -332,7 +332,7 @@ impl Placer {
     /// spread: largest free ratio). First in the seeded order wins ties.
     fn place_kai(
         &self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         st: &State,
         pod: PodId,
         list: &[NodeId],
@@ -410,7 +410,7 @@ impl Placer {
     /// (sharing bonus first, then least free GPU, then seeded order) without a full scan.
     fn place_indexed(
         &mut self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         st: &State,
         pod: PodId,
         list: &[NodeId],
@@ -494,7 +494,7 @@ impl Placer {
     /// distinct candidate device is tried. KAI binpack (least free GPU) breaks ties.
     fn place_frag(
         &mut self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         st: &State,
         pod: PodId,
         list: &[NodeId],
@@ -542,7 +542,7 @@ impl Placer {
     /// Best devices on one node and the fragmentation growth they cause; NaN delta = no fit.
     fn frag_best_on_node(
         &self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         st: &State,
         pod: PodId,
         n: NodeId,
@@ -591,7 +591,7 @@ impl Placer {
     }
 
     /// "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu".
-    pub fn explain(&mut self, s: &Snapshot, st: &State, pod: PodId) -> String {
+    pub fn explain(&mut self, s: &Snapshot<'_>, st: &State, pod: PodId) -> String {
         let class = s.pods[pod as usize].class;
         let cn = self.classes.get(s, class);
         let mut counts = cn.rejected.clone();

@@ -12,7 +12,7 @@ pub struct ClassNodes {
     pub rejected: Vec<(NodeReason, u32)>,
 }
 
-pub fn static_check(node: &Node, c: &ConstraintClass) -> Result<(), NodeReason> {
+pub fn static_check(node: &Node<'_>, c: &ConstraintClass) -> Result<(), NodeReason> {
     if !node.schedulable {
         return Err(NodeReason::NotSchedulable);
     }
@@ -36,7 +36,7 @@ pub fn static_check(node: &Node, c: &ConstraintClass) -> Result<(), NodeReason> 
     {
         return Err(NodeReason::Affinity);
     }
-    for t in &node.taints {
+    for t in node.taints {
         if t.effect == TaintEffect::PreferNoSchedule {
             continue;
         }
@@ -64,13 +64,13 @@ pub struct ClassCache {
 }
 
 impl ClassCache {
-    pub fn new(s: &Snapshot, order: Vec<NodeId>) -> ClassCache {
+    pub fn new(s: &Snapshot<'_>, order: Vec<NodeId>) -> ClassCache {
         ClassCache {
             lists: vec![None; s.classes.len()],
             order,
         }
     }
-    pub fn get(&mut self, s: &Snapshot, class: ClassId) -> &mut ClassNodes {
+    pub fn get(&mut self, s: &Snapshot<'_>, class: ClassId) -> &mut ClassNodes {
         let ClassCache { lists, order } = self;
         lists[class as usize].get_or_insert_with(|| {
             let c = &s.classes[class as usize];
@@ -95,20 +95,17 @@ mod tests {
     use crate::input::{LabelRequirement, NodeSelectorTerm, Taint, Toleration};
     use std::collections::BTreeMap;
 
-    fn node(labels: &[(&str, &str)], taints: Vec<Taint>) -> Node {
+    fn node<'a>(labels: &'a BTreeMap<String, String>, taints: &'a [Taint]) -> Node<'a> {
         Node {
-            name: "n".into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
+            name: "n",
+            labels,
             taints,
             schedulable: true,
             cpu_milli: 1000,
             memory_bytes: 1000,
             pods: 10,
             gpus: 0,
-            gpu_model: String::new(),
+            gpu_model: "",
             gpu_memory_mib: None,
             mig: vec![],
             mig_enabled: false,
@@ -122,10 +119,12 @@ mod tests {
             value: "".into(),
             effect: TaintEffect::NoSchedule,
         };
-        let n = node(
-            &[("zone", "a"), ("nvidia.com/gpu.product", "H100")],
-            vec![taint],
-        );
+        let labels: BTreeMap<String, String> = [("zone", "a"), ("nvidia.com/gpu.product", "H100")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let taints = [taint];
+        let n = node(&labels, &taints);
         let mut c = ConstraintClass::default();
         assert_eq!(
             static_check(&n, &c),

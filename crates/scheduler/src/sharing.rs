@@ -16,7 +16,7 @@ pub enum GpuOrder {
 }
 
 /// Share per device (milli) a sharing request takes on `node`.
-pub fn shared_milli(s: &Snapshot, node: NodeId, req: &GpuRequest) -> Result<u32, NodeReason> {
+pub fn shared_milli(s: &Snapshot<'_>, node: NodeId, req: &GpuRequest) -> Result<u32, NodeReason> {
     match req {
         GpuRequest::Fraction { milli, .. } => Ok(*milli),
         GpuRequest::Memory { mib, .. } => {
@@ -31,7 +31,7 @@ pub fn shared_milli(s: &Snapshot, node: NodeId, req: &GpuRequest) -> Result<u32,
 
 /// Whether the request can fit on the node's GPUs at all right now (cheap checks first).
 pub fn fit_gpu(
-    s: &Snapshot,
+    s: &Snapshot<'_>,
     st: &State,
     node: NodeId,
     req: &GpuRequest,
@@ -92,7 +92,7 @@ pub fn fit_gpu(
 
 /// The same checks as `fit_gpu` without choosing devices (no allocation: the hot path).
 pub fn can_fit_gpu(
-    s: &Snapshot,
+    s: &Snapshot<'_>,
     st: &State,
     node: NodeId,
     req: &GpuRequest,

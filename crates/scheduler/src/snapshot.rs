@@ -1,69 +1,17 @@
 //! The indexed, immutable model one cycle works on. Everything refers to everything else by
-//! dense `u32` ids; strings are only kept for output. Built once per cycle from `ClusterInput`.
+//! dense `u32` ids; strings are only kept for output and are borrowed from the cache
+//! (`ClusterInput`), so building a snapshot copies no names. Built once per cycle.
 
 use crate::input::{ClusterInput, NodeSelectorTerm, PodPhase, Taint, Toleration};
 use crate::request::{GpuRequest, gpu_memory_mib, memory_to_milli, parse_gpu_request};
 use gantry_api::names;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 
-/// A small multiply-rotate hasher for the build's indexes: the keys are names from our own
-/// cache, so SipHash's flooding resistance buys nothing and costs a large share of the build.
-#[derive(Clone, Copy, Default)]
-pub struct FastHasher(u64);
-
-impl FastHasher {
-    #[inline]
-    fn mix(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl Hasher for FastHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.mix(u64::from_le_bytes(w));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.mix(u64::from_le_bytes(w));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.mix(u64::from(i));
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.mix(u64::from(i));
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.mix(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.mix(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        // Fold the high bits down: the table indexes by the low ones.
-        let h = (self.0 ^ (self.0 >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^ (h >> 29)
-    }
-}
-
-/// `HashMap` with [`FastHasher`].
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
-
-fn fast_map<K, V>(capacity: usize) -> FastMap<K, V> {
-    FastMap::with_capacity_and_hasher(capacity, BuildHasherDefault::default())
-}
+mod index;
+pub use index::{FastHasher, FastMap};
+use index::{GroupIndex, fast_map};
 
 pub type NodeId = u32;
 pub type QueueId = u32;
@@ -109,16 +57,16 @@ impl Res {
 }
 
 #[derive(Clone, Debug)]
-pub struct Node {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub taints: Vec<Taint>,
+pub struct Node<'a> {
+    pub name: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+    pub taints: &'a [Taint],
     pub schedulable: bool,
     pub cpu_milli: i64,
     pub memory_bytes: i64,
     pub pods: u32,
     pub gpus: u32,
-    pub gpu_model: String,
+    pub gpu_model: &'a str,
     /// `None` when the GFD memory label is missing: `gpu-memory` pods cannot fit.
     pub gpu_memory_mib: Option<u64>,
     /// MIG resources (profile index, allocatable count).
@@ -148,36 +96,58 @@ impl Queue {
 }
 
 #[derive(Clone, Debug)]
-pub struct SubGroup {
-    pub name: String,
+pub struct SubGroup<'a> {
+    pub name: &'a str,
     pub min_member: u32,
 }
 
+/// A range of a flat array of the snapshot (a group's pods or sub-groups).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+    pub fn len(self) -> usize {
+        (self.end - self.start) as usize
+    }
+    pub fn is_empty(self) -> bool {
+        self.end == self.start
+    }
+}
+
 #[derive(Clone, Debug)]
-pub struct PodGroup {
-    pub namespace: String,
-    pub name: String,
+pub struct PodGroup<'a> {
+    pub namespace: &'a str,
+    /// Owned only for the holder groups the build invents (`<pod>`).
+    pub name: Cow<'a, str>,
     /// `None`: the queue does not exist, or a foreign (other scheduler) pod's holder group.
     pub queue: Option<QueueId>,
-    pub queue_name: String,
+    pub queue_name: &'a str,
     pub priority: i32,
     pub preemptible: bool,
-    /// Index 0 is the implicit default sub-group.
-    pub sub_groups: Vec<SubGroup>,
+    /// Into `Snapshot::sub_groups` (see [`Snapshot::sub_groups_of`]); the first is the
+    /// implicit default sub-group.
+    pub sub_groups: Span,
     pub creation: i64,
     /// `None` = never evict as stale.
     pub staleness_grace: Option<i64>,
     pub stale_since: Option<i64>,
-    /// Pods in task order (task priority, creation, name).
-    pub pods: Vec<PodId>,
+    /// Into `Snapshot::group_pods` (see [`Snapshot::pods_of`]): the group's pods in task
+    /// order (task priority, creation, name).
+    pub pods: Span,
     /// Holder for running pods of other schedulers: never scheduled, never a victim.
     pub foreign: bool,
 }
 
 #[derive(Clone, Debug)]
-pub struct Pod {
-    pub namespace: String,
-    pub name: String,
+pub struct Pod<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
     pub group: GroupId,
     pub sub_group: u16,
     pub gpu: GpuRequest,
@@ -186,7 +156,7 @@ pub struct Pod {
     pub class: ClassId,
     pub running: bool,
     pub node: Option<NodeId>,
-    pub gpu_indices: Vec<u32>,
+    pub gpu_indices: &'a [u32],
     pub creation: i64,
     pub task_priority: i32,
     /// Why this pod can never be scheduled as given (bad annotation, missing group ...).
@@ -202,12 +172,16 @@ pub struct ConstraintClass {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct Snapshot<'a> {
     pub now: i64,
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Node<'a>>,
     pub queues: Vec<Queue>,
-    pub groups: Vec<PodGroup>,
-    pub pods: Vec<Pod>,
+    pub groups: Vec<PodGroup<'a>>,
+    pub pods: Vec<Pod<'a>>,
+    /// Every group's sub-groups, group after group.
+    pub sub_groups: Vec<SubGroup<'a>>,
+    /// Every group's pods, group after group.
+    pub group_pods: Vec<PodId>,
     pub classes: Vec<ConstraintClass>,
     /// MIG resource names (`nvidia.com/mig-1g.10gb`) and their GPU-slice count (the `1` of `1g`).
     pub mig_profiles: Vec<String>,
@@ -216,7 +190,15 @@ pub struct Snapshot {
     pub issues: Vec<String>,
 }
 
-impl Snapshot {
+impl<'a> Snapshot<'a> {
+    /// A group's pods in task order.
+    pub fn pods_of(&self, g: GroupId) -> &[PodId] {
+        &self.group_pods[self.groups[g as usize].pods.range()]
+    }
+    /// A group's sub-groups (the first is the default one).
+    pub fn sub_groups_of(&self, g: GroupId) -> &[SubGroup<'a>] {
+        &self.sub_groups[self.groups[g as usize].sub_groups.range()]
+    }
     pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
         self.nodes
             .iter()
@@ -259,13 +241,13 @@ impl Snapshot {
 
     /// Index the cache. Never fails: bad objects are reported in `issues` and their pods
     /// carry an `invalid` reason.
-    pub fn build(input: &ClusterInput) -> Snapshot {
+    pub fn build(input: &'a ClusterInput) -> Snapshot<'a> {
         let mut s = Snapshot {
             now: input.now,
             ..Default::default()
         };
         let mut mig_ids: FastMap<String, u16> = fast_map(8);
-        let mut intern = |name: &str, s: &mut Snapshot| -> u16 {
+        let mut intern = |name: &str, s: &mut Snapshot<'a>| -> u16 {
             *mig_ids.entry(name.to_string()).or_insert_with(|| {
                 s.mig_profiles.push(name.to_string());
                 s.mig_profile_gpus.push(mig_slices(name));
@@ -274,6 +256,7 @@ impl Snapshot {
         };
         s.nodes.reserve_exact(input.nodes.len());
         s.groups.reserve_exact(input.pod_groups.len() + 16);
+        s.sub_groups.reserve(input.pod_groups.len() + 16);
         s.pods.reserve_exact(input.pods.len());
         let mut node_ids: FastMap<&str, NodeId> = fast_map(input.nodes.len());
         for n in &input.nodes {
@@ -301,9 +284,9 @@ impl Snapshot {
                 || label("node-role.kubernetes.io/mig-enabled") == Some("true")
                 || single_mig;
             s.nodes.push(Node {
-                name: n.name.clone(),
-                labels: n.labels.clone(),
-                taints: n.taints.clone(),
+                name: &n.name,
+                labels: &n.labels,
+                taints: &n.taints,
                 schedulable: n.schedulable,
                 cpu_milli: n.cpu_milli.max(0),
                 memory_bytes: n.memory_bytes.max(0),
@@ -312,8 +295,7 @@ impl Snapshot {
                 gpu_model: n
                     .labels
                     .get(names::LABEL_GPU_PRODUCT)
-                    .cloned()
-                    .unwrap_or_default(),
+                    .map_or("", String::as_str),
                 gpu_memory_mib: gpu_memory_mib(n.labels.get(names::LABEL_GPU_MEMORY)),
                 mig,
                 mig_enabled,
@@ -326,13 +308,17 @@ impl Snapshot {
             .enumerate()
             .map(|(i, q)| (q.name.as_str(), i as QueueId))
             .collect();
-        let mut group_ids: FastMap<(&str, &str), GroupId> = fast_map(input.pod_groups.len());
+        let mut group_ids = GroupIndex::with_capacity(input.pod_groups.len());
         for g in &input.pod_groups {
             let next = s.groups.len() as GroupId;
-            if let std::collections::hash_map::Entry::Vacant(v) =
-                group_ids.entry((g.namespace.as_str(), g.name.as_str()))
-            {
-                v.insert(next);
+            let hash = GroupIndex::hash(&g.namespace, &g.name);
+            let groups = &s.groups;
+            let same = |id: GroupId| {
+                let o = &groups[id as usize];
+                o.name == g.name.as_str() && o.namespace == g.namespace
+            };
+            if let Err(slot) = group_ids.find(hash, same) {
+                group_ids.insert_at(slot, hash, next);
             } else {
                 s.issues.push(format!(
                     "podgroup {}/{}: duplicate, later entry ignored",
@@ -355,29 +341,32 @@ impl Snapshot {
             let queue = queue.filter(|&q| s.queues[q as usize].is_leaf());
             let priority = g.priority.unwrap_or(names::DEFAULT_POD_GROUP_PRIORITY);
             let min_member = g.min_member.unwrap_or(1);
-            let mut sub_groups = Vec::with_capacity(1 + g.sub_groups.len());
-            sub_groups.push(SubGroup {
-                name: "default".into(),
+            let sub_start = s.sub_groups.len() as u32;
+            s.sub_groups.push(SubGroup {
+                name: "default",
                 min_member: if g.sub_groups.is_empty() {
                     min_member
                 } else {
                     0
                 },
             });
-            sub_groups.extend(g.sub_groups.iter().map(|sg| SubGroup {
-                name: sg.name.clone(),
+            s.sub_groups.extend(g.sub_groups.iter().map(|sg| SubGroup {
+                name: &sg.name,
                 min_member: sg.min_member,
             }));
             s.groups.push(PodGroup {
-                namespace: g.namespace.clone(),
-                name: g.name.clone(),
+                namespace: &g.namespace,
+                name: Cow::Borrowed(&g.name),
                 queue,
-                queue_name: g.queue.clone(),
+                queue_name: &g.queue,
                 priority,
                 preemptible: g
                     .preemptible
                     .unwrap_or(priority < names::NON_PREEMPTIBLE_PRIORITY_THRESHOLD),
-                sub_groups,
+                sub_groups: Span {
+                    start: sub_start,
+                    end: s.sub_groups.len() as u32,
+                },
                 creation: g.creation,
                 staleness_grace: match g.staleness_grace_secs {
                     Some(v) if v < 0 => None,
@@ -385,7 +374,7 @@ impl Snapshot {
                     None => Some(60),
                 },
                 stale_since: g.stale_since,
-                pods: Vec::new(),
+                pods: Span::default(),
                 foreign: false,
             });
         }
@@ -420,9 +409,15 @@ impl Snapshot {
                 // A running pod on a node we do not know holds nothing we can see.
                 continue;
             }
-            let group = match group_ids.get(&(p.namespace.as_str(), p.pod_group.as_str())) {
-                Some(&g) => g,
-                None => {
+            let hash = GroupIndex::hash(&p.namespace, &p.pod_group);
+            let groups = &s.groups;
+            let found = group_ids.find(hash, |id| {
+                let o = &groups[id as usize];
+                o.name == p.pod_group.as_str() && o.namespace == p.namespace
+            });
+            let group = match found {
+                Ok(g) => g,
+                Err(_) => {
                     if !running && invalid.is_none() {
                         invalid = Some(format!(
                             "pod {}/{}: podgroup {:?} does not exist",
@@ -430,21 +425,26 @@ impl Snapshot {
                         ));
                     }
                     // Holder group so the pod is still accounted for (capacity, decisions).
+                    let sub_start = s.sub_groups.len() as u32;
+                    s.sub_groups.push(SubGroup {
+                        name: "default",
+                        min_member: 1,
+                    });
                     s.groups.push(PodGroup {
-                        namespace: p.namespace.clone(),
-                        name: format!("<{}>", p.name),
+                        namespace: &p.namespace,
+                        name: Cow::Owned(format!("<{}>", p.name)),
                         queue: None,
-                        queue_name: String::new(),
+                        queue_name: "",
                         priority: i32::MAX,
                         preemptible: false,
-                        sub_groups: vec![SubGroup {
-                            name: "default".into(),
-                            min_member: 1,
-                        }],
+                        sub_groups: Span {
+                            start: sub_start,
+                            end: sub_start + 1,
+                        },
                         creation: p.creation,
                         staleness_grace: None,
                         stale_since: None,
-                        pods: Vec::new(),
+                        pods: Span::default(),
                         foreign: true,
                     });
                     (s.groups.len() - 1) as GroupId
@@ -453,7 +453,10 @@ impl Snapshot {
             let grp = &s.groups[group as usize];
             let sub_group = match &p.sub_group {
                 None => 0,
-                Some(name) => match grp.sub_groups.iter().position(|sg| &sg.name == name) {
+                Some(name) => match s.sub_groups[grp.sub_groups.range()]
+                    .iter()
+                    .position(|sg| sg.name == name)
+                {
                     Some(i) => i as u16,
                     None => {
                         if invalid.is_none() {
@@ -512,11 +515,9 @@ impl Snapshot {
                 let next = class_ids.len() as ClassId;
                 *class_ids.entry(key).or_insert(next)
             };
-            let id = s.pods.len() as PodId;
-            s.groups[group as usize].pods.push(id);
             s.pods.push(Pod {
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
+                namespace: &p.namespace,
+                name: &p.name,
                 group,
                 sub_group,
                 gpu,
@@ -524,11 +525,7 @@ impl Snapshot {
                 class,
                 running,
                 node: if running { node } else { None },
-                gpu_indices: if running {
-                    p.gpu_indices.clone()
-                } else {
-                    Vec::new()
-                },
+                gpu_indices: if running { &p.gpu_indices } else { &[] },
                 creation: p.creation,
                 task_priority: p.task_priority,
                 invalid: if running { None } else { invalid },
@@ -538,18 +535,46 @@ impl Snapshot {
             class_ids.into_iter().map(|(k, v)| (v, k)).collect();
         classes.sort_by_key(|(id, _)| *id);
         s.classes = classes.into_iter().map(|(_, c)| c).collect();
-        let pods = &s.pods;
-        for g in &mut s.groups {
-            g.pods.sort_by(|&a, &b| {
+        group_pods(&mut s);
+        s
+    }
+}
+
+/// Lay out every group's pods in one array (counting sort by group, pod ids ascending
+/// within a group), then put each group's pods in task order.
+fn group_pods(s: &mut Snapshot<'_>) {
+    let mut end = vec![0u32; s.groups.len() + 1];
+    for p in &s.pods {
+        end[p.group as usize + 1] += 1;
+    }
+    for g in 0..s.groups.len() {
+        end[g + 1] += end[g];
+    }
+    let mut next = end.clone();
+    let mut flat = vec![0 as PodId; s.pods.len()];
+    for (id, p) in s.pods.iter().enumerate() {
+        let slot = &mut next[p.group as usize];
+        flat[*slot as usize] = id as PodId;
+        *slot += 1;
+    }
+    let pods = &s.pods;
+    for (g, grp) in s.groups.iter_mut().enumerate() {
+        grp.pods = Span {
+            start: end[g],
+            end: end[g + 1],
+        };
+        let slice = &mut flat[grp.pods.range()];
+        if slice.len() > 1 {
+            slice.sort_by(|&a, &b| {
                 let (pa, pb) = (&pods[a as usize], &pods[b as usize]);
                 pb.task_priority
                     .cmp(&pa.task_priority)
                     .then(pa.creation.cmp(&pb.creation))
-                    .then(pa.name.cmp(&pb.name))
+                    .then(pa.name.cmp(pb.name))
             });
         }
-        s
     }
+    s.group_pods = flat;
 }
 
 /// `nvidia.com/mig-3g.40gb` -> 3.
@@ -563,7 +588,7 @@ fn mig_slices(name: &str) -> u32 {
         .unwrap_or(1)
 }
 
-fn build_queues(input: &ClusterInput, s: &mut Snapshot) {
+fn build_queues(input: &ClusterInput, s: &mut Snapshot<'_>) {
     let mut ids: HashMap<&str, QueueId> = HashMap::new();
     for q in &input.queues {
         if ids.contains_key(q.name.as_str()) {

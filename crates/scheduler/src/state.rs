@@ -81,7 +81,7 @@ pub struct State {
 impl State {
     /// Start from the running pods. Running pods that do not fit the node as reported
     /// (stale cache) are still counted: the state mirrors reality, so capacity may go negative.
-    pub fn new(s: &Snapshot, issues: &mut Vec<String>) -> State {
+    pub fn new(s: &Snapshot<'_>, issues: &mut Vec<String>) -> State {
         let n = s.nodes.len();
         let mut gpu_base = Vec::with_capacity(n);
         let mut total = 0u32;
@@ -131,19 +131,20 @@ impl State {
     /// fit when the cache did not say.
     fn running_gpu(
         &self,
-        s: &Snapshot,
+        s: &Snapshot<'_>,
         pod: PodId,
         node: NodeId,
         issues: &mut Vec<String>,
     ) -> GpuPlacement {
         let p = &s.pods[pod as usize];
         let count = s.nodes[node as usize].gpus;
-        let valid: Vec<u8> = p
-            .gpu_indices
-            .iter()
-            .filter(|&&i| i < count)
-            .map(|&i| i as u8)
-            .collect();
+        let valid = || -> Vec<u8> {
+            p.gpu_indices
+                .iter()
+                .filter(|&&i| i < count)
+                .map(|&i| i as u8)
+                .collect()
+        };
         let slots = self.node_gpus(node);
         match &p.gpu {
             GpuRequest::None => GpuPlacement::None,
@@ -152,7 +153,7 @@ impl State {
                 count: *count,
             },
             GpuRequest::Whole(n) => {
-                let mut idx = valid;
+                let mut idx = valid();
                 if idx.len() != *n as usize {
                     idx = (0..count as u8)
                         .filter(|&i| slots[i as usize].is_idle())
@@ -169,7 +170,7 @@ impl State {
             }
             GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
                 let milli = crate::sharing::shared_milli(s, node, &p.gpu).unwrap_or(1000) as u16;
-                let mut idx = valid;
+                let mut idx = valid();
                 if idx.len() != *devices as usize {
                     idx = (0..count as u8)
                         .filter(|&i| {
@@ -193,18 +194,18 @@ impl State {
         &self.gpus[base..end]
     }
 
-    pub fn apply(&mut self, s: &Snapshot, pod: PodId, pl: Placement) {
+    pub fn apply(&mut self, s: &Snapshot<'_>, pod: PodId, pl: Placement) {
         self.change(s, pod, &pl, 1);
         self.placement[pod as usize] = Some(pl);
     }
 
-    pub fn unapply(&mut self, s: &Snapshot, pod: PodId) -> Option<Placement> {
+    pub fn unapply(&mut self, s: &Snapshot<'_>, pod: PodId) -> Option<Placement> {
         let pl = self.placement[pod as usize].take()?;
         self.change(s, pod, &pl, -1);
         Some(pl)
     }
 
-    fn change(&mut self, s: &Snapshot, pod: PodId, pl: &Placement, sign: i64) {
+    fn change(&mut self, s: &Snapshot<'_>, pod: PodId, pl: &Placement, sign: i64) {
         let p = &s.pods[pod as usize];
         let n = pl.node as usize;
         self.node_version[n] = self.node_version[n].wrapping_add(1);
@@ -277,10 +278,9 @@ impl State {
     }
 
     /// A gang is satisfied when every sub-group has its minimum placed.
-    pub fn gang_satisfied(&self, s: &Snapshot, g: GroupId) -> bool {
-        let grp = &s.groups[g as usize];
+    pub fn gang_satisfied(&self, s: &Snapshot<'_>, g: GroupId) -> bool {
         let base = self.sub_base[g as usize] as usize;
-        grp.sub_groups
+        s.sub_groups_of(g)
             .iter()
             .enumerate()
             .all(|(i, sg)| self.sub_placed[base + i] >= sg.min_member)

@@ -37,20 +37,20 @@ impl Statement {
         self.ops.iter().any(|o| matches!(o, Op::Evict { .. }))
     }
 
-    pub fn place(&mut self, s: &Snapshot, st: &mut State, pod: PodId, pl: Placement) {
+    pub fn place(&mut self, s: &Snapshot<'_>, st: &mut State, pod: PodId, pl: Placement) {
         debug_assert!(st.placement[pod as usize].is_none());
         st.apply(s, pod, pl);
         self.ops.push(Op::Place(pod));
     }
 
-    pub fn evict(&mut self, s: &Snapshot, st: &mut State, pod: PodId, reason: EvictReason) {
+    pub fn evict(&mut self, s: &Snapshot<'_>, st: &mut State, pod: PodId, reason: EvictReason) {
         if let Some(from) = st.unapply(s, pod) {
             self.ops.push(Op::Evict { pod, from, reason });
         }
     }
 
     /// Undo every operation after `cp`, newest first.
-    pub fn rollback(&mut self, s: &Snapshot, st: &mut State, cp: Checkpoint) {
+    pub fn rollback(&mut self, s: &Snapshot<'_>, st: &mut State, cp: Checkpoint) {
         while self.ops.len() > cp {
             match self.ops.pop() {
                 Some(Op::Place(pod)) => {
@@ -63,7 +63,7 @@ impl Statement {
     }
 
     /// Undo everything: the state is as before the statement began.
-    pub fn discard(mut self, s: &Snapshot, st: &mut State) {
+    pub fn discard(mut self, s: &Snapshot<'_>, st: &mut State) {
         self.rollback(s, st, 0);
     }
 

@@ -296,7 +296,7 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
     let bound: Vec<&str> = d.binds.iter().map(|b| b.name.as_str()).collect();
     let mut before: HashMap<&str, f64> = HashMap::new();
     for p in &snap.pods {
-        if (p.running || bound.contains(&p.name.as_str()))
+        if (p.running || bound.contains(&p.name))
             && let Some(q) = snap.groups[p.group as usize].queue
         {
             *before

@@ -27,8 +27,15 @@ pub fn try_place(
 }
 
 pub fn run(sess: &mut Session<'_>) {
+    // Jobs with a pending pod (as `pending_pods`), found in one pass over the pods.
+    let mut pending = vec![false; sess.s.groups.len()];
+    for (id, p) in sess.s.pods.iter().enumerate() {
+        if !p.running && p.invalid.is_none() && sess.st.placement[id].is_none() {
+            pending[p.group as usize] = true;
+        }
+    }
     let jobs: Vec<GroupId> = (0..sess.s.groups.len() as GroupId)
-        .filter(|&g| !sess.s.groups[g as usize].foreign && sess.pending_pods(g).next().is_some())
+        .filter(|&g| pending[g as usize] && !sess.s.groups[g as usize].foreign)
         .collect();
     let mut order = JobOrder::new(sess, jobs);
     // Scheduling signatures: allocate only consumes capacity, so a single-pod job whose
@@ -108,6 +115,6 @@ fn gang_message(sess: &Session<'_>, tasks: &[PodId], task: PodId, explain: &str)
 pub fn mark(sess: &mut Session<'_>, g: GroupId, msg: &str) {
     let pods: Vec<PodId> = sess.pending_pods(g).collect();
     for p in pods {
-        sess.unschedulable[p as usize] = Some(msg.to_string());
+        sess.unschedulable.insert(p, msg.to_string());
     }
 }

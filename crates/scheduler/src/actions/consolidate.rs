@@ -2,6 +2,7 @@
 //! fits. A move plan is accepted only if every moved pod is placed again.
 
 use super::Session;
+use super::lazy_sort::LazySorted;
 use super::reclaim::{Signature, candidates, signature};
 use super::solver::{Problem, Unit, solve, units_of};
 use crate::decisions::EvictReason;
@@ -12,25 +13,8 @@ pub fn run(sess: &mut Session<'_>) {
     if jobs.is_empty() {
         return;
     }
-    // Victims on the emptiest nodes first (as of the start of the action): moving them
-    // away frees whole nodes.
-    let mut order: Vec<(i64, i64, GroupId)> = sess
-        .victim_jobs
-        .iter()
-        .map(|&g| {
-            let pods = &sess.s.groups[g as usize].pods;
-            let placed = pods
-                .iter()
-                .find_map(|&p| sess.st.placement[p as usize].as_ref());
-            let node_free = placed.map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
-            let size: i64 = pods
-                .iter()
-                .map(|&p| sess.s.pods[p as usize].res.0[GPU])
-                .sum();
-            (-node_free, size, g)
-        })
-        .collect();
-    order.sort_unstable();
+    // Built when a job first needs it, which is before this action has changed anything.
+    let mut order = None;
     let mut tried: Vec<Signature> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
@@ -52,8 +36,11 @@ pub fn run(sess: &mut Session<'_>) {
             continue;
         }
         let mut budget = sess.cfg.max_consolidation_preemptees;
+        let order = order.get_or_insert_with(|| victim_order(sess));
         let mut units: Vec<Unit> = Vec::new();
-        for &(_, _, g) in &order {
+        let mut next = 0;
+        while let Some((_, _, g)) = order.get(next) {
+            next += 1;
             if budget == 0 {
                 break;
             }
@@ -88,4 +75,26 @@ pub fn run(sess: &mut Session<'_>) {
             tried.push(sig);
         }
     }
+}
+
+/// Victims on the emptiest nodes first (as of the start of the action): moving them away
+/// frees whole nodes.
+fn victim_order(sess: &Session<'_>) -> LazySorted<(i64, i64, GroupId)> {
+    let order = sess
+        .victim_jobs
+        .iter()
+        .map(|&g| {
+            let pods = sess.s.pods_of(g);
+            let placed = pods
+                .iter()
+                .find_map(|&p| sess.st.placement[p as usize].as_ref());
+            let node_free = placed.map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
+            let size: i64 = pods
+                .iter()
+                .map(|&p| sess.s.pods[p as usize].res.0[GPU])
+                .sum();
+            (-node_free, size, g)
+        })
+        .collect();
+    LazySorted::new(order)
 }

@@ -3,6 +3,7 @@
 
 mod allocate;
 mod consolidate;
+mod lazy_sort;
 mod ordering;
 mod preempt;
 mod reclaim;
@@ -18,22 +19,25 @@ use crate::placement::Placer;
 use crate::snapshot::{GroupId, PodId, QueueId, Res, Snapshot};
 use crate::state::State;
 use crate::statement::{Op, Statement};
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 pub use ordering::JobOrder;
 
 /// The working set of one cycle. The snapshot is never changed; every change goes through
 /// a `Statement` on `st`.
 pub struct Session<'a> {
-    pub s: &'a Snapshot,
+    pub s: &'a Snapshot<'a>,
     pub cfg: Config,
     pub st: State,
     pub placer: Placer,
     pub fs: FairShare,
-    /// Why a pod was evicted (first reason wins).
-    pub evicted: Vec<Option<EvictReason>>,
+    /// Why a pod was evicted (first reason wins). Sparse: few pods are evicted.
+    pub evicted: BTreeMap<PodId, EvictReason>,
     /// Placed in a statement that also evicted: bind after the victims are gone.
     pub pipelined: Vec<bool>,
-    pub unschedulable: Vec<Option<String>>,
+    /// Why a pending pod is not placed (so far). Sparse: only pending pods have one.
+    pub unschedulable: BTreeMap<PodId, String>,
     /// Jobs that could not be fully allocated this cycle (candidates for reclaim & co).
     pub failed: Vec<GroupId>,
     /// Jobs whose failure no eviction can fix (over limit, invalid).
@@ -47,30 +51,33 @@ pub struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    pub fn open(s: &'a Snapshot, cfg: &Config) -> Session<'a> {
+    pub fn open(s: &'a Snapshot<'a>, cfg: &Config) -> Session<'a> {
         let mut issues = s.issues.clone();
         let st = State::new(s, &mut issues);
+        // One pass over the pods: what each leaf queue requests, and what each job's
+        // running pods hold (a job holds something iff it has running pods).
         let mut leaf_req = vec![Res::default(); s.queues.len()];
-        for p in &s.pods {
+        let mut holds = vec![0u8; s.groups.len()];
+        let mut unschedulable = BTreeMap::new();
+        for (id, p) in s.pods.iter().enumerate() {
             let g = &s.groups[p.group as usize];
             if let (Some(q), None) = (g.queue, &p.invalid) {
                 leaf_req[q as usize].add(&p.res);
+            }
+            if p.running {
+                holds[p.group as usize] |= if p.res.0[0] > 0 { 1 } else { 2 };
+            }
+            if let Some(why) = &p.invalid {
+                unschedulable.insert(id as PodId, why.clone());
             }
         }
         let fs = FairShare::compute(s, &leaf_req, cfg.k_value);
         let victim_jobs = (0..s.groups.len() as GroupId)
             .filter(|&g| {
                 let grp = &s.groups[g as usize];
-                grp.preemptible
-                    && !grp.foreign
-                    && grp.queue.is_some()
-                    && grp.pods.iter().any(|&p| s.pods[p as usize].running)
+                grp.preemptible && !grp.foreign && grp.queue.is_some() && holds[g as usize] != 0
             })
             .collect();
-        let mut holds = vec![0u8; s.groups.len()];
-        for p in s.pods.iter().filter(|p| p.running) {
-            holds[p.group as usize] |= if p.res.0[0] > 0 { 1 } else { 2 };
-        }
         Session {
             holds,
             victim_jobs,
@@ -78,9 +85,9 @@ impl<'a> Session<'a> {
             cfg: cfg.clone(),
             placer: Placer::new(s, cfg),
             fs,
-            evicted: vec![None; s.pods.len()],
+            evicted: BTreeMap::new(),
             pipelined: vec![false; s.pods.len()],
-            unschedulable: s.pods.iter().map(|p| p.invalid.clone()).collect(),
+            unschedulable,
             failed: Vec::new(),
             hopeless: vec![false; s.groups.len()],
             stale_marks: Vec::new(),
@@ -96,13 +103,19 @@ impl<'a> Session<'a> {
             match op {
                 Op::Place(pod) => {
                     self.pipelined[pod as usize] |= evicts;
-                    self.unschedulable[pod as usize] = None;
+                    self.unschedulable.remove(&pod);
                 }
                 Op::Evict { pod, reason, .. } => {
                     // A moved pod (consolidation) evicted again later: the later reason is the final one.
-                    let slot = &mut self.evicted[pod as usize];
-                    if slot.is_none() || matches!(slot, Some(EvictReason::Consolidation { .. })) {
-                        *slot = Some(reason);
+                    match self.evicted.entry(pod) {
+                        Entry::Vacant(v) => {
+                            v.insert(reason);
+                        }
+                        Entry::Occupied(mut o) => {
+                            if matches!(o.get(), EvictReason::Consolidation { .. }) {
+                                o.insert(reason);
+                            }
+                        }
                     }
                 }
             }
@@ -111,7 +124,7 @@ impl<'a> Session<'a> {
 
     /// Pending pods of a job that still need a node.
     pub fn pending_pods(&self, g: GroupId) -> impl Iterator<Item = PodId> + '_ {
-        self.s.groups[g as usize].pods.iter().copied().filter(|&p| {
+        self.s.pods_of(g).iter().copied().filter(|&p| {
             self.st.placement[p as usize].is_none()
                 && !self.s.pods[p as usize].running
                 && self.s.pods[p as usize].invalid.is_none()
@@ -121,10 +134,10 @@ impl<'a> Session<'a> {
     /// KAI gang sizing: every sub-group below its minimum gets exactly what it misses; once
     /// all are met, one more pod per attempt (elastic growth).
     pub fn tasks_to_allocate(&self, g: GroupId) -> Vec<PodId> {
-        let grp = &self.s.groups[g as usize];
         let base = self.st.sub_base[g as usize] as usize;
-        let mut missing: Vec<u32> = grp
-            .sub_groups
+        let mut missing: Vec<u32> = self
+            .s
+            .sub_groups_of(g)
             .iter()
             .enumerate()
             .map(|(i, sg)| sg.min_member.saturating_sub(self.st.sub_placed[base + i]))
@@ -205,8 +218,8 @@ impl<'a> Session<'a> {
 
     /// Running pods (from the snapshot) of a job that are still placed.
     pub fn running_pods(&self, g: GroupId) -> Vec<PodId> {
-        self.s.groups[g as usize]
-            .pods
+        self.s
+            .pods_of(g)
             .iter()
             .copied()
             .filter(|&p| self.s.pods[p as usize].running && self.st.placement[p as usize].is_some())
@@ -225,46 +238,52 @@ impl<'a> Session<'a> {
             stale_marks: self.stale_marks,
             ..Default::default()
         };
-        for (i, p) in s.pods.iter().enumerate() {
-            let now = &self.st.placement[i];
-            if p.running {
-                if let Some(reason) = &self.evicted[i] {
-                    let node = p
-                        .node
-                        .map(|n| s.nodes[n as usize].name.clone())
-                        .unwrap_or_default();
-                    let reason = match (reason, now) {
-                        (EvictReason::Consolidation { by_job, .. }, Some(pl)) => {
-                            EvictReason::Consolidation {
-                                by_job: by_job.clone(),
-                                relocate_to: s.nodes[pl.node as usize].name.clone(),
-                            }
-                        }
-                        (r, _) => r.clone(),
-                    };
-                    d.evictions.push(Eviction {
-                        pod: i as PodId,
-                        namespace: p.namespace.clone(),
-                        name: p.name.clone(),
-                        node,
-                        reason,
-                    });
+        // Evictions and binds each in pod order; only running pods are ever evicted.
+        for (&i, reason) in &self.evicted {
+            let p = &s.pods[i as usize];
+            if !p.running {
+                continue;
+            }
+            let node = p
+                .node
+                .map(|n| s.nodes[n as usize].name.to_string())
+                .unwrap_or_default();
+            let reason = match (reason, &self.st.placement[i as usize]) {
+                (EvictReason::Consolidation { by_job, .. }, Some(pl)) => {
+                    EvictReason::Consolidation {
+                        by_job: by_job.clone(),
+                        relocate_to: s.nodes[pl.node as usize].name.to_string(),
+                    }
                 }
-            } else if let Some(pl) = now {
+                (r, _) => r.clone(),
+            };
+            d.evictions.push(Eviction {
+                pod: i,
+                namespace: p.namespace.to_string(),
+                name: p.name.to_string(),
+                node,
+                reason,
+            });
+        }
+        for (i, p) in s.pods.iter().enumerate() {
+            if p.running {
+                continue;
+            }
+            if let Some(pl) = &self.st.placement[i] {
                 d.binds.push(Bind {
                     pod: i as PodId,
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    node: s.nodes[pl.node as usize].name.clone(),
+                    namespace: p.namespace.to_string(),
+                    name: p.name.to_string(),
+                    node: s.nodes[pl.node as usize].name.to_string(),
                     node_id: pl.node,
                     gpu: GpuBinding::from_placement(s, &pl.gpu),
                     pipelined: self.pipelined[i],
                 });
-            } else if let Some(msg) = &self.unschedulable[i] {
+            } else if let Some(msg) = self.unschedulable.get(&(i as PodId)) {
                 d.unschedulable.push(Unschedulable {
                     pod: i as PodId,
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
+                    namespace: p.namespace.to_string(),
+                    name: p.name.to_string(),
                     message: msg.clone(),
                 });
             }
@@ -293,7 +312,7 @@ fn fmt_amount(r: usize, v: f64) -> String {
 }
 
 /// Run one cycle on a snapshot: the core entry point.
-pub fn schedule(s: &Snapshot, cfg: &Config) -> Decisions {
+pub fn schedule(s: &Snapshot<'_>, cfg: &Config) -> Decisions {
     let mut sess = Session::open(s, cfg);
     for action in &cfg.actions {
         match action {

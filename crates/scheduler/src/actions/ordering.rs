@@ -4,13 +4,14 @@
 
 use super::Session;
 use crate::fairshare::compare_queues;
-use crate::snapshot::{GroupId, QueueId, Res};
+use crate::snapshot::{FastMap, GroupId, QueueId, Res};
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 pub struct JobOrder {
     leaf_jobs: Vec<VecDeque<GroupId>>,
-    req: Vec<Option<Res>>,
+    /// Request of each job's next attempt, once asked (sparse: few jobs of all are here).
+    req: FastMap<GroupId, Res>,
     roots: Vec<QueueId>,
 }
 
@@ -27,11 +28,7 @@ impl JobOrder {
         }
         let elastic = |g: GroupId| -> u8 {
             let placed = sess.st.group_placed[g as usize];
-            let min: u32 = s.groups[g as usize]
-                .sub_groups
-                .iter()
-                .map(|sg| sg.min_member)
-                .sum();
+            let min: u32 = s.sub_groups_of(g).iter().map(|sg| sg.min_member).sum();
             match placed.cmp(&min) {
                 Ordering::Less => 0,
                 Ordering::Equal => 1,
@@ -45,13 +42,13 @@ impl JobOrder {
                     .cmp(&ga.priority)
                     .then(elastic(a).cmp(&elastic(b)))
                     .then(ga.creation.cmp(&gb.creation))
-                    .then(ga.namespace.cmp(&gb.namespace))
+                    .then(ga.namespace.cmp(gb.namespace))
                     .then(ga.name.cmp(&gb.name))
             });
         }
         JobOrder {
             leaf_jobs: leaf_jobs.into_iter().map(VecDeque::from).collect(),
-            req: vec![None; s.groups.len()],
+            req: FastMap::default(),
             roots: (0..s.queues.len() as QueueId)
                 .filter(|&q| s.queues[q as usize].parent.is_none())
                 .collect(),
@@ -59,7 +56,10 @@ impl JobOrder {
     }
 
     fn job_req(&mut self, sess: &Session<'_>, g: GroupId) -> Res {
-        *self.req[g as usize].get_or_insert_with(|| sess.request_of(&sess.tasks_to_allocate(g)))
+        *self
+            .req
+            .entry(g)
+            .or_insert_with(|| sess.request_of(&sess.tasks_to_allocate(g)))
     }
 
     fn best_among(&mut self, sess: &Session<'_>, queues: &[QueueId]) -> Option<(QueueId, GroupId)> {
@@ -88,13 +88,14 @@ impl JobOrder {
         if queue.is_leaf() {
             return self.leaf_jobs[q as usize].front().copied();
         }
-        let children = queue.children.clone();
-        self.best_among(sess, &children).map(|(_, j)| j)
+        self.best_among(sess, &queue.children).map(|(_, j)| j)
     }
 
     pub fn pop(&mut self, sess: &Session<'_>) -> Option<GroupId> {
-        let roots = self.roots.clone();
-        let (_, job) = self.best_among(sess, &roots)?;
+        let roots = std::mem::take(&mut self.roots);
+        let best = self.best_among(sess, &roots);
+        self.roots = roots;
+        let (_, job) = best?;
         let q = sess.s.groups[job as usize].queue?;
         self.leaf_jobs[q as usize].pop_front();
         Some(job)
@@ -102,7 +103,7 @@ impl JobOrder {
 
     /// Put a job back (elastic growth): it competes again with a fresh request.
     pub fn push_front(&mut self, sess: &Session<'_>, g: GroupId) {
-        self.req[g as usize] = None;
+        self.req.remove(&g);
         if let Some(q) = sess.s.groups[g as usize].queue {
             self.leaf_jobs[q as usize].push_front(g);
         }

@@ -2,6 +2,7 @@
 //! preemptible jobs.
 
 use super::Session;
+use super::lazy_sort::LazySorted;
 use super::reclaim::{Signature, candidates, signature};
 use super::solver::{Problem, Unit, solve, units_of};
 use crate::decisions::EvictReason;
@@ -12,18 +13,8 @@ pub fn run(sess: &mut Session<'_>) {
     if jobs.is_empty() {
         return;
     }
-    let mut order: Vec<(i32, i64, GroupId)> = sess
-        .victim_jobs
-        .iter()
-        .map(|&g| {
-            (
-                sess.s.groups[g as usize].priority,
-                -sess.s.groups[g as usize].creation,
-                g,
-            )
-        })
-        .collect();
-    order.sort_unstable();
+    // Built when a job first needs it.
+    let mut by_queue = None;
     let mut tried: Vec<(Signature, i32)> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
@@ -45,15 +36,19 @@ pub fn run(sess: &mut Session<'_>) {
         if sess.capacity_error(job, &req).is_some() {
             continue;
         }
-        let units: Vec<Unit> = order
-            .iter()
-            .take_while(|v| v.0 < prio)
-            .filter(|v| {
-                v.2 != job && sess.s.groups[v.2 as usize].queue == Some(q) && sess.helps(v.2, &req)
-            })
-            .take(sess.cfg.max_victim_jobs * 4)
-            .flat_map(|v| units_of(sess, v.2))
-            .collect();
+        let order = &mut by_queue.get_or_insert_with(|| victim_orders(sess))[q as usize];
+        let mut units: Vec<Unit> = Vec::new();
+        let (mut next, mut taken) = (0, 0);
+        while let Some((vprio, _, v)) = order.get(next) {
+            next += 1;
+            if vprio >= prio || taken == sess.cfg.max_victim_jobs * 4 {
+                break;
+            }
+            if v != job && sess.helps(v, &req) {
+                taken += 1;
+                units.extend(units_of(sess, v));
+            }
+        }
         if units.is_empty() {
             continue;
         }
@@ -76,4 +71,16 @@ pub fn run(sess: &mut Session<'_>) {
             tried.push(sig);
         }
     }
+}
+
+/// Victims by queue (only a job's own queue is searched), lowest priority, newest first.
+fn victim_orders(sess: &Session<'_>) -> Vec<LazySorted<(i32, i64, GroupId)>> {
+    let mut by_queue: Vec<Vec<(i32, i64, GroupId)>> = vec![Vec::new(); sess.s.queues.len()];
+    for &g in &sess.victim_jobs {
+        let grp = &sess.s.groups[g as usize];
+        if let Some(q) = grp.queue {
+            by_queue[q as usize].push((grp.priority, -grp.creation, g));
+        }
+    }
+    by_queue.into_iter().map(LazySorted::new).collect()
 }

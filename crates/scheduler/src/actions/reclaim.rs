@@ -2,6 +2,7 @@
 //! theirs. In-quota resources are never taken: no victim may move a queue from at or
 //! above its deserved share to below it.
 
+use super::lazy_sort::LazySorted;
 use super::solver::{Problem, Unit, solve, units_of};
 use super::{JobOrder, Session};
 use crate::decisions::EvictReason;
@@ -77,24 +78,8 @@ pub fn run(sess: &mut Session<'_>) {
     if jobs.is_empty() {
         return;
     }
-    // Victim order fixed at the start of the action: most over-served queue first, then
-    // lowest priority, newest.
-    let dom: Vec<f64> = (0..sess.s.queues.len() as QueueId)
-        .map(|vq| {
-            sess.fs
-                .dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f())
-        })
-        .collect();
-    let mut order: Vec<(f64, i32, i64, GroupId)> = sess
-        .victim_jobs
-        .iter()
-        .filter_map(|&g| {
-            let grp = &sess.s.groups[g as usize];
-            grp.queue
-                .map(|vq| (-dom[vq as usize], grp.priority, -grp.creation, g))
-        })
-        .collect();
-    order.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    // Built when a job first needs it, which is before this action has changed anything.
+    let mut order = None;
     let mut tried: Vec<Signature> = Vec::new();
     for job in jobs {
         let tasks = sess.tasks_to_allocate(job);
@@ -126,17 +111,21 @@ pub fn run(sess: &mut Session<'_>) {
             })
             .collect();
         let limit = sess.cfg.max_victim_jobs * 4;
-        let units: Vec<Unit> = order
-            .iter()
-            .filter(|v| {
-                sess.s.groups[v.3 as usize]
-                    .queue
-                    .is_some_and(|vq| open_queue[vq as usize])
-                    && sess.helps(v.3, &req)
-            })
-            .take(limit)
-            .flat_map(|v| units_of(sess, v.3))
-            .collect();
+        let order = order.get_or_insert_with(|| victim_order(sess));
+        let mut units: Vec<Unit> = Vec::new();
+        let (mut next, mut taken) = (0, 0);
+        while taken < limit
+            && let Some((_, _, _, v)) = order.get(next)
+        {
+            next += 1;
+            let open = sess.s.groups[v as usize]
+                .queue
+                .is_some_and(|vq| open_queue[vq as usize]);
+            if open && sess.helps(v, &req) {
+                taken += 1;
+                units.extend(units_of(sess, v));
+            }
+        }
         if units.is_empty() {
             continue;
         }
@@ -165,6 +154,35 @@ pub fn run(sess: &mut Session<'_>) {
             tried.push(sig);
         }
     }
+}
+
+/// Victim order fixed at the start of the action: most over-served queue first, then
+/// lowest priority, newest. The dominant share enters the key as its rank among the
+/// queues' (equal shares, equal rank), so the key is an integer tuple.
+fn victim_order(sess: &Session<'_>) -> LazySorted<(u32, i32, i64, GroupId)> {
+    let dom: Vec<f64> = (0..sess.s.queues.len() as QueueId)
+        .map(|vq| {
+            sess.fs
+                .dominant_share(sess.s, vq, sess.st.q_alloc[vq as usize].to_f())
+        })
+        .collect();
+    let mut by_dom = dom.clone();
+    by_dom.sort_by(|a, b| b.total_cmp(a));
+    by_dom.dedup();
+    let rank: Vec<u32> = dom
+        .iter()
+        .map(|d| by_dom.partition_point(|x| x > d) as u32)
+        .collect();
+    let order = sess
+        .victim_jobs
+        .iter()
+        .filter_map(|&g| {
+            let grp = &sess.s.groups[g as usize];
+            grp.queue
+                .map(|vq| (rank[vq as usize], grp.priority, -grp.creation, g))
+        })
+        .collect();
+    LazySorted::new(order)
 }
 
 /// KAI's two reclaim strategies at the level where the queues' paths diverge, plus the

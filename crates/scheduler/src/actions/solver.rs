@@ -22,10 +22,10 @@ pub fn units_of(sess: &Session<'_>, g: GroupId) -> Vec<Unit> {
     if running.is_empty() {
         return Vec::new();
     }
-    let grp = &sess.s.groups[g as usize];
     let base = sess.st.sub_base[g as usize] as usize;
-    let mut extra: Vec<u32> = grp
-        .sub_groups
+    let mut extra: Vec<u32> = sess
+        .s
+        .sub_groups_of(g)
         .iter()
         .enumerate()
         .map(|(i, sg)| sess.st.sub_placed[base + i].saturating_sub(sg.min_member))

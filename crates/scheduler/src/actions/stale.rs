@@ -20,8 +20,8 @@ pub fn run(sess: &mut Session<'_>) {
         let active = !running.is_empty() || sess.st.group_placed[g as usize] > 0;
         let below = active && !sess.st.gang_satisfied(sess.s, g);
         let mark = |since| StaleMark {
-            namespace: grp.namespace.clone(),
-            pod_group: grp.name.clone(),
+            namespace: grp.namespace.to_string(),
+            pod_group: grp.name.to_string(),
             since,
         };
         match (below, grp.stale_since) {
@@ -51,8 +51,8 @@ pub fn run(sess: &mut Session<'_>) {
                 sess.commit(stmt);
                 let grp = &sess.s.groups[g as usize];
                 sess.stale_marks.push(StaleMark {
-                    namespace: grp.namespace.clone(),
-                    pod_group: grp.name.clone(),
+                    namespace: grp.namespace.to_string(),
+                    pod_group: grp.name.to_string(),
                     since: None,
                 });
             }

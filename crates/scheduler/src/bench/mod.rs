@@ -182,8 +182,8 @@ pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
     } else {
         arrivals(opts, &input.nodes, &input.pods)
     };
-    let replay_snapshot =
-        (!opts.skip_replay).then(|| Snapshot::build(&replay_input(&input.nodes, &stream)));
+    let replay_cluster = (!opts.skip_replay).then(|| replay_input(&input.nodes, &stream));
+    let replay_snapshot = replay_cluster.as_ref().map(Snapshot::build);
     let mut rows = Vec::new();
     for &policy in &opts.policies {
         let cfg = Config {

@@ -61,7 +61,7 @@ pub fn replay_input(nodes: &[NodeInput], arrivals: &[PodInput]) -> ClusterInput 
     }
 }
 
-pub fn replay(s: &Snapshot, cfg: &Config) -> ReplayFigures {
+pub fn replay(s: &Snapshot<'_>, cfg: &Config) -> ReplayFigures {
     let mut issues = Vec::new();
     let mut st = State::new(s, &mut issues);
     let mut placer = Placer::new(s, cfg);

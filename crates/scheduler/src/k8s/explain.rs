@@ -24,7 +24,7 @@ pub enum ExplainError {
 
 /// Why `pod` cannot go to each node right now (`Ok` = it fits).
 pub fn node_verdicts(
-    s: &Snapshot,
+    s: &Snapshot<'_>,
     st: &State,
     pod: PodId,
 ) -> Vec<(String, Result<(), NodeReason>)> {
@@ -45,7 +45,7 @@ pub fn node_verdicts(
                     can_fit_gpu(s, st, i as u32, &p.gpu)
                 }
             });
-            (n.name.clone(), v)
+            (n.name.to_string(), v)
         })
         .collect()
 }
