@@ -28,6 +28,9 @@ pub struct Args {
     /// Kubeconfig; without it: in-cluster config, else KUBECONFIG / ~/.kube/config.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// API writes in flight at once, for binds and for the pod grouper each.
+    #[arg(long, default_value_t = 64)]
+    api_concurrency: usize,
 }
 
 pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
@@ -37,6 +40,7 @@ pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
         metrics_address: Some(args.metrics_address),
         leader_elect: args.leader_elect,
         namespace: args.namespace.clone(),
+        bind_concurrency: args.api_concurrency.max(1),
         ..Default::default()
     };
     if let Some(i) = &args.reservation_image {
@@ -81,6 +85,9 @@ pub struct BenchArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
+    /// Passed to the scheduler's `--api-concurrency`.
+    #[arg(long, default_value_t = 64)]
+    api_concurrency: usize,
 }
 
 /// `gantry bench scheduler-api`: an in-memory control plane in this process, the scheduler
@@ -117,7 +124,8 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "127.0.0.1:0",
         ])
         .arg("--kubeconfig")
-        .arg(cp.kubeconfig_path());
+        .arg(cp.kubeconfig_path())
+        .arg(format!("--api-concurrency={}", args.api_concurrency));
         let r = bench::drive(
             &client,
             &o,

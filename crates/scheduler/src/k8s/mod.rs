@@ -55,7 +55,7 @@ pub struct Options {
     pub create_default_queues: bool,
     /// Create the Queue and PodGroup CRDs when missing (best effort).
     pub install_crds: bool,
-    /// Binds in flight at once.
+    /// API writes in flight at once: binds, and separately the pod grouper's.
     pub bind_concurrency: usize,
 }
 

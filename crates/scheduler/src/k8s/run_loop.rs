@@ -337,7 +337,7 @@ async fn lead(
     let mut lp = Loop {
         cache: Cache::new(&opts.scheduler_name, &opts.reservation_namespace),
         bind_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
-        api_slots: Arc::new(Semaphore::new(64)),
+        api_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
         client,
         opts,
         metrics,
