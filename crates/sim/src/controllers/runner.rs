@@ -3,7 +3,7 @@
 //! pure plans. Recently created pods are remembered until the cache sees them, so a slow watch
 //! cannot cause duplicates.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,14 @@ impl Drop for Controllers {
     }
 }
 
-fn cache<K>(api: Api<K>, trigger: Arc<Notify>) -> (Store<K>, JoinHandle<()>)
+/// Names of pods the watch has shown (added, changed or deleted) since the last reconcile.
+type Observed = Arc<std::sync::Mutex<HashSet<String>>>;
+
+fn cache<K>(
+    api: Api<K>,
+    trigger: Arc<Notify>,
+    observed: Option<Observed>,
+) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -58,8 +65,17 @@ where
     let task = tokio::spawn(async move {
         let mut s = stream.boxed();
         while let Some(ev) = s.next().await {
-            if let Err(e) = ev {
-                tracing::debug!(error = %e, "controller watch error (retrying)");
+            match ev {
+                Err(e) => tracing::debug!(error = %e, "controller watch error (retrying)"),
+                // Not a relist's InitApply: the store takes those only at InitDone.
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                    if let Some(seen) = &observed
+                        && let Ok(mut seen) = seen.lock()
+                    {
+                        seen.insert(o.name_any());
+                    }
+                }
+                Ok(_) => {}
             }
             trigger.notify_one();
         }
@@ -70,10 +86,15 @@ where
 /// Start the DaemonSet and Job controllers.
 pub fn start(client: kube::Client) -> Controllers {
     let trigger = Arc::new(Notify::new());
-    let (dss, t1) = cache(Api::<DaemonSet>::all(client.clone()), trigger.clone());
-    let (jobs, t2) = cache(Api::<Job>::all(client.clone()), trigger.clone());
-    let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone());
-    let (pods, t4) = cache(Api::<Pod>::all(client.clone()), trigger.clone());
+    let observed = Observed::default();
+    let (dss, t1) = cache(Api::<DaemonSet>::all(client.clone()), trigger.clone(), None);
+    let (jobs, t2) = cache(Api::<Job>::all(client.clone()), trigger.clone(), None);
+    let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone(), None);
+    let (pods, t4) = cache(
+        Api::<Pod>::all(client.clone()),
+        trigger.clone(),
+        Some(observed.clone()),
+    );
     let mut r = Reconciler {
         client,
         dss,
@@ -81,6 +102,7 @@ pub fn start(client: kube::Client) -> Controllers {
         nodes,
         pods,
         expected: HashMap::new(),
+        observed,
     };
     let main = tokio::spawn(async move {
         for s in [
@@ -128,16 +150,27 @@ struct Reconciler {
     jobs: Store<Job>,
     nodes: Store<Node>,
     pods: Store<Pod>,
-    /// (owner uid, pod name) → when created; dropped once the cache has the pod.
+    /// (owner uid, pod name) → when created; dropped once the watch has shown the pod.
     expected: HashMap<(String, String), (Instant, Option<String>)>,
+    /// A pod created and deleted between two passes never shows in the cache, but its events
+    /// do: without them its node would wait for the expectation to time out.
+    observed: Observed,
 }
 
 impl Reconciler {
     async fn reconcile_all(&mut self) {
+        // Taken before the snapshot: the reflector updates the store before it yields an event,
+        // so every name seen here is already reflected in `pods`.
+        let seen = self
+            .observed
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
         let pods = self.pods.state();
         let now = Instant::now();
         self.expected.retain(|(owner, name), (at, _)| {
             now.duration_since(*at) < EXPECTATION_TTL
+                && !seen.contains(name)
                 && !pods
                     .iter()
                     .any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
