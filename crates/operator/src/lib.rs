@@ -10,6 +10,7 @@ pub mod lease;
 pub mod metrics;
 pub mod migpolicy;
 pub mod nodes;
+pub mod paged;
 pub mod reconcile;
 pub mod render;
 pub mod run;

@@ -167,11 +167,13 @@ async fn gpu_pods_by_node(
     client: &kube::Client,
 ) -> Result<BTreeMap<String, Vec<String>>, MigPolicyError> {
     let api_pods = Api::<Pod>::all(client.clone());
-    let mut params = ListParams::default().limit(PODS_PAGE);
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    loop {
-        let page = api_pods.list(&params).await.map_err(api("listing Pods"))?;
-        for p in page.items.iter().filter(|p| uses_gpus(p)) {
+    let fetch = |p: ListParams| {
+        let api = api_pods.clone();
+        async move { api.list(&p).await }
+    };
+    crate::paged::each_page(ListParams::default(), PODS_PAGE, fetch, |items| {
+        for p in items.iter().filter(|p| uses_gpus(p)) {
             if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
                 out.entry(node).or_default().push(format!(
                     "{}/{}",
@@ -180,11 +182,10 @@ async fn gpu_pods_by_node(
                 ));
             }
         }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
+    })
+    .await
+    .map_err(api("listing Pods"))?;
+    Ok(out)
 }
 
 const PODS_PAGE: u32 = 500;

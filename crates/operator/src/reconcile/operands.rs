@@ -274,15 +274,15 @@ async fn pods_of(ctx: &Ctx, ds: &DaemonSet) -> Result<Vec<Pod>, Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let uid = ds.metadata.uid.clone();
     // Paged and thinned as it goes: at 1,000 nodes a DaemonSet's full pods would be megabytes.
-    let mut params = ListParams::default().labels(&selector).limit(PODS_PAGE);
     let mut out = Vec::new();
-    loop {
-        let page = api
-            .list(&params)
-            .await
-            .map_err(|e| Error::api("listing pods of", format!("DaemonSet {ns}/{name}"), e))?;
+    let params = ListParams::default().labels(&selector);
+    let fetch = |p: ListParams| {
+        let api = api.clone();
+        async move { api.list(&p).await }
+    };
+    crate::paged::each_page(params, PODS_PAGE, fetch, |items| {
         out.extend(
-            page.items
+            items
                 .into_iter()
                 .filter(|p| {
                     p.metadata
@@ -292,12 +292,11 @@ async fn pods_of(ctx: &Ctx, ds: &DaemonSet) -> Result<Vec<Pod>, Error> {
                         .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
                 })
                 .map(thin),
-        );
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
+        )
+    })
+    .await
+    .map_err(|e| Error::api("listing pods of", format!("DaemonSet {ns}/{name}"), e))?;
+    Ok(out)
 }
 
 const PODS_PAGE: u32 = 250;

@@ -304,33 +304,29 @@ pub async fn reconcile_once(
 /// enough; a walk also reads `spec.unschedulable` and the `Ready` condition.
 async fn list_nodes(client: &kube::Client, full: bool) -> Result<Vec<Node>, UpgradeError> {
     let api = Api::<Node>::all(client.clone());
-    let mut params = ListParams::default().limit(NODES_PAGE);
     let mut out = Vec::new();
-    loop {
-        let (items, token) = if full {
-            let page = api.list(&params).await.map_err(list_err("Nodes"))?;
-            (page.items, page.metadata.continue_)
-        } else {
-            let page = api
-                .list_metadata(&params)
-                .await
-                .map_err(list_err("Nodes"))?;
-            let items = page
-                .items
-                .into_iter()
-                .map(|m| Node {
-                    metadata: m.metadata,
-                    ..Default::default()
-                })
-                .collect();
-            (items, page.metadata.continue_)
+    let lp = ListParams::default();
+    if full {
+        let fetch = |p: ListParams| {
+            let api = api.clone();
+            async move { api.list(&p).await }
         };
-        out.extend(items);
-        match token.filter(|t| !t.is_empty()) {
-            Some(t) => params = params.continue_token(&t),
-            None => return Ok(out),
-        }
+        crate::paged::each_page(lp, NODES_PAGE, fetch, |items| out.extend(items)).await
+    } else {
+        let fetch = |p: ListParams| {
+            let api = api.clone();
+            async move { api.list_metadata(&p).await }
+        };
+        crate::paged::each_page(lp, NODES_PAGE, fetch, |items| {
+            out.extend(items.into_iter().map(|m| Node {
+                metadata: m.metadata,
+                ..Default::default()
+            }))
+        })
+        .await
     }
+    .map_err(list_err("Nodes"))?;
+    Ok(out)
 }
 
 const NODES_PAGE: u32 = 500;
