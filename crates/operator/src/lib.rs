@@ -16,6 +16,7 @@ pub mod render;
 pub mod run;
 pub mod status;
 pub mod upgrade;
+pub mod wake;
 
 /// The one field manager every operator write uses.
 pub const FIELD_MANAGER: &str = "gantry-operator";

@@ -15,14 +15,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use gantry_api::mig_cluster_policy::MigClusterPolicy;
 use gantry_api::mig_parted::MigPartedConfig;
 use gantry_api::names::{self, mig_config_state};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, EvictParams, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -80,17 +78,20 @@ where
     let wake = Arc::new(Notify::new());
     let triggers = vec![
         // Metadata only: a trigger needs to know that something changed, not what.
-        tokio::spawn(trigger(
+        tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<Node>>::all(client.clone()),
             wake.clone(),
+            "MigClusterPolicy",
         )),
-        tokio::spawn(trigger(
+        tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<Pod>>::all(client.clone()),
             wake.clone(),
+            "MigClusterPolicy",
         )),
-        tokio::spawn(trigger(
+        tokio::spawn(crate::wake::on_changes(
             Api::<MigClusterPolicy>::all(client.clone()),
             wake.clone(),
+            "MigClusterPolicy",
         )),
     ];
     tokio::pin!(shutdown);
@@ -112,26 +113,6 @@ where
     }
     for t in triggers {
         t.abort();
-    }
-}
-
-async fn trigger<K>(api: Api<K>, wake: Arc<Notify>)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
-{
-    let mut s = watcher::watcher(api, watcher::Config::default()).boxed();
-    while let Some(ev) = s.next().await {
-        match ev {
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
-                wake.notify_one();
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "MigClusterPolicy trigger watch (retrying)");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
     }
 }
 

@@ -10,7 +10,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use gantry_api::cluster_policy::ClusterPolicy;
 use gantry_api::names;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
@@ -19,7 +18,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::watcher::{self, watcher};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -102,21 +100,25 @@ where
 {
     let wake = Arc::new(Notify::new());
     let triggers = vec![
-        tokio::spawn(trigger(
+        tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<Node>>::all(client.clone()),
             wake.clone(),
+            "driver upgrade",
         )),
-        tokio::spawn(trigger(
+        tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<Pod>>::all(client.clone()),
             wake.clone(),
+            "driver upgrade",
         )),
-        tokio::spawn(trigger(
+        tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<DaemonSet>>::namespaced(client.clone(), &opts.namespace),
             wake.clone(),
+            "driver upgrade",
         )),
-        tokio::spawn(trigger(
+        tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<ClusterPolicy>>::all(client.clone()),
             wake.clone(),
+            "driver upgrade",
         )),
     ];
     tokio::pin!(shutdown);
@@ -145,27 +147,6 @@ where
     }
     for t in triggers {
         t.abort();
-    }
-}
-
-/// Wake the loop on every change of `K` (metadata only: the round lists what it needs).
-async fn trigger<K>(api: Api<K>, wake: Arc<Notify>)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
-{
-    let mut s = watcher(api, watcher::Config::default()).boxed();
-    while let Some(ev) = s.next().await {
-        match ev {
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
-                wake.notify_one();
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "upgrade trigger watch (retrying)");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
     }
 }
 
