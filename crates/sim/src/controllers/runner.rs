@@ -211,6 +211,11 @@ impl Reconciler {
                 self.expected
                     .insert((owner_uid.to_string(), name), (Instant::now(), node));
             }
+            // A random name taken already (thousands of pods share a prefix): the next pass
+            // tries another one, as the real controllers do with generateName.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::debug!(pod = %name, namespace = %ns, "pod name taken; retrying")
+            }
             Err(e) => {
                 tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
             }
