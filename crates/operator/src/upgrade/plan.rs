@@ -288,6 +288,47 @@ fn finish(node: &NodeView, out: &mut Vec<Action>) {
     }
 }
 
+/// One pod-removal step of the walk (GPU pod deletion, drain): its timer annotation, the
+/// policy's options for it, and its time-out.
+struct Removal {
+    key: &'static str,
+    force: bool,
+    delete_empty_dir: bool,
+    option: &'static str,
+    timeout_s: i32,
+}
+
+/// Evict `targets` until none is left (then on to pod restart); `fail` when they cannot be
+/// removed or the step's time-out passes first.
+fn remove_pods<'a>(
+    ctx: &Ctx<'_>,
+    node: &NodeView,
+    step: &Removal,
+    targets: impl Iterator<Item = &'a PodView>,
+    out: &mut Vec<Action>,
+    fail: impl Fn(&mut Vec<Action>, String),
+) {
+    match removable(targets, step.force, step.delete_empty_dir, step.option) {
+        Err(why) => fail(out, why),
+        Ok(left) if left.is_empty() => {
+            annotate(out, node, step.key, None);
+            set(out, node, UpgradeState::PodRestartRequired);
+        }
+        Ok(left) => {
+            let timeout = i64::from(step.timeout_s);
+            if timed_out(ctx, node, step.key, timeout, out) {
+                let why = format!(
+                    "timed out after {timeout}s; still there: {}",
+                    names_of(&left)
+                );
+                fail(out, why);
+            } else {
+                evict_all(node, &left, out);
+            }
+        }
+    }
+}
+
 /// Pods that must go for `purpose`, or the reason they cannot.
 fn removable<'a>(
     pods: impl Iterator<Item = &'a PodView>,
@@ -432,32 +473,14 @@ fn step(
                 };
                 set(out, node, next);
             };
-            match removable(
-                gpu,
-                p.pod_deletion_force,
-                p.pod_deletion_delete_empty_dir,
-                "gpuPodDeletion",
-            ) {
-                Err(why) => fail(out, why),
-                Ok(gone) if gone.is_empty() => {
-                    annotate(out, node, key, None);
-                    set(out, node, UpgradeState::PodRestartRequired);
-                }
-                Ok(left) => {
-                    let timeout = i64::from(p.pod_deletion_timeout_seconds);
-                    if timed_out(ctx, node, key, timeout, out) {
-                        fail(
-                            out,
-                            format!(
-                                "timed out after {timeout}s; still there: {}",
-                                names_of(&left)
-                            ),
-                        );
-                    } else {
-                        evict_all(node, &left, out);
-                    }
-                }
-            }
+            let step = Removal {
+                key,
+                force: p.pod_deletion_force,
+                delete_empty_dir: p.pod_deletion_delete_empty_dir,
+                option: "gpuPodDeletion",
+                timeout_s: p.pod_deletion_timeout_seconds,
+            };
+            remove_pods(ctx, node, &step, gpu, out, fail);
         }
         UpgradeState::DrainRequired => {
             let key = names::ANNOTATION_UPGRADE_DRAIN_START;
@@ -474,27 +497,14 @@ fn step(
                 warn(out, node, format!("drain failed: {why}"));
                 set(out, node, UpgradeState::UpgradeFailed);
             };
-            match removable(targets, p.drain_force, p.drain_delete_empty_dir, "drain") {
-                Err(why) => fail(out, why),
-                Ok(gone) if gone.is_empty() => {
-                    annotate(out, node, key, None);
-                    set(out, node, UpgradeState::PodRestartRequired);
-                }
-                Ok(left) => {
-                    let timeout = i64::from(p.drain_timeout_seconds);
-                    if timed_out(ctx, node, key, timeout, out) {
-                        fail(
-                            out,
-                            format!(
-                                "timed out after {timeout}s; still there: {}",
-                                names_of(&left)
-                            ),
-                        );
-                    } else {
-                        evict_all(node, &left, out);
-                    }
-                }
-            }
+            let step = Removal {
+                key,
+                force: p.drain_force,
+                delete_empty_dir: p.drain_delete_empty_dir,
+                option: "drain",
+                timeout_s: p.drain_timeout_seconds,
+            };
+            remove_pods(ctx, node, &step, targets, out, fail);
         }
         UpgradeState::PodRestartRequired => {
             if !dp.in_sync {
