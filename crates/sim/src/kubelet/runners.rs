@@ -128,10 +128,7 @@ pub fn discovery_options(ctx: &AgentContext) -> Result<DiscoveryOptions, String>
 
 fn discovery_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
-        let backend: Arc<dyn Backend> = match &ctx.backend {
-            Some(b) => b.clone(),
-            None => return Err(format!("node {} has no GPUs to discover", ctx.node_name)),
-        };
+        let backend = gpus(&ctx, "to discover")?;
         let opts = discovery_options(&ctx)?;
         discovery::run(
             opts,
@@ -142,6 +139,15 @@ fn discovery_runner(ctx: AgentContext) -> AgentFuture {
         .await
         .map_err(|e| e.to_string())
     })
+}
+
+/// The node's simulated GPUs; an agent that needs them fails on a GPU-less node, saying
+/// what it wanted them `for_what`.
+fn gpus(ctx: &AgentContext, for_what: &str) -> Result<Arc<dyn Backend>, String> {
+    ctx.backend
+        .clone()
+        .map(|b| b as Arc<dyn Backend>)
+        .ok_or_else(|| format!("node {} has no GPUs {for_what}", ctx.node_name))
 }
 
 /// Resolves once the pod's shutdown flag flips (or its sender is gone).
@@ -155,15 +161,7 @@ pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
 
 fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
-        let backend: Arc<dyn Backend> = match &ctx.backend {
-            Some(b) => b.clone(),
-            None => {
-                return Err(format!(
-                    "node {} has no GPUs for the device plugin",
-                    ctx.node_name
-                ));
-            }
-        };
+        let backend = gpus(&ctx, "for the device plugin")?;
         let opts = device_plugin_options(&ctx)?;
         device_plugin::run(opts, backend, stopped(ctx.shutdown.clone()))
             .await
@@ -205,10 +203,7 @@ pub fn mig_manager_options(ctx: &AgentContext) -> Result<mig::DaemonOptions, Str
 
 fn mig_manager_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
-        let backend: Arc<dyn Backend> = match &ctx.backend {
-            Some(b) => b.clone(),
-            None => return Err(format!("node {} has no GPUs to partition", ctx.node_name)),
-        };
+        let backend = gpus(&ctx, "to partition")?;
         let opts = mig_manager_options(&ctx)?;
         mig::run(
             opts,
