@@ -3,6 +3,11 @@
 
 mod cmd;
 
+// mimalloc instead of glibc's malloc: glibc kept ~110 MiB of freed memory in the operator's
+// arenas at 1,000 nodes (live heap 10-40 MiB), and the scheduler binds ~20% faster on it.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

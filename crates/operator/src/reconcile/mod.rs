@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, stream::BoxStream};
 use gantry_api::cluster_policy::{ClusterPolicy, ClusterPolicyStatus, condition};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -139,6 +139,9 @@ pub struct Ctx {
     pub(crate) metrics: Metrics,
     pub(crate) policies: Store<DynamicObject>,
     pub(crate) nodes: Store<PartialObjectMeta<Node>>,
+    /// Pods in the operator's namespace, thinned ([`operands::thin_pod`]): read for the
+    /// readiness of OnDelete or not-yet-ready DaemonSets instead of listing them per reconcile.
+    pub(crate) pods: Store<Pod>,
     pub(crate) children: Vec<(apply::KindInfo, Store<DynamicObject>)>,
     /// (GPU node, its container runtime), read once per node rather than every reconcile.
     runtime: std::sync::Mutex<Option<(String, String)>>,
@@ -193,6 +196,24 @@ pub async fn run(
         async move { s.wait_until_ready().await.is_ok() }.boxed()
     });
 
+    // Operand pods: cached, not a trigger (a not-ready policy requeues every 5 s anyway).
+    let (pods, pod_writer) = reflector::store();
+    let pod_stream = reflector::reflector(
+        pod_writer,
+        watcher(
+            Api::<Pod>::namespaced(client.clone(), &opts.namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(operands::thin_pod),
+    )
+    .filter_map(|_| std::future::ready(None));
+    triggers.push(pod_stream.boxed());
+    waits.push({
+        let s = pods.clone();
+        async move { s.wait_until_ready().await.is_ok() }.boxed()
+    });
+
     // Operand objects, by the render's state label.
     let mut children = Vec::new();
     for kind in apply::watched() {
@@ -228,6 +249,7 @@ pub async fn run(
         metrics,
         policies: controller.store(),
         nodes,
+        pods,
         children,
         runtime: std::sync::Mutex::new(None),
         synced: AtomicBool::new(false),

@@ -1,11 +1,13 @@
 //! Operand objects: apply what differs, delete what no enabled state renders, read readiness.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodSpec, PodStatus,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
@@ -188,6 +190,8 @@ pub(crate) async fn readiness(
     let ds_info = apply::kind_info("apps/v1", "DaemonSet");
     let mut out = Vec::new();
     let mut crashing: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Read from the cache once per reconcile, and only when some DaemonSet needs its pods.
+    let mut all_pods: Option<Vec<Arc<Pod>>> = None;
     for st in rendered {
         if !st.enabled {
             out.push((st.state, Readiness::Disabled));
@@ -217,11 +221,11 @@ pub(crate) async fn readiness(
             // Pods are read only where the rules need them: OnDelete, or to name crash loops.
             let quick = status::daemonset_ready(&ds, &[], None);
             let pods = if on_delete || !quick {
-                pods_of(ctx, &ds).await?
+                pods_of(all_pods.get_or_insert_with(|| ctx.pods.state()), &ds)
             } else {
                 Vec::new()
             };
-            let refs: Vec<&Pod> = pods.iter().collect();
+            let refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
             let ok = if on_delete {
                 on_delete_counts_ok(&ds) && status::daemonset_ready(&ds, &refs, None)
             } else {
@@ -256,68 +260,63 @@ fn on_delete_counts_ok(ds: &DaemonSet) -> bool {
     })
 }
 
-/// The pods a DaemonSet controls (its selector, then its uid as controller).
-async fn pods_of(ctx: &Ctx, ds: &DaemonSet) -> Result<Vec<Pod>, Error> {
-    let ns = ds.metadata.namespace.clone().unwrap_or_default();
-    let name = ds.metadata.name.clone().unwrap_or_default();
-    let selector = ds
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.match_labels.as_ref())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let uid = ds.metadata.uid.clone();
-    // Paged and thinned as it goes: at 1,000 nodes a DaemonSet's full pods would be megabytes.
-    let mut out = Vec::new();
-    let params = ListParams::default().labels(&selector);
-    let fetch = |p: ListParams| {
-        let api = api.clone();
-        async move { api.list(&p).await }
+/// The pods a DaemonSet controls (its uid as their controller), from the operand pod cache.
+fn pods_of(all: &[Arc<Pod>], ds: &DaemonSet) -> Vec<Arc<Pod>> {
+    let Some(uid) = ds.metadata.uid.as_deref() else {
+        return Vec::new();
     };
-    crate::paged::each_page(params, PODS_PAGE, fetch, |items| {
-        out.extend(
-            items
-                .into_iter()
-                .filter(|p| {
-                    p.metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-                })
-                .map(thin),
-        )
-    })
-    .await
-    .map_err(|e| Error::api("listing pods of", format!("DaemonSet {ns}/{name}"), e))?;
-    Ok(out)
+    all.iter()
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .cloned()
+        .collect()
 }
 
-const PODS_PAGE: u32 = 250;
-
-/// Only what readiness and crash-loop naming read: name, labels, node, phase, container states.
-fn thin(p: Pod) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: p.metadata.name,
-            labels: p.metadata.labels,
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: p.spec.and_then(|s| s.node_name),
-            ..Default::default()
-        }),
-        status: p.status.map(|s| PodStatus {
-            phase: s.phase,
-            container_statuses: s.container_statuses,
-            init_container_statuses: s.init_container_statuses,
-            ..Default::default()
-        }),
+/// Cut a watched operand pod down to what readiness and crash-loop naming read (name,
+/// controller, revision label, node, phase, container readiness and waiting reason): at 1,000
+/// nodes the cache holds ~8,000 of them.
+pub(crate) fn thin_pod(p: &mut Pod) {
+    let m = &mut p.metadata;
+    m.managed_fields = None;
+    m.annotations = None;
+    m.finalizers = None;
+    if let Some(refs) = m.owner_references.as_mut() {
+        refs.retain(|o| o.controller == Some(true));
     }
+    if let Some(labels) = m.labels.as_mut() {
+        labels.retain(|k, _| k == "controller-revision-hash");
+    }
+    p.spec = Some(PodSpec {
+        node_name: p.spec.take().and_then(|s| s.node_name),
+        ..Default::default()
+    });
+    p.status = p.status.take().map(|s| PodStatus {
+        phase: s.phase,
+        container_statuses: s.container_statuses.map(thin_statuses),
+        init_container_statuses: s.init_container_statuses.map(thin_statuses),
+        ..Default::default()
+    });
+}
+
+fn thin_statuses(v: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
+    v.into_iter()
+        .map(|c| ContainerStatus {
+            name: c.name,
+            ready: c.ready,
+            state: c.state.map(|st| ContainerState {
+                waiting: st.waiting.map(|w| ContainerStateWaiting {
+                    reason: w.reason,
+                    message: None,
+                }),
+                running: st.running,
+                terminated: None,
+            }),
+            ..Default::default()
+        })
+        .collect()
 }

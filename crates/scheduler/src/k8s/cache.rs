@@ -116,6 +116,9 @@ pub struct Cache {
     pub node_gpu_mib: HashMap<String, u64>,
     /// Pods (key) whose spec the pod grouper has not handled yet.
     pub ungrouped: BTreeSet<String>,
+    /// PodGroup key -> pods that name it before it exists: placed when it arrives, without
+    /// a scan of every pod per new group (10,000 bare pods would mean 10^8 comparisons).
+    awaiting_group: HashMap<String, BTreeSet<String>>,
 }
 
 impl Cache {
@@ -207,16 +210,7 @@ impl Cache {
         self.groups.upsert(&mut self.input.pod_groups, &k, input);
         if new {
             // Pods that waited for their group can be scheduled now.
-            let waiting: Vec<String> = self
-                .meta
-                .iter()
-                .filter(|(_, p)| {
-                    p.input.pod_group == pg.metadata.name.as_deref().unwrap_or_default()
-                        && Some(p.input.namespace.as_str()) == pg.metadata.namespace.as_deref()
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            for pk in waiting {
+            for pk in self.awaiting_group.remove(&k).unwrap_or_default() {
                 self.place_pod(&pk);
             }
         }
@@ -287,6 +281,12 @@ impl Cache {
         } else {
             self.ungrouped.remove(&k);
         }
+        if let Some(old) = self.meta.get(&k)
+            && old.input.pod_group != c.input.pod_group
+        {
+            let (ns, group) = (old.input.namespace.clone(), old.input.pod_group.clone());
+            self.unawait(&k, &ns, &group);
+        }
         self.meta.insert(k.clone(), c);
         self.place_pod(&k);
         self.version += 1;
@@ -299,7 +299,9 @@ impl Cache {
         }
         self.ungrouped.remove(&k);
         self.assumed.remove(&k);
-        self.meta.remove(&k);
+        if let Some(gone) = self.meta.remove(&k) {
+            self.unawait(&k, &gone.input.namespace, &gone.input.pod_group);
+        }
         if self.pods.remove(&mut self.input.pods, &k).is_some() {
             self.version += 1;
         }
@@ -317,15 +319,19 @@ impl Cache {
         let bound = input.node.is_some();
         let eligible = if bound {
             true
+        } else if c.ours && c.problem.is_none() && !c.terminating && !input.pod_group.is_empty()
+        {
+            let gk = key(&input.namespace, &input.pod_group);
+            let known = self.groups.index.contains_key(&gk);
+            if !known {
+                self.awaiting_group
+                    .entry(gk)
+                    .or_default()
+                    .insert(k.to_string());
+            }
+            known
         } else {
-            c.ours
-                && c.problem.is_none()
-                && !c.terminating
-                && !input.pod_group.is_empty()
-                && self
-                    .groups
-                    .index
-                    .contains_key(&key(&input.namespace, &input.pod_group))
+            false
         };
         if eligible {
             if !c.ours {
@@ -334,6 +340,20 @@ impl Cache {
             self.pods.upsert(&mut self.input.pods, k, input);
         } else {
             self.pods.remove(&mut self.input.pods, k);
+        }
+    }
+
+    /// Drop a pod from the pods waiting for `group` (it left, or names another group now).
+    fn unawait(&mut self, k: &str, namespace: &str, group: &str) {
+        if group.is_empty() {
+            return;
+        }
+        let gk = key(namespace, group);
+        if let Some(waiting) = self.awaiting_group.get_mut(&gk) {
+            waiting.remove(k);
+            if waiting.is_empty() {
+                self.awaiting_group.remove(&gk);
+            }
         }
     }
 
@@ -461,6 +481,32 @@ mod tests {
         c.apply_pod_group(&group("g"));
         assert_eq!(c.pod_count(), 1);
         c.delete_pod("ns", "a");
+        assert_eq!(c.pod_count(), 0);
+    }
+
+    #[test]
+    fn a_pod_waits_only_for_the_group_it_names_now() {
+        let mut c = Cache::new("kai-scheduler", "gantry-reservation");
+        c.apply_pod(&pod("a", None, "g1"));
+        c.apply_pod(&pod("a", None, "g2")); // re-annotated before g1 arrived
+        let waiting: Vec<&String> = c.awaiting_group.keys().collect();
+        assert_eq!(waiting, ["ns/g2"]);
+        c.apply_pod_group(&group("g1"));
+        assert_eq!(c.pod_count(), 0);
+        c.apply_pod_group(&group("g2"));
+        assert_eq!(c.pod_count(), 1);
+        assert!(c.awaiting_group.is_empty());
+    }
+
+    #[test]
+    fn a_deleted_pod_stops_waiting_for_its_group() {
+        let mut c = Cache::new("kai-scheduler", "gantry-reservation");
+        c.apply_pod(&pod("a", None, "g"));
+        c.apply_pod(&pod("b", None, "g"));
+        c.delete_pod("ns", "a");
+        c.delete_pod("ns", "b");
+        assert!(c.awaiting_group.is_empty());
+        c.apply_pod_group(&group("g"));
         assert_eq!(c.pod_count(), 0);
     }
 
