@@ -9,6 +9,7 @@ pub mod bench;
 pub mod lease;
 pub mod metrics;
 pub mod migpolicy;
+pub mod node_watch;
 pub mod nodes;
 pub mod paged;
 pub mod reconcile;

@@ -135,10 +135,13 @@ fn spawn_controllers(
         image_env: reconcile::image_env_from_process(),
         operator_labels: opts.operator_labels.clone(),
     };
+    // One node watch for all three controllers; it stops when they have all stopped.
+    let nodes = crate::node_watch::NodeWatch::start(client.clone());
     tasks.push(tokio::spawn(reconcile::run(
         client.clone(),
         ropts,
         opts.metrics.clone(),
+        nodes.clone(),
         stopped(stop.clone()),
     )));
     // Further controllers (driver upgrade, MigClusterPolicy) are spawned here, one line
@@ -146,11 +149,13 @@ fn spawn_controllers(
     tasks.push(tokio::spawn(crate::upgrade::run(
         client.clone(),
         crate::upgrade::UpgradeOptions::new(&opts.namespace),
+        nodes.clone(),
         stopped(stop.clone()),
     )));
     tasks.push(tokio::spawn(crate::migpolicy::run(
         client.clone(),
         crate::migpolicy::MigPolicyOptions::new(&opts.namespace),
+        nodes,
         stopped(stop.clone()),
     )));
     tasks

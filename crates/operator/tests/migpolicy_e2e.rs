@@ -188,7 +188,8 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut opts = MigPolicyOptions::new(NS);
     opts.requeue = Duration::from_secs(1);
-    let reconciler = tokio::spawn(migpolicy::run(client.clone(), opts, async {
+    let nodes = gantry_operator::node_watch::NodeWatch::start(client.clone());
+    let reconciler = tokio::spawn(migpolicy::run(client.clone(), opts, nodes, async {
         let _ = stop_rx.await;
     }));
 

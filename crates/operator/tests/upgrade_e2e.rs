@@ -397,9 +397,11 @@ fn spawn_controller(env: &mut Env, max_driver_restarts: i32) {
         },
     };
     let client = env.client.clone();
+    let nodes = gantry_operator::node_watch::NodeWatch::start(client.clone());
     env.tasks.push(tokio::spawn(upgrade::run(
         client,
         opts,
+        nodes,
         std::future::pending(),
     )));
 }

@@ -25,6 +25,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::FIELD_MANAGER;
+use crate::node_watch::NodeWatch;
 use plan::{Action, NodeView};
 
 /// Options of the reconciler.
@@ -56,6 +57,8 @@ pub enum MigPolicyError {
         #[source]
         source: kube::Error,
     },
+    #[error("the node watch stopped before its first list")]
+    NodeWatchStopped,
     #[error("ConfigMap {namespace}/{name} key {key}: {reason}")]
     ConfigMap {
         namespace: String,
@@ -71,18 +74,14 @@ fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> MigPolicyError {
 }
 
 /// Runs until `shutdown` resolves; a failed round is logged and retried.
-pub async fn run<F>(client: kube::Client, opts: MigPolicyOptions, shutdown: F)
+pub async fn run<F>(client: kube::Client, opts: MigPolicyOptions, nodes: NodeWatch, shutdown: F)
 where
     F: Future<Output = ()> + Send,
 {
     let wake = Arc::new(Notify::new());
     let triggers = vec![
+        tokio::spawn(nodes.clone().notify(wake.clone())),
         // Metadata only: a trigger needs to know that something changed, not what.
-        tokio::spawn(crate::wake::on_changes(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            wake.clone(),
-            "MigClusterPolicy",
-        )),
         tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<Pod>>::all(client.clone()),
             wake.clone(),
@@ -96,7 +95,7 @@ where
     ];
     tokio::pin!(shutdown);
     loop {
-        match reconcile_once(&client, &opts).await {
+        match reconcile_once(&client, &opts, &nodes).await {
             Ok(n) if n > 0 => tracing::debug!(actions = n, "MigClusterPolicy round"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "MigClusterPolicy round failed"),
@@ -175,6 +174,7 @@ const PODS_PAGE: u32 = 500;
 pub async fn reconcile_once(
     client: &kube::Client,
     opts: &MigPolicyOptions,
+    node_watch: &NodeWatch,
 ) -> Result<usize, MigPolicyError> {
     let papi: Api<MigClusterPolicy> = Api::all(client.clone());
     let mut policies = match papi.list(&ListParams::default()).await {
@@ -186,12 +186,11 @@ pub async fn reconcile_once(
     policies.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut writes = ensure_finalizers(&papi, &mut policies).await?;
 
-    // Labels and annotations are all a node view needs.
-    let nodes = Api::<Node>::all(client.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(api("listing Nodes"))?
-        .items;
+    // Labels and annotations are all a node view needs: the shared metadata cache.
+    if !node_watch.ready().await {
+        return Err(MigPolicyError::NodeWatchStopped);
+    }
+    let nodes = node_watch.store().state();
     // Pods matter only to a policy's eviction rules: none, no list (a 1,000-node cluster's
     // pods are many megabytes), otherwise paged and reduced to node -> GPU pods as it goes.
     let mut gpu_pods = if policies.is_empty() {

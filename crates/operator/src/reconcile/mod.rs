@@ -27,7 +27,7 @@ use kube::core::PartialObjectMeta;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::FIELD_MANAGER;
 use crate::metrics::{Metrics, Outcome};
@@ -154,20 +154,12 @@ fn strip_managed_fields<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Labels and annotations: what node labelling and the render read from a node.
-fn node_labels_and_annotations(n: &PartialObjectMeta<Node>) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    predicates::labels(n).hash(&mut h);
-    predicates::annotations(n).hash(&mut h);
-    Some(h.finish())
-}
-
 /// Run the ClusterPolicy controller until `shutdown` resolves.
 pub async fn run(
     client: kube::Client,
     opts: ReconcileOptions,
     metrics: Metrics,
+    node_watch: crate::node_watch::NodeWatch,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let cp = cluster_policy_resource();
@@ -176,24 +168,12 @@ pub async fn run(
     let mut triggers: Vec<Trigger> = Vec::new();
     let mut waits = Vec::new();
 
-    // Nodes: metadata only, reconcile on label/annotation changes.
-    let (nodes, node_writer) = reflector::store();
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(strip_managed_fields),
-    )
-    .touched_objects()
-    .predicate_filter(node_labels_and_annotations, Default::default())
-    .filter_map(|r| std::future::ready(r.ok().map(|_| ())));
-    triggers.push(node_stream.boxed());
+    // Nodes: the shared metadata cache; reconcile on label/annotation changes.
+    let nodes = node_watch.store().clone();
+    triggers.push(node_watch.changes().boxed());
     waits.push({
-        let s = nodes.clone();
-        async move { s.wait_until_ready().await.is_ok() }.boxed()
+        let w = node_watch.clone();
+        async move { w.ready().await }.boxed()
     });
 
     // Operand pods: cached, not a trigger (a not-ready policy requeues every 5 s anyway).

@@ -21,6 +21,8 @@ use kube::core::PartialObjectMeta;
 use serde_json::json;
 use tokio::sync::Notify;
 
+use crate::node_watch::NodeWatch;
+
 use super::plan::{self, Action, Config, PlanError};
 use super::state::UpgradeState;
 use super::view::{self, ClusterView};
@@ -82,6 +84,8 @@ pub enum UpgradeError {
     Plan(#[from] PlanError),
     #[error("driver upgrade: {count} action(s) failed; first: {first}")]
     Apply { count: usize, first: String },
+    #[error("the node watch stopped before its first list")]
+    NodeWatchStopped,
 }
 
 fn list_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> UpgradeError {
@@ -94,17 +98,13 @@ fn not_found(e: &kube::Error) -> bool {
 }
 
 /// Run until `shutdown` resolves. A failed round is logged and retried on the next wake-up.
-pub async fn run<F>(client: kube::Client, opts: UpgradeOptions, shutdown: F)
+pub async fn run<F>(client: kube::Client, opts: UpgradeOptions, nodes: NodeWatch, shutdown: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let wake = Arc::new(Notify::new());
     let triggers = vec![
-        tokio::spawn(crate::wake::on_changes(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            wake.clone(),
-            "driver upgrade",
-        )),
+        tokio::spawn(nodes.clone().notify(wake.clone())),
         tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<Pod>>::all(client.clone()),
             wake.clone(),
@@ -124,7 +124,7 @@ where
     tokio::pin!(shutdown);
     loop {
         let mut next = opts.requeue;
-        match reconcile_once(&client, &opts).await {
+        match reconcile_once(&client, &opts, &nodes).await {
             Ok(r) => {
                 if r.actions > 0 {
                     tracing::debug!(actions = r.actions, "driver upgrade round");
@@ -185,6 +185,7 @@ pub struct Round {
 pub async fn reconcile_once(
     client: &kube::Client,
     opts: &UpgradeOptions,
+    node_watch: &NodeWatch,
 ) -> Result<Round, UpgradeError> {
     let lp = ListParams::default();
     let policies = match Api::<ClusterPolicy>::all(client.clone()).list(&lp).await {
@@ -224,7 +225,7 @@ pub async fn reconcile_once(
         // the labels stay as they are in case it is only being recreated.
         return Ok(Round::default());
     }
-    let node_list = list_nodes(client, auto).await?;
+    let node_list = list_nodes(client, auto, node_watch).await?;
     let nodes: Vec<view::NodeView> = node_list.iter().filter_map(view::node_view).collect();
     let busy = nodes.iter().any(|n| {
         UpgradeState::parse(n.label(names::LABEL_UPGRADE_STATE).unwrap_or("")).in_flight()
@@ -235,6 +236,9 @@ pub async fn reconcile_once(
         .collect();
     drop(node_list);
 
+    // A driver pod that is Ready but not yet for `driver_min_ready` turns ready by the clock
+    // alone: no watch event will say so, so the round must come back on its own.
+    let mut settling = false;
     let (plan, planned_view_nodes) = if !auto {
         let v = ClusterView {
             nodes,
@@ -268,6 +272,7 @@ pub async fn reconcile_once(
             &opts.namespace,
             (now, opts.driver_min_ready.as_secs() as i64),
         );
+        settling = v.driver_pods.iter().any(|d| d.settling);
         (plan::plan(&v, &up, &opts.config, now)?, v.nodes.len())
     };
     if let Some(w) = &plan.waiting {
@@ -277,35 +282,48 @@ pub async fn reconcile_once(
     Ok(Round {
         actions,
         // A round that moved something is likely to have started a wait.
-        in_flight: busy || actions > 0,
+        in_flight: busy || settling || actions > 0,
     })
 }
 
-/// The nodes, in pages. Without auto-upgrade the round only clears labels, so metadata is
-/// enough; a walk also reads `spec.unschedulable` and the `Ready` condition.
-async fn list_nodes(client: &kube::Client, full: bool) -> Result<Vec<Node>, UpgradeError> {
+/// The nodes. Without auto-upgrade the round only clears labels, so the shared metadata cache
+/// is enough; a walk also reads `spec.unschedulable` and the `Ready` condition: listed in
+/// pages, without what no rule reads (managed fields, images).
+async fn list_nodes(
+    client: &kube::Client,
+    full: bool,
+    node_watch: &NodeWatch,
+) -> Result<Vec<Node>, UpgradeError> {
+    if !full {
+        if !node_watch.ready().await {
+            return Err(UpgradeError::NodeWatchStopped);
+        }
+        return Ok(node_watch
+            .store()
+            .state()
+            .iter()
+            .map(|m| Node {
+                metadata: m.metadata.clone(),
+                ..Default::default()
+            })
+            .collect());
+    }
     let api = Api::<Node>::all(client.clone());
     let mut out = Vec::new();
-    let lp = ListParams::default();
-    if full {
-        let fetch = |p: ListParams| {
-            let api = api.clone();
-            async move { api.list(&p).await }
-        };
-        crate::paged::each_page(lp, NODES_PAGE, fetch, |items| out.extend(items)).await
-    } else {
-        let fetch = |p: ListParams| {
-            let api = api.clone();
-            async move { api.list_metadata(&p).await }
-        };
-        crate::paged::each_page(lp, NODES_PAGE, fetch, |items| {
-            out.extend(items.into_iter().map(|m| Node {
-                metadata: m.metadata,
-                ..Default::default()
-            }))
-        })
-        .await
-    }
+    let fetch = |p: ListParams| {
+        let api = api.clone();
+        async move { api.list(&p).await }
+    };
+    crate::paged::each_page(ListParams::default(), NODES_PAGE, fetch, |items| {
+        out.extend(items.into_iter().map(|mut n| {
+            n.metadata.managed_fields = None;
+            if let Some(st) = n.status.as_mut() {
+                st.images = None;
+            }
+            n
+        }))
+    })
+    .await
     .map_err(list_err("Nodes"))?;
     Ok(out)
 }

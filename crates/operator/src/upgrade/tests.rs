@@ -43,6 +43,7 @@ fn driver(node: &str, in_sync: bool, ready: bool) -> DriverPod {
         node: node.into(),
         in_sync,
         ready,
+        settling: false,
         restarts: 0,
         terminating: false,
         created: 100,

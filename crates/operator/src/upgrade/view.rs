@@ -53,6 +53,9 @@ pub struct DriverPod {
     pub in_sync: bool,
     /// Every container Ready.
     pub ready: bool,
+    /// Every container Ready, but not yet for the minimum time: ready after a timer, with no
+    /// event to announce it.
+    pub settling: bool,
     /// The highest restart count among its containers.
     pub restarts: i32,
     pub terminating: bool,
@@ -282,12 +285,21 @@ pub fn driver_pod(
                 .and_then(|r| r.started_at.as_ref())
                 .is_some_and(|t| now - t.0.as_second() >= min_ready_s)
     };
-    let all_ready = !statuses.is_empty() && statuses.iter().all(|c| c.ready && settled(c));
+    let running_since = |c: &k8s_openapi::api::core::v1::ContainerStatus| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.running.as_ref())
+            .is_some_and(|r| r.started_at.is_some())
+    };
+    let containers_ready = !statuses.is_empty() && statuses.iter().all(|c| c.ready);
+    let all_ready = containers_ready && statuses.iter().all(settled);
+    let pod_ready = condition_true(pod, "Ready");
     Some(DriverPod {
         key: key_of(pod)?,
         node: node_of(pod)?,
         in_sync: rev.is_some_and(|r| pod_in_sync(pod, r)),
-        ready: all_ready && condition_true(pod, "Ready"),
+        ready: all_ready && pod_ready,
+        settling: containers_ready && pod_ready && !all_ready && statuses.iter().all(running_since),
         restarts: statuses.iter().map(|c| c.restart_count).max().unwrap_or(0),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         created: ts(pod.metadata.creation_timestamp.as_ref()),
@@ -397,13 +409,12 @@ mod tests {
                     .unwrap();
         }
         let started = 1_767_225_600; // 2026-01-01T00:00:00Z
-        assert!(!driver_pod(&p, None, started + 4, 5).unwrap().ready);
-        assert!(driver_pod(&p, None, started + 5, 5).unwrap().ready);
+        let young = driver_pod(&p, None, started + 4, 5).unwrap();
+        assert!(!young.ready && young.settling);
+        let settled = driver_pod(&p, None, started + 5, 5).unwrap();
+        assert!(settled.ready && !settled.settling);
         // Not running at all (waiting in a crash loop): never ready with a settle time.
-        assert!(
-            !driver_pod(&dpod("h", 1), None, started + 60, 5)
-                .unwrap()
-                .ready
-        );
+        let looping = driver_pod(&dpod("h", 1), None, started + 60, 5).unwrap();
+        assert!(!looping.ready && !looping.settling);
     }
 }

@@ -319,8 +319,7 @@ impl Cache {
         let bound = input.node.is_some();
         let eligible = if bound {
             true
-        } else if c.ours && c.problem.is_none() && !c.terminating && !input.pod_group.is_empty()
-        {
+        } else if c.ours && c.problem.is_none() && !c.terminating && !input.pod_group.is_empty() {
             let gk = key(&input.namespace, &input.pod_group);
             let known = self.groups.index.contains_key(&gk);
             if !known {
