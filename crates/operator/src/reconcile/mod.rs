@@ -10,6 +10,7 @@
 
 pub mod apply;
 mod nodes;
+pub mod operand_pods;
 mod operands;
 
 use std::collections::BTreeMap;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, stream::BoxStream};
 use gantry_api::cluster_policy::{ClusterPolicy, ClusterPolicyStatus, condition};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -139,9 +140,10 @@ pub struct Ctx {
     pub(crate) metrics: Metrics,
     pub(crate) policies: Store<DynamicObject>,
     pub(crate) nodes: Store<PartialObjectMeta<Node>>,
-    /// Pods in the operator's namespace, thinned ([`operands::thin_pod`]): read for the
-    /// readiness of OnDelete or not-yet-ready DaemonSets instead of listing them per reconcile.
-    pub(crate) pods: Store<Pod>,
+    /// Pods in the operator's namespace, as much as the status rules read
+    /// ([`operand_pods::OperandPod`]): for the readiness of OnDelete or not-yet-ready
+    /// DaemonSets, instead of listing them per reconcile.
+    pub(crate) pods: Store<operand_pods::OperandPod>,
     pub(crate) children: Vec<(apply::KindInfo, Store<DynamicObject>)>,
     /// (GPU node, its container runtime), read once per node rather than every reconcile.
     runtime: std::sync::Mutex<Option<(String, String)>>,
@@ -181,11 +183,10 @@ pub async fn run(
     let pod_stream = reflector::reflector(
         pod_writer,
         watcher(
-            Api::<Pod>::namespaced(client.clone(), &opts.namespace),
+            Api::<operand_pods::OperandPod>::namespaced(client.clone(), &opts.namespace),
             watcher::Config::default(),
         )
-        .default_backoff()
-        .modify(operands::thin_pod),
+        .default_backoff(),
     )
     .filter_map(|_| std::future::ready(None));
     triggers.push(pod_stream.boxed());

@@ -4,15 +4,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodSpec, PodStatus,
-};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
 use super::apply::{self, KindInfo, ObjectKey};
+use super::operand_pods::OperandPod;
 use super::{Ctx, Error};
 use crate::FIELD_MANAGER;
 use crate::render::{ClusterFacts, LABEL_MANAGED_BY, LABEL_STATE, MANAGED_BY, StateObjects};
@@ -191,7 +190,7 @@ pub(crate) async fn readiness(
     let mut out = Vec::new();
     let mut crashing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Read from the cache once per reconcile, and only when some DaemonSet needs its pods.
-    let mut all_pods: Option<Vec<Arc<Pod>>> = None;
+    let mut all_pods: Option<Vec<Arc<OperandPod>>> = None;
     for st in rendered {
         if !st.enabled {
             out.push((st.state, Readiness::Disabled));
@@ -225,7 +224,7 @@ pub(crate) async fn readiness(
             } else {
                 Vec::new()
             };
-            let refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+            let refs: Vec<&Pod> = pods.iter().collect();
             let ok = if on_delete {
                 on_delete_counts_ok(&ds) && status::daemonset_ready(&ds, &refs, None)
             } else {
@@ -261,62 +260,12 @@ fn on_delete_counts_ok(ds: &DaemonSet) -> bool {
 }
 
 /// The pods a DaemonSet controls (its uid as their controller), from the operand pod cache.
-fn pods_of(all: &[Arc<Pod>], ds: &DaemonSet) -> Vec<Arc<Pod>> {
+fn pods_of(all: &[Arc<OperandPod>], ds: &DaemonSet) -> Vec<Pod> {
     let Some(uid) = ds.metadata.uid.as_deref() else {
         return Vec::new();
     };
     all.iter()
-        .filter(|p| {
-            p.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
-        .cloned()
-        .collect()
-}
-
-/// Cut a watched operand pod down to what readiness and crash-loop naming read (name,
-/// controller, revision label, node, phase, container readiness and waiting reason): at 1,000
-/// nodes the cache holds ~8,000 of them.
-pub(crate) fn thin_pod(p: &mut Pod) {
-    let m = &mut p.metadata;
-    m.managed_fields = None;
-    m.annotations = None;
-    m.finalizers = None;
-    if let Some(refs) = m.owner_references.as_mut() {
-        refs.retain(|o| o.controller == Some(true));
-    }
-    if let Some(labels) = m.labels.as_mut() {
-        labels.retain(|k, _| k == "controller-revision-hash");
-    }
-    p.spec = Some(PodSpec {
-        node_name: p.spec.take().and_then(|s| s.node_name),
-        ..Default::default()
-    });
-    p.status = p.status.take().map(|s| PodStatus {
-        phase: s.phase,
-        container_statuses: s.container_statuses.map(thin_statuses),
-        init_container_statuses: s.init_container_statuses.map(thin_statuses),
-        ..Default::default()
-    });
-}
-
-fn thin_statuses(v: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
-    v.into_iter()
-        .map(|c| ContainerStatus {
-            name: c.name,
-            ready: c.ready,
-            state: c.state.map(|st| ContainerState {
-                waiting: st.waiting.map(|w| ContainerStateWaiting {
-                    reason: w.reason,
-                    message: None,
-                }),
-                running: st.running,
-                terminated: None,
-            }),
-            ..Default::default()
-        })
+        .filter(|p| p.controlled_by(uid))
+        .map(|p| p.to_pod())
         .collect()
 }
