@@ -11,6 +11,9 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("gantry_operator=debug,kube_runtime=debug,gantry_sim=info")
+        .try_init();
     let env = Env::start("200xT4:1").await?;
     let first = env.operator()?;
     // Operands this test does not need are off so 200 nodes stay cheap.

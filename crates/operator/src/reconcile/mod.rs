@@ -188,7 +188,12 @@ pub async fn run(
         )
         .default_backoff(),
     )
-    .filter_map(|_| std::future::ready(None));
+    .filter_map(|r| {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "operand pod watch (retrying)");
+        }
+        std::future::ready(None)
+    });
     triggers.push(pod_stream.boxed());
     waits.push({
         let s = pods.clone();
@@ -239,6 +244,7 @@ pub async fn run(
     let sync_ctx = ctx.clone();
     tokio::spawn(async move {
         let all = futures::future::join_all(waits).await;
+        tracing::debug!(caches = ?all, "operator caches filled");
         if all.into_iter().all(|ok| ok) {
             sync_ctx.synced.store(true, Ordering::Release);
             sync_ctx.metrics.set_ready(true);

@@ -33,22 +33,20 @@ struct Spec {
     node_name: Option<String>,
 }
 
+// Every field optional and null-tolerant, as in `k8s_openapi`: one odd pod must not fail
+// the whole watch (and with it the cache's first list).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Status {
     phase: Option<String>,
-    #[serde(default)]
-    container_statuses: Vec<Container>,
-    #[serde(default)]
-    init_container_statuses: Vec<Container>,
+    container_statuses: Option<Vec<Container>>,
+    init_container_statuses: Option<Vec<Container>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 struct Container {
-    name: String,
-    #[serde(default)]
-    ready: bool,
-    #[serde(default)]
+    name: Option<String>,
+    ready: Option<bool>,
     state: Option<State>,
 }
 
@@ -78,10 +76,8 @@ struct SlimMeta {
     name: Option<String>,
     namespace: Option<String>,
     resource_version: Option<String>,
-    #[serde(default)]
-    owner_references: Vec<OwnerReference>,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    labels: Option<BTreeMap<String, String>>,
 }
 
 fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
@@ -89,11 +85,13 @@ fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     let owners: Vec<OwnerReference> = m
         .owner_references
         .into_iter()
+        .flatten()
         .filter(|o| o.controller == Some(true))
         .collect();
     let labels: BTreeMap<String, String> = m
         .labels
         .into_iter()
+        .flatten()
         .filter(|(k, _)| k == REVISION_LABEL)
         .collect();
     Ok(ObjectMeta {
@@ -142,8 +140,9 @@ impl OperandPod {
 
     /// As a `k8s_openapi` Pod with only the cached fields set, for the status rules.
     pub fn to_pod(&self) -> Pod {
-        let statuses = |cs: &[Container]| -> Option<Vec<ContainerStatus>> {
-            (!cs.is_empty()).then(|| cs.iter().map(Container::to_status).collect())
+        let statuses = |cs: &Option<Vec<Container>>| -> Option<Vec<ContainerStatus>> {
+            cs.as_ref()
+                .map(|cs| cs.iter().map(Container::to_status).collect())
         };
         Pod {
             metadata: ObjectMeta {
@@ -168,8 +167,8 @@ impl OperandPod {
 impl Container {
     fn to_status(&self) -> ContainerStatus {
         ContainerStatus {
-            name: self.name.clone(),
-            ready: self.ready,
+            name: self.name.clone().unwrap_or_default(),
+            ready: self.ready.unwrap_or(false),
             state: self.state.as_ref().map(|st| ContainerState {
                 waiting: st.waiting.as_ref().map(|w| ContainerStateWaiting {
                     reason: w.reason.clone(),
@@ -213,6 +212,9 @@ mod tests {
             }
         });
         let p: OperandPod = serde_json::from_value(full).unwrap();
+        let nulls = json!({"metadata": {"name": "p", "labels": null, "ownerReferences": null},
+            "spec": null, "status": {"containerStatuses": null, "phase": null}});
+        assert!(serde_json::from_value::<OperandPod>(nulls).is_ok());
         assert!(p.controlled_by("ds-uid") && !p.controlled_by("o-uid"));
         assert_eq!(p.metadata.resource_version.as_deref(), Some("42"));
         assert!(p.metadata.managed_fields.is_none());
