@@ -11,8 +11,10 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
+    // Shown only when the test fails: which cache or reconcile got stuck.
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("gantry_operator=debug,kube_runtime=debug,gantry_sim=info")
+        .with_test_writer()
+        .with_env_filter("gantry_operator=debug,kube_runtime=debug")
         .try_init();
     let env = Env::start("200xT4:1").await?;
     let first = env.operator()?;
