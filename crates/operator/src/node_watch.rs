@@ -23,6 +23,9 @@ use tokio::sync::{Notify, watch};
 pub struct NodeWatch {
     store: Store<PartialObjectMeta<Node>>,
     changes: watch::Receiver<u64>,
+    // Not `Store::wait_until_ready`: kube-runtime 5 parks only the last of several
+    // concurrent waiters there (one oneshot waker), and three loops wait on this cache.
+    ready: watch::Receiver<bool>,
     _task: Arc<AbortOnDrop>,
 }
 
@@ -37,21 +40,31 @@ impl Drop for AbortOnDrop {
 impl NodeWatch {
     /// Start watching the cluster's nodes (metadata only).
     pub fn start(client: kube::Client) -> NodeWatch {
+        let events = watcher(
+            Api::<PartialObjectMeta<Node>>::all(client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|n| n.metadata.managed_fields = None);
+        NodeWatch::from_events(events)
+    }
+
+    /// The cache and signals over any stream of watch events (tests feed their own).
+    fn from_events<S>(events: S) -> NodeWatch
+    where
+        S: Stream<Item = Result<watcher::Event<PartialObjectMeta<Node>>, watcher::Error>>
+            + Send
+            + 'static,
+    {
         let (store, writer) = reflector::store();
         let (tx, changes) = watch::channel(0u64);
-        let stream = reflector::reflector(
-            writer,
-            watcher(
-                Api::<PartialObjectMeta<Node>>::all(client),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .modify(|n| n.metadata.managed_fields = None),
-        );
-        let task = tokio::spawn(signal_changes(stream, tx));
+        let (ready_tx, ready) = watch::channel(false);
+        let stream = reflector::reflector(writer, events);
+        let task = tokio::spawn(signal_changes(stream, tx, ready_tx));
         NodeWatch {
             store,
             changes,
+            ready,
             _task: Arc::new(AbortOnDrop(task)),
         }
     }
@@ -63,7 +76,7 @@ impl NodeWatch {
 
     /// Wait for the first complete list; false when the watch stopped before it.
     pub async fn ready(&self) -> bool {
-        self.store.wait_until_ready().await.is_ok()
+        self.ready.clone().wait_for(|r| *r).await.is_ok()
     }
 
     /// One item per change (changes that arrive while the consumer is busy are merged).
@@ -91,13 +104,17 @@ fn fingerprint(n: &PartialObjectMeta<Node>) -> u64 {
     h.finish()
 }
 
-async fn signal_changes<S>(stream: S, tx: watch::Sender<u64>)
+async fn signal_changes<S>(stream: S, tx: watch::Sender<u64>, ready: watch::Sender<bool>)
 where
     S: Stream<Item = Result<watcher::Event<PartialObjectMeta<Node>>, watcher::Error>>,
 {
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut stream = std::pin::pin!(stream);
     while let Some(ev) = stream.next().await {
+        // The reflector has applied the event by now: after a list, the store is complete.
+        if matches!(ev, Ok(watcher::Event::InitDone)) {
+            ready.send_if_modified(|r| !std::mem::replace(r, true));
+        }
         if apply(&mut seen, ev) {
             tx.send_modify(|v| *v = v.wrapping_add(1));
         }
@@ -181,5 +198,45 @@ mod tests {
             Ok(watcher::Event::Delete(node("b", "y", "5")))
         ));
         assert_eq!(seen.len(), 1);
+    }
+
+    /// Three loops wait for the first list at once; every one of them must wake.
+    #[tokio::test]
+    async fn every_concurrent_waiter_sees_the_first_list() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let w = NodeWatch::from_events(rx);
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let w = w.clone();
+                tokio::spawn(async move { w.ready().await })
+            })
+            .collect();
+        // Let each waiter park before the list completes.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        for ev in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(node("a", "x", "1")),
+            watcher::Event::InitDone,
+        ] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        for waiter in waiters {
+            let ready = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("a waiter was never woken")
+                .unwrap();
+            assert!(ready);
+        }
+        assert_eq!(w.store().state().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_ends_before_its_list_is_not_ready() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let w = NodeWatch::from_events(rx);
+        tx.unbounded_send(Ok(watcher::Event::Init)).unwrap();
+        drop(tx);
+        assert!(!w.ready().await);
     }
 }
