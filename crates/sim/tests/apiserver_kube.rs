@@ -197,6 +197,68 @@ async fn selectors_and_pagination() -> Result {
     Ok(())
 }
 
+/// A change to an object on an earlier page, made while later pages are read, must reach the
+/// watch that follows the list: every page is read at the first page's resourceVersion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paged_list_is_one_snapshot_and_the_watch_after_it_misses_nothing() -> Result {
+    let (_cp, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    for name in ["a", "b", "c", "d"] {
+        api.create(&PostParams::default(), &cm(name, json!({"v": "0"}))?)
+            .await?;
+    }
+    let first = api.list(&ListParams::default().limit(2)).await?;
+    let rv = first.metadata.resource_version.clone().unwrap_or_default();
+    let token = first.metadata.continue_.clone().unwrap_or_default();
+    // Between the pages: "a" (on the first page) and "c" (on the second) change, "d" goes.
+    for name in ["a", "c"] {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"v": "1"}})),
+        )
+        .await?;
+    }
+    api.delete("d", &DeleteParams::default()).await?;
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await?;
+    assert_eq!(
+        second.metadata.resource_version.as_deref(),
+        Some(rv.as_str())
+    );
+    let v = |c: &ConfigMap| c.data.as_ref().and_then(|d| d.get("v").cloned());
+    let page2: Vec<(String, Option<String>)> = second
+        .items
+        .iter()
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), v(c)))
+        .collect();
+    assert_eq!(
+        page2,
+        vec![
+            ("c".into(), Some("0".into())),
+            ("d".into(), Some("0".into()))
+        ],
+        "the second page shows the first page's moment"
+    );
+    // The watch from the list's version brings all three changes.
+    let mut stream = api.watch(&WatchParams::default(), &rv).await?.boxed();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match stream.try_next().await? {
+            Some(WatchEvent::Modified(o)) => {
+                seen.push(format!("modified {}", o.metadata.name.unwrap_or_default()))
+            }
+            Some(WatchEvent::Deleted(o)) => {
+                seen.push(format!("deleted {}", o.metadata.name.unwrap_or_default()))
+            }
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, ["modified a", "modified c", "deleted d"]);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_resumes_after_a_dropped_connection() -> Result {
     let (_cp, client) = start().await?;

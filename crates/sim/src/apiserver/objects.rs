@@ -423,11 +423,23 @@ impl ApiServer {
             .namespaced
             .then_some(t.namespace.as_str())
             .filter(|n| !n.is_empty());
-        let after = match &opts.continue_token {
-            Some(tok) => Some(decode_continue(tok)?),
-            None => None,
+        let (after, at) = match &opts.continue_token {
+            Some(tok) => {
+                let (key, rv) = decode_continue(tok)?;
+                (Some(key), rv)
+            }
+            None => (None, None),
         };
-        let (objs, rv) = self.store.list(&t.info.gr(), ns, after.as_ref());
+        // Every page at the first page's resourceVersion (the token carries it).
+        let (objs, rv) = self
+            .store
+            .list_at(&t.info.gr(), ns, after.as_ref(), at)
+            .map_err(|e| {
+                ApiError::gone(format!(
+                    "The provided continue parameter is too old to display a consistent list \
+                     result ({e}). You can start a new list without the continue parameter."
+                ))
+            })?;
         let mut items = Vec::new();
         let mut next = None;
         let filtered = !opts.labels.is_empty() || !opts.fields.is_empty();
@@ -449,7 +461,7 @@ impl ApiServer {
                     meta_str(last, "namespace").unwrap_or_default().to_string(),
                     meta_str(last, "name").unwrap_or_default().to_string(),
                 );
-                next = Some(encode_continue(&key));
+                next = Some(encode_continue(&key, rv));
             }
         }
         let mut meta = json!({"resourceVersion": rv.to_string()});
@@ -797,12 +809,13 @@ fn finish(obj: Value) -> Mutation {
     }
 }
 
-fn encode_continue(key: &(String, String)) -> String {
-    let raw = json!({"ns": key.0, "name": key.1}).to_string();
+fn encode_continue(key: &(String, String), rv: u64) -> String {
+    let raw = json!({"ns": key.0, "name": key.1, "rv": rv}).to_string();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
-fn decode_continue(tok: &str) -> Result<(String, String), ApiError> {
+/// The last key of the previous page and the list's resourceVersion (absent in old tokens).
+fn decode_continue(tok: &str) -> Result<((String, String), Option<u64>), ApiError> {
     let bad = || ApiError::bad_request(format!("invalid continue token {tok:?}"));
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(tok)
@@ -814,5 +827,5 @@ fn decode_continue(tok: &str) -> Result<(String, String), ApiError> {
             .map(str::to_string)
             .ok_or_else(bad)
     };
-    Ok((s("ns")?, s("name")?))
+    Ok(((s("ns")?, s("name")?), v.get("rv").and_then(Value::as_u64)))
 }

@@ -26,6 +26,8 @@ use super::{daemonset, job};
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
 const RESYNC: Duration = Duration::from_secs(5);
+/// Pod creations in flight at once (per DaemonSet or Job pass).
+const CREATE_BURST: usize = 32;
 /// How long a created pod is expected before we stop waiting for the watch to show it.
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 
@@ -175,7 +177,7 @@ impl Reconciler {
                     .iter()
                     .any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
         });
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let nodes = self.nodes.state();
         for ds in self.dss.state() {
             if ds.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -198,26 +200,44 @@ impl Reconciler {
             .collect()
     }
 
-    async fn create_pod(&mut self, owner_uid: &str, pod: Pod, node: Option<String>) {
-        let ns = pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = pod.name_any();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        match api.create(&PostParams::default(), &pod).await {
-            Ok(_) => {
-                self.expected
-                    .insert((owner_uid.to_string(), name), (Instant::now(), node));
-            }
-            // A random name taken already (thousands of pods share a prefix): the next pass
-            // tries another one, as the real controllers do with generateName.
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                tracing::debug!(pod = %name, namespace = %ns, "pod name taken; retrying")
-            }
-            Err(e) => {
-                tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
+    /// Create `pods` (each with the node it is for), up to [`CREATE_BURST`] at a time: the real
+    /// controllers create in growing batches too, and one at a time left the last DaemonSet's
+    /// pods of a 1,000-node rollout waiting for every other DaemonSet's.
+    async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
+        let client = self.client.clone();
+        let results: Vec<_> = futures::stream::iter(pods)
+            .map(|(pod, node)| {
+                let client = client.clone();
+                async move {
+                    let ns = pod
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into());
+                    let name = pod.name_any();
+                    let api: Api<Pod> = Api::namespaced(client, &ns);
+                    let r = api.create(&PostParams::default(), &pod).await;
+                    (ns, name, node, r)
+                }
+            })
+            .buffer_unordered(CREATE_BURST)
+            .collect()
+            .await;
+        for (ns, name, node, r) in results {
+            match r {
+                Ok(_) => {
+                    tracing::debug!(pod = %name, namespace = %ns, node = ?node, "controller created pod");
+                    self.expected
+                        .insert((owner_uid.to_string(), name), (Instant::now(), node));
+                }
+                // A random name taken already (thousands of pods share a prefix): the next pass
+                // tries another one, as the real controllers do with generateName.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    tracing::debug!(pod = %name, namespace = %ns, "pod name taken; retrying")
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
+                }
             }
         }
     }
@@ -225,7 +245,8 @@ impl Reconciler {
     async fn delete_pod(&self, ns: &str, name: &str) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Ok(_) => tracing::debug!(pod = %name, namespace = %ns, "controller deleted pod"),
+            Err(kube::Error::Api(_)) => {}
             Err(e) => tracing::debug!(pod = %name, error = %e, "controller could not delete pod"),
         }
     }
@@ -256,26 +277,28 @@ impl Reconciler {
         }
     }
 
-    async fn reconcile_ds(&mut self, ds: &DaemonSet, nodes: &[Node], pods: &[Arc<Pod>]) {
+    async fn reconcile_ds(&mut self, ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) {
         let Some(uid) = ds.metadata.uid.clone() else {
             return;
         };
         let ns = ds.namespace().unwrap_or_default();
-        let mine: Vec<Pod> = pods
+        let mine: Vec<&Pod> = pods
             .iter()
             .filter(|p| owned_by(p, &uid))
-            .map(|p| (**p).clone())
+            .map(|p| &**p)
             .collect();
         let plan = daemonset::plan(ds, nodes, &mine);
-        let pending = self.pending(&uid);
-        for node in plan.create {
-            if pending.iter().any(|n| n.as_deref() == Some(node.as_str())) {
-                continue;
-            }
-            let name = format!("{}-{}", ds.name_any(), random_suffix());
-            let pod = daemonset::new_pod(ds, &node, &name);
-            self.create_pod(&uid, pod, Some(node)).await;
-        }
+        let pending: HashSet<String> = self.pending(&uid).into_iter().flatten().collect();
+        let new: Vec<(Pod, Option<String>)> = plan
+            .create
+            .into_iter()
+            .filter(|node| !pending.contains(node))
+            .map(|node| {
+                let name = format!("{}-{}", ds.name_any(), random_suffix());
+                (daemonset::new_pod(ds, &node, &name), Some(node))
+            })
+            .collect();
+        self.create_pods(&uid, new).await;
         for name in &plan.delete {
             self.delete_pod(&ns, name).await;
         }
@@ -296,10 +319,13 @@ impl Reconciler {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = job::plan(j, &mine, &now);
         let pending = self.pending(&uid).len() as i32;
-        for _ in 0..(plan.create - pending).max(0) {
-            let name = format!("{}-{}", j.name_any(), random_suffix());
-            self.create_pod(&uid, job::new_pod(j, &name), None).await;
-        }
+        let new = (0..(plan.create - pending).max(0))
+            .map(|_| {
+                let name = format!("{}-{}", j.name_any(), random_suffix());
+                (job::new_pod(j, &name), None)
+            })
+            .collect();
+        self.create_pods(&uid, new).await;
         for name in &plan.delete {
             self.delete_pod(&ns, name).await;
         }

@@ -69,6 +69,7 @@ pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
         h.tx.send_replace(Some(pod));
         return;
     }
+    tracing::debug!(node = %node.name, pod = %r.name, "pod arrived");
     let (tx, rx) = watch::channel(Some(pod));
     let task = tokio::spawn(pod_task(node.clone(), env.clone(), r.clone(), rx));
     pods.insert(r.uid, PodHandle { tx, task });

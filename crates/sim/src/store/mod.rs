@@ -74,7 +74,7 @@ impl EventType {
     }
 }
 
-/// One change, as seen by watchers. `prev` is the object before a modification.
+/// One change, as seen by watchers. `prev` is the object before a modification or deletion.
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
@@ -186,22 +186,69 @@ impl Store {
         namespace: Option<&str>,
         after: Option<&(String, String)>,
     ) -> (Vec<Arc<Value>>, u64) {
-        let inner = self.lock();
-        let Some(bucket) = inner.objects.get(gr) else {
-            return (Vec::new(), inner.rv);
-        };
+        match self.list_at(gr, namespace, after, None) {
+            Ok(r) => r,
+            // Unreachable without `at`; an empty page is the harmless answer.
+            Err(_) => (Vec::new(), self.current_rv()),
+        }
+    }
+
+    /// The objects of `gr` (in `namespace`, after the key `after`) as they were at resourceVersion
+    /// `at` (None: now), and that rv. A paged list reads every page at its first page's rv, as
+    /// the real API server does: otherwise a change to an object on an earlier page, made
+    /// while later pages are read, falls between the list and the watch that follows it.
+    /// The past is rebuilt by undoing the kept events newer than `at`.
+    pub fn list_at(
+        &self,
+        gr: &str,
+        namespace: Option<&str>,
+        after: Option<&(String, String)>,
+        at: Option<u64>,
+    ) -> Result<(Vec<Arc<Value>>, u64), TooOld> {
         use std::ops::Bound;
+        let inner = self.lock();
+        let at = at.unwrap_or(inner.rv).min(inner.rv);
+        if at < inner.compacted {
+            return Err(TooOld {
+                requested: at,
+                oldest: inner.compacted,
+            });
+        }
         let start = match (after, namespace) {
             (Some(a), _) => Bound::Excluded(a.clone()),
             (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
             (None, None) => Bound::Unbounded,
         };
-        let items = bucket
-            .range((start, Bound::Unbounded))
-            .take_while(|((ns, _), _)| namespace.is_none_or(|want| ns == want))
-            .map(|(_, v)| v.clone())
-            .collect();
-        (items, inner.rv)
+        let in_range = |k: &(String, String)| {
+            namespace.is_none_or(|want| k.0 == want) && after.is_none_or(|a| k > a)
+        };
+        let current = inner.objects.get(gr);
+        let items = current.into_iter().flat_map(|b| {
+            b.range((start.clone(), Bound::Unbounded))
+                .take_while(|((ns, _), _)| namespace.is_none_or(|want| ns == want))
+        });
+        if at == inner.rv {
+            return Ok((items.map(|(_, v)| v.clone()).collect(), at));
+        }
+        let mut then: Bucket = items.map(|(k, v)| (k.clone(), v.clone())).collect();
+        for e in inner.history.iter().rev().take_while(|e| e.rv > at) {
+            let k = (e.key.namespace.clone(), e.key.name.clone());
+            if e.key.gr != gr || !in_range(&k) {
+                continue;
+            }
+            match (&e.kind, &e.prev) {
+                (EventType::Added, _) => {
+                    then.remove(&k);
+                }
+                (_, Some(prev)) => {
+                    then.insert(k, prev.clone());
+                }
+                (_, None) => {
+                    then.remove(&k);
+                }
+            }
+        }
+        Ok((then.into_values().collect(), at))
     }
 
     /// Every resource key with at least one object (for garbage collection scans).
@@ -265,7 +312,8 @@ impl Store {
             kind,
             key: key.clone(),
             object: event_obj.clone(),
-            prev: if kind == EventType::Modified {
+            // Deletions keep it too: a paged list rebuilds the past from it (`list_at`).
+            prev: if kind != EventType::Added {
                 current
             } else {
                 None
@@ -372,5 +420,74 @@ mod tests {
         assert_eq!(store.list("/configmaps", Some("default"), None).0.len(), 1);
         assert_eq!(store.list("/configmaps", None, None).0.len(), 2);
         assert_eq!(store.list("/secrets", None, None).0.len(), 0);
+    }
+
+    fn del(store: &Store, name: &str) {
+        let _ = store.mutate::<StoreError>(&key(name), |cur, _| {
+            Ok(Mutation::Delete(
+                cur.map(|c| (**c).clone()).unwrap_or_default(),
+            ))
+        });
+    }
+
+    fn names(items: &[Arc<Value>]) -> Vec<String> {
+        items
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}@{}",
+                    o["metadata"]["name"].as_str().unwrap_or(""),
+                    o["metadata"]["resourceVersion"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_list_at_an_older_version_undoes_later_changes() {
+        let store = Store::memory(64);
+        let a1 = put(&store, "a");
+        let b1 = put(&store, "b");
+        put(&store, "d");
+        let snap = store.current_rv();
+        // After the snapshot: a changes, b goes, c comes, d changes twice.
+        put(&store, "a");
+        del(&store, "b");
+        put(&store, "c");
+        put(&store, "d");
+        let d_last = put(&store, "d");
+        let (then, rv) = store
+            .list_at("/configmaps", None, None, Some(snap))
+            .unwrap();
+        assert_eq!(rv, snap);
+        assert_eq!(
+            names(&then),
+            vec![format!("a@{a1}"), format!("b@{b1}"), format!("d@{}", snap)]
+        );
+        // The next page of that list (after "a") reads the same past.
+        let after = ("default".to_string(), "a".to_string());
+        let (page2, _) = store
+            .list_at("/configmaps", Some("default"), Some(&after), Some(snap))
+            .unwrap();
+        assert_eq!(names(&page2), vec![format!("b@{b1}"), format!("d@{snap}")]);
+        // Now is now.
+        let (now, rv) = store.list_at("/configmaps", None, None, None).unwrap();
+        assert_eq!(rv, d_last);
+        assert_eq!(names(&now).len(), 3);
+        assert!(names(&now).contains(&format!("d@{d_last}")));
+    }
+
+    #[test]
+    fn a_list_older_than_the_kept_history_is_too_old() {
+        let store = Store::memory(16);
+        let first = put(&store, "a");
+        for i in 0..40 {
+            put(&store, &format!("c{i}"));
+        }
+        assert!(
+            store
+                .list_at("/configmaps", None, None, Some(first))
+                .is_err()
+        );
     }
 }
