@@ -59,12 +59,23 @@ pub(crate) fn plan_all(spec: &ClusterPolicySpec, all: &[Arc<PartialObjectMeta<No
 }
 
 pub(crate) async fn write_all(ctx: &Ctx, changes: &[(String, NodePlan)]) -> Result<(), Error> {
+    use futures::StreamExt;
     let api: Api<Node> = Api::all(ctx.client.clone());
-    for (name, plan) in changes {
-        write(ctx, &api, name, plan).await?;
-    }
-    Ok(())
+    // A few at a time: one by one, labelling a new 1,000-node cluster took as many round trips
+    // back to back. Every node is tried; the first failure is reported.
+    let writes: Vec<_> = changes
+        .iter()
+        .map(|(name, plan)| write(ctx, &api, name, plan))
+        .collect();
+    let results: Vec<Result<(), Error>> = futures::stream::iter(writes)
+        .buffered(NODE_WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+    results.into_iter().collect()
 }
+
+/// Node label writes in flight at once.
+const NODE_WRITES_IN_FLIGHT: usize = 16;
 
 fn nulls<'a>(keys: impl Iterator<Item = &'a String>) -> Map<String, Value> {
     keys.map(|k| (k.clone(), Value::Null)).collect()

@@ -1,11 +1,12 @@
-//! The shell: list the cluster, build the view, plan, apply. Woken by watches on Nodes, Pods,
-//! DaemonSets and ClusterPolicies, and by a periodic requeue (upstream: every 2 minutes).
+//! The shell: list the cluster, build the view, plan, apply. Woken by watches on Nodes, the
+//! operator namespace's Pods, DaemonSets and ClusterPolicies, by a short requeue while a node
+//! is mid upgrade, and by a periodic requeue (upstream: every 2 minutes).
 //!
 //! Node writes are JSON merge patches under their own field manager: removing a label or an
 //! annotation someone else set (`…upgrade-requested`) and flipping `spec.unschedulable`, which
 //! `kubectl cordon` shares, are exactly what server-side apply's ownership makes awkward.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,8 +106,11 @@ where
     let wake = Arc::new(Notify::new());
     let triggers = vec![
         tokio::spawn(nodes.clone().notify(wake.clone())),
+        // The operator namespace's pods only (driver and validator pods): a node mid upgrade
+        // re-plans every `busy_requeue` anyway, and every pod of a busy cluster waking a
+        // round was most of this loop's work.
         tokio::spawn(crate::wake::on_changes(
-            Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+            Api::<PartialObjectMeta<Pod>>::namespaced(client.clone(), &opts.namespace),
             wake.clone(),
             "driver upgrade",
         )),
@@ -225,6 +229,15 @@ pub async fn reconcile_once(
         // the labels stay as they are in case it is only being recreated.
         return Ok(Round::default());
     }
+    if auto && let Some(ds) = drivers.iter().find(|d| !scheduled_everywhere(d)) {
+        // The plan would wait for the missing pods anyway (see `build_view`); during a rollout
+        // this check spares every round the node and pod lists.
+        tracing::debug!(
+            daemonset = ds.metadata.name.as_deref().unwrap_or_default(),
+            "driver upgrade waiting: a driver DaemonSet is still placing its pods"
+        );
+        return Ok(Round::default());
+    }
     let node_list = list_nodes(client, auto, node_watch).await?;
     let nodes: Vec<view::NodeView> = node_list.iter().filter_map(view::node_view).collect();
     let busy = nodes.iter().any(|n| {
@@ -249,11 +262,14 @@ pub async fn reconcile_once(
         let Some(up) = policy.spec.driver_upgrade_policy() else {
             return Ok(Round::default());
         };
-        let pods = Api::<Pod>::all(client.clone())
-            .list(&lp)
-            .await
-            .map_err(list_err("Pods"))?
-            .items;
+        let in_flight: BTreeSet<&str> = nodes
+            .iter()
+            .filter(|n| {
+                UpgradeState::parse(n.label(names::LABEL_UPGRADE_STATE).unwrap_or("")).in_flight()
+            })
+            .map(|n| n.name.as_str())
+            .collect();
+        let pods = list_pods(client, &opts.namespace, &drivers, &in_flight).await?;
         let revisions = match Api::<ControllerRevision>::namespaced(client.clone(), &opts.namespace)
             .list(&lp)
             .await
@@ -285,6 +301,109 @@ pub async fn reconcile_once(
         in_flight: busy || settling || actions > 0,
     })
 }
+
+/// Whether the DaemonSet's status says it has a pod on every node it wants one on.
+fn scheduled_everywhere(ds: &DaemonSet) -> bool {
+    ds.status.as_ref().is_some_and(|s| {
+        s.current_number_scheduled + s.number_misscheduled >= s.desired_number_scheduled
+    })
+}
+
+/// The pods a round reads: the driver pods (the operator namespace, paged, kept only if a driver
+/// DaemonSet owns them or they are orphaned driver pods) and every pod on a node that is mid
+/// upgrade (the waits, deletions, drains and validation read those). Not every pod of the
+/// cluster: at 1,000 nodes that list was tens of megabytes, every round.
+async fn list_pods(
+    client: &kube::Client,
+    namespace: &str,
+    drivers: &[&DaemonSet],
+    in_flight: &BTreeSet<&str>,
+) -> Result<Vec<Pod>, UpgradeError> {
+    let uids: Vec<&str> = drivers
+        .iter()
+        .filter_map(|d| d.metadata.uid.as_deref())
+        .collect();
+    let mut out: BTreeMap<(String, String), Pod> = BTreeMap::new();
+    let mut keep = |mut p: Pod| {
+        p.metadata.managed_fields = None;
+        let key = (
+            p.metadata.namespace.clone().unwrap_or_default(),
+            p.metadata.name.clone().unwrap_or_default(),
+        );
+        out.insert(key, p);
+    };
+    let in_ns = Api::<Pod>::namespaced(client.clone(), namespace);
+    let fetch = |p: ListParams| {
+        let api = in_ns.clone();
+        async move { api.list(&p).await }
+    };
+    crate::paged::each_page(ListParams::default(), PODS_PAGE, fetch, |items| {
+        for p in items {
+            if uids.iter().any(|u| owned_by(&p, u)) || orphan_driver_pod(&p) {
+                keep(p);
+            }
+        }
+    })
+    .await
+    .map_err(list_err(format!("Pods in {namespace}")))?;
+    if in_flight.is_empty() {
+        return Ok(out.into_values().collect());
+    }
+    let all = Api::<Pod>::all(client.clone());
+    let fetch = |p: ListParams| {
+        let api = all.clone();
+        async move { api.list(&p).await }
+    };
+    // A few nodes: one field-selected list each; many: one paged pass over every pod.
+    let selectors: Vec<Option<String>> = if in_flight.len() <= PER_NODE_LISTS {
+        in_flight
+            .iter()
+            .map(|n| Some(format!("spec.nodeName={n}")))
+            .collect()
+    } else {
+        vec![None]
+    };
+    for sel in selectors {
+        let params = match &sel {
+            Some(f) => ListParams::default().fields(f),
+            None => ListParams::default(),
+        };
+        crate::paged::each_page(params, PODS_PAGE, &fetch, |items| {
+            for p in items {
+                let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                if node.is_some_and(|n| in_flight.contains(n)) {
+                    keep(p);
+                }
+            }
+        })
+        .await
+        .map_err(list_err("Pods on nodes mid upgrade"))?;
+    }
+    Ok(out.into_values().collect())
+}
+
+/// A driver pod no DaemonSet owns (its DaemonSet was deleted with orphan propagation).
+fn orphan_driver_pod(p: &Pod) -> bool {
+    p.metadata
+        .owner_references
+        .as_ref()
+        .is_none_or(Vec::is_empty)
+        && is_driver_pod(p)
+}
+
+fn is_driver_pod(p: &Pod) -> bool {
+    let labels = p.metadata.labels.as_ref();
+    label_is(labels, names::LABEL_APP, names::app::DRIVER)
+        || label_is(
+            labels,
+            names::LABEL_APP_COMPONENT,
+            names::COMPONENT_NVIDIA_DRIVER,
+        )
+}
+
+const PODS_PAGE: u32 = 500;
+/// Up to this many nodes mid upgrade, their pods are listed node by node.
+const PER_NODE_LISTS: usize = 8;
 
 /// The nodes. Without auto-upgrade the round only clears labels, so the shared metadata cache
 /// is enough; a walk also reads `spec.unschedulable` and the `Ready` condition: listed in
@@ -361,25 +480,8 @@ pub fn build_view(
         );
     }
     // Orphaned driver pods (their DaemonSet was deleted with orphan propagation) need upgrading.
-    let is_driver_pod = |p: &Pod| {
-        p.metadata.namespace.as_deref() == Some(namespace)
-            && (label_is(
-                p.metadata.labels.as_ref(),
-                names::LABEL_APP,
-                names::app::DRIVER,
-            ) || label_is(
-                p.metadata.labels.as_ref(),
-                names::LABEL_APP_COMPONENT,
-                names::COMPONENT_NVIDIA_DRIVER,
-            ))
-    };
     for p in pods {
-        let orphan = p
-            .metadata
-            .owner_references
-            .as_ref()
-            .is_none_or(Vec::is_empty);
-        if orphan && is_driver_pod(p) {
+        if p.metadata.namespace.as_deref() == Some(namespace) && orphan_driver_pod(p) {
             driver_pods.extend(view::driver_pod(p, None, now, min_ready_s));
         }
     }
