@@ -42,6 +42,15 @@ impl NodePlan {
         !self.apply_needed && self.remove_labels.is_empty() && self.remove_annotations.is_empty()
     }
 
+    /// One label of the node once the plan is written.
+    pub fn label_after<'a>(&'a self, current: &'a Labels, key: &str) -> Option<&'a str> {
+        match self.labels.get(key) {
+            Some(v) => Some(v),
+            None if self.remove_labels.iter().any(|k| k == key) => None,
+            None => current.get(key).map(String::as_str),
+        }
+    }
+
     /// The node's labels once the plan is written.
     pub fn labels_after(&self, current: &Labels) -> Labels {
         let mut out = current.clone();

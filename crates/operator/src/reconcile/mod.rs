@@ -473,8 +473,3 @@ async fn write_status(
         .map_err(|e| Error::api("writing status of", format!("ClusterPolicy {name}"), e))?;
     Ok(())
 }
-
-/// Labels of a node as a map (empty when none).
-pub(crate) fn labels_of(meta: &kube::api::ObjectMeta) -> BTreeMap<String, String> {
-    meta.labels.clone().unwrap_or_default()
-}

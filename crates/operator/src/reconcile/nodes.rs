@@ -2,6 +2,7 @@
 //! whose plan is not a no-op (a merge patch removing keys, a server-side apply of the keys
 //! the operator owns).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gantry_api::cluster_policy::ClusterPolicySpec;
@@ -11,10 +12,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use serde_json::{Map, Value, json};
 
-use super::{Ctx, Error, labels_of};
+use super::{Ctx, Error};
 use crate::FIELD_MANAGER;
 use crate::nodes::{self, NodePlan};
-use crate::render::NodeFacts;
+use crate::render::{self, NodeFacts};
 
 /// Every node's plan, and what the render needs to know.
 pub(crate) struct Plans {
@@ -24,6 +25,8 @@ pub(crate) struct Plans {
     pub gpu_nodes: Vec<NodeFacts>,
     pub nfd_present: bool,
 }
+
+static NONE: BTreeMap<String, String> = BTreeMap::new();
 
 pub(crate) fn plan_all(spec: &ClusterPolicySpec, all: &[Arc<PartialObjectMeta<Node>>]) -> Plans {
     let mut out = Plans {
@@ -37,18 +40,19 @@ pub(crate) fn plan_all(spec: &ClusterPolicySpec, all: &[Arc<PartialObjectMeta<No
         let Some(name) = n.metadata.name.clone() else {
             continue;
         };
-        let labels = labels_of(&n.metadata);
-        let annotations = n.metadata.annotations.clone().unwrap_or_default();
-        out.nfd_present |= nodes::has_nfd_labels(&labels);
-        let plan = nodes::plan(spec, &labels, &annotations);
-        let after = plan.labels_after(&labels);
-        if after
-            .get(names::LABEL_GPU_PRESENT)
-            .is_some_and(|v| v == "true")
-        {
+        // Borrowed, not cloned: at 1,000 nodes every copy of the labels is megabytes a round.
+        let labels = n.metadata.labels.as_ref().unwrap_or(&NONE);
+        let annotations = n.metadata.annotations.as_ref().unwrap_or(&NONE);
+        out.nfd_present |= nodes::has_nfd_labels(labels);
+        let plan = nodes::plan(spec, labels, annotations);
+        if plan.label_after(labels, names::LABEL_GPU_PRESENT) == Some("true") {
+            let facts = render::NODE_LABELS
+                .iter()
+                .filter_map(|k| Some((k.to_string(), plan.label_after(labels, k)?.to_string())))
+                .collect();
             out.gpu_nodes.push(NodeFacts {
                 name: name.clone(),
-                labels: after,
+                labels: facts,
             });
         }
         if !plan.is_noop() {

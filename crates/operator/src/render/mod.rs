@@ -142,8 +142,16 @@ pub struct ClusterFacts {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeFacts {
     pub name: String,
+    /// The node's labels the render reads ([`NODE_LABELS`]; others may be left out).
     pub labels: BTreeMap<String, String>,
 }
+
+/// The node labels a render reads (the driver image's OS and kernel tags).
+pub const NODE_LABELS: &[&str] = &[
+    gantry_api::names::NFD_OS_RELEASE_ID,
+    gantry_api::names::NFD_OS_RELEASE_VERSION_ID,
+    gantry_api::names::NFD_KERNEL_VERSION_FULL,
+];
 
 /// One state's wanted objects. `enabled == false`: the state renders nothing and the
 /// reconciler deletes whatever carries its [`LABEL_STATE`].

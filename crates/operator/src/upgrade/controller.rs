@@ -238,16 +238,10 @@ pub async fn reconcile_once(
         );
         return Ok(Round::default());
     }
-    let node_list = list_nodes(client, auto, node_watch).await?;
-    let nodes: Vec<view::NodeView> = node_list.iter().filter_map(view::node_view).collect();
+    let (nodes, uids) = list_nodes(client, auto, node_watch).await?;
     let busy = nodes.iter().any(|n| {
         UpgradeState::parse(n.label(names::LABEL_UPGRADE_STATE).unwrap_or("")).in_flight()
     });
-    let uids: BTreeMap<String, String> = node_list
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.uid.clone()?)))
-        .collect();
-    drop(node_list);
 
     // A driver pod that is Ready but not yet for `driver_min_ready` turns ready by the clock
     // alone: no watch event will say so, so the round must come back on its own.
@@ -405,46 +399,57 @@ const PODS_PAGE: u32 = 500;
 /// Up to this many nodes mid upgrade, their pods are listed node by node.
 const PER_NODE_LISTS: usize = 8;
 
-/// The nodes. Without auto-upgrade the round only clears labels, so the shared metadata cache
-/// is enough; a walk also reads `spec.unschedulable` and the `Ready` condition: listed in
-/// pages, without what no rule reads (managed fields, images).
+/// The nodes as the plan sees them, and their uids (for Events). Without auto-upgrade the round
+/// only clears labels, so the shared metadata cache is enough; a walk also reads
+/// `spec.unschedulable` and the `Ready` condition: listed in pages, each page reduced to views
+/// before the next is asked for.
 async fn list_nodes(
     client: &kube::Client,
     full: bool,
     node_watch: &NodeWatch,
-) -> Result<Vec<Node>, UpgradeError> {
+) -> Result<(Vec<view::NodeView>, BTreeMap<String, String>), UpgradeError> {
+    let mut views = Vec::new();
+    let mut uids = BTreeMap::new();
+    let mut take = |node: &Node| {
+        if let Some(v) = view::node_view(node) {
+            if let Some(uid) = &node.metadata.uid {
+                uids.insert(v.name.clone(), uid.clone());
+            }
+            views.push(v);
+        }
+    };
     if !full {
         if !node_watch.ready().await {
             return Err(UpgradeError::NodeWatchStopped);
         }
-        return Ok(node_watch
-            .store()
-            .state()
-            .iter()
-            .map(|m| Node {
-                metadata: m.metadata.clone(),
+        for m in node_watch.store().state() {
+            take(&Node {
+                metadata: kube::api::ObjectMeta {
+                    name: m.metadata.name.clone(),
+                    uid: m.metadata.uid.clone(),
+                    labels: m.metadata.labels.clone(),
+                    annotations: m.metadata.annotations.clone(),
+                    ..Default::default()
+                },
                 ..Default::default()
-            })
-            .collect());
+            });
+        }
+        return Ok((views, uids));
     }
     let api = Api::<Node>::all(client.clone());
-    let mut out = Vec::new();
     let fetch = |p: ListParams| {
         let api = api.clone();
         async move { api.list(&p).await }
     };
-    crate::paged::each_page(ListParams::default(), NODES_PAGE, fetch, |items| {
-        out.extend(items.into_iter().map(|mut n| {
-            n.metadata.managed_fields = None;
-            if let Some(st) = n.status.as_mut() {
-                st.images = None;
-            }
-            n
-        }))
-    })
+    crate::paged::each_page(
+        ListParams::default(),
+        NODES_PAGE,
+        fetch,
+        |items: Vec<Node>| items.iter().for_each(&mut take),
+    )
     .await
     .map_err(list_err("Nodes"))?;
-    Ok(out)
+    Ok((views, uids))
 }
 
 const NODES_PAGE: u32 = 500;
