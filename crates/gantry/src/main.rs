@@ -8,6 +8,24 @@ mod cmd;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Hand freed memory back to the OS at once instead of after mimalloc's default 10 ms (x10
+/// for arenas), unless `MIMALLOC_PURGE_DELAY` says otherwise. For long-lived controllers whose
+/// memory comes in bursts (a watch relist, a round over every node): the operator at 1,000
+/// nodes went from 77 / 98 MiB (end / peak) to 59 / 70 MiB (docs/benchmarks.md).
+#[allow(unsafe_code)]
+pub(crate) fn purge_freed_memory_promptly() {
+    // mimalloc 3's `mimalloc.h`: `void mi_option_set(mi_option_t, long)` and
+    // `mi_option_purge_delay` = 15. The library is the one the allocator above links in.
+    unsafe extern "C" {
+        fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    }
+    const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets a plain integer option; called before the runtime starts its threads.
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    }
+}
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

@@ -27,6 +27,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::purge_freed_memory_promptly();
     // One reconcile at a time and a few watch streams: two workers are plenty, and a worker
     // per core on a big node only adds allocator arenas (resident memory) and idle threads.
     let rt = tokio::runtime::Builder::new_multi_thread()
