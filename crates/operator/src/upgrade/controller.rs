@@ -239,9 +239,14 @@ pub async fn reconcile_once(
         return Ok(Round::default());
     }
     let (nodes, uids) = list_nodes(client, auto, node_watch).await?;
-    let busy = nodes.iter().any(|n| {
-        UpgradeState::parse(n.label(names::LABEL_UPGRADE_STATE).unwrap_or("")).in_flight()
-    });
+    let in_flight: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| {
+            UpgradeState::parse(n.label(names::LABEL_UPGRADE_STATE).unwrap_or("")).in_flight()
+        })
+        .map(|n| n.name.as_str())
+        .collect();
+    let busy = !in_flight.is_empty();
 
     // A driver pod that is Ready but not yet for `driver_min_ready` turns ready by the clock
     // alone: no watch event will say so, so the round must come back on its own.
@@ -256,13 +261,6 @@ pub async fn reconcile_once(
         let Some(up) = policy.spec.driver_upgrade_policy() else {
             return Ok(Round::default());
         };
-        let in_flight: BTreeSet<&str> = nodes
-            .iter()
-            .filter(|n| {
-                UpgradeState::parse(n.label(names::LABEL_UPGRADE_STATE).unwrap_or("")).in_flight()
-            })
-            .map(|n| n.name.as_str())
-            .collect();
         let pods = list_pods(client, &opts.namespace, &drivers, &in_flight).await?;
         let revisions = match Api::<ControllerRevision>::namespaced(client.clone(), &opts.namespace)
             .list(&lp)
@@ -422,16 +420,20 @@ async fn list_nodes(
         if !node_watch.ready().await {
             return Err(UpgradeError::NodeWatchStopped);
         }
+        // Labels and annotations only: what clearing the upgrade labels reads.
         for m in node_watch.store().state() {
-            take(&Node {
-                metadata: kube::api::ObjectMeta {
-                    name: m.metadata.name.clone(),
-                    uid: m.metadata.uid.clone(),
-                    labels: m.metadata.labels.clone(),
-                    annotations: m.metadata.annotations.clone(),
-                    ..Default::default()
-                },
-                ..Default::default()
+            let Some(name) = &m.metadata.name else {
+                continue;
+            };
+            if let Some(uid) = &m.metadata.uid {
+                uids.insert(name.clone(), uid.clone());
+            }
+            views.push(view::NodeView {
+                name: name.clone(),
+                labels: m.metadata.labels.clone().unwrap_or_default(),
+                annotations: m.metadata.annotations.clone().unwrap_or_default(),
+                unschedulable: false,
+                ready: false,
             });
         }
         return Ok((views, uids));
