@@ -45,7 +45,7 @@ impl NodeWatch {
             watcher::Config::default(),
         )
         .default_backoff()
-        .modify(|n| n.metadata.managed_fields = None);
+        .modify(crate::reconcile::strip_managed_fields);
         NodeWatch::from_events(events)
     }
 

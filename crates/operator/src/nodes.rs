@@ -51,7 +51,8 @@ impl NodePlan {
         }
     }
 
-    /// The node's labels once the plan is written.
+    /// The node's labels once the plan is written (the tests' stand-in for the API write).
+    #[cfg(test)]
     pub fn labels_after(&self, current: &Labels) -> Labels {
         let mut out = current.clone();
         for k in &self.remove_labels {
