@@ -2,7 +2,7 @@
 //! binds a random workload from nothing; its binds become running pods, more work arrives
 //! (other queues, higher priorities, gangs), and the second cycle may evict.
 
-mod common;
+use crate::common;
 use common::*;
 use gantry_api::names;
 use gantry_scheduler::input::*;

@@ -1,7 +1,7 @@
 //! Fair share as KAI's proportion plugin divides it; every expected figure is worked out by
 //! hand in the comment above it.
 
-mod common;
+use crate::common;
 use common::*;
 use gantry_scheduler::input::{ClusterInput, QueueInput};
 use gantry_scheduler::{Config, Snapshot, schedule};

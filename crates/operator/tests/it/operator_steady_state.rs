@@ -1,7 +1,7 @@
 //! Steady state: with 200 simulated GPU nodes labelled and their operands deployed, a fresh
 //! operator's full resync (every node, object and status compared) sends zero writes.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! finishes. No pod is bound twice, no node holds more GPUs than it has, and no reservation
 //! pod is left without tenants.
 
-mod cluster;
+use crate::cluster;
 
 use cluster::{Cluster, Result, annotation};
 use gantry_api::names;

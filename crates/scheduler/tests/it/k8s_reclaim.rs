@@ -1,7 +1,7 @@
 //! Reclaim across queues and preemption by priority, end to end in the sim; the evicted pods'
 //! Events name the reason.
 
-mod cluster;
+use crate::cluster;
 
 use cluster::{Cluster, Result, node_of};
 use std::time::Duration;

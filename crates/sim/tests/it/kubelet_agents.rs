@@ -13,22 +13,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::json;
+use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-async fn eventually<F, Fut>(what: &str, mut f: F) -> Res<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if f().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!("timed out waiting for {what}").into())
-}
 
 async fn allocatable(api: &Api<Node>, node: &str) -> Option<String> {
     let n = api.get(node).await.ok()?;
@@ -66,7 +53,7 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
         .await?;
     let nodes_api: Api<Node> = Api::all(client.clone());
     for n in ["h100-80gb-0", "h100-80gb-1"] {
-        eventually("8 GPUs from the real plugin", || async {
+        eventually_secs("8 GPUs from the real plugin", 60, || async {
             allocatable(&nodes_api, n).await.as_deref() == Some("8")
         })
         .await?;
@@ -81,7 +68,7 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
                  "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
-    eventually("pod running", || async {
+    eventually_secs("pod running", 60, || async {
         pods.get("cuda")
             .await
             .is_ok_and(|p| p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
@@ -108,7 +95,7 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
 
     // A GPU falls off the bus: the plugin marks it unhealthy, allocatable drops.
     sim.fault("h100-80gb-1", &Fault::OffBus { gpu: 2 }).await?;
-    eventually("7 allocatable after XID 79", || async {
+    eventually_secs("7 allocatable after XID 79", 60, || async {
         allocatable(&nodes_api, "h100-80gb-1").await.as_deref() == Some("7")
     })
     .await?;
@@ -149,7 +136,7 @@ async fn discovery_daemonset_labels_gpu_nodes() -> Res<()> {
         ("h100-80gb-0", "NVIDIA-H100-80GB-HBM3", "8"),
         ("l4-0", "NVIDIA-L4", "1"),
     ] {
-        eventually("GFD labels on the GPU node", || async {
+        eventually_secs("GFD labels on the GPU node", 60, || async {
             nodes_api.get(node).await.is_ok_and(|n| {
                 label(n.clone(), names::LABEL_GPU_PRODUCT).as_deref() == Some(product)
                     && label(n, names::LABEL_GPU_COUNT).as_deref() == Some(count)
@@ -285,7 +272,7 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
         "cuda-ready",
         "plugin-ready",
     ] {
-        eventually(f, || async { validations.join(f).exists() }).await?;
+        eventually_secs(f, 60, || async { validations.join(f).exists() }).await?;
     }
     assert!(validations.join(".driver-ctr-ready").exists());
     assert_eq!(
@@ -314,7 +301,7 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
     assert!(spec.contains(&uuid), "{spec}");
     let nodes_api: Api<Node> = Api::all(client.clone());
     assert_eq!(allocatable(&nodes_api, node).await.as_deref(), Some("8"));
-    eventually("validator pod running", || async {
+    eventually_secs("validator pod running", 60, || async {
         operand_pod(&client, "nvidia-operator-validator", node)
             .await
             .and_then(|p| p.status?.phase)
@@ -352,7 +339,7 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
 
     // driver-fail: the driver container exits 1 and crash-loops; its ready file goes away.
     sim.fault(node, &Fault::DriverFail).await?;
-    eventually("driver container restarted", || async {
+    eventually_secs("driver container restarted", 60, || async {
         operand_pod(&client, "nvidia-driver-daemonset", node)
             .await
             .is_some_and(|p| restarts(&p) >= 1)
@@ -374,7 +361,7 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
         Some(1)
     );
     sim.fault(node, &Fault::DriverOk).await?;
-    eventually("driver back after the fault clears", || async {
+    eventually_secs("driver back after the fault clears", 60, || async {
         validations.join(".driver-ctr-ready").exists()
     })
     .await?;
@@ -432,7 +419,7 @@ async fn exporter_daemonset_serves_per_node_with_attribution() -> Res<()> {
         )
         .await?;
     let nodes_api: Api<Node> = Api::all(client.clone());
-    eventually("GPUs allocatable", || async {
+    eventually_secs("GPUs allocatable", 60, || async {
         allocatable(&nodes_api, "l4-1").await.as_deref() == Some("2")
     })
     .await?;
@@ -468,7 +455,7 @@ async fn exporter_daemonset_serves_per_node_with_attribution() -> Res<()> {
     assert!(body.contains("Hostname=\"l4-0\""), "{body}");
     assert!(body.contains("gpu=\"1\""), "{body}");
     assert!(!body.contains("trainer"));
-    let attributed = eventually("the workload pod attributed", || async {
+    let attributed = eventually_secs("the workload pod attributed", 60, || async {
         scrape(&addrs[1])
             .await
             .is_ok_and(|b| b.contains("pod=\"trainer\"") && b.contains("namespace=\"default\""))
@@ -537,7 +524,7 @@ async fn discovery_reads_its_config_from_a_config_map() -> Res<()> {
             .and_then(|l| l.get(names::LABEL_GPU_REPLICAS).cloned())
     };
     for (node, want) in [("l4-0", "4"), ("l4-1", "2")] {
-        eventually("replicas label from the ConfigMap", || async {
+        eventually_secs("replicas label from the ConfigMap", 60, || async {
             nodes_api
                 .get(node)
                 .await

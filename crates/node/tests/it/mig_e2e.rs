@@ -19,25 +19,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const NS: &str = "gpu-operator";
 const NODE: &str = "h100-80gb-0";
-
-async fn eventually<F, Fut>(what: &str, mut f: F) -> Res<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..600 {
-        if f().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!("timed out waiting for {what}").into())
-}
 
 fn label(n: &Node, key: &str) -> Option<String> {
     n.metadata.labels.as_ref()?.get(key).cloned()
@@ -129,7 +116,7 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
         ),
     )
     .await?;
-    eventually("2 whole GPUs from the plugin", || async {
+    eventually_secs("2 whole GPUs from the plugin", 60, || async {
         nodes_api
             .get(NODE)
             .await
@@ -166,8 +153,8 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
             ),
         )
         .await?;
-    eventually(
-        "mig.config.state=success and the MIG devices advertised",
+    eventually_secs(
+        "mig.config.state=success and the MIG devices advertised", 60,
         || async {
             nodes_api.get(NODE).await.is_ok_and(|n| {
                 label(&n, names::LABEL_MIG_CONFIG_STATE).as_deref() == Some("success")
@@ -233,7 +220,7 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
             ),
         )
         .await?;
-    eventually("mig.config.state=failed", || async {
+    eventually_secs("mig.config.state=failed", 60, || async {
         nodes_api
             .get(NODE)
             .await

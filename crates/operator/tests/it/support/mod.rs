@@ -18,6 +18,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, PostParams};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+pub use gantry_testkit::eventually_secs;
 
 pub type Res<T = ()> = anyhow::Result<T>;
 
@@ -159,24 +160,6 @@ pub fn fixture(name: &str) -> Res<serde_json::Value> {
         .join("../api/tests/fixtures")
         .join(name);
     Ok(serde_yaml::from_str(&std::fs::read_to_string(p)?)?)
-}
-
-/// Poll `f` every 200 ms until it returns Some, for at most `secs`.
-pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> Res<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            anyhow::bail!("timed out after {secs} s waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// `status.allocatable["nvidia.com/gpu"]` of every node that has one, in node-name order (what

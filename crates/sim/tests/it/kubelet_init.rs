@@ -13,22 +13,9 @@ use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
+use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-async fn eventually<F, Fut>(what: &str, mut f: F) -> Res<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if f().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!("timed out waiting for {what}").into())
-}
 
 /// Records which runner ran when; `validator` fails until it has been called `fail_first`
 /// times, `exporter` (the main container) runs until stopped.
@@ -106,7 +93,7 @@ async fn init_containers_run_in_order_and_restart_with_backoff() -> Res<()> {
         .await?;
 
     // The failing init container crash-loops while the pod stays Pending and uninitialized.
-    eventually("init container in back-off", || async {
+    eventually_secs("init container in back-off", 60, || async {
         let Ok(p) = pods.get("op").await else {
             return false;
         };
@@ -126,7 +113,7 @@ async fn init_containers_run_in_order_and_restart_with_backoff() -> Res<()> {
     })
     .await?;
 
-    eventually("pod running after its init containers", || async {
+    eventually_secs("pod running after its init containers", 60, || async {
         pods.get("op").await.is_ok_and(|p| {
             let s = status(&p);
             s["phase"] == "Running" && s["containerStatuses"][0]["state"]["running"].is_object()
@@ -179,7 +166,7 @@ async fn failed_init_container_fails_a_never_restart_pod() -> Res<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("once", "Never")?)
         .await?;
-    eventually("pod failed", || async {
+    eventually_secs("pod failed", 60, || async {
         pods.get("once")
             .await
             .is_ok_and(|p| status(&p)["phase"] == "Failed")

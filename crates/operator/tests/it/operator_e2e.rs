@@ -2,7 +2,7 @@
 //! nodes, ordered operand pods, allocatable GPUs, `status.state=ready`; time-slicing from the
 //! policy; self-healing; an invalid spec as a condition that changes nothing else.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -12,22 +12,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-async fn eventually<F, Fut>(what: &str, mut f: F) -> Res<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if f().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!("timed out waiting for {what}").into())
-}
 
 async fn setup(
     spec: &str,
@@ -77,7 +64,7 @@ async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
                                        "containers": [{"name": "c", "image": "v1"}]}}}
     }))?;
     dss.create(&PostParams::default(), &ds).await?;
-    eventually("2 ready daemon pods", || async {
+    eventually_secs("2 ready daemon pods", 60, || async {
         dss.get("agent")
             .await
             .is_ok_and(|d| ds_status(&d) == (2, 2, 2, 2))
@@ -108,7 +95,7 @@ async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
         json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "v2"}]}}}});
     dss.patch("agent", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    eventually("rolled to v2", || async {
+    eventually_secs("rolled to v2", 60, || async {
         let Ok(l) = pods.list(&ListParams::default().labels("app=agent")).await else {
             return false;
         };
@@ -127,7 +114,7 @@ async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
             && live.iter().all(|p| daemonset::is_ready(p))
     })
     .await?;
-    eventually("status updated", || async {
+    eventually_secs("status updated", 60, || async {
         dss.get("agent")
             .await
             .is_ok_and(|d| ds_status(&d) == (2, 2, 2, 2))
@@ -141,11 +128,11 @@ async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
     nodes
         .patch("l4-1", &PatchParams::default(), &Patch::Merge(&taint))
         .await?;
-    eventually("one daemon pod left", || async {
+    eventually_secs("one daemon pod left", 60, || async {
         dss.get("agent").await.is_ok_and(|d| ds_status(&d).0 == 1)
     })
     .await?;
-    eventually("pod on tainted node removed", || async {
+    eventually_secs("pod on tainted node removed", 60, || async {
         pods.list(&ListParams::default().labels("app=agent"))
             .await
             .is_ok_and(|l| {
@@ -173,7 +160,7 @@ async fn job_runs_to_completion() -> Res<()> {
                                        "containers": [{"name": "c", "image": "trainer"}]}}}
     }))?;
     jobs.create(&PostParams::default(), &job).await?;
-    eventually("job complete", || async {
+    eventually_secs("job complete", 60, || async {
         jobs.get("train").await.is_ok_and(|j| {
             j.status.is_some_and(|s| {
                 s.succeeded == Some(3)
@@ -205,7 +192,7 @@ async fn job_runs_to_completion() -> Res<()> {
                                        "containers": [{"name": "c", "image": "bad"}]}}}
     }))?;
     jobs.create(&PostParams::default(), &failing).await?;
-    eventually("job failed", || async {
+    eventually_secs("job failed", 60, || async {
         jobs.get("crash").await.is_ok_and(|j| {
             j.status.is_some_and(|s| {
                 s.failed == Some(2)

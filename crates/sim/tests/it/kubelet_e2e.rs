@@ -29,6 +29,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -196,20 +197,6 @@ async fn register(dir: &Path) -> Res<()> {
     Ok(())
 }
 
-async fn eventually<F, Fut>(what: &str, mut f: F) -> Res<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if f().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!("timed out waiting for {what}").into())
-}
-
 async fn gpu_alloc(api: &Api<Node>, node: &str) -> (Option<String>, Option<String>) {
     let Ok(n) = api.get(node).await else {
         return (None, None);
@@ -279,7 +266,7 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         plugs.push(start_plugin(&dir, uuids(&sim, name)?).await?);
     }
     for name in ["h100-80gb-0", "h100-80gb-1"] {
-        eventually("8 allocatable GPUs", || async {
+        eventually_secs("8 allocatable GPUs", 60, || async {
             gpu_alloc(&nodes_api, name).await.1.as_deref() == Some("8")
         })
         .await?;
@@ -314,7 +301,7 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
     assert!(gantry_sim::kubelet::node_status::is_ready(&n0));
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "kube-node-lease");
-    eventually("node lease", || async {
+    eventually_secs("node lease", 60, || async {
         leases.get_opt("h100-80gb-0").await.ok().flatten().is_some()
     })
     .await?;
@@ -326,7 +313,7 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         &gpu_pod("train", "h100-80gb-0", 2, Some("3s"))?,
     )
     .await?;
-    eventually("pod Running", || async {
+    eventually_secs("pod Running", 60, || async {
         pod_phase(&pods, "train").await.as_deref() == Some("Running")
     })
     .await?;
@@ -381,11 +368,11 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
     let backend = node0.backend.clone().ok_or("backend")?;
     assert_eq!(backend.sim_processes().len(), 2);
     // It ends; the devices are free again.
-    eventually("pod Succeeded", || async {
+    eventually_secs("pod Succeeded", 60, || async {
         pod_phase(&pods, "train").await.as_deref() == Some("Succeeded")
     })
     .await?;
-    eventually("devices freed", || {
+    eventually_secs("devices freed", 60, || {
         let mut pr = pr.clone();
         async move {
             let list = pr
@@ -403,7 +390,7 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         &gpu_pod("all8", "h100-80gb-0", 8, None)?,
     )
     .await?;
-    eventually("8-GPU pod Running", || async {
+    eventually_secs("8-GPU pod Running", 60, || async {
         pod_phase(&pods, "all8").await.as_deref() == Some("Running")
     })
     .await?;
@@ -413,7 +400,7 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         &gpu_pod("toomany", "h100-80gb-0", 1, None)?,
     )
     .await?;
-    eventually("rejected pod", || async {
+    eventually_secs("rejected pod", 60, || async {
         pod_phase(&pods, "toomany").await.as_deref() == Some("Failed")
     })
     .await?;
@@ -427,17 +414,17 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
     );
     // Deleting the running pod stops it, frees its GPUs and removes it.
     pods.delete("all8", &DeleteParams::default()).await?;
-    eventually("pod gone", || async {
+    eventually_secs("pod gone", 60, || async {
         pods.get_opt("all8").await.ok().flatten().is_none()
     })
     .await?;
-    eventually("GPUs idle", || async { backend.sim_processes().is_empty() }).await?;
+    eventually_secs("GPUs idle", 60, || async { backend.sim_processes().is_empty() }).await?;
 
     // Plugin health: one device unhealthy → allocatable 7, capacity 8.
     let mut devs: Vec<(String, bool)> = plugin.ids.iter().map(|id| (id.clone(), true)).collect();
     devs[0].1 = false;
     plugin.tx.send_replace(devs);
-    eventually("7 allocatable", || async {
+    eventually_secs("7 allocatable", 60, || async {
         gpu_alloc(&nodes_api, "h100-80gb-0").await == (Some("8".into()), Some("7".into()))
     })
     .await?;
@@ -454,20 +441,20 @@ async fn plugin_death_restart_and_kubelet_restart() -> Res<()> {
     let dir = node.dirs.device_plugins.clone();
     let ids = uuids(&sim, "h100-80gb-1")?;
     let p = start_plugin(&dir, ids.clone()).await?;
-    eventually("8 allocatable", || async {
+    eventually_secs("8 allocatable", 60, || async {
         gpu_alloc(&nodes_api, "h100-80gb-1").await == (Some("8".into()), Some("8".into()))
     })
     .await?;
     // The plugin dies: allocatable 0, capacity kept.
     p.server.abort();
     drop(p);
-    eventually("0 allocatable, capacity 8", || async {
+    eventually_secs("0 allocatable, capacity 8", 60, || async {
         gpu_alloc(&nodes_api, "h100-80gb-1").await == (Some("8".into()), Some("0".into()))
     })
     .await?;
     // It comes back and registers again.
     let p = start_plugin(&dir, ids.clone()).await?;
-    eventually("8 allocatable again", || async {
+    eventually_secs("8 allocatable again", 60, || async {
         gpu_alloc(&nodes_api, "h100-80gb-1").await.1.as_deref() == Some("8")
     })
     .await?;
@@ -475,13 +462,13 @@ async fn plugin_death_restart_and_kubelet_restart() -> Res<()> {
     node.restart_device_manager().await?;
     assert!(!dir.join("test-gpu.sock").exists());
     assert!(dir.join("kubelet.sock").exists());
-    eventually("capacity 0 after kubelet restart", || async {
+    eventually_secs("capacity 0 after kubelet restart", 60, || async {
         gpu_alloc(&nodes_api, "h100-80gb-1").await == (Some("0".into()), Some("0".into()))
     })
     .await?;
     p.server.abort();
     let _p = start_plugin(&dir, ids).await?;
-    eventually("8 allocatable after re-registration", || async {
+    eventually_secs("8 allocatable after re-registration", 60, || async {
         gpu_alloc(&nodes_api, "h100-80gb-1").await.1.as_deref() == Some("8")
     })
     .await?;
@@ -520,7 +507,7 @@ async fn plugin_death_restart_and_kubelet_restart() -> Res<()> {
     )
     .await?;
     assert!(reply.contains("powered off"));
-    eventually("node not ready", || async {
+    eventually_secs("node not ready", 60, || async {
         nodes_api
             .get("h100-80gb-1")
             .await
@@ -528,7 +515,7 @@ async fn plugin_death_restart_and_kubelet_restart() -> Res<()> {
     })
     .await?;
     sim.fault("h100-80gb-1", &Fault::PowerOn).await?;
-    eventually("node ready again", || async {
+    eventually_secs("node ready again", 60, || async {
         nodes_api
             .get("h100-80gb-1")
             .await

@@ -3,7 +3,7 @@
 //! running as a gang, a gang that cannot fit staying Pending with an Event, and bad input
 //! reported through Events while the scheduler keeps going.
 
-mod cluster;
+use crate::cluster;
 
 use cluster::{Cluster, Result, annotation, node_of};
 use gantry_api::names;

@@ -29,6 +29,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::task::JoinHandle;
+use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -36,20 +37,6 @@ const NS: &str = "gpu-operator";
 const GPU_NODES: [&str; 3] = ["h100-80gb-0", "h100-80gb-1", "h100-80gb-2"];
 const V1: &str = "570.172.08";
 const V2: &str = "580.95.05";
-
-async fn eventually<F, Fut>(what: &str, secs: u64, mut f: F) -> Res<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..secs * 10 {
-        if f().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!("timed out waiting for {what}").into())
-}
 
 struct Env {
     client: kube::Client,
@@ -135,7 +122,7 @@ async fn start(max_parallel: i32, max_unavailable: serde_json::Value) -> Res<Env
                                               "podDeletion": {"timeoutSeconds": 60}}}}
     }))?;
     let policies: Api<ClusterPolicy> = Api::all(client.clone());
-    eventually("the ClusterPolicy CRD to serve", 10, || async {
+    eventually_secs("the ClusterPolicy CRD to serve", 10, || async {
         policies.list(&ListParams::default()).await.is_ok()
     })
     .await?;
@@ -410,12 +397,12 @@ fn spawn_controller(env: &mut Env, max_driver_restarts: i32) {
 async fn settled_on(env: &Env, version: &str) -> Res<()> {
     let want = driver_image(version);
     let nodes: Api<Node> = Api::all(env.client.clone());
-    eventually("driver pods on every GPU node", 60, || async {
+    eventually_secs("driver pods on every GPU node", 60, || async {
         let imgs = driver_images(&env.client).await;
         GPU_NODES.iter().all(|n| imgs.get(*n) == Some(&want))
     })
     .await?;
-    eventually("8 allocatable GPUs on each node", 60, || async {
+    eventually_secs("8 allocatable GPUs on each node", 60, || async {
         let mut ok = true;
         for n in GPU_NODES {
             let a = nodes
@@ -437,7 +424,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
     spawn_controller(&mut env, 10);
     let nodes: Api<Node> = Api::all(env.client.clone());
     // In sync from the start: every GPU node is labelled done, the CPU node is left alone.
-    eventually("all GPU nodes upgrade-done on v1", 30, || async {
+    eventually_secs("all GPU nodes upgrade-done on v1", 30, || async {
         let l = nodes.list(&ListParams::default()).await;
         l.is_ok_and(|l| {
             l.items.iter().all(|n| {
@@ -449,7 +436,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
     .await?;
     env.tasks.push(binder(&env.client));
     gpu_jobs(&env.client).await?;
-    eventually("six GPU pods running", 30, || async {
+    eventually_secs("six GPU pods running", 30, || async {
         running_gpu_pods(&env.client).await.len() == 6
     })
     .await?;
@@ -463,7 +450,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
 
     change_driver_version(&env.client, V2).await?;
     let want = driver_image(V2);
-    eventually("every GPU node upgraded to v2", 120, || async {
+    eventually_secs("every GPU node upgraded to v2", 120, || async {
         let imgs = driver_images(&env.client).await;
         let done = nodes.list(&ListParams::default()).await.is_ok_and(|l| {
             l.items
@@ -501,7 +488,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
     }
     // The GPU work was evicted and came back elsewhere: none of the original pods survive, six
     // replacements run, and nothing is left cordoned.
-    eventually("six GPU pods running again", 30, || async {
+    eventually_secs("six GPU pods running again", 30, || async {
         let now = running_gpu_pods(&env.client).await;
         now.len() == 6
             && now
@@ -545,14 +532,14 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
     // maxUnavailable 2 of 3: the parked (still cordoned) node leaves room for one more.
     let mut env = start(1, json!(2)).await?;
     settled_on(&env, V1).await?;
-    eventually("the sim's nodes run driver v1", 30, || async {
+    eventually_secs("the sim's nodes run driver v1", 30, || async {
         sim_driver_versions(&env) == vec![V1.to_string(); 3]
     })
     .await?;
     spawn_controller(&mut env, 2);
     let (rec, t) = record(&env.client);
     env.tasks.push(t);
-    eventually("GPU nodes labelled upgrade-done", 30, || async {
+    eventually_secs("GPU nodes labelled upgrade-done", 30, || async {
         GPU_NODES
             .iter()
             .all(|n| node_state(&rec, n) == Some(UpgradeState::UpgradeDone))
@@ -561,7 +548,7 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
     let bad = GPU_NODES[0];
     env.sim.fault(bad, &Fault::DriverFail).await?;
     change_driver_version(&env.client, V2).await?;
-    eventually(
+    eventually_secs(
         "the broken node failed and the others finished",
         120,
         || async {
@@ -599,7 +586,7 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
 
     // The driver is fixed: the new driver pod comes up and the node recovers on its own.
     env.sim.fault(bad, &Fault::DriverOk).await?;
-    eventually("the failed node recovers", 120, || async {
+    eventually_secs("the failed node recovers", 120, || async {
         node_state(&rec, bad) == Some(UpgradeState::UpgradeDone)
     })
     .await?;
@@ -607,7 +594,7 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
         !unschedulable(&nodes.get(bad).await?),
         "recovered node uncordoned"
     );
-    eventually("the recovered node runs v2", 30, || async {
+    eventually_secs("the recovered node runs v2", 30, || async {
         sim_driver_versions(&env) == vec![V2.to_string(); 3]
     })
     .await?;

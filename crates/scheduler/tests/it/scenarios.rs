@@ -1,6 +1,6 @@
 //! Scenarios from KAI's documented behaviour, each run through a full cycle.
 
-mod common;
+use crate::common;
 use common::*;
 use gantry_api::names;
 use gantry_scheduler::input::*;

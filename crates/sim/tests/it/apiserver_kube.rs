@@ -10,6 +10,7 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 use std::time::Duration;
+use gantry_testkit::eventually_secs;
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -23,21 +24,6 @@ fn cm(name: &str, data: serde_json::Value) -> Result<ConfigMap> {
     Ok(serde_json::from_value(
         json!({"metadata": {"name": name}, "data": data}),
     )?)
-}
-
-/// Polls `f` until it returns true or 10 s pass.
-async fn eventually<F, Fut>(what: &str, f: F) -> Result
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    for _ in 0..200 {
-        if f().await? {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("timed out waiting for {what}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,7 +358,7 @@ async fn reflector_stays_in_sync_under_10000_writes() -> Result {
         .try_collect::<Vec<_>>()
         .await?;
     let truth = api.list(&ListParams::default()).await?;
-    eventually("reflector to match the server", || {
+    eventually_secs("reflector to match the server", 30, || {
         let reader = reader.clone();
         let truth = truth.items.clone();
         async move {
@@ -482,7 +468,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
         .create(&PostParams::default(), &owned(&owner, "dep")?)
         .await?;
     cms.delete("owner", &DeleteParams::background()).await?;
-    eventually("dependent deleted", || async {
+    eventually_secs("dependent deleted", 30, || async {
         Ok(secrets.get_opt("dep").await?.is_none())
     })
     .await?;
@@ -494,7 +480,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
         .create(&PostParams::default(), &owned(&owner, "orphan")?)
         .await?;
     cms.delete("owner2", &DeleteParams::orphan()).await?;
-    eventually("owner gone", || async {
+    eventually_secs("owner gone", 30, || async {
         Ok(cms.get_opt("owner2").await?.is_none())
     })
     .await?;
@@ -508,7 +494,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
     dep.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     secrets.create(&PostParams::default(), &dep).await?;
     cms.delete("owner3", &DeleteParams::foreground()).await?;
-    eventually("dependent marked deleting", || async {
+    eventually_secs("dependent marked deleting", 30, || async {
         Ok(secrets
             .get("held")
             .await?
@@ -528,7 +514,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
             &Patch::Merge(json!({"metadata": {"finalizers": null}})),
         )
         .await?;
-    eventually("owner gone after dependent", || async {
+    eventually_secs("owner gone after dependent", 30, || async {
         Ok(cms.get_opt("owner3").await?.is_none())
     })
     .await?;
@@ -570,7 +556,7 @@ async fn finalizers_hold_a_delete_and_namespaces_cascade() -> Result {
         .create(&PostParams::default(), &cm("y", json!({}))?)
         .await;
     assert!(err.is_err() || nss.get_opt("team").await?.is_none());
-    eventually("namespace gone", || async {
+    eventually_secs("namespace gone", 30, || async {
         Ok(nss.get_opt("team").await?.is_none())
     })
     .await?;

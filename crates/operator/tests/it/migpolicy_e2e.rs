@@ -22,6 +22,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::process::Command;
+use gantry_testkit::eventually_secs;
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -60,20 +61,6 @@ impl Kubectl<'_> {
         std::fs::write(&p, content)?;
         self.run(&["apply", "-f", &p.display().to_string()]).await
     }
-}
-
-async fn eventually<F, Fut>(what: &str, mut f: F) -> Result
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..600 {
-        if f().await {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("timed out waiting for {what}")
 }
 
 fn label(n: &Node, key: &str) -> Option<String> {
@@ -123,7 +110,7 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     let _ctl = controllers::start(client.clone());
     let nodes_api: Api<Node> = Api::all(client.clone());
     // The kubelets register their Nodes asynchronously: label them only once all exist.
-    eventually("every simulated node to register", || async {
+    eventually_secs("every simulated node to register", 60, || async {
         nodes_api
             .list(&Default::default())
             .await
@@ -241,8 +228,8 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     assert!(out.contains("a100-slices created"), "{out}");
 
     let policies: Api<MigClusterPolicy> = Api::all(client.clone());
-    eventually(
-        "every A100 node at success in the policy status",
+    eventually_secs(
+        "every A100 node at success in the policy status", 60,
         || async {
             let Ok(p) = policies.get("a100-slices").await else {
                 return false;
@@ -318,7 +305,7 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
         )
         .await?;
     assert!(out.contains("h100-too-much created"), "{out}");
-    eventually("a per-node error for the H100", || async {
+    eventually_secs("a per-node error for the H100", 60, || async {
         matches!(
             node_status(&policies, "h100-too-much", H100_NODE).await,
             Some((Some(s), Some(e))) if s == "failed" && e.contains("cannot hold")
@@ -345,7 +332,7 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     // available while the node still names it.
     k.run(&["delete", "migclusterpolicy", "h100-too-much"])
         .await?;
-    eventually("the H100 policy gone", || async {
+    eventually_secs("the H100 policy gone", 60, || async {
         policies
             .get_opt("h100-too-much")
             .await
@@ -377,7 +364,7 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
         r#"{"spec":{"resetOnDelete":true}}"#,
     ])
     .await?;
-    eventually("the finalizer on the policy", || async {
+    eventually_secs("the finalizer on the policy", 60, || async {
         policies.get("a100-slices").await.is_ok_and(|p| {
             p.metadata
                 .finalizers
@@ -388,7 +375,7 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     seen.lock().unwrap().pending_order.clear();
     k.run(&["delete", "migclusterpolicy", "a100-slices", "--wait=false"])
         .await?;
-    eventually("the A100 nodes reset and the policy gone", || async {
+    eventually_secs("the A100 nodes reset and the policy gone", 60, || async {
         let gone = policies
             .get_opt("a100-slices")
             .await
