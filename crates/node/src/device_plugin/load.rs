@@ -147,6 +147,21 @@ impl ConfigState {
             self.settling = Some(fingerprint);
             return false;
         }
+        // A file that turns empty while serving is almost always one being rewritten in place
+        // (truncated, not yet written): on a busy node that gap can outlast two checks. An
+        // empty file means the defaults only at start; later it keeps the last good config.
+        if inventory.is_some()
+            && let Loaded::File(path, bytes) = &content
+            && bytes.iter().all(u8::is_ascii_whitespace)
+        {
+            let msg = format!(
+                "{} is empty (being written?); keeping the last good config",
+                path.display()
+            );
+            self.rejected = Some(fingerprint);
+            self.report(opts, msg).await;
+            return false;
+        }
         let parsed = match content {
             Loaded::Builtin => Ok(Settings::default()),
             Loaded::Inline(settings) => Ok(settings),

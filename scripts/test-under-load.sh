@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the test phase of scripts/test.sh RUNS times (default 5) with two CPU-burning processes
+# beside it, as on a busy machine, and prints each run's counts. Exits non-zero if any run had
+# a failure. Build first (scripts/test.sh, or `cargo nextest run --workspace --no-run`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-5}"
+shift || true
+
+hogs=()
+for _ in 1 2; do
+    (while :; do :; done) &
+    hogs+=("$!")
+done
+trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
+
+bad=0
+for i in $(seq 1 "$runs"); do
+    start=$SECONDS
+    log="$(mktemp)"
+    cargo nextest run --workspace --locked --no-fail-fast "$@" >"$log" 2>&1 || true
+    line="$(grep -E '^ *Summary \[' "$log" | tail -n1 | sed -E 's/^ *//')"
+    echo "run $i/$runs under load ($((SECONDS - start)) s): ${line:-no summary}"
+    if ! grep -qE 'Summary .* [0-9]+ passed' "$log" || grep -qE '[1-9][0-9]* (failed|timed out)' <<<"$line"; then
+        bad=$((bad + 1))
+        grep -E '^ +(FAIL|TIMEOUT|SIGSEGV|SIGABRT) ' "$log" | sort -u | sed 's/^/    /' || true
+    fi
+    rm -f "$log"
+done
+echo "under load: $runs runs, $bad with failures"
+[ "$bad" -eq 0 ]
