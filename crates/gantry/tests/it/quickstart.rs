@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const RETRY_FOR: Duration = Duration::from_secs(240);
+use gantry_testkit::{Look, eventually_secs};
+
+/// How long a retried line (kubectl, or one with `# expect:`) may take to succeed.
+const RETRY_FOR_SECS: u64 = 240;
 
 struct Background(Vec<Child>);
 
@@ -94,6 +97,10 @@ fn every_quickstart_command_works() {
     .expect("symlink deploy/");
     let mut env: Vec<(String, String)> = vec![("GANTRY_LOG".into(), "warn".into())];
     let mut bg = Background(Vec::new());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime for the waits");
     let lines = sh_lines(&doc);
     assert!(
         lines.len() >= 10,
@@ -124,8 +131,9 @@ fn every_quickstart_command_works() {
         // kubectl lines may race the cluster (a CRD not yet served, pods not yet up): retry
         // them; anything else (the demo, a fault) runs once.
         let retry = expect.is_some() || cmd.starts_with("kubectl ");
-        let started = Instant::now();
-        loop {
+        // A limit of 0 looks once.
+        let limit = if retry { RETRY_FOR_SECS } else { 0 };
+        let ran = rt.block_on(eventually_secs(&format!("`{cmd}`"), limit, || async {
             let out = bash(&cmd, work.path(), &env).output().expect("run command");
             let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
             let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
@@ -134,12 +142,22 @@ fn every_quickstart_command_works() {
                 None => out.status.success(),
             };
             if ok {
+                return Look::Done(stdout);
+            }
+            // Each look starts processes: at most one every 0.7 s.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Look::Seen(format!(
+                "exit {:?}\nexpected: {expect:?}\nstdout: {stdout}\nstderr: {stderr}",
+                out.status.code()
+            ))
+        }));
+        match ran {
+            Ok(stdout) => {
                 if stdout.contains("Summary") {
                     eprintln!("{stdout}");
                 }
-                break;
             }
-            if !retry || started.elapsed() > RETRY_FOR {
+            Err(e) => {
                 let logs: Vec<String> = (0..bg.0.len())
                     .map(|i| {
                         std::fs::read_to_string(work.path().join(format!("bg-{i}.log")))
@@ -147,12 +165,10 @@ fn every_quickstart_command_works() {
                     })
                     .collect();
                 panic!(
-                    "quick start command failed: {cmd}\nexit {:?}\nexpected: {expect:?}\nstdout: {stdout}\nstderr: {stderr}\nbackground logs:\n{}",
-                    out.status.code(),
+                    "quick start command failed: {e}\nbackground logs:\n{}",
                     logs.join("\n---\n")
                 );
             }
-            std::thread::sleep(Duration::from_millis(700));
         }
     }
 }

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// What the test kubelet has seen.
 #[derive(Debug, Clone, Default)]
@@ -463,12 +463,14 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
         ..Settings::default()
     };
     let mut plugin = Plugin::start(dir.path(), inline(single.clone()), backend.clone());
+    // The last good config is the built-in one: whole GPUs (the error may be published
+    // before the built-in config's servers are).
     let status = plugin
-        .wait_status("single refused", |s| s.config_error.is_some())
+        .wait_status("single refused, whole GPUs served", |s| {
+            s.config_error.is_some() && s.resources.get("nvidia.com/gpu") == Some(&2)
+        })
         .await;
     assert!(status.config_error.unwrap().contains("migStrategy single"));
-    // The last good config is the built-in one: whole GPUs.
-    assert_eq!(status.resources.get("nvidia.com/gpu"), Some(&2));
     plugin.stop().await;
 
     // ...and on all-1g.10gb it advertises the MIG devices as nvidia.com/gpu.
@@ -725,6 +727,15 @@ async fn bad_config_keeps_the_last_good_one_and_good_changes_reload() {
             s.config_error.as_deref().is_some_and(|e| e != error)
         })
         .await;
+    // A file caught truncated (being rewritten in place) is not "the defaults".
+    std::fs::write(&config, "").unwrap();
+    plugin
+        .wait_status("empty file reported", |s| {
+            s.config_error
+                .as_deref()
+                .is_some_and(|e| e.contains("is empty"))
+        })
+        .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         plugin.status.borrow().generation,
@@ -765,13 +776,11 @@ async fn bad_config_keeps_the_last_good_one_and_good_changes_reload() {
         .wait("whole GPUs again", |s| s.healthy("nvidia.com/gpu") == 2)
         .await;
     assert!(seen.registrations.contains(&"nvidia.com/gpu".to_string()));
-    let status = plugin
-        .wait_status("error cleared", |s| s.config_error.is_none())
+    plugin
+        .wait_status("error cleared, only whole GPUs served", |s| {
+            s.config_error.is_none() && s.resources.keys().eq(["nvidia.com/gpu"])
+        })
         .await;
-    assert_eq!(
-        status.resources.keys().collect::<Vec<_>>(),
-        ["nvidia.com/gpu"]
-    );
     plugin.stop().await;
 }
 

@@ -17,6 +17,7 @@ use gantry_node::proto::podresources::{
     ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse, PodResources,
 };
+use gantry_testkit::{Look, eventually_secs};
 
 const BASE_LABELS: [&str; 7] = [
     "gpu",
@@ -204,26 +205,31 @@ fn mig_devices_are_series_of_their_own() {
     assert_eq!(util[0].labels["gpu"], "1");
 }
 
-#[test]
-fn xid_events_show_up_after_the_next_sample() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xid_events_show_up_after_the_next_sample() {
     let b = sim(&catalog::A100_SXM4_80GB, 2);
     let e = Exporter::start(options(), b.clone()).expect("start");
-    // The XID thread subscribes right after start; retry until it has seen the event.
-    let mut seen = false;
-    for _ in 0..50 {
-        b.inject_xid(1, 48, None, None).expect("inject");
-        std::thread::sleep(Duration::from_millis(100));
-        e.sample_now().expect("sample");
+    // The XID thread subscribes right after start: inject again on every look until it has
+    // seen the event.
+    let text = eventually_secs("XID 48 on GPU 1 after a sample", 60, || async {
+        b.inject_xid(1, 48, None, None)?;
+        e.sample_now()?;
         let text = body(&e);
-        seen = parse(&text).iter().any(|s| {
-            s.name == "DCGM_FI_DEV_XID_ERRORS" && s.labels["gpu"] == "1" && s.value == "48"
-        });
-        if seen {
-            assert!(text.contains("err_code=\"48\""), "{text}");
-            break;
-        }
-    }
-    assert!(seen, "XID 48 never appeared");
+        let xid: Vec<String> = parse(&text)
+            .into_iter()
+            .filter(|s| s.name == "DCGM_FI_DEV_XID_ERRORS")
+            .map(|s| format!("gpu {}: {}", s.labels["gpu"], s.value))
+            .collect();
+        let found = xid.iter().any(|s| s == "gpu 1: 48");
+        Ok::<_, gantry_gpu::GpuError>(if found {
+            Look::Done(text)
+        } else {
+            Look::Seen(format!("DCGM_FI_DEV_XID_ERRORS: {xid:?}"))
+        })
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(text.contains("err_code=\"48\""), "{text}");
 }
 
 /// A kubelet PodResources server with a fixed answer.

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use gantry_api::mig_parted::default_config_yaml;
@@ -14,12 +13,12 @@ use gantry_api::names;
 use gantry_gpu::layout::{self, MigLayout};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -143,6 +142,17 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
             }
         })
     };
+    // The recorder must be watching before the change starts, or it could miss `pending`.
+    eventually_secs(
+        "the recorder sees the plugin's deploy label",
+        60,
+        || async {
+            seen.lock()
+                .unwrap()
+                .contains(&(deploy_dp.clone(), "true".to_string()))
+        },
+    )
+    .await?;
 
     nodes_api
         .patch(
@@ -153,32 +163,37 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
             ),
         )
         .await?;
+    // The state label, the plugin's label and the kubelet's allocatable are separate writes:
+    // wait for all of them (whole GPUs are gone under the mixed strategy).
     eventually_secs(
-        "mig.config.state=success and the MIG devices advertised", 60,
+        "mig.config.state=success, the plugin label restored, the MIG devices advertised and no whole GPUs",
+        60,
         || async {
-            nodes_api.get(NODE).await.is_ok_and(|n| {
-                label(&n, names::LABEL_MIG_CONFIG_STATE).as_deref() == Some("success")
-                    && allocatable(&n, "nvidia.com/mig-1g.10gb").as_deref() == Some("4")
-                    && allocatable(&n, "nvidia.com/mig-2g.20gb").as_deref() == Some("2")
-                    && allocatable(&n, "nvidia.com/mig-3g.40gb").as_deref() == Some("2")
+            let n = nodes_api.get(NODE).await?;
+            let now = (
+                label(&n, names::LABEL_MIG_CONFIG_STATE),
+                label(&n, &deploy_dp),
+                allocatable(&n, names::RESOURCE_GPU),
+                allocatable(&n, "nvidia.com/mig-1g.10gb"),
+                allocatable(&n, "nvidia.com/mig-2g.20gb"),
+                allocatable(&n, "nvidia.com/mig-3g.40gb"),
+            );
+            let done = now.0.as_deref() == Some("success")
+                && now.1.as_deref() == Some("true")
+                && matches!(now.2.as_deref(), None | Some("0"))
+                && now.3.as_deref() == Some("4")
+                && now.4.as_deref() == Some("2")
+                && now.5.as_deref() == Some("2");
+            Ok::<_, kube::Error>(if done {
+                Look::Done(())
+            } else {
+                Look::Seen(format!(
+                    "(state, plugin label, gpu, 1g, 2g, 3g) = {now:?}"
+                ))
             })
         },
     )
     .await?;
-    let n = nodes_api.get(NODE).await?;
-    assert!(
-        matches!(
-            allocatable(&n, names::RESOURCE_GPU).as_deref(),
-            None | Some("0")
-        ),
-        "whole GPUs are gone under the mixed strategy: {:?}",
-        allocatable(&n, names::RESOURCE_GPU)
-    );
-    assert_eq!(
-        label(&n, &deploy_dp).as_deref(),
-        Some("true"),
-        "plugin label restored"
-    );
     let backend = sim
         .node(NODE)
         .and_then(|s| s.backend.clone())
@@ -187,6 +202,21 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
     for gpu in 0..2 {
         assert_eq!(layout::current(backend.as_ref(), gpu)?, balanced);
     }
+    // The recorder's watch may lag the reads above: wait until it has caught up to `success`.
+    eventually_secs(
+        "the recorder saw pending, the paused plugin and success",
+        60,
+        || async {
+            let seen = seen.lock().unwrap();
+            let state = |v: &str| seen.contains(&(names::LABEL_MIG_CONFIG_STATE.into(), v.into()));
+            if state("success") {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("{seen:?}"))
+            }
+        },
+    )
+    .await?;
     {
         let seen = seen.lock().unwrap();
         assert!(
@@ -220,21 +250,24 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
             ),
         )
         .await?;
-    eventually_secs("mig.config.state=failed", 60, || async {
-        nodes_api
-            .get(NODE)
-            .await
-            .is_ok_and(|n| label(&n, names::LABEL_MIG_CONFIG_STATE).as_deref() == Some("failed"))
+    let why = eventually_secs("mig.config.state=failed", 60, || async {
+        let n = nodes_api.get(NODE).await?;
+        let state = label(&n, names::LABEL_MIG_CONFIG_STATE);
+        Ok::<_, kube::Error>(if state.as_deref() == Some("failed") {
+            // Written in the same patch as the state label.
+            Look::Done(
+                n.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(names::ANNOTATION_MIG_CONFIG_ERROR))
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+        } else {
+            Look::Seen(format!("mig.config.state={state:?}"))
+        })
     })
     .await?;
-    let n = nodes_api.get(NODE).await?;
-    let why = n
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANNOTATION_MIG_CONFIG_ERROR))
-        .cloned()
-        .unwrap_or_default();
     assert!(
         why.contains("cannot hold") && why.contains("GPU 0"),
         "{why}"
@@ -246,6 +279,16 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
             "nothing touched"
         );
     }
+    // Only a check once the recorder has caught up with `failed` means "nothing was paused".
+    eventually_secs("the recorder sees mig.config.state=failed", 60, || async {
+        let seen = seen.lock().unwrap();
+        if seen.contains(&(names::LABEL_MIG_CONFIG_STATE.into(), "failed".into())) {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("{seen:?}"))
+        }
+    })
+    .await?;
     assert!(
         !seen.lock().unwrap().contains(&(
             deploy_dp.clone(),
@@ -253,20 +296,39 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
         )),
         "a refused layout pauses nothing"
     );
-    let events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default())
-        .await?;
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("MigConfigFailed")
-                && e.involved_object.name.as_deref() == Some(NODE)
-                && e.message
-                    .as_deref()
-                    .is_some_and(|m| m.contains("cannot hold"))),
-        "a Node event names the error"
-    );
+    // The event is written after the state label, by a separate request: wait for it.
+    let events_api = Api::<Event>::namespaced(client.clone(), "default");
+    eventually_secs(
+        "a MigConfigFailed Node event naming the error",
+        60,
+        || async {
+            let events = events_api.list(&ListParams::default()).await?;
+            let found = events.items.iter().any(|e| {
+                e.reason.as_deref() == Some("MigConfigFailed")
+                    && e.involved_object.name.as_deref() == Some(NODE)
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("cannot hold"))
+            });
+            Ok::<_, kube::Error>(if found {
+                Look::Done(())
+            } else {
+                Look::Seen(format!(
+                    "events: {:?}",
+                    events
+                        .items
+                        .iter()
+                        .map(|e| (
+                            e.reason.clone(),
+                            e.involved_object.name.clone(),
+                            e.message.clone()
+                        ))
+                        .collect::<Vec<_>>()
+                ))
+            })
+        },
+    )
+    .await?;
     recorder.abort();
     Ok(())
 }

@@ -16,13 +16,13 @@ use gantry_gpu::layout::{self, MigLayout};
 use gantry_operator::migpolicy::{self, MigPolicyOptions};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::process::Command;
-use gantry_testkit::eventually_secs;
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -141,7 +141,7 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
         "wait",
         "--for=condition=Established",
         "crd/migclusterpolicies.nvidia.com",
-        "--timeout=10s",
+        "--timeout=60s",
     ])
     .await?;
 
@@ -217,6 +217,17 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
         })
     };
 
+    // The recorder must be watching before the first change, or it could miss a `pending`.
+    eventually_secs("the recorder sees every A100 node", 60, || async {
+        let seen = seen.lock().unwrap();
+        if seen.state.len() == A100_NODES.len() {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("states {:?}", seen.state))
+        }
+    })
+    .await?;
+
     let out = k
         .apply(
             "a100.yaml",
@@ -229,7 +240,8 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
 
     let policies: Api<MigClusterPolicy> = Api::all(client.clone());
     eventually_secs(
-        "every A100 node at success in the policy status", 60,
+        "every A100 node at success in the policy status",
+        60,
         || async {
             let Ok(p) = policies.get("a100-slices").await else {
                 return false;
@@ -276,6 +288,23 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
         .node(H100_NODE)
         .and_then(|s| s.backend.clone())
         .ok_or_else(|| anyhow::anyhow!("no H100 backend"))?;
+    // The recorder's watch may lag the reads above: wait until it saw every node at success.
+    let all_success = |seen: &Seen| {
+        seen.state.len() == A100_NODES.len() && seen.state.values().all(|s| s == "success")
+    };
+    eventually_secs(
+        "the recorder sees every A100 node at success",
+        60,
+        || async {
+            let seen = seen.lock().unwrap();
+            if all_success(&seen) {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("states {:?}", seen.state))
+            }
+        },
+    )
+    .await?;
     {
         let seen = seen.lock().unwrap();
         assert!(
@@ -401,6 +430,22 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
             "{n}"
         );
     }
+    eventually_secs(
+        "the recorder sees three more pendings and every A100 node at success",
+        60,
+        || async {
+            let seen = seen.lock().unwrap();
+            if seen.pending_order.len() >= 3 && all_success(&seen) {
+                Look::Done(())
+            } else {
+                Look::Seen(format!(
+                    "pending order {:?}, states {:?}",
+                    seen.pending_order, seen.state
+                ))
+            }
+        },
+    )
+    .await?;
     {
         let seen = seen.lock().unwrap();
         assert!(

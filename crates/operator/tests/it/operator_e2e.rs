@@ -44,13 +44,16 @@ fn minimal_with(extra: serde_json::Value) -> Res<serde_json::Value> {
 }
 
 async fn wait_allocatable(client: &kube::Client, want: &str, secs: u64) -> Res<()> {
-    let r = eventually(&format!("allocatable {want:?}"), secs, || {
-        let c = client.clone();
-        async move { (allocatable(&c).await.ok()? == want).then_some(()) }
+    eventually_secs(&format!("allocatable {want:?}"), secs, || async move {
+        let now = allocatable(client).await?;
+        anyhow::Ok(if now == want {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("allocatable {now:?}"))
+        })
     })
-    .await;
-    let last = allocatable(client).await.unwrap_or_default();
-    r.map_err(|e| anyhow::anyhow!("{e} (last seen {last:?})"))
+    .await?;
+    Ok(())
 }
 
 /// `startedAt` of the first running main container of the pod of DaemonSet app `app` on `node`.
@@ -101,36 +104,47 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
     env.create_policy(policy).await?;
 
     wait_allocatable(&env.client, "8 8 8 1", 240).await?;
-    eventually("status.state=ready", 120, || {
-        let c = env.client.clone();
-        let n = name.clone();
-        async move { (policy_state(&c, &n).await.as_deref() == Some("ready")).then_some(()) }
-    })
+    eventually_secs(
+        "status.state=ready with a Ready=True/Reconciled condition",
+        120,
+        || async {
+            let state = policy_state(&env.client, &name).await;
+            let ready = condition(&env.client, &name, "Ready").await;
+            let done = state.as_deref() == Some("ready")
+                && ready
+                    .as_ref()
+                    .is_some_and(|(s, r, _)| s == "True" && r == "Reconciled");
+            if done {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("state {state:?}, Ready condition {ready:?}"))
+            }
+        },
+    )
     .await?;
-    let (status, reason, _) = condition(&env.client, &name, "Ready")
-        .await
-        .unwrap_or_default();
-    assert_eq!((status.as_str(), reason.as_str()), ("True", "Reconciled"));
 
     // Labels: GPU nodes only.
     for n in GPU_NODES {
-        let l = node_labels(&env.client, n).await;
-        assert_eq!(
-            l.get(names::LABEL_GPU_PRESENT).map(String::as_str),
-            Some("true"),
-            "{n}"
-        );
-        for o in [
-            operand::DEVICE_PLUGIN,
-            operand::CONTAINER_TOOLKIT,
-            operand::OPERATOR_VALIDATOR,
-        ] {
-            assert_eq!(
-                l.get(&deploy(o)).map(String::as_str),
-                Some("true"),
-                "{n} {o}"
-            );
-        }
+        eventually_secs(&format!("{n}: GPU and deploy labels"), 60, || async {
+            let l = node_labels(&env.client, n).await;
+            let want = [
+                names::LABEL_GPU_PRESENT.to_string(),
+                deploy(operand::DEVICE_PLUGIN),
+                deploy(operand::CONTAINER_TOOLKIT),
+                deploy(operand::OPERATOR_VALIDATOR),
+            ];
+            let wrong: Vec<(&String, Option<&String>)> = want
+                .iter()
+                .map(|k| (k, l.get(k)))
+                .filter(|(_, v)| v.map(String::as_str) != Some("true"))
+                .collect();
+            if wrong.is_empty() {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("not \"true\": {wrong:?}"))
+            }
+        })
+        .await?;
     }
     for n in CPU_NODES {
         let l = node_labels(&env.client, n).await;
@@ -157,13 +171,23 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
     // validator's plugin check (which needs allocatable GPUs) finished after it started.
     // Init containers run once per pod, so restarts of main containers do not blur this.
     for n in GPU_NODES {
-        let dp = started_at(&env.client, names::app::DEVICE_PLUGIN, n).await;
         let v = names::app::OPERATOR_VALIDATOR;
-        let toolkit_ok = init_finished(&env.client, v, n, "toolkit-validation").await;
-        let plugin_ok = init_finished(&env.client, v, n, "plugin-validation").await;
-        let (Some(dp), Some(t), Some(p)) = (dp, toolkit_ok, plugin_ok) else {
-            panic!("{n}: missing device plugin start or validator init times");
-        };
+        let (dp, t, p) = eventually_secs(
+            &format!("{n}: device plugin start and validator init times"),
+            60,
+            || async {
+                let dp = started_at(&env.client, names::app::DEVICE_PLUGIN, n).await;
+                let toolkit_ok = init_finished(&env.client, v, n, "toolkit-validation").await;
+                let plugin_ok = init_finished(&env.client, v, n, "plugin-validation").await;
+                match (dp, toolkit_ok, plugin_ok) {
+                    (Some(dp), Some(t), Some(p)) => Look::Done((dp, t, p)),
+                    seen => Look::Seen(format!(
+                        "(plugin started, toolkit validated, plugin validated) = {seen:?}"
+                    )),
+                }
+            },
+        )
+        .await?;
         assert!(
             t <= dp,
             "{n}: toolkit validated {t}, device plugin started {dp}"
@@ -187,7 +211,7 @@ async fn time_slicing_config_from_the_policy_and_a_per_node_choice() -> Res {
         )
     };
     // The namespace exists once the operator started.
-    eventually("operator namespace", 30, || {
+    eventually_secs("operator namespace", 60, || {
         let c = env.client.clone();
         async move {
             Api::<k8s_openapi::api::core::v1::Namespace>::all(c)
@@ -235,7 +259,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     let dss = Api::<DaemonSet>::namespaced(env.client.clone(), NS);
 
     // Deleted device-plugin DaemonSet: recreated (a new uid).
-    let dp_name = eventually("device plugin DaemonSet", 30, || {
+    let dp_name = eventually_secs("device plugin DaemonSet", 60, || {
         let dss = dss.clone();
         async move {
             let l = dss
@@ -252,7 +276,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     })
     .await?;
     dss.delete(&dp_name.0, &DeleteParams::default()).await?;
-    eventually("device plugin DaemonSet recreated", 30, || {
+    eventually_secs("device plugin DaemonSet recreated", 60, || {
         let dss = dss.clone();
         let (n, uid) = dp_name.clone();
         async move {
@@ -269,7 +293,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     nodes
         .patch("l4-0", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    eventually("deploy label restored", 30, || {
+    eventually_secs("deploy label restored", 60, || {
         let c = env.client.clone();
         let key = key.clone();
         async move {
@@ -293,7 +317,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     );
 
     // Invalid spec: a condition naming the field; no other write.
-    wait_quiet(&op, 3).await?;
+    wait_quiet("the operator's writes", 3, 240, || op.metrics.writes()).await?;
     let before = op.metrics.writes();
     let rv_before = dss
         .list(&Default::default())
@@ -307,17 +331,25 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     policies(&env.client)
         .patch(&name, &PatchParams::default(), &Patch::Merge(&bad))
         .await?;
-    let (status, _, msg) = eventually("Error condition", 30, || {
-        let c = env.client.clone();
-        let n = name.clone();
-        async move {
-            condition(&c, &n, "Error")
-                .await
-                .filter(|(s, _, m)| s == "True" && m.contains("mig.strategy"))
-        }
-    })
+    let msg = eventually_secs(
+        "an Error condition naming mig.strategy, state notReady",
+        60,
+        || async {
+            let error = condition(&env.client, &name, "Error").await;
+            let state = policy_state(&env.client, &name).await;
+            match &error {
+                Some((s, _, m))
+                    if s == "True"
+                        && m.contains("mig.strategy")
+                        && state.as_deref() == Some("notReady") =>
+                {
+                    Look::Done(m.clone())
+                }
+                _ => Look::Seen(format!("Error condition {error:?}, state {state:?}")),
+            }
+        },
+    )
     .await?;
-    assert_eq!(status, "True");
     assert!(
         msg.contains("spec.mig.strategy") && msg.contains("bogus"),
         "{msg}"
@@ -340,32 +372,8 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
         "DaemonSets changed under an invalid spec"
     );
     assert_eq!(labels_before, node_labels(&env.client, "l4-0").await);
-    assert_eq!(
-        policy_state(&env.client, &name).await.as_deref(),
-        Some("notReady")
-    );
     op.stop().await;
     Ok(())
-}
-
-/// Wait until the operator made no write for `secs` seconds.
-async fn wait_quiet(op: &Operator, secs: u64) -> Res {
-    let mut last = op.metrics.writes();
-    let mut quiet = 0;
-    for _ in 0..240 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = op.metrics.writes();
-        if now == last {
-            quiet += 1;
-            if quiet >= secs {
-                return Ok(());
-            }
-        } else {
-            quiet = 0;
-            last = now;
-        }
-    }
-    anyhow::bail!("the operator kept writing")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -377,7 +385,7 @@ async fn oldest_policy_wins_and_the_others_are_ignored() -> Res {
     let mut second = minimal_with(json!({}))?;
     second["metadata"]["name"] = json!("second");
     env.create_policy(second).await?;
-    eventually("second ignored", 60, || {
+    eventually_secs("second ignored", 60, || {
         let c = env.client.clone();
         async move { (policy_state(&c, "second").await.as_deref() == Some("ignored")).then_some(()) }
     })
@@ -433,7 +441,7 @@ async fn kubectl_apply_and_jsonpath() -> Res {
         applied.is_some_and(|o| o.contains("clusterpolicy")),
         "kubectl apply failed"
     );
-    eventually("jsonpath prints 1 1", 240, || {
+    eventually_secs("jsonpath prints 1 1", 240, || {
         let k = kubectl;
         async move {
             let out = k(vec![
@@ -447,7 +455,7 @@ async fn kubectl_apply_and_jsonpath() -> Res {
         }
     })
     .await?;
-    eventually("kubectl shows ready", 120, || {
+    eventually_secs("kubectl shows ready", 120, || {
         let k = kubectl;
         async move {
             let out = k(vec![

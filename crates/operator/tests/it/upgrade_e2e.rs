@@ -21,6 +21,7 @@ use gantry_operator::upgrade::{self, Config, UpgradeOptions, UpgradeState};
 use gantry_sim::cluster::{self, Fault, SimCluster};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -29,7 +30,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::task::JoinHandle;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -122,7 +122,7 @@ async fn start(max_parallel: i32, max_unavailable: serde_json::Value) -> Res<Env
                                               "podDeletion": {"timeoutSeconds": 60}}}}
     }))?;
     let policies: Api<ClusterPolicy> = Api::all(client.clone());
-    eventually_secs("the ClusterPolicy CRD to serve", 10, || async {
+    eventually_secs("the ClusterPolicy CRD to serve", 60, || async {
         policies.list(&ListParams::default()).await.is_ok()
     })
     .await?;
@@ -403,18 +403,23 @@ async fn settled_on(env: &Env, version: &str) -> Res<()> {
     })
     .await?;
     eventually_secs("8 allocatable GPUs on each node", 60, || async {
-        let mut ok = true;
+        let mut seen = Vec::new();
         for n in GPU_NODES {
             let a = nodes
                 .get(n)
                 .await
                 .ok()
                 .and_then(|n| Some(n.status?.allocatable?.get(names::RESOURCE_GPU)?.0.clone()));
-            ok &= a.as_deref() == Some("8");
+            seen.push(a);
         }
-        ok
+        if seen.iter().all(|a| a.as_deref() == Some("8")) {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("allocatable {seen:?}"))
+        }
     })
-    .await
+    .await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,7 +429,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
     spawn_controller(&mut env, 10);
     let nodes: Api<Node> = Api::all(env.client.clone());
     // In sync from the start: every GPU node is labelled done, the CPU node is left alone.
-    eventually_secs("all GPU nodes upgrade-done on v1", 30, || async {
+    eventually_secs("all GPU nodes upgrade-done on v1", 60, || async {
         let l = nodes.list(&ListParams::default()).await;
         l.is_ok_and(|l| {
             l.items.iter().all(|n| {
@@ -436,7 +441,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
     .await?;
     env.tasks.push(binder(&env.client));
     gpu_jobs(&env.client).await?;
-    eventually_secs("six GPU pods running", 30, || async {
+    eventually_secs("six GPU pods running", 60, || async {
         running_gpu_pods(&env.client).await.len() == 6
     })
     .await?;
@@ -447,6 +452,20 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
         .collect();
     let (rec, t) = record(&env.client);
     env.tasks.push(t);
+    // The recorder must be watching before the change, or it could miss the first states.
+    eventually_secs(
+        "the recorder sees every GPU node upgrade-done",
+        60,
+        || async {
+            let now: Vec<_> = GPU_NODES.iter().map(|n| node_state(&rec, n)).collect();
+            if now.iter().all(|s| *s == Some(UpgradeState::UpgradeDone)) {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("{now:?}"))
+            }
+        },
+    )
+    .await?;
 
     change_driver_version(&env.client, V2).await?;
     let want = driver_image(V2);
@@ -474,6 +493,27 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
         UncordonRequired,
         UpgradeDone,
     ];
+    // The recorder's watch may lag the reads above: wait until it has seen every walk end.
+    eventually_secs(
+        "the recorder sees every GPU node's walk end",
+        60,
+        || async {
+            let Ok(rec) = rec.lock() else {
+                return Look::Seen("recorder poisoned".into());
+            };
+            let ended = GPU_NODES.iter().all(|n| {
+                rec.walks
+                    .get(*n)
+                    .is_some_and(|w| w.len() > 1 && w.last() == Some(&UpgradeDone))
+            });
+            if ended {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("walks {:?}", rec.walks))
+            }
+        },
+    )
+    .await?;
     {
         let rec = rec.lock().map_err(|_| "recorder poisoned")?;
         for n in GPU_NODES {
@@ -488,7 +528,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
     }
     // The GPU work was evicted and came back elsewhere: none of the original pods survive, six
     // replacements run, and nothing is left cordoned.
-    eventually_secs("six GPU pods running again", 30, || async {
+    eventually_secs("six GPU pods running again", 60, || async {
         let now = running_gpu_pods(&env.client).await;
         now.len() == 6
             && now
@@ -497,15 +537,35 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
     })
     .await?;
     for n in GPU_NODES {
-        let node = nodes.get(n).await?;
-        assert!(!unschedulable(&node), "{n} left cordoned");
-        let anns = node.metadata.annotations.unwrap_or_default();
-        assert!(
-            !anns.keys().any(|k| k.contains("driver-upgrade")),
-            "{n}: leftover upgrade annotations {anns:?}"
-        );
+        eventually_secs(
+            &format!("{n} uncordoned, without upgrade annotations"),
+            60,
+            || async {
+                let node = nodes.get(n).await?;
+                let cordoned = unschedulable(&node);
+                let anns = node.metadata.annotations.unwrap_or_default();
+                let left: Vec<&String> = anns
+                    .keys()
+                    .filter(|k| k.contains("driver-upgrade"))
+                    .collect();
+                Ok::<_, kube::Error>(if !cordoned && left.is_empty() {
+                    Look::Done(())
+                } else {
+                    Look::Seen(format!("cordoned {cordoned}, upgrade annotations {left:?}"))
+                })
+            },
+        )
+        .await?;
     }
-    assert_eq!(sim_driver_versions(&env), vec![V2.to_string(); 3]);
+    eventually_secs("the sim's nodes run driver v2", 60, || async {
+        let v = sim_driver_versions(&env);
+        if v == vec![V2.to_string(); 3] {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("{v:?}"))
+        }
+    })
+    .await?;
     Ok(())
 }
 
@@ -532,14 +592,14 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
     // maxUnavailable 2 of 3: the parked (still cordoned) node leaves room for one more.
     let mut env = start(1, json!(2)).await?;
     settled_on(&env, V1).await?;
-    eventually_secs("the sim's nodes run driver v1", 30, || async {
+    eventually_secs("the sim's nodes run driver v1", 60, || async {
         sim_driver_versions(&env) == vec![V1.to_string(); 3]
     })
     .await?;
     spawn_controller(&mut env, 2);
     let (rec, t) = record(&env.client);
     env.tasks.push(t);
-    eventually_secs("GPU nodes labelled upgrade-done", 30, || async {
+    eventually_secs("GPU nodes labelled upgrade-done", 60, || async {
         GPU_NODES
             .iter()
             .all(|n| node_state(&rec, n) == Some(UpgradeState::UpgradeDone))
@@ -594,7 +654,7 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
         !unschedulable(&nodes.get(bad).await?),
         "recovered node uncordoned"
     );
-    eventually_secs("the recovered node runs v2", 30, || async {
+    eventually_secs("the recovered node runs v2", 60, || async {
         sim_driver_versions(&env) == vec![V2.to_string(); 3]
     })
     .await?;

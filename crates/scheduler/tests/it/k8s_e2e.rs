@@ -5,7 +5,7 @@
 
 use crate::cluster;
 
-use cluster::{Cluster, Result, annotation, node_of};
+use cluster::{Cluster, Look, Result, annotation, eventually_secs, node_of};
 use gantry_api::names;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
@@ -145,7 +145,7 @@ async fn kai_manifests_end_to_end() -> Result {
     let (stop, handle) = c.scheduler(c.options());
     // The scheduler installs the CRDs and KAI's default queues; kubectl applies the upstream
     // quickstart queues over them.
-    c.wait("Queue CRD served", Duration::from_secs(20), || async {
+    eventually_secs("Queue CRD served", 60, || async {
         c.kubectl(&["get", "queues"]).await.ok()
     })
     .await?;
@@ -191,12 +191,14 @@ async fn kai_manifests_end_to_end() -> Result {
         annotation(&a, names::ANNOTATION_RECEIVED_RESOURCE_TYPE).as_deref(),
         Some("Fraction")
     );
-    let ua = cm_env(&c, &a)
-        .await
-        .ok_or("no ConfigMap env for the fraction pod")?;
-    let ub = cm_env(&c, &b)
-        .await
-        .ok_or("no ConfigMap env for the gpu-memory pod")?;
+    let ua = eventually_secs("a ConfigMap env for the fraction pod", 60, || {
+        cm_env(&c, &a)
+    })
+    .await?;
+    let ub = eventually_secs("a ConfigMap env for the gpu-memory pod", 60, || {
+        cm_env(&c, &b)
+    })
+    .await?;
     assert_eq!(ua, ub);
     assert!(ua.starts_with("GPU-"), "{ua}");
     let res = c
@@ -224,22 +226,15 @@ async fn kai_manifests_end_to_end() -> Result {
 
     // A Job with parallelism 2 runs as a gang of 2.
     c.apply("train.yaml", &job("train", 2)).await?;
-    let pods = c
-        .wait(
-            "both train pods Running",
-            Duration::from_secs(60),
-            || async {
-                let ps = c.pods("default", "job-name=train").await;
-                let running = ps
-                    .iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .count();
-                (running == 2).then_some(ps)
-            },
-        )
-        .await?;
+    let pods = eventually_secs("both train pods Running", 60, || async {
+        let ps = c.pods("default", "job-name=train").await;
+        let running = ps
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == 2).then_some(ps)
+    })
+    .await?;
     let groups: BTreeSet<String> = pods
         .iter()
         .filter_map(|p| annotation(p, names::ANNOTATION_POD_GROUP_NAME))
@@ -258,12 +253,11 @@ async fn kai_manifests_end_to_end() -> Result {
 
     // A gang of 4 cannot fit (1 GPU left): Pending, an Event saying why, nothing bound.
     c.apply("big.yaml", &job("big", 4)).await?;
-    let big = c
-        .wait("4 big pods", Duration::from_secs(30), || async {
-            let ps = c.pods("default", "job-name=big").await;
-            (ps.len() == 4).then_some(ps)
-        })
-        .await?;
+    let big = eventually_secs("4 big pods", 60, || async {
+        let ps = c.pods("default", "job-name=big").await;
+        (ps.len() == 4).then_some(ps)
+    })
+    .await?;
     let first = big[0].metadata.name.clone().unwrap_or_default();
     let m = c.wait_event("default", &first, "Unschedulable").await?;
     assert!(!m.is_empty(), "an Unschedulable event explains the gang");
@@ -276,20 +270,19 @@ async fn kai_manifests_end_to_end() -> Result {
             p.metadata.name
         );
     }
-    let cond = c
-        .wait("podgroup condition", Duration::from_secs(20), || async {
-            let out = c
-                .kubectl(&[
-                    "get",
-                    "podgroups",
-                    "-o",
-                    "jsonpath={.items[*].status.schedulingConditions[*].type}",
-                ])
-                .await
-                .ok()?;
-            out.contains("UnschedulableOnNodePool").then_some(out)
-        })
-        .await?;
+    let cond = eventually_secs("podgroup condition", 60, || async {
+        let out = c
+            .kubectl(&[
+                "get",
+                "podgroups",
+                "-o",
+                "jsonpath={.items[*].status.schedulingConditions[*].type}",
+            ])
+            .await
+            .ok()?;
+        out.contains("UnschedulableOnNodePool").then_some(out)
+    })
+    .await?;
     assert!(!cond.is_empty());
 
     // The scheduler is still going: the earlier bad pods stay Pending, nothing crashed.
@@ -300,8 +293,11 @@ async fn kai_manifests_end_to_end() -> Result {
     assert!(!handle.is_finished(), "scheduler exited");
 
     // Queue status: default-queue holds 2 whole GPUs and the two shares.
-    let alloc = c
-        .wait("queue status", Duration::from_secs(20), || async {
+    // The queue status is written on the scheduler's own schedule: wait for the final figure.
+    eventually_secs(
+        "queue status: more than 2 and less than 3 GPUs",
+        60,
+        || async {
             let v = c
                 .kubectl(&[
                     "get",
@@ -310,13 +306,14 @@ async fn kai_manifests_end_to_end() -> Result {
                     "-o",
                     "jsonpath={.status.allocated.nvidia\\.com/gpu}",
                 ])
-                .await
-                .ok()?;
-            (!v.trim().is_empty()).then_some(v)
-        })
-        .await?;
-    let gpus: f64 = alloc.trim().parse()?;
-    assert!(gpus > 2.0 && gpus < 3.0, "allocated {gpus}");
+                .await?;
+            Result::Ok(match v.trim().parse::<f64>() {
+                Ok(gpus) if gpus > 2.0 && gpus < 3.0 => Look::Done(()),
+                _ => Look::Seen(format!("allocated {v:?}")),
+            })
+        },
+    )
+    .await?;
 
     // explain: the gang pod's queue and per-node verdicts.
     let text = gantry_scheduler::k8s::explain::explain_pod(

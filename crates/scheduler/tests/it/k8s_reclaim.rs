@@ -3,7 +3,7 @@
 
 use crate::cluster;
 
-use cluster::{Cluster, Result, node_of};
+use cluster::{Cluster, Result, eventually_secs, node_of};
 use std::time::Duration;
 
 const SETUP: &str = r#"
@@ -70,7 +70,7 @@ spec:
 async fn reclaim_across_queues_then_preempt_by_priority() -> Result {
     let c = Cluster::start("1xH100-80GB:2").await?;
     let (stop, handle) = c.scheduler(c.options());
-    c.wait("Queue CRD served", Duration::from_secs(20), || async {
+    eventually_secs("Queue CRD served", 60, || async {
         c.kubectl(&["get", "queues"]).await.ok()
     })
     .await?;
@@ -92,18 +92,31 @@ async fn reclaim_across_queues_then_preempt_by_priority() -> Result {
     // team-b asks for its quota: one of team-a's pods is reclaimed.
     c.apply("b.yaml", &pod("b-1", "team-b", "train")).await?;
     c.wait_running("default", "b-1").await?;
-    let mut victims = Vec::new();
-    for n in ["a-1", "a-2"] {
-        if let Some(m) = c
-            .events("default", n)
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("Reclaimed"))
-            .and_then(|e| e.message)
-        {
-            assert!(m.contains("team-b") && m.contains("team-a"), "{m}");
-            victims.push(n);
+    // The Reclaimed event is a separate write from the binding: wait for one, then check that
+    // there is only one.
+    let reclaimed = || async {
+        let mut victims = Vec::new();
+        for n in ["a-1", "a-2"] {
+            if let Some(m) = c
+                .events("default", n)
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("Reclaimed"))
+                .and_then(|e| e.message)
+            {
+                victims.push((n, m));
+            }
         }
+        victims
+    };
+    eventually_secs("a Reclaimed event on a team-a pod", 60, || async {
+        !reclaimed().await.is_empty()
+    })
+    .await?;
+    let mut victims = Vec::new();
+    for (n, m) in reclaimed().await {
+        assert!(m.contains("team-b") && m.contains("team-a"), "{m}");
+        victims.push(n);
     }
     assert_eq!(
         victims.len(),

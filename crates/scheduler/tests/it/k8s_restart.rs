@@ -5,7 +5,7 @@
 
 use crate::cluster;
 
-use cluster::{Cluster, Result, annotation};
+use cluster::{Cluster, Result, annotation, eventually_secs};
 use gantry_api::names;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -120,13 +120,13 @@ async fn killed_leader_leaves_no_double_binds_and_no_leaked_reservations() -> Re
         rt.shutdown_background();
         Some(())
     });
-    c.wait("Queue CRD served", Duration::from_secs(20), || async {
+    eventually_secs("Queue CRD served", 60, || async {
         c.kubectl(&["get", "queues"]).await.ok()
     })
     .await?;
     c.apply("work.yaml", &manifests()).await?;
     // Kill the leader as soon as the first binds land: the rest is mid-flight.
-    c.wait("a first bind", Duration::from_secs(30), || async {
+    eventually_secs("a first bind", 60, || async {
         let ps = c.pods("default", "").await;
         ps.iter()
             .any(|p| cluster::node_of(p).is_some())
@@ -148,16 +148,15 @@ async fn killed_leader_leaves_no_double_binds_and_no_leaked_reservations() -> Re
     o2.lease_duration = lease;
     o2.identity = "second".into();
     let (stop, handle) = c.scheduler(o2);
-    let pods = c
-        .wait("all 11 pods Running", Duration::from_secs(90), || async {
-            let ps = c.pods("default", "").await;
-            let running = ps
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count();
-            (running == 11).then_some(ps)
-        })
-        .await?;
+    let pods = eventually_secs("all 11 pods Running", 120, || async {
+        let ps = c.pods("default", "").await;
+        let running = ps
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == 11).then_some(ps)
+    })
+    .await?;
     // No bind failed because the pod was already bound elsewhere, and no pod was rejected by
     // a kubelet for lack of GPUs (what a double bind or a double-counted GPU would cause).
     for p in &pods {
@@ -192,26 +191,22 @@ async fn killed_leader_leaves_no_double_binds_and_no_leaked_reservations() -> Re
     assert!(groups.values().all(|&n| n <= 2), "{groups:?}");
     let want: BTreeSet<String> = groups.keys().cloned().collect();
     let sel = format!("{}={}", names::LABEL_APP, names::RESERVATION_APP);
-    c.wait(
-        "reservation pods == GPU groups in use",
-        Duration::from_secs(30),
-        || async {
-            let have: BTreeSet<String> = c
-                .pods(names::DEFAULT_RESERVATION_NAMESPACE, &sel)
-                .await
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .filter_map(|p| {
-                    p.metadata
-                        .labels
-                        .as_ref()?
-                        .get(names::LABEL_GPU_GROUP)
-                        .cloned()
-                })
-                .collect();
-            (have == want).then_some(())
-        },
-    )
+    eventually_secs("reservation pods == GPU groups in use", 60, || async {
+        let have: BTreeSet<String> = c
+            .pods(names::DEFAULT_RESERVATION_NAMESPACE, &sel)
+            .await
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()?
+                    .get(names::LABEL_GPU_GROUP)
+                    .cloned()
+            })
+            .collect();
+        (have == want).then_some(())
+    })
     .await?;
     // GPUs per node: whole-GPU pods + reservation pods never exceed the node's 4.
     let mut per_node: BTreeMap<String, u32> = BTreeMap::new();

@@ -2,6 +2,7 @@
 
 use futures::{StreamExt, TryStreamExt};
 use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{
@@ -9,8 +10,6 @@ use kube::api::{
 };
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
-use std::time::Duration;
-use gantry_testkit::eventually_secs;
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -358,16 +357,20 @@ async fn reflector_stays_in_sync_under_10000_writes() -> Result {
         .try_collect::<Vec<_>>()
         .await?;
     let truth = api.list(&ListParams::default()).await?;
-    eventually_secs("reflector to match the server", 30, || {
+    eventually_secs("reflector to match the server", 60, || {
         let reader = reader.clone();
         let truth = truth.items.clone();
         async move {
-            Ok(reader.len() == OBJECTS
-                && truth.iter().all(|t| {
-                    reader
-                        .get(&reflector::ObjectRef::from_obj(t))
-                        .is_some_and(|r| r.metadata.resource_version == t.metadata.resource_version)
-                }))
+            anyhow::Ok(
+                reader.len() == OBJECTS
+                    && truth.iter().all(|t| {
+                        reader
+                            .get(&reflector::ObjectRef::from_obj(t))
+                            .is_some_and(|r| {
+                                r.metadata.resource_version == t.metadata.resource_version
+                            })
+                    }),
+            )
         }
     })
     .await?;
@@ -468,8 +471,8 @@ async fn garbage_collection_of_owned_objects() -> Result {
         .create(&PostParams::default(), &owned(&owner, "dep")?)
         .await?;
     cms.delete("owner", &DeleteParams::background()).await?;
-    eventually_secs("dependent deleted", 30, || async {
-        Ok(secrets.get_opt("dep").await?.is_none())
+    eventually_secs("dependent deleted", 60, || async {
+        anyhow::Ok(secrets.get_opt("dep").await?.is_none())
     })
     .await?;
     // Orphan: the dependent stays, without the owner reference.
@@ -480,12 +483,19 @@ async fn garbage_collection_of_owned_objects() -> Result {
         .create(&PostParams::default(), &owned(&owner, "orphan")?)
         .await?;
     cms.delete("owner2", &DeleteParams::orphan()).await?;
-    eventually_secs("owner gone", 30, || async {
-        Ok(cms.get_opt("owner2").await?.is_none())
+    eventually_secs("owner gone", 60, || async {
+        anyhow::Ok(cms.get_opt("owner2").await?.is_none())
     })
     .await?;
-    let s = secrets.get("orphan").await?;
-    assert!(s.metadata.owner_references.unwrap_or_default().is_empty());
+    eventually_secs("the orphan's owner reference removed", 60, || async {
+        let refs = secrets.get("orphan").await?.metadata.owner_references;
+        anyhow::Ok(if refs.as_ref().is_none_or(Vec::is_empty) {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("owner references {refs:?}"))
+        })
+    })
+    .await?;
     // Foreground: the owner waits for its dependent, which a finalizer holds.
     let owner = cms
         .create(&PostParams::default(), &cm("owner3", json!({}))?)
@@ -494,13 +504,15 @@ async fn garbage_collection_of_owned_objects() -> Result {
     dep.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     secrets.create(&PostParams::default(), &dep).await?;
     cms.delete("owner3", &DeleteParams::foreground()).await?;
-    eventually_secs("dependent marked deleting", 30, || async {
-        Ok(secrets
-            .get("held")
-            .await?
-            .metadata
-            .deletion_timestamp
-            .is_some())
+    eventually_secs("dependent marked deleting", 60, || async {
+        anyhow::Ok(
+            secrets
+                .get("held")
+                .await?
+                .metadata
+                .deletion_timestamp
+                .is_some(),
+        )
     })
     .await?;
     assert!(
@@ -514,8 +526,8 @@ async fn garbage_collection_of_owned_objects() -> Result {
             &Patch::Merge(json!({"metadata": {"finalizers": null}})),
         )
         .await?;
-    eventually_secs("owner gone after dependent", 30, || async {
-        Ok(cms.get_opt("owner3").await?.is_none())
+    eventually_secs("owner gone after dependent", 60, || async {
+        anyhow::Ok(cms.get_opt("owner3").await?.is_none())
     })
     .await?;
     Ok(())
@@ -556,8 +568,8 @@ async fn finalizers_hold_a_delete_and_namespaces_cascade() -> Result {
         .create(&PostParams::default(), &cm("y", json!({}))?)
         .await;
     assert!(err.is_err() || nss.get_opt("team").await?.is_none());
-    eventually_secs("namespace gone", 30, || async {
-        Ok(nss.get_opt("team").await?.is_none())
+    eventually_secs("namespace gone", 60, || async {
+        anyhow::Ok(nss.get_opt("team").await?.is_none())
     })
     .await?;
     assert!(in_ns.get_opt("x").await?.is_none());

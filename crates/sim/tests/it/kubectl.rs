@@ -183,7 +183,7 @@ async fn kubectl_round_trip() -> Result {
         .take()
         .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
     let mut lines = BufReader::new(stdout).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await??;
     assert_eq!(first.as_deref(), Some("9"));
     k.run(&[
         "patch",
@@ -194,7 +194,7 @@ async fn kubectl_round_trip() -> Result {
         r#"{"data":{"a":"10"}}"#,
     ])
     .await?;
-    let next = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+    let next = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await??;
     assert_eq!(next.as_deref(), Some("10"));
     watch.kill().await?;
 
@@ -203,7 +203,7 @@ async fn kubectl_round_trip() -> Result {
     k.run(&["create", "-f", &pod]).await?;
     let pods: Api<Pod> = Api::default_namespaced(cp.client()?);
     let waiter = k
-        .cmd(&["wait", "--for=condition=Ready", "pod/p", "--timeout=30s"])
+        .cmd(&["wait", "--for=condition=Ready", "pod/p", "--timeout=60s"])
         .output();
     let marker = async {
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -3,17 +3,15 @@
 //! and the GPUs become allocatable. A GPU fault then shows up as an unhealthy device. A GFD
 //! DaemonSet runs the real discovery agent, which labels its own Node.
 
-use std::time::Duration;
-
 use gantry_api::names;
 use gantry_sim::cluster::{self, Fault};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -68,20 +66,20 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
                  "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
-    eventually_secs("pod running", 60, || async {
-        pods.get("cuda")
-            .await
-            .is_ok_and(|p| p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+    let allocated = eventually_secs("pod running with its allocation recorded", 60, || async {
+        let p = pods.get("cuda").await?;
+        let phase = p.status.and_then(|s| s.phase);
+        let allocated = p
+            .metadata
+            .annotations
+            .and_then(|mut a| a.remove(names::ANNOTATION_SIM_ALLOCATED));
+        Ok::<_, kube::Error>(match allocated {
+            Some(a) if phase.as_deref() == Some("Running") => Look::Done(a),
+            _ => Look::Seen(format!("phase {phase:?}, allocation {allocated:?}")),
+        })
     })
     .await?;
-    let p = pods.get("cuda").await?;
-    let rec: serde_json::Value = serde_json::from_str(
-        p.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(names::ANNOTATION_SIM_ALLOCATED))
-            .ok_or("no allocation")?,
-    )?;
+    let rec: serde_json::Value = serde_json::from_str(&allocated)?;
     let ids = rec["c"]["nvidia.com/gpu"]["deviceIDs"]
         .as_array()
         .ok_or("no ids")?
@@ -137,22 +135,28 @@ async fn discovery_daemonset_labels_gpu_nodes() -> Res<()> {
         ("l4-0", "NVIDIA-L4", "1"),
     ] {
         eventually_secs("GFD labels on the GPU node", 60, || async {
-            nodes_api.get(node).await.is_ok_and(|n| {
-                label(n.clone(), names::LABEL_GPU_PRODUCT).as_deref() == Some(product)
-                    && label(n, names::LABEL_GPU_COUNT).as_deref() == Some(count)
-            })
+            let n = nodes_api.get(node).await?;
+            let now = (
+                label(n.clone(), names::LABEL_GPU_PRODUCT),
+                label(n.clone(), names::LABEL_GPU_COUNT),
+                label(n.clone(), names::LABEL_MIG_CAPABLE),
+                label(n, names::LABEL_MIG_STRATEGY),
+            );
+            let mig_ok = node != "h100-80gb-0"
+                || (now.2.as_deref() == Some("true") && now.3.as_deref() == Some("mixed"));
+            Ok::<_, kube::Error>(
+                if now.0.as_deref() == Some(product) && now.1.as_deref() == Some(count) && mig_ok {
+                    Look::Done(())
+                } else {
+                    Look::Seen(format!(
+                        "(product, count, mig.capable, mig.strategy) = {now:?}"
+                    ))
+                },
+            )
         })
         .await?;
     }
     let h100 = nodes_api.get("h100-80gb-0").await?;
-    assert_eq!(
-        label(h100.clone(), names::LABEL_MIG_CAPABLE).as_deref(),
-        Some("true")
-    );
-    assert_eq!(
-        label(h100.clone(), names::LABEL_MIG_STRATEGY).as_deref(),
-        Some("mixed")
-    );
     // The kubelet's own labels survive the agent's apply.
     assert_eq!(
         label(h100, names::NFD_GPU_LABELS[0]).as_deref(),
@@ -290,17 +294,31 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
     assert!(config.contains("runtimes.nvidia]"), "{config}");
     assert!(config.contains("# containerd config written at node provisioning"));
     let spec_path = host.join("var/run/cdi/nvidia.yaml");
-    let spec = std::fs::read_to_string(&spec_path).map_err(|e| {
-        let tk = std::process::Command::new("find")
-            .arg(&host)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-        format!("{}: {e}; host: {tk:?}", spec_path.display())
-    })?;
     let uuid = gantry_gpu::Backend::device_info(backend.as_ref(), 0)?.uuid;
-    assert!(spec.contains(&uuid), "{spec}");
+    eventually_secs("the CDI spec naming GPU 0", 60, || async {
+        match std::fs::read_to_string(&spec_path) {
+            Ok(spec) if spec.contains(&uuid) => Look::Done(()),
+            Ok(spec) => Look::Seen(spec),
+            Err(e) => {
+                let tk = std::process::Command::new("find")
+                    .arg(&host)
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+                Look::Seen(format!("{}: {e}; host: {tk:?}", spec_path.display()))
+            }
+        }
+    })
+    .await?;
     let nodes_api: Api<Node> = Api::all(client.clone());
-    assert_eq!(allocatable(&nodes_api, node).await.as_deref(), Some("8"));
+    eventually_secs("8 allocatable GPUs", 60, || async {
+        let a = allocatable(&nodes_api, node).await;
+        if a.as_deref() == Some("8") {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("allocatable {a:?}"))
+        }
+    })
+    .await?;
     eventually_secs("validator pod running", 60, || async {
         operand_pod(&client, "nvidia-operator-validator", node)
             .await
@@ -311,55 +329,71 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
     .await?;
 
     // The node status exporter serves the ready states on its published address.
-    let mut addr = None;
-    for _ in 0..300 {
-        addr = operand_pod(&client, "nvidia-node-status-exporter", node)
+    let addr = eventually_secs("the node status exporter's address", 60, || async {
+        operand_pod(&client, "nvidia-node-status-exporter", node)
             .await
             .and_then(|p| {
                 p.metadata
                     .annotations?
                     .get(names::ANNOTATION_SIM_METRICS_ADDRESS)
                     .cloned()
-            });
-        if addr.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let body = scrape(&addr.ok_or("no node status exporter address")?).await?;
-    for line in [
-        "\ngpu_operator_node_driver_ready 1\n",
-        "\ngpu_operator_node_toolkit_ready 1\n",
-        "\ngpu_operator_node_cuda_ready 1\n",
-        "\ngpu_operator_node_plugin_ready 1\n",
-        "\ngpu_operator_node_device_plugin_devices_total 8\n",
-    ] {
-        assert!(body.contains(line), "{line:?} missing from {body}");
-    }
+            })
+    })
+    .await?;
+    // The exporter refreshes on its own schedule: wait for every ready state.
+    eventually_secs(
+        "every ready state on the node status exporter",
+        60,
+        || async {
+            let body = scrape(&addr).await?;
+            let missing: Vec<&str> = [
+                "\ngpu_operator_node_driver_ready 1\n",
+                "\ngpu_operator_node_toolkit_ready 1\n",
+                "\ngpu_operator_node_cuda_ready 1\n",
+                "\ngpu_operator_node_plugin_ready 1\n",
+                "\ngpu_operator_node_device_plugin_devices_total 8\n",
+            ]
+            .into_iter()
+            .filter(|line| !body.contains(line))
+            .collect();
+            Res::Ok(if missing.is_empty() {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("{missing:?} missing from {body}"))
+            })
+        },
+    )
+    .await?;
 
     // driver-fail: the driver container exits 1 and crash-loops; its ready file goes away.
     sim.fault(node, &Fault::DriverFail).await?;
-    eventually_secs("driver container restarted", 60, || async {
-        operand_pod(&client, "nvidia-driver-daemonset", node)
-            .await
-            .is_some_and(|p| restarts(&p) >= 1)
-    })
+    // The restart count, the last state and the ready file are separate writes: wait for all.
+    eventually_secs(
+        "driver container restarted after exit 1, its ready file gone",
+        60,
+        || async {
+            let Some(p) = operand_pod(&client, "nvidia-driver-daemonset", node).await else {
+                return Look::Seen("no driver pod".into());
+            };
+            let n = restarts(&p);
+            let exit = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next())
+                .and_then(|c| c.last_state)
+                .and_then(|s| s.terminated)
+                .map(|t| t.exit_code);
+            let ready_file = validations.join(".driver-ctr-ready").exists();
+            if n >= 1 && exit == Some(1) && !ready_file {
+                Look::Done(())
+            } else {
+                Look::Seen(format!(
+                    "restarts {n}, last exit {exit:?}, .driver-ctr-ready exists: {ready_file}"
+                ))
+            }
+        },
+    )
     .await?;
-    assert!(!validations.join(".driver-ctr-ready").exists());
-    let p = operand_pod(&client, "nvidia-driver-daemonset", node)
-        .await
-        .ok_or("no driver pod")?;
-    let last = p
-        .status
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .ok_or("no status")?;
-    assert_eq!(
-        last.last_state
-            .and_then(|s| s.terminated)
-            .map(|t| t.exit_code),
-        Some(1)
-    );
     sim.fault(node, &Fault::DriverOk).await?;
     eventually_secs("driver back after the fault clears", 60, || async {
         validations.join(".driver-ctr-ready").exists()
@@ -432,22 +466,18 @@ async fn exporter_daemonset_serves_per_node_with_attribution() -> Res<()> {
     pods.create(&PostParams::default(), &pod).await?;
     let mut addrs = Vec::new();
     for node in ["l4-0", "l4-1"] {
-        let mut addr = None;
-        for _ in 0..300 {
-            addr = operand_pod(&client, "nvidia-dcgm-exporter", node)
+        let addr = eventually_secs("a metrics address on the exporter pod", 60, || async {
+            operand_pod(&client, "nvidia-dcgm-exporter", node)
                 .await
                 .and_then(|p| {
                     p.metadata
                         .annotations?
                         .get(names::ANNOTATION_SIM_METRICS_ADDRESS)
                         .cloned()
-                });
-            if addr.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        addrs.push(addr.ok_or("no metrics address on the exporter pod")?);
+                })
+        })
+        .await?;
+        addrs.push(addr);
     }
     assert_ne!(addrs[0], addrs[1]);
     let body = scrape(&addrs[0]).await?;

@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use gantry_api::names;
@@ -24,12 +23,12 @@ use gantry_node::proto::podresources::{
 use gantry_sim::cluster::{self, Fault, SimCluster};
 use gantry_sim::kubelet::{AgentRegistry, plugins};
 use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -289,16 +288,22 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "8 8");
 
     // NFD labels on GPU nodes, Ready, a Lease.
-    let n0 = nodes_api.get("h100-80gb-0").await?;
-    assert_eq!(
-        n0.metadata
+    eventually_secs("the GPU node labelled and Ready", 60, || async {
+        let n0 = nodes_api.get("h100-80gb-0").await?;
+        let nfd = n0
+            .metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(names::NFD_GPU_LABELS[0]))
-            .map(String::as_str),
-        Some("true")
-    );
-    assert!(gantry_sim::kubelet::node_status::is_ready(&n0));
+            .cloned();
+        let ready = gantry_sim::kubelet::node_status::is_ready(&n0);
+        Ok::<_, kube::Error>(if nfd.as_deref() == Some("true") && ready {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("NFD label {nfd:?}, ready {ready}"))
+        })
+    })
+    .await?;
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "kube-node-lease");
     eventually_secs("node lease", 60, || async {
@@ -383,7 +388,10 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         }
     })
     .await?;
-    assert!(backend.sim_processes().is_empty());
+    eventually_secs("the GPU processes stopped", 60, || async {
+        backend.sim_processes().is_empty()
+    })
+    .await?;
     // All 8 can be taken now.
     pods.create(
         &PostParams::default(),
@@ -418,7 +426,10 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         pods.get_opt("all8").await.ok().flatten().is_none()
     })
     .await?;
-    eventually_secs("GPUs idle", 60, || async { backend.sim_processes().is_empty() }).await?;
+    eventually_secs("GPUs idle", 60, || async {
+        backend.sim_processes().is_empty()
+    })
+    .await?;
 
     // Plugin health: one device unhealthy → allocatable 7, capacity 8.
     let mut devs: Vec<(String, bool)> = plugin.ids.iter().map(|id| (id.clone(), true)).collect();

@@ -4,16 +4,15 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use gantry_sim::cluster;
 use gantry_sim::kubelet::AgentRegistry;
 use gantry_sim::kubelet::agents::{AgentContext, AgentFuture};
 use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -136,6 +135,16 @@ async fn init_containers_run_in_order_and_restart_with_backoff() -> Res<()> {
         .iter()
         .any(|c| c["type"] == "Initialized" && c["status"] == "True");
     assert!(initialized, "{s}");
+    // The kubelet reports Running before the main container's agent starts: wait for it.
+    eventually_secs("the exporter agent started", 60, || async {
+        let log = log.lock().map_err(|e| e.to_string())?.clone();
+        Res::Ok(if log.last().is_some_and(|l| l == "exporter") {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("log {log:?}"))
+        })
+    })
+    .await?;
     let log = log.lock().map_err(|e| e.to_string())?.clone();
     assert_eq!(
         log,

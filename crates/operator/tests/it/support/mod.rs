@@ -13,12 +13,12 @@ use gantry_operator::run::{RunOptions, run};
 use gantry_sim::cluster::{self, SimCluster};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+pub use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-pub use gantry_testkit::eventually_secs;
 
 pub type Res<T = ()> = anyhow::Result<T>;
 
@@ -205,4 +205,30 @@ pub async fn condition(
         let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
         (s("status"), s("reason"), s("message"))
     })
+}
+
+/// Waits until `count` (a write counter) has not changed for `quiet_secs` seconds, for at most
+/// `limit_secs` in all; returns its value then.
+pub async fn wait_quiet(
+    what: &str,
+    quiet_secs: u64,
+    limit_secs: u64,
+    count: impl Fn() -> u64,
+) -> Res<u64> {
+    let quiet = Duration::from_secs(quiet_secs);
+    let mut last = (count(), tokio::time::Instant::now());
+    let what = format!("{what} unchanged for {quiet_secs} s");
+    Ok(eventually_secs(&what, limit_secs, || {
+        let now = count();
+        if now != last.0 {
+            last = (now, tokio::time::Instant::now());
+        }
+        let still = last.1.elapsed();
+        std::future::ready(if still >= quiet {
+            Look::Done(now)
+        } else {
+            Look::Seen(format!("{now}, unchanged for {:.1} s", still.as_secs_f64()))
+        })
+    })
+    .await?)
 }

@@ -14,6 +14,8 @@ use std::path::Path;
 use std::time::Duration;
 use tokio::process::Command;
 
+pub use gantry_testkit::{Look, eventually_secs};
+
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 pub struct Cluster {
@@ -83,37 +85,38 @@ impl Cluster {
             _controllers: controllers,
             cp,
         };
-        c.wait(
-            "GPUs allocatable and GFD labels",
-            Duration::from_secs(60),
-            || async {
-                let nodes = Api::<Node>::all(c.client.clone())
-                    .list(&ListParams::default())
-                    .await
-                    .ok()?;
-                let gpus: u64 = nodes
-                    .items
-                    .iter()
-                    .filter_map(|n| {
-                        n.status
-                            .as_ref()?
-                            .allocatable
-                            .as_ref()?
-                            .get("nvidia.com/gpu")?
-                            .0
-                            .parse::<u64>()
-                            .ok()
-                    })
-                    .sum();
-                let labelled = nodes.items.iter().all(|n| {
-                    n.metadata
-                        .labels
-                        .as_ref()
-                        .is_some_and(|l| l.contains_key(gantry_api::names::LABEL_GPU_MEMORY))
-                });
-                (gpus >= want && labelled).then_some(())
-            },
-        )
+        eventually_secs("GPUs allocatable and GFD labels", 60, || async {
+            let nodes = Api::<Node>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await?;
+            let gpus: u64 = nodes
+                .items
+                .iter()
+                .filter_map(|n| {
+                    n.status
+                        .as_ref()?
+                        .allocatable
+                        .as_ref()?
+                        .get("nvidia.com/gpu")?
+                        .0
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum();
+            let labelled = nodes.items.iter().all(|n| {
+                n.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(gantry_api::names::LABEL_GPU_MEMORY))
+            });
+            Ok::<_, kube::Error>(if gpus >= want && labelled {
+                Look::Done(())
+            } else {
+                Look::Seen(format!(
+                    "{gpus} of {want} GPUs allocatable, all labelled: {labelled}"
+                ))
+            })
+        })
         .await?;
         Ok(c)
     }
@@ -172,23 +175,6 @@ impl Cluster {
             .await
     }
 
-    pub async fn wait<T, F, Fut>(&self, what: &str, limit: Duration, mut f: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Option<T>>,
-    {
-        let t0 = tokio::time::Instant::now();
-        loop {
-            if let Some(v) = f().await {
-                return Ok(v);
-            }
-            if t0.elapsed() > limit {
-                return Err(format!("timed out waiting for {what}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
     pub async fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
         Api::<Pod>::namespaced(self.client.clone(), ns)
             .get_opt(name)
@@ -206,15 +192,20 @@ impl Cluster {
     }
 
     pub async fn wait_running(&self, ns: &str, name: &str) -> Result<Pod> {
-        self.wait(
-            &format!("pod {ns}/{name} Running"),
-            Duration::from_secs(60),
-            || async {
-                let p = self.pod(ns, name).await?;
-                (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
-            },
+        Ok(
+            eventually_secs(&format!("pod {ns}/{name} Running"), 60, || async {
+                let Some(p) = self.pod(ns, name).await else {
+                    return Look::Seen("no such pod".into());
+                };
+                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                if phase.as_deref() == Some("Running") {
+                    Look::Done(p)
+                } else {
+                    Look::Seen(format!("phase {phase:?} on node {:?}", node_of(&p)))
+                }
+            })
+            .await?,
         )
-        .await
     }
 
     pub async fn events(&self, ns: &str, name: &str) -> Vec<Event> {
@@ -230,18 +221,22 @@ impl Cluster {
 
     /// The first Event on the pod with `reason`, waiting for it.
     pub async fn wait_event(&self, ns: &str, name: &str, reason: &str) -> Result<String> {
-        self.wait(
-            &format!("event {reason} on {ns}/{name}"),
-            Duration::from_secs(30),
-            || async {
-                self.events(ns, name)
-                    .await
-                    .into_iter()
-                    .find(|e| e.reason.as_deref() == Some(reason))
-                    .and_then(|e| e.message)
-            },
+        Ok(
+            eventually_secs(&format!("event {reason} on {ns}/{name}"), 60, || async {
+                let events = self.events(ns, name).await;
+                match events.iter().find(|e| e.reason.as_deref() == Some(reason)) {
+                    Some(e) => Look::Done(e.message.clone().unwrap_or_default()),
+                    None => Look::Seen(format!(
+                        "events {:?}",
+                        events
+                            .iter()
+                            .map(|e| (e.reason.clone(), e.message.clone()))
+                            .collect::<Vec<_>>()
+                    )),
+                }
+            })
+            .await?,
         )
-        .await
     }
 }
 
