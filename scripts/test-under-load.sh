@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the test phase of scripts/test.sh RUNS times (default 5) with two CPU-burning processes
 # beside it, as on a busy machine, and prints each run's counts. Exits non-zero if any run had
-# a failure. Build first (scripts/test.sh, or `cargo nextest run --workspace --no-run`).
+# a failure; the full output of a failed run is kept in target/under-load/run-N.log. Build
+# first (scripts/test.sh, or `cargo nextest run --workspace --no-run`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-5}"
@@ -14,6 +15,8 @@ for _ in 1 2; do
 done
 trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
 
+keep="${CARGO_TARGET_DIR:-target}/under-load"
+mkdir -p "$keep"
 bad=0
 for i in $(seq 1 "$runs"); do
     start=$SECONDS
@@ -24,6 +27,8 @@ for i in $(seq 1 "$runs"); do
     if ! grep -qE 'Summary .* [0-9]+ passed' "$log" || grep -qE '[1-9][0-9]* (failed|timed out)' <<<"$line"; then
         bad=$((bad + 1))
         grep -E '^ +(FAIL|TIMEOUT|SIGSEGV|SIGABRT) ' "$log" | sort -u | sed 's/^/    /' || true
+        cp "$log" "$keep/run-$i.log"
+        echo "    full output: $keep/run-$i.log"
     fi
     rm -f "$log"
 done
