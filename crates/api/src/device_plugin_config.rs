@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use crate::cluster_policy::MigStrategy;
 use crate::common::Extra;
-use crate::kai::duration::parse_go_duration;
 use crate::names;
 use crate::problem::{Problem, index};
+use gantry_k8s_rules::parse_go_duration;
 
 /// The whole file.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
