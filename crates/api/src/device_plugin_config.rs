@@ -293,8 +293,9 @@ pub struct Imex {
 }
 
 /// The sharing strategy a config results in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SharingStrategy {
+    #[default]
     None,
     TimeSlicing,
     Mps,
