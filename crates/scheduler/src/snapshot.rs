@@ -2,7 +2,7 @@
 //! dense `u32` ids; strings are only kept for output and are borrowed from the cache
 //! (`ClusterInput`), so building a snapshot copies no names. Built once per cycle.
 
-use crate::input::{ClusterInput, NodeSelectorTerm, PodPhase, Taint, Toleration};
+use crate::input::{ClusterInput, NodeSelector, PodPhase, Taint, Toleration};
 use crate::request::{GpuRequest, gpu_memory_mib, memory_to_milli, parse_gpu_request};
 use gantry_api::names;
 use std::borrow::Cow;
@@ -167,7 +167,7 @@ pub struct Pod<'a> {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ConstraintClass {
     pub node_selector: Vec<(String, String)>,
-    pub affinity: Vec<NodeSelectorTerm>,
+    pub affinity: Option<NodeSelector>,
     pub tolerations: Vec<Toleration>,
 }
 
@@ -492,29 +492,27 @@ impl<'a> Snapshot<'a> {
                     i64::from(s.mig_profile_gpus[*profile as usize]) * i64::from(*count) * 1000
                 }
             };
-            let class = if p.node_selector.is_empty()
-                && p.affinity.is_empty()
-                && p.tolerations.is_empty()
-            {
-                // The common unconstrained pod skips hashing.
-                let next = class_ids.len() as ClassId;
-                *empty_class.get_or_insert_with(|| {
-                    class_ids.insert(ConstraintClass::default(), next);
-                    next
-                })
-            } else {
-                let key = ConstraintClass {
-                    node_selector: p
-                        .node_selector
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                    affinity: p.affinity.clone(),
-                    tolerations: p.tolerations.clone(),
+            let class =
+                if p.node_selector.is_empty() && p.affinity.is_none() && p.tolerations.is_empty() {
+                    // The common unconstrained pod skips hashing.
+                    let next = class_ids.len() as ClassId;
+                    *empty_class.get_or_insert_with(|| {
+                        class_ids.insert(ConstraintClass::default(), next);
+                        next
+                    })
+                } else {
+                    let key = ConstraintClass {
+                        node_selector: p
+                            .node_selector
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                        affinity: p.affinity.clone(),
+                        tolerations: p.tolerations.clone(),
+                    };
+                    let next = class_ids.len() as ClassId;
+                    *class_ids.entry(key).or_insert(next)
                 };
-                let next = class_ids.len() as ClassId;
-                *class_ids.entry(key).or_insert(next)
-            };
             s.pods.push(Pod {
                 namespace: &p.namespace,
                 name: &p.name,

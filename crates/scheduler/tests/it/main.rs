@@ -5,6 +5,7 @@ mod cluster;
 mod common;
 mod fairshare;
 mod invariants;
+mod k8s_affinity;
 mod k8s_e2e;
 mod k8s_reclaim;
 mod k8s_restart;
