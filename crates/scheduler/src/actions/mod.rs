@@ -40,7 +40,8 @@ pub struct Session<'a> {
     pub unschedulable: BTreeMap<PodId, String>,
     /// Jobs that could not be fully allocated this cycle (candidates for reclaim & co).
     pub failed: Vec<GroupId>,
-    /// Jobs whose failure no eviction can fix (over limit, invalid).
+    /// Jobs whose failure no eviction can fix (too few pods, non-preemptible over quota).
+    /// Over-limit jobs are not hopeless: preempting inside their own queue frees quota.
     pub hopeless: Vec<bool>,
     pub stale_marks: Vec<crate::decisions::StaleMark>,
     pub issues: Vec<String>,
@@ -170,11 +171,17 @@ impl<'a> Session<'a> {
         r
     }
 
-    /// KAI `IsJobOverCapacity`: the queue and every ancestor stay within `limit`, and a
+    /// KAI `IsJobOverQueueCapacity`: the queue and every ancestor stay within `limit`, and a
     /// non-preemptible job within `deserved`.
     pub fn capacity_error(&self, g: GroupId, req: &Res) -> Option<String> {
-        let grp = &self.s.groups[g as usize];
-        let q = grp.queue?;
+        self.limit_error(g, req)
+            .or_else(|| self.non_preemptible_quota_error(g, req))
+    }
+
+    /// `OverLimit`: adding `req` to what the queue and its ancestors hold now would pass a
+    /// `limit`. Preempt checks this only after its victims are out (they free quota too).
+    pub fn limit_error(&self, g: GroupId, req: &Res) -> Option<String> {
+        let q = self.s.groups[g as usize].queue?;
         let need = req.to_f();
         for a in self.s.ancestry(q) {
             let qq = &self.s.queues[a as usize];
@@ -190,23 +197,51 @@ impl<'a> Session<'a> {
                     ));
                 }
             }
-            if !grp.preemptible {
-                let np = self.st.q_alloc_np[a as usize].to_f();
-                let deserved = self.fs.deserved(self.s, a);
-                for r in 0..3 {
-                    if need[r] > 0.0 && np[r] + need[r] > deserved[r] + 1e-9 {
-                        return Some(format!(
-                            "NonPreemptibleOverQuota: non-preemptible jobs of queue {} would use {} of {} with deserved {}",
-                            qq.name,
-                            fmt_amount(r, np[r] + need[r]),
-                            crate::snapshot::RESOURCE_NAMES[r],
-                            fmt_amount(r, deserved[r])
-                        ));
-                    }
+        }
+        None
+    }
+
+    /// `NonPreemptibleOverQuota`: a non-preemptible job may not take its queue (or an
+    /// ancestor) past `deserved`; a quota of `-1` never limits.
+    pub fn non_preemptible_quota_error(&self, g: GroupId, req: &Res) -> Option<String> {
+        let grp = &self.s.groups[g as usize];
+        let q = grp.queue?;
+        if grp.preemptible {
+            return None;
+        }
+        let need = req.to_f();
+        for a in self.s.ancestry(q) {
+            let qq = &self.s.queues[a as usize];
+            let np = self.st.q_alloc_np[a as usize].to_f();
+            let deserved = self.fs.deserved_bound(self.s, a);
+            for r in 0..3 {
+                if need[r] > 0.0 && np[r] + need[r] > deserved[r] + 1e-9 {
+                    return Some(format!(
+                        "NonPreemptibleOverQuota: non-preemptible jobs of queue {} would use {} of {} with deserved {}",
+                        qq.name,
+                        fmt_amount(r, np[r] + need[r]),
+                        crate::snapshot::RESOURCE_NAMES[r],
+                        fmt_amount(r, deserved[r])
+                    ));
                 }
             }
         }
         None
+    }
+
+    /// After a what-if placed a job: the queue and its ancestors are within their limits in
+    /// every resource the job asked for (KAI checks each task against the limit during the
+    /// simulation, with the victims already out).
+    pub fn within_limits(&self, g: GroupId, req: &Res) -> bool {
+        let Some(q) = self.s.groups[g as usize].queue else {
+            return true;
+        };
+        let need = req.to_f();
+        self.s.ancestry(q).all(|a| {
+            let qq = &self.s.queues[a as usize];
+            let alloc = self.st.q_alloc[a as usize].to_f();
+            (0..3).all(|r| need[r] <= 0.0 || qq.limit[r] < 0.0 || alloc[r] <= qq.limit[r] + 1e-9)
+        })
     }
 
     /// Whether evicting the job could free something `req` needs.

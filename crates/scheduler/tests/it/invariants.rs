@@ -290,9 +290,12 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
             ));
         }
     }
-    // Reclaim never takes a queue from at/above deserved to below it.
+    // KAI's reclaim strategies: a victim's queue (all leaves here are siblings under one
+    // root) was above its deserved GPU quota when reclaim began (both strategies need it to be
+    // above deserved or above its allocatable share, and CPU/memory quotas are -1 here), and a
+    // reclaiming queue ends within its fair share unless it also preempted afterwards.
     let snap = Snapshot::build(input);
-    // What the queue held when reclaim ran: running pods plus this cycle's binds.
+    // What the queue held when reclaim ran, at most: running pods plus this cycle's binds.
     let bound: Vec<&str> = d.binds.iter().map(|b| b.name.as_str()).collect();
     let mut before: HashMap<&str, f64> = HashMap::new();
     for p in &snap.pods {
@@ -304,7 +307,15 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
                 .or_default() += p.res.0[0] as f64 / 1000.0;
         }
     }
-    let mut reclaimed: HashMap<&str, f64> = HashMap::new();
+    let queue_of_job = |job: &str| {
+        input
+            .pod_groups
+            .iter()
+            .find(|g| format!("{}/{}", g.namespace, g.name) == job)
+            .map(|g| g.queue.clone())
+    };
+    let mut reclaimers: Vec<String> = Vec::new();
+    let mut preemptors: Vec<String> = Vec::new();
     for e in &d.evictions {
         let p = snap
             .pod_by_name(&e.namespace, &e.name)
@@ -322,15 +333,29 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
                 if by_queue == victim_queue {
                     return Err("reclaim inside one queue".into());
                 }
-                *reclaimed.entry(victim_queue.as_str()).or_default() +=
-                    pod.res.0[0] as f64 / 1000.0;
+                let quota = input
+                    .queues
+                    .iter()
+                    .find(|q| q.name == *victim_queue)
+                    .map_or(0.0, |q| q.gpu.quota);
+                let b = before.get(victim_queue.as_str()).copied().unwrap_or(0.0);
+                if quota >= 0.0 && b <= quota + 1e-9 {
+                    return Err(format!(
+                        "reclaimed {} from queue {victim_queue} holding {b} GPUs, within its quota {quota}",
+                        e.name
+                    ));
+                }
+                reclaimers.push(by_queue.clone());
             }
             EvictReason::Preempt {
+                by_job,
                 priority,
                 victim_priority,
-                ..
-            } if victim_priority >= priority => {
-                return Err(format!("preempted {} by non-higher priority", e.name));
+            } => {
+                if victim_priority >= priority {
+                    return Err(format!("preempted {} by non-higher priority", e.name));
+                }
+                preemptors.extend(queue_of_job(by_job));
             }
             EvictReason::Consolidation { relocate_to, .. } if relocate_to.is_empty() => {
                 return Err("consolidation without target".into());
@@ -341,18 +366,16 @@ fn check_decisions(input: &ClusterInput, d: &Decisions, cfg: &Config) -> Result<
             _ => {}
         }
     }
-    for (q, taken) in &reclaimed {
-        let deserved = d
+    for q in reclaimers.iter().filter(|q| !preemptors.contains(q)) {
+        let rep = d
             .queues
             .iter()
             .find(|r| r.name == *q)
-            .map(|r| r.deserved[0])
-            .unwrap_or(0.0);
-        let b = before.get(q).copied().unwrap_or(0.0);
-        if b + 1e-9 >= deserved && b - taken < deserved - 1e-9 {
+            .ok_or("reclaiming queue not reported")?;
+        if rep.allocated[0] > rep.fair_share[0] + 1e-9 {
             return Err(format!(
-                "reclaim took queue {q} from {b} to {} below deserved {deserved}",
-                b - taken
+                "queue {q} reclaimed up to {} GPUs, over its fair share {}",
+                rep.allocated[0], rep.fair_share[0]
             ));
         }
     }

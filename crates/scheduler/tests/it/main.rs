@@ -5,6 +5,7 @@ mod common;
 mod cluster;
 mod fairshare;
 mod invariants;
+mod kai_semantics;
 mod k8s_e2e;
 mod k8s_reclaim;
 mod k8s_restart;
