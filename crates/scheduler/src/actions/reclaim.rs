@@ -138,7 +138,9 @@ pub fn run(sess: &mut Session<'_>) {
         // Victims: preemptible running jobs of other queues that a strategy may take from,
         // most over-served queue first, then lowest priority, newest.
         let open_queue: Vec<bool> = (0..sess.s.queues.len() as QueueId)
-            .map(|vq| vq != q && sess.s.queues[vq as usize].is_leaf() && filter_victim(sess, q, &req, vq))
+            .map(|vq| {
+                vq != q && sess.s.queues[vq as usize].is_leaf() && filter_victim(sess, q, &req, vq)
+            })
             .collect();
         let limit = sess.cfg.max_victim_jobs * 4;
         let order = order.get_or_insert_with(|| victim_order(sess));

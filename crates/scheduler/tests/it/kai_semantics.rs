@@ -15,7 +15,15 @@ fn kai_queue(name: &str, parent: Option<&str>, gpu_quota: f64, gpu_limit: f64) -
     queue(name, parent, gpu_quota, gpu_limit, 1.0)
 }
 
-fn running_job(input: &mut ClusterInput, name: &str, queue: &str, prio: i32, gpus: i64, node: &str, idx: &[u32]) {
+fn running_job(
+    input: &mut ClusterInput,
+    name: &str,
+    queue: &str,
+    prio: i32,
+    gpus: i64,
+    node: &str,
+    idx: &[u32],
+) {
     input.pod_groups.push(group(name, queue, prio, 1, 0));
     let p = pod(name, name, gpus);
     input.pods.push(running(p, node, idx));
@@ -108,7 +116,14 @@ fn build_preempts_train_in_a_queue_limited_to_one_gpu() {
     let d = run(&input);
     assert_eq!(d.evictions.len(), 1, "{d:#?}");
     assert!(
-        matches!(&d.evictions[0].reason, EvictReason::Preempt { priority: 100, victim_priority: 50, .. }),
+        matches!(
+            &d.evictions[0].reason,
+            EvictReason::Preempt {
+                priority: 100,
+                victim_priority: 50,
+                ..
+            }
+        ),
         "{d:#?}"
     );
     assert_eq!(d.binds.len(), 1);
@@ -132,7 +147,10 @@ fn over_limit_job_without_lower_priority_victims_stays_pending() {
     let d = run(&input);
     assert!(d.evictions.is_empty(), "{d:#?}");
     assert!(d.binds.is_empty());
-    assert!(d.unschedulable[0].message.starts_with("OverLimit"), "{d:#?}");
+    assert!(
+        d.unschedulable[0].message.starts_with("OverLimit"),
+        "{d:#?}"
+    );
 }
 
 #[test]

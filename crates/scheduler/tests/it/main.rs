@@ -1,12 +1,12 @@
 //! The crate's integration tests, one module per former test binary: one link step
 //! instead of one per file (docs/testing.md).
 
-mod common;
 mod cluster;
+mod common;
 mod fairshare;
 mod invariants;
-mod kai_semantics;
 mod k8s_e2e;
 mod k8s_reclaim;
 mod k8s_restart;
+mod kai_semantics;
 mod scenarios;
