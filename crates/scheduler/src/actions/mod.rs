@@ -327,6 +327,7 @@ impl<'a> Session<'a> {
             let qid = q as QueueId;
             d.queues.push(QueueReport {
                 name: s.queues[q].name.clone(),
+                quota: s.queues[q].quota,
                 deserved: self.fs.deserved(s, qid),
                 fair_share: self.fs.fair[q],
                 allocated: self.st.q_alloc[q].to_f(),

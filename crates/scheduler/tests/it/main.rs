@@ -6,6 +6,7 @@ mod common;
 mod fairshare;
 mod invariants;
 mod k8s_e2e;
+mod k8s_kai;
 mod k8s_reclaim;
 mod k8s_restart;
 mod kai_semantics;
