@@ -15,10 +15,22 @@ use crate::snapshot::{GroupId, QueueId, Res};
 
 const EPS: f64 = 1e-9;
 
-/// Candidate jobs for the victim-seeking actions, in fair order, capped per action.
+/// Candidate jobs for the victim-seeking actions, in fair order, capped per action: the jobs
+/// allocate could not place, or, when allocate does not run this cycle, every job with a
+/// pending pod (as each KAI action iterates the pending jobs itself).
 pub fn candidates(sess: &Session<'_>, keep: impl Fn(GroupId) -> bool) -> Vec<GroupId> {
-    let mut jobs: Vec<GroupId> = sess
-        .failed
+    let pending: Vec<GroupId>;
+    let from: &[GroupId] = if sess.cfg.actions.contains(&crate::config::Action::Allocate) {
+        &sess.failed
+    } else {
+        pending = (0..sess.s.groups.len() as GroupId)
+            .filter(|&g| {
+                !sess.s.groups[g as usize].foreign && sess.pending_pods(g).next().is_some()
+            })
+            .collect();
+        &pending
+    };
+    let mut jobs: Vec<GroupId> = from
         .iter()
         .copied()
         .filter(|&g| !sess.hopeless[g as usize] && keep(g))
@@ -190,10 +202,11 @@ pub fn run(sess: &mut Session<'_>) {
     }
 }
 
-/// Victim order fixed at the start of the action: most over-served queue first, then
-/// lowest priority, newest. The dominant share enters the key as its rank among the
-/// queues' (equal shares, equal rank), so the key is an integer tuple.
-fn victim_order(sess: &Session<'_>) -> LazySorted<(u32, i32, i64, GroupId)> {
+/// Victim order fixed at the start of the action (KAI's victim queue: job order reversed):
+/// most over-served queue first, then lowest priority, newest. The dominant share enters the
+/// key as its rank among the queues' (equal shares, equal rank), so the key is an integer
+/// tuple.
+pub(super) fn victim_order(sess: &Session<'_>) -> LazySorted<(u32, i32, i64, GroupId)> {
     let dom: Vec<f64> = (0..sess.s.queues.len() as QueueId)
         .map(|vq| {
             sess.fs

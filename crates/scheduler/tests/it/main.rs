@@ -3,6 +3,7 @@
 
 mod cluster;
 mod common;
+mod conformance;
 mod fairshare;
 mod invariants;
 mod k8s_e2e;
