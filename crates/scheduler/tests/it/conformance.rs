@@ -95,6 +95,10 @@ struct JobSpec {
     min_available: Option<u32>,
     #[serde(default)]
     age_minutes: Option<i64>,
+    /// KAI's `kai.scheduler/preemption-delay`; Gantry has no such input (docs/compatibility.md,
+    /// "Not done"), so a case that depends on it must be marked `differs`.
+    #[serde(default)]
+    preemption_delay_minutes: Option<i64>,
     tasks: Vec<TaskSpec>,
 }
 
@@ -127,6 +131,14 @@ struct Expect {
 const NOW: i64 = 1_000_000;
 
 fn input_of(c: &Case) -> Result<ClusterInput, String> {
+    if c.differs.is_none()
+        && let Some(j) = c.jobs.iter().find(|j| j.preemption_delay_minutes.is_some())
+    {
+        return Err(format!(
+            "job {}: preemption delay has no Gantry input; mark the case `differs`",
+            j.name
+        ));
+    }
     let mut input = ClusterInput {
         now: NOW,
         ..Default::default()
