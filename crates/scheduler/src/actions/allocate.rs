@@ -30,7 +30,7 @@ pub fn run(sess: &mut Session<'_>) {
     // Jobs with a pending pod (as `pending_pods`), found in one pass over the pods.
     let mut pending = vec![false; sess.s.groups.len()];
     for (id, p) in sess.s.pods.iter().enumerate() {
-        if !p.running && p.invalid.is_none() && sess.st.placement[id].is_none() {
+        if !p.running && !p.releasing && p.invalid.is_none() && sess.st.placement[id].is_none() {
             pending[p.group as usize] = true;
         }
     }

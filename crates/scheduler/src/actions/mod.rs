@@ -7,6 +7,7 @@ mod lazy_sort;
 mod ordering;
 mod preempt;
 mod reclaim;
+mod releasing;
 mod solver;
 mod stale;
 
@@ -62,7 +63,7 @@ impl<'a> Session<'a> {
         let mut unschedulable = BTreeMap::new();
         for (id, p) in s.pods.iter().enumerate() {
             let g = &s.groups[p.group as usize];
-            if let (Some(q), None) = (g.queue, &p.invalid) {
+            if let (Some(q), None, false) = (g.queue, &p.invalid, p.releasing) {
                 leaf_req[q as usize].add(&p.res);
             }
             if p.running {
@@ -126,9 +127,11 @@ impl<'a> Session<'a> {
     /// Pending pods of a job that still need a node.
     pub fn pending_pods(&self, g: GroupId) -> impl Iterator<Item = PodId> + '_ {
         self.s.pods_of(g).iter().copied().filter(|&p| {
+            let pod = &self.s.pods[p as usize];
             self.st.placement[p as usize].is_none()
-                && !self.s.pods[p as usize].running
-                && self.s.pods[p as usize].invalid.is_none()
+                && !pod.running
+                && !pod.releasing
+                && pod.invalid.is_none()
         })
     }
 
@@ -300,6 +303,7 @@ impl<'a> Session<'a> {
                 reason,
             });
         }
+        let waits = releasing::nodes_waiting(s, &self.st, &self.evicted);
         for (i, p) in s.pods.iter().enumerate() {
             if p.running {
                 continue;
@@ -312,7 +316,7 @@ impl<'a> Session<'a> {
                     node: s.nodes[pl.node as usize].name.to_string(),
                     node_id: pl.node,
                     gpu: GpuBinding::from_placement(s, &pl.gpu),
-                    pipelined: self.pipelined[i],
+                    pipelined: self.pipelined[i] || waits[pl.node as usize],
                 });
             } else if let Some(msg) = self.unschedulable.get(&(i as PodId)) {
                 d.unschedulable.push(Unschedulable {

@@ -173,9 +173,31 @@ fn break_gangs(input: &mut ClusterInput, rng: &mut ChaCha8Rng) {
 
 /// Capacity after the decisions: nothing over-committed on any node, GPU or MIG profile.
 fn check_capacity(input: &ClusterInput, d: &Decisions) -> Result<(), String> {
-    let s = Snapshot::build(input);
     let mut after = input.clone();
     apply(&mut after, d);
+    check_usage(input, &after)
+}
+
+/// What the shell does at once: bind the binds that are not pipelined, while every pod on
+/// a node (running, just evicted, releasing) still holds it. Nothing may be over-committed.
+fn check_capacity_now(input: &ClusterInput, d: &Decisions) -> Result<(), String> {
+    let mut now = input.clone();
+    for b in d.binds.iter().filter(|b| !b.pipelined) {
+        if let Some(p) = now.pods.iter_mut().find(|p| p.name == b.name) {
+            let idx = match &b.gpu {
+                GpuBinding::Whole { indices } | GpuBinding::Fraction { indices, .. } => {
+                    indices.clone()
+                }
+                _ => vec![],
+            };
+            *p = running(p.clone(), &b.node, &idx);
+        }
+    }
+    check_usage(input, &now)
+}
+
+fn check_usage(input: &ClusterInput, after: &ClusterInput) -> Result<(), String> {
+    let s = Snapshot::build(input);
     let mut cpu: HashMap<&str, i64> = HashMap::new();
     let mut mem: HashMap<&str, i64> = HashMap::new();
     let mut pods: HashMap<&str, i64> = HashMap::new();
@@ -409,6 +431,63 @@ proptest! {
         prop_assert_eq!(&d2, &schedule(&Snapshot::build(&input), &cfg), "same decisions on a re-run");
         if let Err(e) = check_decisions(&input, &d2, &cfg) { prop_assert!(false, "cycle 2: {}", e); }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x7e1e),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Terminating (Releasing) pods still hold their nodes: whatever is placed onto what
+    /// they free is pipelined, and the binds sent at once never over-commit a node, a GPU or
+    /// a MIG profile, counting every pod still there (running, just evicted, releasing).
+    #[test]
+    fn binds_never_over_commit_while_pods_terminate(seed in any::<u64>()) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut input = random_cluster(&mut rng);
+        let cfg = config(&mut rng);
+        let jobs = rng.random_range(1..10);
+        add_jobs(&mut input, &mut rng, "a", jobs);
+        let d1 = schedule(&Snapshot::build(&input), &cfg);
+        apply(&mut input, &d1);
+        for p in input.pods.iter_mut().filter(|p| p.phase == PodPhase::Running) {
+            p.releasing = rng.random_bool(0.4);
+        }
+        let jobs = rng.random_range(1..10);
+        add_jobs(&mut input, &mut rng, "b", jobs);
+        let d2 = schedule(&Snapshot::build(&input), &cfg);
+        if let Err(e) = check_capacity_now(&input, &d2) { prop_assert!(false, "{}", e); }
+        let releasing: Vec<&str> = input.pods.iter().filter(|p| p.releasing).map(|p| p.name.as_str()).collect();
+        prop_assert!(d2.evictions.iter().all(|e| !releasing.contains(&e.name.as_str())), "a releasing pod was evicted again");
+    }
+}
+
+/// Terminating pods are placed onto at once, pipelined; once gone, the same bind goes out.
+#[test]
+fn work_is_pipelined_onto_a_releasing_pod_and_bound_once_it_is_gone() {
+    let mut input = ClusterInput {
+        nodes: vec![gpu_node("n0", 1)],
+        queues: vec![queue("q", None, 1.0, -1.0, 1.0)],
+        ..Default::default()
+    };
+    job(&mut input, "old", "q", 50, 1, 0);
+    job(&mut input, "new", "q", 50, 1, 1);
+    let old = input.pods.iter_mut().find(|p| p.name == "old").unwrap();
+    *old = running(old.clone(), "n0", &[0]);
+    old.releasing = true;
+    let d = schedule(&Snapshot::build(&input), &Config::default());
+    assert!(d.evictions.is_empty(), "{d:#?}");
+    assert_eq!(d.binds.len(), 1);
+    assert!(d.binds[0].pipelined && d.binds[0].name == "new", "{d:#?}");
+    check_capacity_now(&input, &d).unwrap();
+    // The terminating pod is gone: the same placement is bound now.
+    input.pods.retain(|p| p.name != "old");
+    let d = schedule(&Snapshot::build(&input), &Config::default());
+    assert_eq!(d.binds.len(), 1);
+    assert!(!d.binds[0].pipelined && d.binds[0].node == "n0", "{d:#?}");
 }
 
 /// Guard against a vacuous property: over many seeds the generator must drive every kind of
