@@ -198,3 +198,107 @@ async fn build_preempts_train_in_a_queue_limited_to_one_gpu() -> Result {
     let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
     Ok(())
 }
+
+/// GPUs requested by the pods bound to `node`, terminating ones included.
+async fn gpus_bound_to(c: &Cluster, node: &str) -> i64 {
+    c.pods("default", "")
+        .await
+        .iter()
+        .filter(|p| cluster::node_of(p).as_deref() == Some(node))
+        .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .limits
+                .as_ref()?
+                .get("nvidia.com/gpu")
+                .and_then(|q| q.0.parse::<i64>().ok())
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaimer_binds_right_after_a_slow_victim_is_gone_never_before() -> Result {
+    // One GPU. The victim has a 30 s grace period and a finalizer the test holds, so it stays
+    // Terminating (bound, holding its GPU) for as long as the test says: KAI's Releasing.
+    let c = Cluster::start("1xH100-80GB:1").await?;
+    let (stop, handle) = c.scheduler(c.options());
+    c.wait("Queue CRD served", Duration::from_secs(20), || async {
+        c.kubectl(&["get", "queues"]).await.ok()
+    })
+    .await?;
+    c.apply(
+        "queues.yaml",
+        &[queue("qa", None, 1, -1), queue("qb", None, 0, -1)].join("---"),
+    )
+    .await?;
+    let victim = pod("victim", "qb", "train").replace(
+        "  name: victim\n",
+        "  name: victim\n  finalizers: [test.gantry.dev/hold]\n",
+    );
+    let victim = victim.replace(
+        "  schedulerName: kai-scheduler\n",
+        "  schedulerName: kai-scheduler\n  terminationGracePeriodSeconds: 30\n",
+    );
+    c.apply("victim.yaml", &victim).await?;
+    let node = cluster::node_of(&c.wait_running("default", "victim").await?).ok_or("no node")?;
+    c.apply("reclaimer.yaml", &pod("reclaimer", "qa", "train"))
+        .await?;
+    c.wait_event("default", "victim", "Reclaimed").await?;
+    // While the victim terminates: the reclaimer waits, the GPU is never given twice, and
+    // no other pod is evicted in its place.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(6) {
+        let r = c
+            .pod("default", "reclaimer")
+            .await
+            .ok_or("reclaimer vanished")?;
+        assert_eq!(
+            cluster::node_of(&r),
+            None,
+            "bound while the victim still holds the GPU"
+        );
+        assert!(
+            gpus_bound_to(&c, &node).await <= 1,
+            "node {node} over-committed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let v = c
+        .pod("default", "victim")
+        .await
+        .ok_or("victim gone early")?;
+    assert!(
+        v.metadata.deletion_timestamp.is_some(),
+        "victim not terminating"
+    );
+    // The victim goes: the reclaimer is bound right after.
+    c.kubectl(&[
+        "patch",
+        "pod",
+        "victim",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ])
+    .await?;
+    c.wait("victim gone", Duration::from_secs(20), || async {
+        c.pod("default", "victim").await.is_none().then_some(())
+    })
+    .await?;
+    let gone = std::time::Instant::now();
+    c.wait("reclaimer bound", Duration::from_secs(20), || async {
+        let r = c.pod("default", "reclaimer").await?;
+        cluster::node_of(&r)
+    })
+    .await?;
+    let after = gone.elapsed();
+    assert!(
+        after < Duration::from_secs(5),
+        "bound {after:?} after the victim was gone"
+    );
+    assert!(gpus_bound_to(&c, &node).await <= 1);
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
+    Ok(())
+}
