@@ -13,8 +13,9 @@
 //!   a department's GPU over-quota weight is its GPU quota;
 //! - jobs: stably sorted by priority (highest first), then created one minute apart in that
 //!   order (earlier = older) unless `age_minutes` is given; gang minimum = task count unless
-//!   `min_available` is given; tasks named `<job>-<index>`; no CPU or memory unless given;
-//!   a non-integer `gpus` is a `gpu-fraction`.
+//!   `min_available` is given (KAI's `DefaultSubGroup(n)`: an elastic job of minimum n);
+//!   tasks named `<job>-<index>`; no CPU or memory unless given; a non-integer `gpus` is a
+//!   `gpu-fraction`.
 //!
 //! Statuses: `Running` = still running (not evicted), `Releasing` = evicted, `Pipelined` =
 //! bound after victims leave, `Binding` / `Allocated` = bound into free capacity, `Pending` =
@@ -108,6 +109,9 @@ struct TaskSpec {
     state: State,
     #[serde(default)]
     node: Option<String>,
+    /// `kai.scheduler/task-priority`.
+    #[serde(default)]
+    priority: i32,
 }
 
 #[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,6 +235,7 @@ fn input_of(c: &Case) -> Result<ClusterInput, String> {
                 cpu_milli: j.cpu_milli,
                 memory_bytes: j.memory,
                 creation,
+                task_priority: t.priority,
                 ..Default::default()
             };
             if j.gpus.fract() == 0.0 {
