@@ -136,4 +136,9 @@ pub struct PodInput {
     pub creation: i64,
     /// Label `kai.scheduler/task-priority`.
     pub task_priority: i32,
+    /// Bound but terminating (KAI's `Releasing`): it still holds its node's resources until
+    /// it is gone, but is neither a victim nor counted in its queue; work placed onto what it
+    /// frees is bound only once it is gone (pipelined).
+    #[serde(default)]
+    pub releasing: bool,
 }

@@ -155,6 +155,8 @@ pub struct Pod<'a> {
     pub res: Res,
     pub class: ClassId,
     pub running: bool,
+    /// Bound and terminating: holds `node` until gone; never pending, never a victim.
+    pub releasing: bool,
     pub node: Option<NodeId>,
     pub gpu_indices: &'a [u32],
     pub creation: i64,
@@ -404,7 +406,9 @@ impl<'a> Snapshot<'a> {
                 },
                 None => None,
             };
-            let running = p.phase == PodPhase::Running && node.is_some();
+            let bound = p.phase == PodPhase::Running && node.is_some();
+            let running = bound && !p.releasing;
+            let releasing = bound && p.releasing;
             if p.phase == PodPhase::Running && node.is_none() {
                 // A running pod on a node we do not know holds nothing we can see.
                 continue;
@@ -522,11 +526,12 @@ impl<'a> Snapshot<'a> {
                 res: Res([gpu_milli, p.cpu_milli.max(0), p.memory_bytes.max(0)]),
                 class,
                 running,
-                node: if running { node } else { None },
-                gpu_indices: if running { &p.gpu_indices } else { &[] },
+                releasing,
+                node: if bound { node } else { None },
+                gpu_indices: if bound { &p.gpu_indices } else { &[] },
                 creation: p.creation,
                 task_priority: p.task_priority,
-                invalid: if running { None } else { invalid },
+                invalid: if bound { None } else { invalid },
             });
         }
         let mut classes: Vec<(ClassId, ConstraintClass)> =

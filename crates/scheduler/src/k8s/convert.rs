@@ -294,6 +294,7 @@ pub fn pod(pod: &Pod, scheduler_name: &str, reservation_ns: &str) -> CachedPod {
             .get(names::LABEL_TASK_PRIORITY)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
+        releasing: false,
     };
     CachedPod {
         uid: meta.uid.clone().unwrap_or_default(),
