@@ -58,7 +58,11 @@ pub struct Assignment {
 
 impl Assignment {
     /// The nodes whose owner label is (or stays) `cr` after the labels are written.
-    pub fn owned_by<'a>(&'a self, cr: &'a str, current: &'a BTreeMap<String, String>) -> impl Iterator<Item = &'a str> + 'a {
+    pub fn owned_by<'a>(
+        &'a self,
+        cr: &'a str,
+        current: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a str> + 'a {
         self.nodes.iter().filter_map(move |(n, o)| {
             let owner = match o {
                 Owner::Cr(c) => Some(c.as_str()),
@@ -121,7 +125,11 @@ fn requirement(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -
             ) else {
                 return false;
             };
-            if r.operator == "Gt" { h > want } else { h < want }
+            if r.operator == "Gt" {
+                h > want
+            } else {
+                h < want
+            }
         }
         _ => false,
     }
@@ -135,7 +143,8 @@ pub fn assign(crs: &[CrView<'_>], nodes: &[NodeIn<'_>]) -> Assignment {
     let default = defaults.first().map(|c| c.name);
     if let Some(d) = default {
         for c in defaults.iter().skip(1) {
-            out.refused_defaults.insert(c.name.to_string(), d.to_string());
+            out.refused_defaults
+                .insert(c.name.to_string(), d.to_string());
         }
     }
     for n in nodes {
@@ -146,17 +155,26 @@ pub fn assign(crs: &[CrView<'_>], nodes: &[NodeIn<'_>]) -> Assignment {
             .collect();
         let owner = match selecting.len() {
             0 => default.map_or(Owner::None, |d| Owner::Cr(d.to_string())),
-            1 => Owner::Cr(selecting.iter().next().map(|s| s.to_string()).unwrap_or_default()),
+            1 => Owner::Cr(
+                selecting
+                    .iter()
+                    .next()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+            ),
             _ => {
                 for c in &selecting {
-                    out.conflicts.entry(c.to_string()).or_default().push(Conflict {
-                        node: n.name.to_string(),
-                        others: selecting
-                            .iter()
-                            .filter(|o| *o != c)
-                            .map(|o| o.to_string())
-                            .collect(),
-                    });
+                    out.conflicts
+                        .entry(c.to_string())
+                        .or_default()
+                        .push(Conflict {
+                            node: n.name.to_string(),
+                            others: selecting
+                                .iter()
+                                .filter(|o| *o != c)
+                                .map(|o| o.to_string())
+                                .collect(),
+                        });
                 }
                 Owner::Keep
             }
@@ -169,4 +187,136 @@ pub fn assign(crs: &[CrView<'_>], nodes: &[NodeIn<'_>]) -> Assignment {
 /// Whether a node is a GPU node the NVIDIADriver CRs manage.
 pub fn is_gpu_node(labels: &BTreeMap<String, String>) -> bool {
     labels.get(names::LABEL_GPU_PRESENT).map(String::as_str) == Some("true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> NVIDIADriverSpec {
+        serde_yaml::from_str(yaml).expect("spec parses")
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut l: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        l.insert(names::LABEL_GPU_PRESENT.into(), "true".into());
+        l
+    }
+
+    #[test]
+    fn pools_default_and_conflicts() {
+        let a100 = spec("{default: false, image: d, nodeSelector: {pool: a100}}");
+        let h100 = spec(
+            "{default: false, image: d, nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
+             {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [h100]}]}]}}}",
+        );
+        let extra = spec("{default: false, image: d, nodeSelector: {kubernetes.io/hostname: h-0}}");
+        let dflt = spec("{default: true, image: d}");
+        let late_default = spec("{default: true, image: d}");
+        let crs = [
+            CrView {
+                name: "a100",
+                spec: &a100,
+                created: 1,
+            },
+            CrView {
+                name: "h100",
+                spec: &h100,
+                created: 1,
+            },
+            CrView {
+                name: "extra",
+                spec: &extra,
+                created: 2,
+            },
+            CrView {
+                name: "zz-default",
+                spec: &dflt,
+                created: 1,
+            },
+            CrView {
+                name: "aa-default",
+                spec: &late_default,
+                created: 5,
+            },
+        ];
+        let l = [
+            ("a-0", labels(&[("pool", "a100")])),
+            (
+                "h-0",
+                labels(&[("pool", "h100"), ("kubernetes.io/hostname", "h-0")]),
+            ),
+            (
+                "h-1",
+                labels(&[("pool", "h100"), ("kubernetes.io/hostname", "h-1")]),
+            ),
+            ("other", labels(&[])),
+        ];
+        let nodes: Vec<NodeIn<'_>> = l
+            .iter()
+            .map(|(n, l)| NodeIn { name: n, labels: l })
+            .collect();
+        let a = assign(&crs, &nodes);
+        assert_eq!(a.nodes["a-0"], Owner::Cr("a100".into()));
+        assert_eq!(a.nodes["h-1"], Owner::Cr("h100".into()));
+        assert_eq!(a.nodes["h-0"], Owner::Keep);
+        // The oldest default wins; a later one is refused and names it.
+        assert_eq!(a.nodes["other"], Owner::Cr("zz-default".into()));
+        assert_eq!(a.refused_defaults["aa-default"], "zz-default");
+        assert_eq!(
+            a.conflicts["extra"],
+            vec![Conflict {
+                node: "h-0".into(),
+                others: vec!["h100".into()]
+            }]
+        );
+        assert_eq!(
+            a.conflicts["h100"],
+            vec![Conflict {
+                node: "h-0".into(),
+                others: vec!["extra".into()]
+            }]
+        );
+        // A conflicted node keeps whatever owner it had.
+        let current = BTreeMap::from([("h-0".to_string(), "h100".to_string())]);
+        let owned: Vec<&str> = a.owned_by("h100", &current).collect();
+        assert_eq!(owned, ["h-0", "h-1"]);
+        assert_eq!(a.owned_by("extra", &current).count(), 0);
+    }
+
+    #[test]
+    fn affinity_operators() {
+        let l = labels(&[("n", "5"), ("zone", "a")]);
+        let node = NodeIn {
+            name: "x",
+            labels: &l,
+        };
+        let aff = |expr: &str| -> NodeAffinity {
+            serde_yaml::from_str(&format!(
+                "requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: [{expr}]}}"
+            ))
+            .expect("affinity parses")
+        };
+        let yes = [
+            "{matchExpressions: [{key: n, operator: Gt, values: ['4']}]}",
+            "{matchExpressions: [{key: zone, operator: NotIn, values: [b]}, {key: gone, operator: DoesNotExist}]}",
+            "{matchFields: [{key: metadata.name, operator: In, values: [x]}]}",
+            "{matchExpressions: [{key: zone, operator: Exists}]}",
+        ];
+        for e in yes {
+            assert!(node_affinity_matches(&aff(e), &node), "{e}");
+        }
+        let no = [
+            "{matchExpressions: [{key: n, operator: Lt, values: ['5']}]}",
+            "{matchExpressions: [{key: zone, operator: In, values: [b]}]}",
+            "{}",
+            "{matchExpressions: [{key: zone, operator: Bogus}]}",
+        ];
+        for e in no {
+            assert!(!node_affinity_matches(&aff(e), &node), "{e}");
+        }
+    }
 }

@@ -219,9 +219,11 @@ pub async fn reconcile_once(
 
     let policy = active_policy(policies);
     let disabled = match &policy {
-        None => Some("no ClusterPolicy exists: NVIDIADrivers are reconciled only while the \
+        None => Some(
+            "no ClusterPolicy exists: NVIDIADrivers are reconciled only while the \
                       ClusterPolicy sets spec.driver.useNvidiaDriverCRD: true"
-            .to_string()),
+                .to_string(),
+        ),
         Some(p) if !p.spec.use_nvidia_driver_crd() => Some(format!(
             "ClusterPolicy {} does not set spec.driver.useNvidiaDriverCRD: true, so its own \
              driver section manages the driver and this NVIDIADriver is not reconciled",
@@ -306,7 +308,8 @@ pub async fn reconcile_once(
             ..Default::default()
         };
         if let Some(d) = plan.refused_defaults.get(name) {
-            o.problems.push(Problem::SecondDefault { default: d.clone() });
+            o.problems
+                .push(Problem::SecondDefault { default: d.clone() });
         }
         if let Some(list) = plan.conflicts.get(name) {
             o.problems.push(Problem::Conflicts(
@@ -380,10 +383,9 @@ pub async fn reconcile_once(
         o.daemonsets = ds_names
             .into_iter()
             .map(|n| {
-                let why = dss.get(&n).map_or_else(
-                    || Some("not created yet".to_string()),
-                    daemonset_not_ready,
-                );
+                let why = dss
+                    .get(&n)
+                    .map_or_else(|| Some("not created yet".to_string()), daemonset_not_ready);
                 (n, why)
             })
             .collect();
@@ -421,9 +423,11 @@ pub fn daemonset_not_ready(ds: &DaemonSet) -> Option<String> {
 /// Apply one rendered object unless the stored copy is up to date; (its key, whether written).
 async fn apply_one(client: &kube::Client, obj: Value) -> Result<(ObjectKey, bool), NvDriverError> {
     let want = apply::stamp(obj);
-    let key = apply::key_of(&want).ok_or(NvDriverError::BadObject("no apiVersion, kind or name"))?;
-    let info =
-        apply::kind_info(&key.0, &key.1).ok_or(NvDriverError::BadObject("a kind the operator cannot address"))?;
+    let key =
+        apply::key_of(&want).ok_or(NvDriverError::BadObject("no apiVersion, kind or name"))?;
+    let info = apply::kind_info(&key.0, &key.1).ok_or(NvDriverError::BadObject(
+        "a kind the operator cannot address",
+    ))?;
     let api = api_for(client, &info, &key.2);
     let what = format!("{} {}/{}", key.1, key.2, key.3);
     let have = api

@@ -71,7 +71,13 @@ fn describe(p: &Problem) -> (&'static str, String) {
     }
 }
 
-fn cond(type_: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+fn cond(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
     Condition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
@@ -83,7 +89,11 @@ fn cond(type_: &str, ok: bool, reason: &str, message: String, generation: Option
 }
 
 /// The status; transition times are kept from `old` where a condition's status did not change.
-pub fn compute(o: &Observed, old: Option<&NVIDIADriverStatus>, now: Timestamp) -> NVIDIADriverStatus {
+pub fn compute(
+    o: &Observed,
+    old: Option<&NVIDIADriverStatus>,
+    now: Timestamp,
+) -> NVIDIADriverStatus {
     let g = o.generation;
     let (state, conditions) = if let Some(why) = &o.disabled {
         (
@@ -126,7 +136,13 @@ pub fn compute(o: &Observed, old: Option<&NVIDIADriverStatus>, now: Timestamp) -
             (
                 NVIDIADriverState::NotReady,
                 vec![
-                    cond(CONDITION_READY, false, REASON_NOT_READY, waiting.join("; "), g),
+                    cond(
+                        CONDITION_READY,
+                        false,
+                        REASON_NOT_READY,
+                        waiting.join("; "),
+                        g,
+                    ),
                     ok,
                 ],
             )

@@ -35,8 +35,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 pub use image::DEFAULT_IMAGE;
 pub use nvdriver::{
     LABEL_NVIDIA_DRIVER, NvDriverError, driver_name, owner_value, render_nvidia_driver,
-    sanitized_kernel,
-    string_hash,
+    sanitized_kernel, string_hash,
 };
 
 /// Label on every rendered object: the operand state that owns it (`state-driver`, ...).

@@ -96,15 +96,21 @@ pub fn render_nvidia_driver(
     )
     .map_err(from_shared)?
     .reference();
-    let addon = |a: &Option<DriverAddonSpec>, path: &str, env: &str, default: (&str, &str, &str)| match a {
-        Some(g) if g.enabled == Some(true) => {
-            image::upstream(&ctx, path, Some(&g.image), env, Some(default)).map(Some)
-        }
-        _ => Ok(None),
-    };
+    let addon =
+        |a: &Option<DriverAddonSpec>, path: &str, env: &str, default: (&str, &str, &str)| match a {
+            Some(g) if g.enabled == Some(true) => {
+                image::upstream(&ctx, path, Some(&g.image), env, Some(default)).map(Some)
+            }
+            _ => Ok(None),
+        };
     let gds = addon(&spec.gds, "spec.gds", "GDS_IMAGE", chart::GDS).map_err(from_shared)?;
-    let gdrcopy = addon(&spec.gdrcopy, "spec.gdrcopy", "GDRCOPY_IMAGE", chart::GDRCOPY)
-        .map_err(from_shared)?;
+    let gdrcopy = addon(
+        &spec.gdrcopy,
+        "spec.gdrcopy",
+        "GDRCOPY_IMAGE",
+        chart::GDRCOPY,
+    )
+    .map_err(from_shared)?;
 
     let precompiled = s.use_precompiled();
     let uid = cr.metadata.uid.clone().unwrap_or_default();
@@ -159,10 +165,11 @@ fn resolve_driver_image(s: &NVIDIADriverSpec) -> Result<Resolved, String> {
             base: format!("{repo}/{image}"),
             tag: v,
         }),
-        (None, Some(v)) if v.starts_with("sha256:") => {
-            Ok(Resolved::Digest(format!("{image}@{v}")))
-        }
-        (None, Some(v)) => Ok(Resolved::Tagged { base: image, tag: v }),
+        (None, Some(v)) if v.starts_with("sha256:") => Ok(Resolved::Digest(format!("{image}@{v}"))),
+        (None, Some(v)) => Ok(Resolved::Tagged {
+            base: image,
+            tag: v,
+        }),
         (_, None) => {
             let last = image.rsplit('/').next().unwrap_or(&image);
             if image.contains('@') || last.contains(':') {
@@ -227,7 +234,9 @@ pub fn sanitized_kernel(kernel: &str) -> String {
     for arch in ["x86_64_64k", "aarch64_64k", "x86_64", "aarch64"] {
         k = k.replace(arch, "");
     }
-    k.replace('_', ".").trim_end_matches('.').to_ascii_lowercase()
+    k.replace('_', ".")
+        .trim_end_matches('.')
+        .to_ascii_lowercase()
 }
 
 fn node_selector(s: &NVIDIADriverSpec, cr: &str) -> Vec<(String, String)> {
