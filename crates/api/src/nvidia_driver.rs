@@ -18,6 +18,10 @@ use crate::names;
 /// Default driver image when the CR leaves `image` empty.
 pub const DEFAULT_DRIVER_IMAGE: &str = "nvcr.io/nvidia/driver";
 
+fn default_image() -> String {
+    DEFAULT_DRIVER_IMAGE.to_string()
+}
+
 /// Which driver the CR installs. Immutable after creation.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -100,6 +104,8 @@ pub struct DriverLicensingConfig {
 #[serde(rename_all = "camelCase")]
 pub struct NVIDIADriverSpec {
     /// The CR used for GPU nodes that no other CR selects. Must not set `nodeSelector`.
+    /// Absent means false (upstream's schema default, which the API server fills in).
+    #[serde(default)]
     pub default: bool,
     /// `gpu` (default), `vgpu` or `vgpu-host-manager`. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +133,7 @@ pub struct NVIDIADriverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
     /// Image (default `nvcr.io/nvidia/driver`).
+    #[serde(default = "default_image")]
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
