@@ -20,13 +20,13 @@ use std::time::Duration;
 
 use gantry_api::cluster_policy::ClusterPolicy;
 use gantry_api::names;
-use gantry_api::nvidia_driver::{NVIDIADriver, NVIDIADriverState};
+use gantry_api::nvidia_driver::{NVIDIADriver, NVIDIADriverState, NVIDIADriverStatus};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
+use kube::core::{ApiResource, PartialObjectMeta};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -189,13 +189,14 @@ pub async fn reconcile_once(
 ) -> Result<Round, NvDriverError> {
     let lp = ListParams::default();
     let crs_api: Api<NVIDIADriver> = Api::all(client.clone());
-    let mut crs = match crs_api.list(&lp).await {
-        Ok(l) => l.items,
+    // Listed untyped and parsed one by one: one CR the API server stored but this version
+    // cannot read gets an error in its status instead of stopping every other CR.
+    let (mut crs, unreadable) = match list_crs(client).await {
+        Ok(l) => l,
         // The CRD is not installed: nothing to reconcile.
         Err(e) if not_found(&e) => return Ok(Round::default()),
         Err(e) => return Err(api_err("listing NVIDIADrivers")(e)),
     };
-    crs.retain(|c| c.metadata.deletion_timestamp.is_none());
     crs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let policies = match Api::<ClusterPolicy>::all(client.clone()).list(&lp).await {
         Ok(l) => l.items,
@@ -216,6 +217,23 @@ pub async fn reconcile_once(
         })
         .collect();
     let mut round = Round::default();
+    for (o, why) in &unreadable {
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let old: Option<NVIDIADriverStatus> = o
+            .data
+            .get("status")
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+        let obs = Observed {
+            namespace: opts.namespace.clone(),
+            generation: o.metadata.generation,
+            problems: vec![Problem::Invalid(format!(
+                "NVIDIADriver {name} cannot be read: {why}"
+            ))],
+            ..Default::default()
+        };
+        let st = status::compute(&obs, old.as_ref(), Timestamp::now());
+        round.writes += write_status(&crs_api, &name, old.as_ref(), st).await?;
+    }
 
     let policy = active_policy(policies);
     let disabled = match &policy {
@@ -247,7 +265,7 @@ pub async fn reconcile_once(
                 ..Default::default()
             };
             let st = status::compute(&o, cr.status.as_ref(), Timestamp::now());
-            round.writes += write_status(&crs_api, cr, st).await?;
+            round.writes += write_status(&crs_api, name_of(cr), cr.status.as_ref(), st).await?;
         }
         return Ok(round);
     }
@@ -394,7 +412,7 @@ pub async fn reconcile_once(
         if st.state != NVIDIADriverState::Ready {
             round.busy = true;
         }
-        round.writes += write_status(&crs_api, cr, st).await?;
+        round.writes += write_status(&crs_api, name_of(cr), cr.status.as_ref(), st).await?;
     }
     Ok(round)
 }
@@ -532,13 +550,13 @@ async fn set_owner(
 /// Write the CR's status unless it already says the same; 1 when written.
 async fn write_status(
     api: &Api<NVIDIADriver>,
-    cr: &NVIDIADriver,
-    new: gantry_api::nvidia_driver::NVIDIADriverStatus,
+    name: &str,
+    old: Option<&NVIDIADriverStatus>,
+    new: NVIDIADriverStatus,
 ) -> Result<usize, NvDriverError> {
-    if cr.status.as_ref().is_some_and(|s| status::same(s, &new)) {
+    if old.is_some_and(|s| status::same(s, &new)) {
         return Ok(0);
     }
-    let name = name_of(cr);
     let pp = PatchParams {
         field_manager: Some(crate::FIELD_MANAGER.into()),
         ..Default::default()
@@ -551,4 +569,27 @@ async fn write_status(
         Err(e) if not_found(&e) => Ok(0),
         Err(e) => Err(api_err(format!("writing status of NVIDIADriver {name}"))(e)),
     }
+}
+
+/// Every NVIDIADriver not being deleted: those that parse, and those that do not with why.
+pub async fn list_crs(
+    client: &kube::Client,
+) -> Result<(Vec<NVIDIADriver>, Vec<(DynamicObject, String)>), kube::Error> {
+    let ar = ApiResource::erase::<NVIDIADriver>(&());
+    let list = Api::<DynamicObject>::all_with(client.clone(), &ar)
+        .list(&ListParams::default())
+        .await?;
+    let mut ok = Vec::new();
+    let mut bad = Vec::new();
+    for o in list.items {
+        if o.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let parsed = serde_json::to_value(&o).and_then(serde_json::from_value::<NVIDIADriver>);
+        match parsed {
+            Ok(c) => ok.push(c),
+            Err(e) => bad.push((o, e.to_string())),
+        }
+    }
+    Ok((ok, bad))
 }

@@ -320,11 +320,9 @@ pub async fn reconcile_once(
 async fn driver_pools(
     client: &kube::Client,
 ) -> Result<Vec<(String, gantry_api::common::EffectiveUpgradePolicy)>, UpgradeError> {
-    let list = match Api::<NVIDIADriver>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-    {
-        Ok(l) => l.items,
+    let list = match crate::nvdriver::list_crs(client).await {
+        // A CR that cannot be read walks no pool (its status says why).
+        Ok((l, _)) => l,
         Err(e) if not_found(&e) => Vec::new(),
         Err(e) => return Err(list_err("NVIDIADrivers")(e)),
     };
