@@ -312,6 +312,19 @@ mod tests {
     }
 
     #[test]
+    fn upstream_sample_parses_with_schema_defaults() {
+        let cr: NVIDIADriver = serde_yaml::from_str(include_str!(
+            "../tests/fixtures/nvidiadriver-upstream-sample.yaml"
+        ))
+        .expect("upstream's sample parses");
+        assert!(!cr.spec.default);
+        assert!(cr.spec.validate().is_empty());
+        assert_eq!(cr.spec.effective_node_selector().len(), 1);
+        let bare: NVIDIADriverSpec = serde_yaml::from_str("{version: '1'}").expect("parses");
+        assert_eq!(bare.image_or_default(), DEFAULT_DRIVER_IMAGE);
+    }
+
+    #[test]
     fn default_cr_must_not_select() {
         let s = NVIDIADriverSpec {
             default: true,

@@ -14,6 +14,8 @@ use gantry_sim::cluster::{self, SimCluster};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
 pub use gantry_testkit::eventually_secs;
+/// The older tests' name for it.
+pub use gantry_testkit::eventually_secs as eventually;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
