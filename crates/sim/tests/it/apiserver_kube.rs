@@ -2,6 +2,7 @@
 
 use futures::{StreamExt, TryStreamExt};
 use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{
@@ -9,8 +10,6 @@ use kube::api::{
 };
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
-use std::time::Duration;
-use gantry_testkit::eventually_secs;
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -362,12 +361,16 @@ async fn reflector_stays_in_sync_under_10000_writes() -> Result {
         let reader = reader.clone();
         let truth = truth.items.clone();
         async move {
-            Ok(reader.len() == OBJECTS
-                && truth.iter().all(|t| {
-                    reader
-                        .get(&reflector::ObjectRef::from_obj(t))
-                        .is_some_and(|r| r.metadata.resource_version == t.metadata.resource_version)
-                }))
+            Ok::<_, kube::Error>(
+                reader.len() == OBJECTS
+                    && truth.iter().all(|t| {
+                        reader
+                            .get(&reflector::ObjectRef::from_obj(t))
+                            .is_some_and(|r| {
+                                r.metadata.resource_version == t.metadata.resource_version
+                            })
+                    }),
+            )
         }
     })
     .await?;
@@ -469,7 +472,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
         .await?;
     cms.delete("owner", &DeleteParams::background()).await?;
     eventually_secs("dependent deleted", 30, || async {
-        Ok(secrets.get_opt("dep").await?.is_none())
+        Ok::<_, kube::Error>(secrets.get_opt("dep").await?.is_none())
     })
     .await?;
     // Orphan: the dependent stays, without the owner reference.
@@ -481,7 +484,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
         .await?;
     cms.delete("owner2", &DeleteParams::orphan()).await?;
     eventually_secs("owner gone", 30, || async {
-        Ok(cms.get_opt("owner2").await?.is_none())
+        Ok::<_, kube::Error>(cms.get_opt("owner2").await?.is_none())
     })
     .await?;
     let s = secrets.get("orphan").await?;
@@ -495,12 +498,14 @@ async fn garbage_collection_of_owned_objects() -> Result {
     secrets.create(&PostParams::default(), &dep).await?;
     cms.delete("owner3", &DeleteParams::foreground()).await?;
     eventually_secs("dependent marked deleting", 30, || async {
-        Ok(secrets
-            .get("held")
-            .await?
-            .metadata
-            .deletion_timestamp
-            .is_some())
+        Ok::<_, kube::Error>(
+            secrets
+                .get("held")
+                .await?
+                .metadata
+                .deletion_timestamp
+                .is_some(),
+        )
     })
     .await?;
     assert!(
@@ -515,7 +520,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
         )
         .await?;
     eventually_secs("owner gone after dependent", 30, || async {
-        Ok(cms.get_opt("owner3").await?.is_none())
+        Ok::<_, kube::Error>(cms.get_opt("owner3").await?.is_none())
     })
     .await?;
     Ok(())
@@ -557,7 +562,7 @@ async fn finalizers_hold_a_delete_and_namespaces_cascade() -> Result {
         .await;
     assert!(err.is_err() || nss.get_opt("team").await?.is_none());
     eventually_secs("namespace gone", 30, || async {
-        Ok(nss.get_opt("team").await?.is_none())
+        Ok::<_, kube::Error>(nss.get_opt("team").await?.is_none())
     })
     .await?;
     assert!(in_ns.get_opt("x").await?.is_none());
