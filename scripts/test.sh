@@ -42,6 +42,8 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 phase setup
 
+# The pure crates (API types, Kubernetes rules) must not pull in an async runtime or TLS.
+scripts/pure-crates.sh
 cargo fmt --all -- --check
 phase fmt
 cargo clippy --workspace --all-targets --locked -- -D warnings

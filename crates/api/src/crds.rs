@@ -125,7 +125,18 @@ fn add_driver_rules(schema: &mut Value) {
         json!([{"rule": "!(self.default && has(self.nodeSelector) && size(self.nodeSelector) > 0)",
                 "message": "nodeSelector must not be set when default is true"}]),
     );
+    // Upstream's schema defaults: the API server fills them in, so manifests (upstream's
+    // sample among them) may leave `default` and `image` out though both are required.
+    spec.insert("required".into(), json!(["default", "image"]));
     if let Some(props) = spec.get_mut("properties").and_then(Value::as_object_mut) {
+        for (field, value) in [
+            ("default", json!(false)),
+            ("image", json!(crate::nvidia_driver::DEFAULT_DRIVER_IMAGE)),
+        ] {
+            if let Some(f) = props.get_mut(field).and_then(Value::as_object_mut) {
+                f.insert("default".into(), value);
+            }
+        }
         for field in ["driverType", "usePrecompiled"] {
             if let Some(f) = props.get_mut(field).and_then(Value::as_object_mut) {
                 f.insert(

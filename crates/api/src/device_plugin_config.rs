@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use crate::cluster_policy::MigStrategy;
 use crate::common::Extra;
-use crate::kai::duration::parse_go_duration;
 use crate::names;
 use crate::problem::{Problem, index};
+use gantry_k8s_rules::parse_go_duration;
 
 /// The whole file.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -293,8 +293,9 @@ pub struct Imex {
 }
 
 /// The sharing strategy a config results in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SharingStrategy {
+    #[default]
     None,
     TimeSlicing,
     Mps,

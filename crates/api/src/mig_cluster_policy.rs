@@ -23,6 +23,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use gantry_k8s_rules::Selector;
+use gantry_k8s_rules::names::is_label_value;
+
 use crate::common::{Extra, check_int_or_percent, scaled_int_or_percent};
 use crate::mig_parted::{self, MigConfigEntry};
 use crate::names;
@@ -158,7 +161,7 @@ impl MigClusterPolicySpec {
         let by_labels = self
             .node_selector
             .as_ref()
-            .is_none_or(|s| label_selector_matches(s, labels));
+            .is_none_or(|s| Selector::from_label_selector(s).is_ok_and(|s| s.matches(labels)));
         let by_product = match &self.gpu_products {
             None => true,
             Some(list) => labels
@@ -217,26 +220,10 @@ impl MigClusterPolicySpec {
                 ));
             }
         }
-        if let Some(sel) = &self.node_selector {
-            for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
-                let p = format!("spec.nodeSelector.matchExpressions[{i}]");
-                let vals = e.values.as_ref().map_or(0, Vec::len);
-                match e.operator.as_str() {
-                    "In" | "NotIn" if vals == 0 => out.push((
-                        format!("{p}.values"),
-                        format!("must be non-empty for operator {}", e.operator),
-                    )),
-                    "Exists" | "DoesNotExist" if vals > 0 => out.push((
-                        format!("{p}.values"),
-                        format!("must be empty for operator {}", e.operator),
-                    )),
-                    "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-                    other => out.push((
-                        format!("{p}.operator"),
-                        format!("must be one of In, NotIn, Exists, DoesNotExist, got {other:?}"),
-                    )),
-                }
-            }
+        if let Some(sel) = &self.node_selector
+            && let Err(e) = Selector::from_label_selector(sel)
+        {
+            out.push((format!("spec.nodeSelector.{}", e.input), e.reason));
         }
         out
     }
@@ -285,37 +272,6 @@ pub fn base_product(p: &str) -> &str {
         Some(i) => &p[..i],
         None => p,
     }
-}
-
-/// Kubernetes label-selector semantics (matchLabels AND matchExpressions). An unknown
-/// operator matches nothing.
-pub fn label_selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let ml = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let me = sel.match_expressions.iter().flatten().all(|e| {
-        let vals = e.values.as_deref().unwrap_or(&[]);
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| vals.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !vals.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    ml && me
-}
-
-/// Valid Kubernetes label value: ≤ 63 chars of `[A-Za-z0-9-_.]`, alphanumeric at both ends.
-pub fn is_label_value(v: &str) -> bool {
-    v.is_empty()
-        || (v.len() <= 63
-            && v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && v.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
-            && v.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric))
 }
 
 /// Checks the named layout against known mig-parted configs, when the caller has them.

@@ -160,6 +160,14 @@ pub const DEFAULT_QUEUE: &str = "default-queue";
 pub const DEFAULT_POD_GROUP_PRIORITY: i32 = 50;
 /// Priority at or above which a workload is non-preemptible unless it says otherwise.
 pub const NON_PREEMPTIBLE_PRIORITY_THRESHOLD: i32 = 100;
+/// The PriorityClasses KAI's chart installs (name, value), lowest first: `train` and
+/// `build-preemptible` are preemptible, `build` and `inference` (>= 100) are not.
+pub const KAI_PRIORITY_CLASSES: [(&str, i32); 4] = [
+    ("train", 50),
+    ("build-preemptible", 75),
+    ("build", 100),
+    ("inference", 125),
+];
 
 // ---- Gantry's own -------------------------------------------------------------------------
 

@@ -18,6 +18,10 @@ use crate::names;
 /// Default driver image when the CR leaves `image` empty.
 pub const DEFAULT_DRIVER_IMAGE: &str = "nvcr.io/nvidia/driver";
 
+fn default_image() -> String {
+    DEFAULT_DRIVER_IMAGE.to_string()
+}
+
 /// Which driver the CR installs. Immutable after creation.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -100,6 +104,8 @@ pub struct DriverLicensingConfig {
 #[serde(rename_all = "camelCase")]
 pub struct NVIDIADriverSpec {
     /// The CR used for GPU nodes that no other CR selects. Must not set `nodeSelector`.
+    /// Absent means false (upstream's schema default, which the API server fills in).
+    #[serde(default)]
     pub default: bool,
     /// `gpu` (default), `vgpu` or `vgpu-host-manager`. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +133,7 @@ pub struct NVIDIADriverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
     /// Image (default `nvcr.io/nvidia/driver`).
+    #[serde(default = "default_image")]
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -302,6 +309,19 @@ mod tests {
                 .map(String::as_str),
             Some("true")
         );
+    }
+
+    #[test]
+    fn upstream_sample_parses_with_schema_defaults() {
+        let cr: NVIDIADriver = serde_yaml::from_str(include_str!(
+            "../tests/fixtures/nvidiadriver-upstream-sample.yaml"
+        ))
+        .expect("upstream's sample parses");
+        assert!(!cr.spec.default);
+        assert!(cr.spec.validate().is_empty());
+        assert_eq!(cr.spec.effective_node_selector().len(), 1);
+        let bare: NVIDIADriverSpec = serde_yaml::from_str("{version: '1'}").expect("parses");
+        assert_eq!(bare.image_or_default(), DEFAULT_DRIVER_IMAGE);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod migpolicy;
 pub mod node_watch;
 pub mod nodes;
+pub mod nvdriver;
 pub mod paged;
 pub mod reconcile;
 pub mod render;

@@ -135,7 +135,7 @@ fn spawn_controllers(
         image_env: reconcile::image_env_from_process(),
         operator_labels: opts.operator_labels.clone(),
     };
-    // One node watch for all three controllers; it stops when they have all stopped.
+    // One node watch for all the controllers; it stops when they have all stopped.
     let nodes = crate::node_watch::NodeWatch::start(client.clone());
     tasks.push(tokio::spawn(reconcile::run(
         client.clone(),
@@ -155,6 +155,15 @@ fn spawn_controllers(
     tasks.push(tokio::spawn(crate::migpolicy::run(
         client.clone(),
         crate::migpolicy::MigPolicyOptions::new(&opts.namespace),
+        nodes.clone(),
+        stopped(stop.clone()),
+    )));
+    let mut nv = crate::nvdriver::NvDriverOptions::new(&opts.namespace);
+    nv.image = opts.image.clone();
+    nv.image_env = reconcile::image_env_from_process();
+    tasks.push(tokio::spawn(crate::nvdriver::run(
+        client.clone(),
+        nv,
         nodes,
         stopped(stop.clone()),
     )));

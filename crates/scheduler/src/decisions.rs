@@ -160,6 +160,8 @@ pub struct StaleMark {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct QueueReport {
     pub name: String,
+    /// The queue's own quota as written (`-1` kept: unlimited).
+    pub quota: [f64; 3],
     pub deserved: [f64; 3],
     pub fair_share: [f64; 3],
     pub allocated: [f64; 3],

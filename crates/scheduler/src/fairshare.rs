@@ -207,6 +207,38 @@ impl FairShare {
         })
     }
 
+    /// Deserved amount as KAI compares it: quota `-1` is unlimited (`f64::INFINITY`), so
+    /// nothing is ever "over deserved" in that resource and nothing is "below" it.
+    pub fn deserved_bound(&self, s: &Snapshot<'_>, q: QueueId) -> [f64; 3] {
+        let qq = &s.queues[q as usize];
+        std::array::from_fn(|r| {
+            if qq.quota[r] < 0.0 {
+                f64::INFINITY
+            } else {
+                qq.quota[r]
+            }
+        })
+    }
+
+    /// KAI's allocatable share as the reclaim strategies compare it: quota `-1` means the
+    /// limit (unlimited when the limit is `-1` too), otherwise max(deserved, fair share)
+    /// capped by the limit.
+    pub fn allocatable_bound(&self, s: &Snapshot<'_>, q: QueueId) -> [f64; 3] {
+        let qq = &s.queues[q as usize];
+        std::array::from_fn(|r| {
+            let limit = if qq.limit[r] < 0.0 {
+                f64::INFINITY
+            } else {
+                qq.limit[r]
+            };
+            if qq.quota[r] < 0.0 {
+                limit
+            } else {
+                qq.quota[r].max(self.fair[q as usize][r]).min(limit)
+            }
+        })
+    }
+
     /// What the DRF denominator uses: max(deserved, fair share) capped by the limit.
     pub fn allocatable(&self, s: &Snapshot<'_>, q: QueueId) -> [f64; 3] {
         let qq = &s.queues[q as usize];
@@ -251,7 +283,7 @@ pub fn compare_queues(
         let cur = alloc[q as usize].to_f();
         let with = alloc[q as usize].plus(job).to_f();
         let fair = fs.fair[q as usize];
-        let deserved = fs.deserved(s, q);
+        let deserved = fs.deserved_bound(s, q);
         let above_fair = (0..3).any(|r| cur[r] > fair[r] + EPS);
         let over_deserved = (0..3).any(|r| with[r] > deserved[r] + EPS && job.0[r] > 0);
         let alloc_share = fs.allocatable(s, q);

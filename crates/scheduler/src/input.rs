@@ -33,56 +33,10 @@ pub struct NodeInput {
     pub mig: BTreeMap<String, u32>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Taint {
-    pub key: String,
-    pub value: String,
-    pub effect: TaintEffect,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum TaintEffect {
-    NoSchedule,
-    PreferNoSchedule,
-    NoExecute,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Toleration {
-    /// Empty key with `Exists` tolerates everything.
-    pub key: String,
-    pub operator: TolerationOperator,
-    pub value: String,
-    /// `None` tolerates every effect.
-    pub effect: Option<TaintEffect>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum TolerationOperator {
-    Equal,
-    Exists,
-}
-
-/// One `nodeSelectorTerms` entry: all requirements must hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct NodeSelectorTerm {
-    pub requirements: Vec<LabelRequirement>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct LabelRequirement {
-    pub key: String,
-    pub operator: LabelOperator,
-    pub values: Vec<String>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum LabelOperator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-}
+// Taints, tolerations and node affinity are the shared Kubernetes rules' own types, so the
+// scheduler evaluates them exactly as the sim and kube-scheduler do.
+pub use gantry_k8s_rules::affinity::{NodeSelector, NodeSelectorTerm};
+pub use gantry_k8s_rules::{Taint, TaintEffect, Toleration, TolerationOperator};
 
 /// One resource of a queue, in KAI units: GPUs (fractions allowed), millicores, MB (10^6 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -171,8 +125,9 @@ pub struct PodInput {
     /// Pod annotations (only the GPU-sharing ones are read).
     pub annotations: BTreeMap<String, String>,
     pub node_selector: BTreeMap<String, String>,
-    /// Required node affinity terms (OR of terms).
-    pub affinity: Vec<NodeSelectorTerm>,
+    /// Required node affinity (`None`: none; terms are ORed, and no usable term matches
+    /// no node).
+    pub affinity: Option<NodeSelector>,
     pub tolerations: Vec<Toleration>,
     pub phase: PodPhase,
     pub node: Option<String>,
@@ -181,4 +136,9 @@ pub struct PodInput {
     pub creation: i64,
     /// Label `kai.scheduler/task-priority`.
     pub task_priority: i32,
+    /// Bound but terminating (KAI's `Releasing`): it still holds its node's resources until
+    /// it is gone, but is neither a victim nor counted in its queue; work placed onto what it
+    /// frees is bound only once it is gone (pipelined).
+    #[serde(default)]
+    pub releasing: bool,
 }

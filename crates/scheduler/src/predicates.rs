@@ -1,8 +1,10 @@
 //! Static node filters (labels, affinity, taints, readiness): they do not change during a
-//! cycle, so each constraint class is evaluated against every node once.
+//! cycle, so each constraint class is evaluated against every node once. The rules
+//! themselves are `gantry_k8s_rules`'.
+
+use gantry_k8s_rules::taints::untolerated_taint;
 
 use crate::decisions::NodeReason;
-use crate::input::{LabelOperator, TaintEffect, TolerationOperator};
 use crate::snapshot::{ClassId, ConstraintClass, Node, NodeId, Snapshot};
 
 /// Nodes a class may use, and why the others were rejected.
@@ -21,36 +23,13 @@ pub fn static_check(node: &Node<'_>, c: &ConstraintClass) -> Result<(), NodeReas
             return Err(NodeReason::NodeSelector);
         }
     }
-    if !c.affinity.is_empty()
-        && !c.affinity.iter().any(|t| {
-            t.requirements.iter().all(|r| {
-                let val = node.labels.get(&r.key);
-                match r.operator {
-                    LabelOperator::In => val.is_some_and(|v| r.values.contains(v)),
-                    LabelOperator::NotIn => !val.is_some_and(|v| r.values.contains(v)),
-                    LabelOperator::Exists => val.is_some(),
-                    LabelOperator::DoesNotExist => val.is_none(),
-                }
-            })
-        })
+    if let Some(a) = &c.affinity
+        && !a.matches(node.name, node.labels)
     {
         return Err(NodeReason::Affinity);
     }
-    for t in node.taints {
-        if t.effect == TaintEffect::PreferNoSchedule {
-            continue;
-        }
-        let tolerated = c.tolerations.iter().any(|tol| {
-            let effect_ok = tol.effect.is_none_or(|e| e == t.effect);
-            let key_ok = match tol.operator {
-                TolerationOperator::Exists => tol.key.is_empty() || tol.key == t.key,
-                TolerationOperator::Equal => tol.key == t.key && tol.value == t.value,
-            };
-            effect_ok && key_ok
-        });
-        if !tolerated {
-            return Err(NodeReason::Taint(t.key.clone()));
-        }
+    if let Some(t) = untolerated_taint(node.taints, &c.tolerations) {
+        return Err(NodeReason::Taint(t.key.clone()));
     }
     Ok(())
 }
@@ -92,7 +71,11 @@ impl ClassCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::{LabelRequirement, NodeSelectorTerm, Taint, Toleration};
+    use crate::input::{
+        NodeSelector, NodeSelectorTerm, Taint, TaintEffect, Toleration, TolerationOperator,
+    };
+    use gantry_k8s_rules::fields::FieldRequirement;
+    use gantry_k8s_rules::{Operator, Requirement};
     use std::collections::BTreeMap;
 
     fn node<'a>(labels: &'a BTreeMap<String, String>, taints: &'a [Taint]) -> Node<'a> {
@@ -140,21 +123,58 @@ mod tests {
         c.node_selector.push(("zone".into(), "b".into()));
         assert_eq!(static_check(&n, &c), Err(NodeReason::NodeSelector));
         c.node_selector.clear();
-        c.affinity.push(NodeSelectorTerm {
-            requirements: vec![LabelRequirement {
-                key: "nvidia.com/gpu.product".into(),
-                operator: LabelOperator::In,
-                values: vec!["A100".into()],
-            }],
-        });
+        let term = |key: &str, op: Operator, value: &str| NodeSelectorTerm {
+            match_expressions: vec![Requirement::new(key, op, &[value.into()]).expect("valid")],
+            match_fields: vec![],
+        };
+        let mut a = NodeSelector {
+            terms: vec![term("nvidia.com/gpu.product", Operator::In, "A100")],
+        };
+        c.affinity = Some(a.clone());
         assert_eq!(static_check(&n, &c), Err(NodeReason::Affinity));
-        c.affinity.push(NodeSelectorTerm {
-            requirements: vec![LabelRequirement {
-                key: "zone".into(),
-                operator: LabelOperator::NotIn,
-                values: vec!["b".into()],
-            }],
-        });
+        a.terms.push(term("zone", Operator::NotIn, "b"));
+        c.affinity = Some(a);
         assert_eq!(static_check(&n, &c), Ok(()), "terms are OR-ed");
+        c.affinity = Some(NodeSelector::default());
+        assert_eq!(
+            static_check(&n, &c),
+            Err(NodeReason::Affinity),
+            "a required affinity without usable terms matches no node"
+        );
+    }
+
+    #[test]
+    fn match_fields_pin_the_node_and_gt_is_numeric() {
+        let labels = BTreeMap::from([("cores".to_string(), "64".to_string())]);
+        let n = node(&labels, &[]);
+        let pin = |name: &str| NodeSelector {
+            terms: vec![NodeSelectorTerm {
+                match_expressions: vec![],
+                match_fields: vec![FieldRequirement {
+                    field: "metadata.name".into(),
+                    equal: true,
+                    value: name.into(),
+                }],
+            }],
+        };
+        let mut c = ConstraintClass {
+            affinity: Some(pin("n")),
+            ..Default::default()
+        };
+        assert_eq!(static_check(&n, &c), Ok(()));
+        c.affinity = Some(pin("cpu-2"));
+        assert_eq!(static_check(&n, &c), Err(NodeReason::Affinity));
+        let gt = |v: &str| NodeSelector {
+            terms: vec![NodeSelectorTerm {
+                match_expressions: vec![
+                    Requirement::new("cores", Operator::GreaterThan, &[v.into()]).expect("valid"),
+                ],
+                match_fields: vec![],
+            }],
+        };
+        c.affinity = Some(gt("32"));
+        assert_eq!(static_check(&n, &c), Ok(()));
+        c.affinity = Some(gt("64"));
+        assert_eq!(static_check(&n, &c), Err(NodeReason::Affinity));
     }
 }

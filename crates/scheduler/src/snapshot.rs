@@ -2,7 +2,7 @@
 //! dense `u32` ids; strings are only kept for output and are borrowed from the cache
 //! (`ClusterInput`), so building a snapshot copies no names. Built once per cycle.
 
-use crate::input::{ClusterInput, NodeSelectorTerm, PodPhase, Taint, Toleration};
+use crate::input::{ClusterInput, NodeSelector, PodPhase, Taint, Toleration};
 use crate::request::{GpuRequest, gpu_memory_mib, memory_to_milli, parse_gpu_request};
 use gantry_api::names;
 use std::borrow::Cow;
@@ -155,6 +155,8 @@ pub struct Pod<'a> {
     pub res: Res,
     pub class: ClassId,
     pub running: bool,
+    /// Bound and terminating: holds `node` until gone; never pending, never a victim.
+    pub releasing: bool,
     pub node: Option<NodeId>,
     pub gpu_indices: &'a [u32],
     pub creation: i64,
@@ -167,7 +169,7 @@ pub struct Pod<'a> {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ConstraintClass {
     pub node_selector: Vec<(String, String)>,
-    pub affinity: Vec<NodeSelectorTerm>,
+    pub affinity: Option<NodeSelector>,
     pub tolerations: Vec<Toleration>,
 }
 
@@ -404,7 +406,9 @@ impl<'a> Snapshot<'a> {
                 },
                 None => None,
             };
-            let running = p.phase == PodPhase::Running && node.is_some();
+            let bound = p.phase == PodPhase::Running && node.is_some();
+            let running = bound && !p.releasing;
+            let releasing = bound && p.releasing;
             if p.phase == PodPhase::Running && node.is_none() {
                 // A running pod on a node we do not know holds nothing we can see.
                 continue;
@@ -492,29 +496,27 @@ impl<'a> Snapshot<'a> {
                     i64::from(s.mig_profile_gpus[*profile as usize]) * i64::from(*count) * 1000
                 }
             };
-            let class = if p.node_selector.is_empty()
-                && p.affinity.is_empty()
-                && p.tolerations.is_empty()
-            {
-                // The common unconstrained pod skips hashing.
-                let next = class_ids.len() as ClassId;
-                *empty_class.get_or_insert_with(|| {
-                    class_ids.insert(ConstraintClass::default(), next);
-                    next
-                })
-            } else {
-                let key = ConstraintClass {
-                    node_selector: p
-                        .node_selector
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                    affinity: p.affinity.clone(),
-                    tolerations: p.tolerations.clone(),
+            let class =
+                if p.node_selector.is_empty() && p.affinity.is_none() && p.tolerations.is_empty() {
+                    // The common unconstrained pod skips hashing.
+                    let next = class_ids.len() as ClassId;
+                    *empty_class.get_or_insert_with(|| {
+                        class_ids.insert(ConstraintClass::default(), next);
+                        next
+                    })
+                } else {
+                    let key = ConstraintClass {
+                        node_selector: p
+                            .node_selector
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                        affinity: p.affinity.clone(),
+                        tolerations: p.tolerations.clone(),
+                    };
+                    let next = class_ids.len() as ClassId;
+                    *class_ids.entry(key).or_insert(next)
                 };
-                let next = class_ids.len() as ClassId;
-                *class_ids.entry(key).or_insert(next)
-            };
             s.pods.push(Pod {
                 namespace: &p.namespace,
                 name: &p.name,
@@ -524,11 +526,12 @@ impl<'a> Snapshot<'a> {
                 res: Res([gpu_milli, p.cpu_milli.max(0), p.memory_bytes.max(0)]),
                 class,
                 running,
-                node: if running { node } else { None },
-                gpu_indices: if running { &p.gpu_indices } else { &[] },
+                releasing,
+                node: if bound { node } else { None },
+                gpu_indices: if bound { &p.gpu_indices } else { &[] },
                 creation: p.creation,
                 task_priority: p.task_priority,
-                invalid: if running { None } else { invalid },
+                invalid: if bound { None } else { invalid },
             });
         }
         let mut classes: Vec<(ClassId, ConstraintClass)> =

@@ -401,28 +401,8 @@ pub struct DcgmExporterSpec {
     pub extra: Extra,
 }
 
-/// MIG strategy: how MIG devices are advertised.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum MigStrategy {
-    /// MIG-enabled GPUs are still advertised as whole `nvidia.com/gpu`.
-    #[default]
-    None,
-    /// All MIG devices (one profile) advertised as `nvidia.com/gpu`.
-    Single,
-    /// One resource per profile: `nvidia.com/mig-<profile>`.
-    Mixed,
-}
-
-impl MigStrategy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MigStrategy::None => "none",
-            MigStrategy::Single => "single",
-            MigStrategy::Mixed => "mixed",
-        }
-    }
-}
+/// MIG strategy: how MIG devices are advertised (one type for every part: `gantry_k8s_rules`).
+pub use gantry_k8s_rules::MigStrategy;
 
 /// `spec.mig`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -8,10 +8,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::duration::parse_go_duration;
+use super::go_duration_problem;
 use super::is_dns_label;
 use crate::common::Extra;
 use crate::names;
+use gantry_k8s_rules::parse_go_duration;
 
 /// Whether the scheduler may preempt a workload.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
@@ -206,7 +207,7 @@ impl PodGroupSpec {
             if let Some(v) = v
                 && let Err(e) = parse_go_duration(v)
             {
-                push(format!("spec.{f}"), e);
+                push(format!("spec.{f}"), go_duration_problem(&e));
             }
         }
         let subs = self.sub_groups();

@@ -11,9 +11,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::duration::parse_go_duration;
 use crate::common::Extra;
 use crate::gofloat;
+use gantry_k8s_rules::parse_go_duration;
 
 /// Queue priority when `spec.priority` is omitted.
 pub const DEFAULT_QUEUE_PRIORITY: i32 = 100;
@@ -271,7 +271,7 @@ impl QueueSpec {
             if let Some(v) = v
                 && let Err(e) = parse_go_duration(v)
             {
-                out.push((format!("spec.{field}"), e));
+                out.push((format!("spec.{field}"), super::go_duration_problem(&e)));
             }
         }
         if let Some(p) = self.parent()

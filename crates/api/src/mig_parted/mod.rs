@@ -272,7 +272,7 @@ impl MigPartedConfig {
         }
         for (name, entries) in &self.mig_configs {
             let base = join("mig-configs", name);
-            if !crate::mig_cluster_policy::is_label_value(name) || name.is_empty() {
+            if !gantry_k8s_rules::names::is_label_value(name) || name.is_empty() {
                 out.push(Problem::new(base.clone(), format!("config name {name:?} cannot be used as the nvidia.com/mig.config label value")));
             }
             if entries.is_empty() {

@@ -5,11 +5,12 @@ use std::path::PathBuf;
 
 use gantry_api::cluster_policy::ClusterPolicy;
 use gantry_api::device_plugin_config::DevicePluginConfig;
-use gantry_api::kai::{PodGroup, Queue, duration::parse_go_duration};
+use gantry_api::kai::{PodGroup, Queue};
 use gantry_api::mig_cluster_policy::MigClusterPolicy;
 use gantry_api::mig_parted::{MigPartedConfig, MigProfile, parse_known_profile};
 use gantry_api::nvidia_driver::NVIDIADriver;
 use gantry_api::validate::validate_text;
+use gantry_k8s_rules::parse_go_duration;
 use proptest::prelude::*;
 
 fn fixtures() -> Vec<String> {

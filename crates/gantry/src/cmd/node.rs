@@ -10,6 +10,15 @@ mod validator;
 
 use std::process::ExitCode;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use gantry_k8s_rules::MigStrategy;
+
+/// `--mig-strategy` / `MIG_STRATEGY` for every agent: the shared type, its names in `--help`.
+fn mig_strategy_parser() -> impl TypedValueParser<Value = MigStrategy> {
+    PossibleValuesParser::new(MigStrategy::ALL.map(MigStrategy::as_str))
+        .try_map(|s| s.parse::<MigStrategy>())
+}
+
 #[derive(clap::Subcommand)]
 pub enum NodeCommand {
     /// Configure the container runtime for the `nvidia` runtime and write the CDI spec.

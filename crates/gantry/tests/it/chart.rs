@@ -240,6 +240,10 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("Deployment", "gantry-operator"),
         ("Deployment", "gantry-scheduler"),
         ("Namespace", "gantry-reservation"),
+        ("PriorityClass", "build"),
+        ("PriorityClass", "build-preemptible"),
+        ("PriorityClass", "inference"),
+        ("PriorityClass", "train"),
         ("Queue", "default-parent-queue"),
         ("Queue", "default-queue"),
         ("Role", "gantry-operator"),
@@ -262,7 +266,8 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         let (kind, name) = kind_name(d);
         let ns = d["metadata"]["namespace"].as_str();
         match kind.as_str() {
-            "ClusterPolicy" | "ClusterRole" | "ClusterRoleBinding" | "Namespace" | "Queue" => {
+            "ClusterPolicy" | "ClusterRole" | "ClusterRoleBinding" | "Namespace" | "Queue"
+            | "PriorityClass" => {
                 assert_eq!(ns, None, "{kind} {name} is cluster-scoped")
             }
             _ if name.ends_with("-reservation") => assert_eq!(ns, Some("gantry-reservation")),
@@ -402,7 +407,10 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
             &["list", "watch", "create", "patch"],
         ),
         ("scheduling.run.ai/podgroups/status", &["patch"]),
-        ("scheduling.k8s.io/priorityclasses", &["list", "watch"]),
+        (
+            "scheduling.k8s.io/priorityclasses",
+            &["list", "watch", "create"],
+        ),
         ("/events", &["create"]),
         ("apps/statefulsets", owner),
         ("batch/jobs", owner),
@@ -567,7 +575,7 @@ fn components_and_monitoring_switch_with_values() -> Result {
     }));
     let k = kinds(&docs);
     assert!(
-        !k.contains("Queue") && !k.contains("ClusterPolicy"),
+        !k.contains("Queue") && !k.contains("PriorityClass") && !k.contains("ClusterPolicy"),
         "{k:?}"
     );
 

@@ -358,15 +358,10 @@ pub fn parse_settings(path: &Path, bytes: &[u8]) -> Result<Settings, DevicePlugi
 /// Config file v1 → settings, with Gantry's fixes: `resources`, `rename` and `devices`
 /// are honoured.
 pub fn settings_from_config(c: &DevicePluginConfig) -> Settings {
-    use gantry_api::cluster_policy::MigStrategy as ApiMig;
     use gantry_api::device_plugin_config as api;
     let flags = c.flags.as_ref();
     let mut s = Settings {
-        mig_strategy: match c.mig_strategy() {
-            ApiMig::None => MigStrategy::None,
-            ApiMig::Single => MigStrategy::Single,
-            ApiMig::Mixed => MigStrategy::Mixed,
-        },
+        mig_strategy: c.mig_strategy(),
         device_list_strategies: c
             .device_list_strategies()
             .into_iter()

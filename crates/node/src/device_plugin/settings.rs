@@ -4,17 +4,8 @@
 
 use std::collections::BTreeSet;
 
-/// How MIG-enabled GPUs are advertised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigStrategy {
-    /// MIG-enabled GPUs are advertised as whole GPUs.
-    #[default]
-    None,
-    /// MIG devices are advertised as `nvidia.com/gpu`; all must be alike.
-    Single,
-    /// Each MIG profile is its own resource `nvidia.com/mig-<profile>`.
-    Mixed,
-}
+/// How MIG-enabled GPUs are advertised (the one shared type).
+pub use gantry_k8s_rules::MigStrategy;
 
 /// How a container learns which devices it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

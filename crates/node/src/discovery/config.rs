@@ -1,14 +1,16 @@
 //! The device plugin config file (v1) keys GFD reads: `flags.migStrategy`, `flags.gfd.*` and
-//! `sharing`. Parsed leniently like upstream (unknown keys ignored); YAML or JSON.
+//! `sharing`, taken from the one config v1 parser (`gantry_api::device_plugin_config`).
+//! Parsed leniently like upstream (unknown keys ignored); YAML or JSON.
 
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use gantry_api::device_plugin_config::{DevicePluginConfig, full_resource_name};
+use gantry_k8s_rules::MigStrategy;
+use serde_json::Value;
 
 use super::DiscoveryError;
-use super::labels::MigStrategy;
-use super::sharing::{ReplicatedEntry, Sharing};
+use super::sharing::{Replication, Sharing};
 
 /// The parts of the config file that matter to discovery.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,63 +22,6 @@ pub struct DiscoveryConfig {
     pub sleep_interval: Option<Option<Duration>>,
     pub machine_type_file: Option<String>,
     pub sharing: Sharing,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct File {
-    version: Option<String>,
-    flags: Flags,
-    sharing: SharingSection,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct Flags {
-    mig_strategy: Option<String>,
-    gfd: Gfd,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct Gfd {
-    oneshot: Option<bool>,
-    no_timestamp: Option<bool>,
-    sleep_interval: Option<serde_yaml::Value>,
-    machine_type_file: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct SharingSection {
-    time_slicing: Option<Replicated>,
-    mps: Option<Replicated>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct Replicated {
-    rename_by_default: bool,
-    resources: Vec<Resource>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Resource {
-    name: String,
-    replicas: u32,
-}
-
-impl Replicated {
-    fn entries(&self) -> Vec<ReplicatedEntry> {
-        self.resources
-            .iter()
-            .map(|r| ReplicatedEntry {
-                name: r.name.clone(),
-                replicas: r.replicas,
-            })
-            .collect()
-    }
 }
 
 /// Read and parse a config file. An empty file (e.g. a symlink to `/dev/null`) is the default.
@@ -96,72 +41,78 @@ pub fn parse(text: &str) -> Result<DiscoveryConfig, String> {
     if text.trim().is_empty() {
         return Ok(DiscoveryConfig::default());
     }
-    let file: File = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let file: DevicePluginConfig = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
     if let Some(v) = file.version.as_deref()
         && v != "v1"
     {
         return Err(format!("version: unknown config version {v:?} (want v1)"));
     }
-    let mig_strategy = match file.flags.mig_strategy.as_deref() {
+    let flags = file.flags.as_ref();
+    let gfd = flags.and_then(|f| f.gfd.as_ref());
+    let sleep_interval = match gfd.and_then(|g| g.sleep_interval.as_ref()) {
         None => None,
-        Some(s) => Some(s.parse::<MigStrategy>().map_err(|_| {
-            format!("flags.migStrategy: unknown strategy {s:?} (none, single, mixed)")
-        })?),
-    };
-    let sleep_interval = match &file.flags.gfd.sleep_interval {
-        None => None,
-        Some(serde_yaml::Value::Number(n)) => {
+        Some(Value::Number(n)) => {
             Some(Some(Duration::from_nanos(n.as_u64().ok_or_else(|| {
                 format!("flags.gfd.sleepInterval: {n} is not a positive integer")
             })?)))
         }
-        Some(serde_yaml::Value::String(s)) => {
+        Some(Value::String(s)) => {
             Some(parse_interval(s).map_err(|e| format!("flags.gfd.sleepInterval: {e}"))?)
         }
         Some(other) => {
-            return Err(format!(
-                "flags.gfd.sleepInterval: unexpected value {other:?}"
-            ));
+            return Err(format!("flags.gfd.sleepInterval: unexpected value {other}"));
         }
     };
-    let ts = file
-        .sharing
-        .time_slicing
-        .as_ref()
-        .map(|r| (r.entries(), r.rename_by_default));
-    let mps = file
-        .sharing
-        .mps
-        .as_ref()
-        .map(|r| (r.entries(), r.rename_by_default));
-    for (section, entries) in [("timeSlicing", &ts), ("mps", &mps)] {
-        if let Some((entries, _)) = entries {
-            if let Some(e) = entries.iter().find(|e| e.name.is_empty()) {
-                return Err(format!(
-                    "sharing.{section}.resources: an entry has no name (replicas {})",
-                    e.replicas
-                ));
-            }
-            if let Some(e) = entries.iter().find(|e| e.replicas < 1) {
-                return Err(format!(
-                    "sharing.{section}.resources[{}].replicas: must be at least 1",
-                    e.name
-                ));
+    if let Some(sharing) = &file.sharing {
+        for (section, r) in [
+            ("timeSlicing", &sharing.time_slicing),
+            ("mps", &sharing.mps),
+        ] {
+            for e in r.iter().flat_map(|r| r.resources.iter()) {
+                if e.name.is_empty() {
+                    return Err(format!(
+                        "sharing.{section}.resources: an entry has no name (replicas {})",
+                        e.replicas
+                    ));
+                }
+                if e.replicas < 1 {
+                    return Err(format!(
+                        "sharing.{section}.resources[{}].replicas: must be at least 1",
+                        e.name
+                    ));
+                }
             }
         }
     }
-    let sharing = Sharing::from_sections(
-        ts.as_ref().map(|(e, r)| (e.as_slice(), *r)),
-        mps.as_ref().map(|(e, r)| (e.as_slice(), *r)),
-    );
     Ok(DiscoveryConfig {
-        mig_strategy,
-        oneshot: file.flags.gfd.oneshot,
-        no_timestamp: file.flags.gfd.no_timestamp,
+        mig_strategy: flags.and_then(|f| f.mig_strategy),
+        oneshot: gfd.and_then(|g| g.oneshot),
+        no_timestamp: gfd.and_then(|g| g.no_timestamp),
         sleep_interval,
-        machine_type_file: file.flags.gfd.machine_type_file,
-        sharing,
+        machine_type_file: gfd.and_then(|g| g.machine_type_file.clone()),
+        sharing: sharing_of(&file),
     })
+}
+
+/// The replicated set in effect and its strategy, by the config's own rules. Only
+/// `renameByDefault` renames (per-entry `rename` is ignored upstream).
+fn sharing_of(c: &DevicePluginConfig) -> Sharing {
+    let mut resources = std::collections::BTreeMap::new();
+    if let Some((r, _)) = c.replicated() {
+        for e in &r.resources {
+            resources.insert(
+                full_resource_name(&e.name),
+                Replication {
+                    replicas: u32::try_from(e.replicas).unwrap_or(u32::MAX),
+                    renamed: r.rename_by_default.unwrap_or(false),
+                },
+            );
+        }
+    }
+    Sharing {
+        strategy: c.sharing_strategy(),
+        resources,
+    }
 }
 
 /// `60s`, `1m30s`, `500ms`, `2h`, a bare number of seconds, or `infinite` (→ `None`).
@@ -173,39 +124,15 @@ pub fn parse_interval(s: &str) -> Result<Option<Duration>, String> {
     if let Ok(secs) = s.parse::<u64>() {
         return Ok(Some(Duration::from_secs(secs)));
     }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("{s:?}: missing unit (use s, m, h, ms)"))?;
-        let (num, tail) = rest.split_at(digits);
-        let value: f64 = num
-            .parse()
-            .map_err(|_| format!("{s:?}: bad number {num:?}"))?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(format!("{s:?}: unknown unit {unit:?} (use s, m, h, ms)")),
-        };
-        total += Duration::from_secs_f64(value * scale);
-        rest = next;
-    }
-    Ok(Some(total))
+    gantry_k8s_rules::duration::parse_std_duration(s)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::sharing::SharingStrategy;
+    use gantry_api::device_plugin_config::SharingStrategy;
 
     #[test]
     fn intervals() {

@@ -9,25 +9,7 @@ use super::DiscoveryError;
 use super::sharing::{Sharing, SharingStrategy};
 
 /// Which MIG strategy the device plugin runs with (`flags.migStrategy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigStrategy {
-    #[default]
-    None,
-    Single,
-    Mixed,
-}
-
-impl std::str::FromStr for MigStrategy {
-    type Err = DiscoveryError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(MigStrategy::None),
-            "single" => Ok(MigStrategy::Single),
-            "mixed" => Ok(MigStrategy::Mixed),
-            other => Err(DiscoveryError::BadMigStrategy(other.to_string())),
-        }
-    }
-}
+pub use gantry_k8s_rules::MigStrategy;
 
 /// What discovery knows about the node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -389,15 +371,6 @@ mod tests {
         assert_eq!(family(12, 0), "blackwell");
         assert_eq!(family(13, 0), "rubin");
         assert_eq!(family(4, 0), "undefined");
-    }
-
-    #[test]
-    fn mig_strategy_parses() {
-        assert_eq!(
-            "mixed".parse::<MigStrategy>().ok(),
-            Some(MigStrategy::Mixed)
-        );
-        assert!("bogus".parse::<MigStrategy>().is_err());
     }
 
     #[test]

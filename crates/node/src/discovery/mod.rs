@@ -25,8 +25,6 @@ pub use sharing::{Sharing, SharingStrategy};
 pub enum DiscoveryError {
     #[error(transparent)]
     Gpu(#[from] GpuError),
-    #[error("unknown MIG strategy {0:?}: use none, single or mixed")]
-    BadMigStrategy(String),
     #[error("sharing strategy mps cannot be used with MIG: GPU {0} has MIG enabled")]
     MpsWithMig(u32),
     #[error("config file {path}: {message}")]

@@ -103,6 +103,18 @@ pub(crate) fn label_value(s: &str) -> String {
         .to_string()
 }
 
+/// What the driver manager may do: cordon/drain its node, evict GPU pods, find its DaemonSet.
+pub(crate) const RBAC: &[Rule] = &[
+    Rule(
+        &[""],
+        &["nodes"],
+        &["get", "list", "watch", "patch", "update"],
+    ),
+    Rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
+    Rule(&[""], &["pods/eviction"], &["create"]),
+    Rule(&["apps"], &["daemonsets"], &["get", "list", "watch"]),
+];
+
 /// Package-repo and CA directories by OS family.
 fn repo_dir(os_id: &str) -> &'static str {
     match os_id {
@@ -181,21 +193,7 @@ pub(crate) fn render(ctx: &Ctx<'_>) -> Result<Vec<Value>, RenderError> {
         _ => None,
     };
 
-    let mut out = service_account(
-        ctx,
-        SERVICE_ACCOUNT,
-        &[],
-        &[
-            Rule(
-                &[""],
-                &["nodes"],
-                &["get", "list", "watch", "patch", "update"],
-            ),
-            Rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
-            Rule(&[""], &["pods/eviction"], &["create"]),
-            Rule(&["apps"], &["daemonsets"], &["get", "list", "watch"]),
-        ],
-    )?;
+    let mut out = service_account(ctx, SERVICE_ACCOUNT, &[], RBAC)?;
     let pools = pools(ctx, precompiled);
     let single = pools.len() == 1 && !precompiled;
     for pool in &pools {
@@ -203,6 +201,14 @@ pub(crate) fn render(ctx: &Ctx<'_>) -> Result<Vec<Value>, RenderError> {
             DAEMONSET.to_string()
         } else {
             format!("{DAEMONSET}-{}", sanitize(&pool.suffix()))
+        };
+        let shape = Shape {
+            app: label_value(&name),
+            name,
+            service_account: SERVICE_ACCOUNT.to_string(),
+            node_selector: Vec::new(),
+            labels: Vec::new(),
+            pod_spec: serde_json::Map::new(),
         };
         let parts = Parts {
             image: driver_image.with_suffix(&pool.suffix()),
@@ -214,21 +220,33 @@ pub(crate) fn render(ctx: &Ctx<'_>) -> Result<Vec<Value>, RenderError> {
                 .as_ref()
                 .map(|(g, i)| (*g, i.with_suffix(&pool.os_tag()))),
         };
-        out.push(daemonset(ctx, &name, pool, parts)?);
+        out.push(daemonset(ctx, shape, pool, parts)?);
     }
     Ok(out)
 }
 
-struct Parts<'a> {
-    image: String,
-    manager_image: String,
-    gds: Option<(&'a gantry_api::cluster_policy::DriverAddonSpec, String)>,
-    gdrcopy: Option<(&'a gantry_api::cluster_policy::DriverAddonSpec, String)>,
+/// The resolved images of one pool's DaemonSet.
+pub(crate) struct Parts<'a> {
+    pub image: String,
+    pub manager_image: String,
+    pub gds: Option<(&'a gantry_api::cluster_policy::DriverAddonSpec, String)>,
+    pub gdrcopy: Option<(&'a gantry_api::cluster_policy::DriverAddonSpec, String)>,
 }
 
-fn daemonset(
+/// What differs between the ClusterPolicy's driver DaemonSets and an NVIDIADriver's: names,
+/// the extra node selector and labels, and pod spec fields (affinity).
+pub(crate) struct Shape {
+    pub name: String,
+    pub app: String,
+    pub service_account: String,
+    pub node_selector: Vec<(String, String)>,
+    pub labels: Vec<(String, String)>,
+    pub pod_spec: Map<String, Value>,
+}
+
+pub(crate) fn daemonset(
     ctx: &Ctx<'_>,
-    name: &str,
+    shape: Shape,
     pool: &Pool,
     parts: Parts<'_>,
 ) -> Result<Value, RenderError> {
@@ -455,8 +473,8 @@ fn daemonset(
         json!({ "name": "run-mellanox-drivers", "mountPath": "/run/mellanox/drivers", "mountPropagation": "HostToContainer" }),
     ];
 
-    let mut ds = DaemonSet::new(name, names::operand::DRIVER, SERVICE_ACCOUNT);
-    ds.app = label_value(name);
+    let mut ds = DaemonSet::new(&shape.name, names::operand::DRIVER, &shape.service_account);
+    ds.app = shape.app;
     ds.node_selector = vec![
         (names::NFD_OS_RELEASE_ID.into(), pool.os_id.clone()),
         (
@@ -468,10 +486,15 @@ fn daemonset(
         ds.node_selector
             .push((names::NFD_KERNEL_VERSION_FULL.into(), k.clone()));
     }
+    ds.node_selector.extend(shape.node_selector);
+    for (k, v) in shape.labels {
+        ds.labels.insert(k, v.into());
+    }
     ds.labels.insert(
         names::LABEL_APP_COMPONENT.into(),
         names::COMPONENT_NVIDIA_DRIVER.into(),
     );
+    ds.extra_pod_spec = shape.pod_spec;
     ds.init = vec![init.json()?];
     ds.containers = containers;
     ds.volumes = volumes;

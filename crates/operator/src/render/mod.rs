@@ -17,6 +17,7 @@ mod driver;
 pub mod image;
 mod meta;
 mod mig_manager;
+mod nvdriver;
 mod pod;
 mod prereq;
 mod sandbox;
@@ -32,6 +33,10 @@ use gantry_api::cluster_policy::ClusterPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 pub use image::DEFAULT_IMAGE;
+pub use nvdriver::{
+    LABEL_NVIDIA_DRIVER, NvDriverError, driver_name, owner_value, render_nvidia_driver,
+    sanitized_kernel, string_hash,
+};
 
 /// Label on every rendered object: the operand state that owns it (`state-driver`, ...).
 pub const LABEL_STATE: &str = "gantry.dev/operand-state";

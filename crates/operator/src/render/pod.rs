@@ -115,9 +115,10 @@ pub(crate) fn driver_root_volume(ctx: &Ctx<'_>) -> Value {
 }
 
 /// Where an agent finds the driver root inside its container: the driver container's
-/// install dir when the operator manages the driver, else the host root.
+/// install dir when the operator manages the driver (through the ClusterPolicy or through
+/// NVIDIADriver CRs), else the host root.
 pub(crate) fn driver_root_in_container(ctx: &Ctx<'_>) -> &'static str {
-    if ctx.spec.driver_state_enabled() {
+    if ctx.spec.driver_enabled() {
         DRIVER_ROOT_MOUNT
     } else {
         HOST_ROOT_MOUNT

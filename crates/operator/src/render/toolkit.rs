@@ -55,7 +55,8 @@ pub(crate) fn render(ctx: &Ctx<'_>) -> Result<Vec<Value>, RenderError> {
 
     let (runtime, config_dir) = runtime(ctx);
     let install_dir = spec.toolkit_install_dir();
-    let driver_root = if spec.driver_state_enabled() {
+    // NVIDIADriver CRs install the driver in the same place the ClusterPolicy's would.
+    let driver_root = if spec.driver_enabled() {
         spec.driver_install_dir()
     } else {
         "/"

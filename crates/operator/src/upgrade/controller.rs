@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use gantry_api::cluster_policy::ClusterPolicy;
 use gantry_api::names;
+use gantry_api::nvidia_driver::NVIDIADriver;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -25,6 +26,7 @@ use tokio::sync::Notify;
 use crate::node_watch::NodeWatch;
 
 use super::plan::{self, Action, Config, PlanError};
+use super::pools::plan_pools;
 use super::state::UpgradeState;
 use super::view::{self, ClusterView};
 
@@ -121,6 +123,11 @@ where
         )),
         tokio::spawn(crate::wake::on_changes(
             Api::<PartialObjectMeta<ClusterPolicy>>::all(client.clone()),
+            wake.clone(),
+            "driver upgrade",
+        )),
+        tokio::spawn(crate::wake::on_changes(
+            Api::<PartialObjectMeta<NVIDIADriver>>::all(client.clone()),
             wake.clone(),
             "driver upgrade",
         )),
@@ -223,7 +230,16 @@ pub async fn reconcile_once(
             names::app::OPERATOR_VALIDATOR,
         )
     });
-    let auto = policy.spec.driver_auto_upgrade();
+    // With NVIDIADriver CRs each CR's pool is walked under that CR's upgrade policy.
+    let pools = if policy.spec.use_nvidia_driver_crd() {
+        Some(driver_pools(client).await?)
+    } else {
+        None
+    };
+    let auto = match &pools {
+        Some(p) => p.iter().any(|(_, up)| up.auto_upgrade),
+        None => policy.spec.driver_auto_upgrade(),
+    };
     if auto && drivers.is_empty() {
         // No driver DaemonSet (yet, or the driver is not managed here): nothing to walk, and
         // the labels stay as they are in case it is only being recreated.
@@ -258,9 +274,10 @@ pub async fn reconcile_once(
         };
         (plan::disable(&v), v.nodes.len())
     } else {
-        let Some(up) = policy.spec.driver_upgrade_policy() else {
+        let up = policy.spec.driver_upgrade_policy();
+        if pools.is_none() && up.is_none() {
             return Ok(Round::default());
-        };
+        }
         let pods = list_pods(client, &opts.namespace, &drivers, &in_flight).await?;
         let revisions = match Api::<ControllerRevision>::namespaced(client.clone(), &opts.namespace)
             .list(&lp)
@@ -281,7 +298,11 @@ pub async fn reconcile_once(
             (now, opts.driver_min_ready.as_secs() as i64),
         );
         settling = v.driver_pods.iter().any(|d| d.settling);
-        (plan::plan(&v, &up, &opts.config, now)?, v.nodes.len())
+        match (&pools, up) {
+            (Some(pools), _) => (plan_pools(&v, pools, &opts.config, now), v.nodes.len()),
+            (None, Some(up)) => (plan::plan(&v, &up, &opts.config, now)?, v.nodes.len()),
+            (None, None) => return Ok(Round::default()),
+        }
     };
     if let Some(w) = &plan.waiting {
         tracing::debug!(nodes = planned_view_nodes, "driver upgrade waiting: {w}");
@@ -292,6 +313,33 @@ pub async fn reconcile_once(
         // A round that moved something is likely to have started a wait.
         in_flight: busy || settling || actions > 0,
     })
+}
+
+/// Each NVIDIADriver's owner-label value and its upgrade policy (NVIDIADriver defaults, so
+/// `autoUpgrade` is on unless the CR turns it off).
+async fn driver_pools(
+    client: &kube::Client,
+) -> Result<Vec<(String, gantry_api::common::EffectiveUpgradePolicy)>, UpgradeError> {
+    let list = match crate::nvdriver::list_crs(client).await {
+        // A CR that cannot be read walks no pool (its status says why).
+        Ok((l, _)) => l,
+        Err(e) if not_found(&e) => Vec::new(),
+        Err(e) => return Err(list_err("NVIDIADrivers")(e)),
+    };
+    Ok(list
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| {
+            let name = c.metadata.name.as_deref().unwrap_or_default();
+            let up = c
+                .spec
+                .upgrade_policy
+                .clone()
+                .unwrap_or_default()
+                .effective(true);
+            (crate::render::owner_value(name), up)
+        })
+        .collect())
 }
 
 /// Whether the DaemonSet's status says it has a pod on every node it wants one on.

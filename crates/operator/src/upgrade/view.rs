@@ -103,6 +103,34 @@ pub struct ClusterView {
     pub validator_expected: bool,
 }
 
+impl ClusterView {
+    /// The part of the view on `nodes`: one NVIDIADriver's pool, planned with its own policy.
+    pub fn restrict(&self, nodes: &std::collections::BTreeSet<&str>) -> ClusterView {
+        ClusterView {
+            nodes: self
+                .nodes
+                .iter()
+                .filter(|n| nodes.contains(n.name.as_str()))
+                .cloned()
+                .collect(),
+            driver_pods: self
+                .driver_pods
+                .iter()
+                .filter(|d| nodes.contains(d.node.as_str()))
+                .cloned()
+                .collect(),
+            pods: self
+                .pods
+                .iter()
+                .filter(|p| nodes.contains(p.node.as_str()))
+                .cloned()
+                .collect(),
+            driver_pods_complete: self.driver_pods_complete,
+            validator_expected: self.validator_expected,
+        }
+    }
+}
+
 fn ts(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> i64 {
     t.map(|t| t.0.as_second()).unwrap_or(0)
 }

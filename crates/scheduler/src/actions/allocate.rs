@@ -30,7 +30,7 @@ pub fn run(sess: &mut Session<'_>) {
     // Jobs with a pending pod (as `pending_pods`), found in one pass over the pods.
     let mut pending = vec![false; sess.s.groups.len()];
     for (id, p) in sess.s.pods.iter().enumerate() {
-        if !p.running && p.invalid.is_none() && sess.st.placement[id].is_none() {
+        if !p.running && !p.releasing && p.invalid.is_none() && sess.st.placement[id].is_none() {
             pending[p.group as usize] = true;
         }
     }
@@ -57,9 +57,15 @@ pub fn run(sess: &mut Session<'_>) {
             continue;
         }
         let req = sess.request_of(&tasks);
-        if let Some(msg) = sess.capacity_error(g, &req) {
+        if let Some(msg) = sess.non_preemptible_quota_error(g, &req) {
             mark(sess, g, &msg);
             sess.hopeless[g as usize] = true;
+            continue;
+        }
+        if let Some(msg) = sess.limit_error(g, &req) {
+            // Preempt may still free the queue's own quota from lower-priority jobs.
+            mark(sess, g, &msg);
+            sess.failed.push(g);
             continue;
         }
         let shape_of = |p: PodId| {

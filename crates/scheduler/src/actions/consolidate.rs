@@ -1,9 +1,10 @@
 //! consolidation: move preemptible running pods to other nodes so a pending preemptible job
-//! fits. A move plan is accepted only if every moved pod is placed again.
+//! fits. A move plan is accepted only if every moved pod is placed again. Victims are tried
+//! in KAI's victim order (most over-served queue, lowest priority, newest job first), so the
+//! newest job moves first.
 
 use super::Session;
-use super::lazy_sort::LazySorted;
-use super::reclaim::{Signature, candidates, signature};
+use super::reclaim::{Signature, candidates, signature, victim_order};
 use super::solver::{Problem, Unit, solve, units_of};
 use crate::decisions::EvictReason;
 use crate::snapshot::{CPU, GPU, GroupId};
@@ -39,7 +40,7 @@ pub fn run(sess: &mut Session<'_>) {
         let order = order.get_or_insert_with(|| victim_order(sess));
         let mut units: Vec<Unit> = Vec::new();
         let mut next = 0;
-        while let Some((_, _, g)) = order.get(next) {
+        while let Some((_, _, _, g)) = order.get(next) {
             next += 1;
             if budget == 0 {
                 break;
@@ -75,26 +76,4 @@ pub fn run(sess: &mut Session<'_>) {
             tried.push(sig);
         }
     }
-}
-
-/// Victims on the emptiest nodes first (as of the start of the action): moving them away
-/// frees whole nodes.
-fn victim_order(sess: &Session<'_>) -> LazySorted<(i64, i64, GroupId)> {
-    let order = sess
-        .victim_jobs
-        .iter()
-        .map(|&g| {
-            let pods = sess.s.pods_of(g);
-            let placed = pods
-                .iter()
-                .find_map(|&p| sess.st.placement[p as usize].as_ref());
-            let node_free = placed.map_or(0, |pl| sess.st.free_gpu[pl.node as usize]);
-            let size: i64 = pods
-                .iter()
-                .map(|&p| sess.s.pods[p as usize].res.0[GPU])
-                .sum();
-            (-node_free, size, g)
-        })
-        .collect();
-    LazySorted::new(order)
 }

@@ -7,6 +7,7 @@ mod lazy_sort;
 mod ordering;
 mod preempt;
 mod reclaim;
+mod releasing;
 mod solver;
 mod stale;
 
@@ -40,7 +41,8 @@ pub struct Session<'a> {
     pub unschedulable: BTreeMap<PodId, String>,
     /// Jobs that could not be fully allocated this cycle (candidates for reclaim & co).
     pub failed: Vec<GroupId>,
-    /// Jobs whose failure no eviction can fix (over limit, invalid).
+    /// Jobs whose failure no eviction can fix (too few pods, non-preemptible over quota).
+    /// Over-limit jobs are not hopeless: preempting inside their own queue frees quota.
     pub hopeless: Vec<bool>,
     pub stale_marks: Vec<crate::decisions::StaleMark>,
     pub issues: Vec<String>,
@@ -61,7 +63,7 @@ impl<'a> Session<'a> {
         let mut unschedulable = BTreeMap::new();
         for (id, p) in s.pods.iter().enumerate() {
             let g = &s.groups[p.group as usize];
-            if let (Some(q), None) = (g.queue, &p.invalid) {
+            if let (Some(q), None, false) = (g.queue, &p.invalid, p.releasing) {
                 leaf_req[q as usize].add(&p.res);
             }
             if p.running {
@@ -125,9 +127,11 @@ impl<'a> Session<'a> {
     /// Pending pods of a job that still need a node.
     pub fn pending_pods(&self, g: GroupId) -> impl Iterator<Item = PodId> + '_ {
         self.s.pods_of(g).iter().copied().filter(|&p| {
+            let pod = &self.s.pods[p as usize];
             self.st.placement[p as usize].is_none()
-                && !self.s.pods[p as usize].running
-                && self.s.pods[p as usize].invalid.is_none()
+                && !pod.running
+                && !pod.releasing
+                && pod.invalid.is_none()
         })
     }
 
@@ -170,11 +174,17 @@ impl<'a> Session<'a> {
         r
     }
 
-    /// KAI `IsJobOverCapacity`: the queue and every ancestor stay within `limit`, and a
+    /// KAI `IsJobOverQueueCapacity`: the queue and every ancestor stay within `limit`, and a
     /// non-preemptible job within `deserved`.
     pub fn capacity_error(&self, g: GroupId, req: &Res) -> Option<String> {
-        let grp = &self.s.groups[g as usize];
-        let q = grp.queue?;
+        self.limit_error(g, req)
+            .or_else(|| self.non_preemptible_quota_error(g, req))
+    }
+
+    /// `OverLimit`: adding `req` to what the queue and its ancestors hold now would pass a
+    /// `limit`. Preempt checks this only after its victims are out (they free quota too).
+    pub fn limit_error(&self, g: GroupId, req: &Res) -> Option<String> {
+        let q = self.s.groups[g as usize].queue?;
         let need = req.to_f();
         for a in self.s.ancestry(q) {
             let qq = &self.s.queues[a as usize];
@@ -190,23 +200,51 @@ impl<'a> Session<'a> {
                     ));
                 }
             }
-            if !grp.preemptible {
-                let np = self.st.q_alloc_np[a as usize].to_f();
-                let deserved = self.fs.deserved(self.s, a);
-                for r in 0..3 {
-                    if need[r] > 0.0 && np[r] + need[r] > deserved[r] + 1e-9 {
-                        return Some(format!(
-                            "NonPreemptibleOverQuota: non-preemptible jobs of queue {} would use {} of {} with deserved {}",
-                            qq.name,
-                            fmt_amount(r, np[r] + need[r]),
-                            crate::snapshot::RESOURCE_NAMES[r],
-                            fmt_amount(r, deserved[r])
-                        ));
-                    }
+        }
+        None
+    }
+
+    /// `NonPreemptibleOverQuota`: a non-preemptible job may not take its queue (or an
+    /// ancestor) past `deserved`; a quota of `-1` never limits.
+    pub fn non_preemptible_quota_error(&self, g: GroupId, req: &Res) -> Option<String> {
+        let grp = &self.s.groups[g as usize];
+        let q = grp.queue?;
+        if grp.preemptible {
+            return None;
+        }
+        let need = req.to_f();
+        for a in self.s.ancestry(q) {
+            let qq = &self.s.queues[a as usize];
+            let np = self.st.q_alloc_np[a as usize].to_f();
+            let deserved = self.fs.deserved_bound(self.s, a);
+            for r in 0..3 {
+                if need[r] > 0.0 && np[r] + need[r] > deserved[r] + 1e-9 {
+                    return Some(format!(
+                        "NonPreemptibleOverQuota: non-preemptible jobs of queue {} would use {} of {} with deserved {}",
+                        qq.name,
+                        fmt_amount(r, np[r] + need[r]),
+                        crate::snapshot::RESOURCE_NAMES[r],
+                        fmt_amount(r, deserved[r])
+                    ));
                 }
             }
         }
         None
+    }
+
+    /// After a what-if placed a job: the queue and its ancestors are within their limits in
+    /// every resource the job asked for (KAI checks each task against the limit during the
+    /// simulation, with the victims already out).
+    pub fn within_limits(&self, g: GroupId, req: &Res) -> bool {
+        let Some(q) = self.s.groups[g as usize].queue else {
+            return true;
+        };
+        let need = req.to_f();
+        self.s.ancestry(q).all(|a| {
+            let qq = &self.s.queues[a as usize];
+            let alloc = self.st.q_alloc[a as usize].to_f();
+            (0..3).all(|r| need[r] <= 0.0 || qq.limit[r] < 0.0 || alloc[r] <= qq.limit[r] + 1e-9)
+        })
     }
 
     /// Whether evicting the job could free something `req` needs.
@@ -265,6 +303,7 @@ impl<'a> Session<'a> {
                 reason,
             });
         }
+        let waits = releasing::nodes_waiting(s, &self.st, &self.evicted);
         for (i, p) in s.pods.iter().enumerate() {
             if p.running {
                 continue;
@@ -277,7 +316,7 @@ impl<'a> Session<'a> {
                     node: s.nodes[pl.node as usize].name.to_string(),
                     node_id: pl.node,
                     gpu: GpuBinding::from_placement(s, &pl.gpu),
-                    pipelined: self.pipelined[i],
+                    pipelined: self.pipelined[i] || waits[pl.node as usize],
                 });
             } else if let Some(msg) = self.unschedulable.get(&(i as PodId)) {
                 d.unschedulable.push(Unschedulable {
@@ -292,6 +331,7 @@ impl<'a> Session<'a> {
             let qid = q as QueueId;
             d.queues.push(QueueReport {
                 name: s.queues[q].name.clone(),
+                quota: s.queues[q].quota,
                 deserved: self.fs.deserved(s, qid),
                 fair_share: self.fs.fair[q],
                 allocated: self.st.q_alloc[q].to_f(),

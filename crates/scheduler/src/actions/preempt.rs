@@ -1,5 +1,7 @@
 //! preempt: inside one queue, a higher-priority job evicts strictly lower-priority
-//! preemptible jobs.
+//! preemptible jobs. As in KAI, only the non-preemptible quota is checked before victims are
+//! tried; the queue's `limit` is checked with the victims out, so a job at its queue's limit
+//! (KAI's `build` preempting `train` in a queue limited to 1 GPU) takes the quota they free.
 
 use super::Session;
 use super::lazy_sort::LazySorted;
@@ -33,7 +35,7 @@ pub fn run(sess: &mut Session<'_>) {
         let (Some(q), prio) = (grp.queue, grp.priority) else {
             continue;
         };
-        if sess.capacity_error(job, &req).is_some() {
+        if sess.non_preemptible_quota_error(job, &req).is_some() {
             continue;
         }
         let order = &mut by_queue.get_or_insert_with(|| victim_orders(sess))[q as usize];
@@ -65,7 +67,7 @@ pub fn run(sess: &mut Session<'_>) {
             relocate: false,
             reason: &reason,
             accept: &|_, _| true,
-            validate: &|_| true,
+            validate: &|s| s.within_limits(job, &req),
         };
         if !solve(sess, &pb) {
             tried.push(sig);

@@ -1,6 +1,11 @@
-//! reclaim: a queue below its fair share takes back resources other queues hold over
-//! theirs. In-quota resources are never taken: no victim may move a queue from at or
-//! above its deserved share to below it.
+//! reclaim: a queue below its fair share takes resources back from other queues, by KAI's
+//! reclaim strategies. A victim's queue (compared at the level where the two queues' paths
+//! diverge) may lose the victim when, *before* the victim is taken, either it is above its
+//! allocatable share (MaintainFairShare), or the reclaimer stays within its deserved quota
+//! and the victim's queue is above its deserved quota in some resource
+//! (GuaranteeDeservedQuota). The victim's queue may end below its deserved quota: a queue
+//! with quota 1 running a 2-GPU job loses it to a queue claiming its guaranteed GPU.
+//! A quota of `-1` is unlimited in these comparisons (never exceeded).
 
 use super::lazy_sort::LazySorted;
 use super::solver::{Problem, Unit, solve, units_of};
@@ -10,10 +15,22 @@ use crate::snapshot::{GroupId, QueueId, Res};
 
 const EPS: f64 = 1e-9;
 
-/// Candidate jobs for the victim-seeking actions, in fair order, capped per action.
+/// Candidate jobs for the victim-seeking actions, in fair order, capped per action: the jobs
+/// allocate could not place, or, when allocate does not run this cycle, every job with a
+/// pending pod (as each KAI action iterates the pending jobs itself).
 pub fn candidates(sess: &Session<'_>, keep: impl Fn(GroupId) -> bool) -> Vec<GroupId> {
-    let mut jobs: Vec<GroupId> = sess
-        .failed
+    let pending: Vec<GroupId>;
+    let from: &[GroupId] = if sess.cfg.actions.contains(&crate::config::Action::Allocate) {
+        &sess.failed
+    } else {
+        pending = (0..sess.s.groups.len() as GroupId)
+            .filter(|&g| {
+                !sess.s.groups[g as usize].foreign && sess.pending_pods(g).next().is_some()
+            })
+            .collect();
+        &pending
+    };
+    let mut jobs: Vec<GroupId> = from
         .iter()
         .copied()
         .filter(|&g| !sess.hopeless[g as usize] && keep(g))
@@ -67,10 +84,43 @@ pub fn signature(sess: &Session<'_>, job: GroupId, tasks: &[crate::snapshot::Pod
     (sess.s.groups[job as usize].queue, shapes)
 }
 
+/// KAI `CanReclaimResources`: the reclaimer's queue with the job stays within its fair
+/// share in every resource (non-preemptible quota is checked separately).
 pub fn can_reclaim(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
     let with = sess.st.q_alloc[q as usize].plus(req).to_f();
     let fair = sess.fs.fair[q as usize];
-    (0..3).all(|r| req.0[r] == 0 || with[r] <= fair[r] + EPS)
+    (0..3).all(|r| with[r] <= fair[r] + EPS)
+}
+
+/// Whether `alloc + add` stays within `bound` in every resource (`INFINITY` = unlimited).
+fn le_all(alloc: [f64; 3], add: [f64; 3], bound: [f64; 3]) -> bool {
+    (0..3).all(|r| alloc[r] + add[r] <= bound[r] + EPS)
+}
+
+/// KAI's proportion `FilterVictim`: can any strategy ever take a job of `vq` for a job of
+/// `q` asking `req`? Decided on the queues as they are when the job's search starts.
+fn filter_victim(sess: &Session<'_>, q: QueueId, req: &Res, vq: QueueId) -> bool {
+    let Some((ra, va)) = diverge(sess, q, vq) else {
+        return false;
+    };
+    let need = req.to_f();
+    let ra_alloc = sess.st.q_alloc[ra as usize].to_f();
+    let va_alloc = sess.st.q_alloc[va as usize].to_f();
+    if !le_all(ra_alloc, need, sess.fs.deserved_bound(sess.s, ra)) {
+        // Only MaintainFairShare can apply: the victim side must be above its allocatable share.
+        return !le_all(va_alloc, [0.0; 3], sess.fs.allocatable_bound(sess.s, va));
+    }
+    let deserved = sess.fs.deserved_bound(sess.s, va);
+    let mut under = false;
+    for r in (0..3).filter(|&r| need[r] > 0.0 && deserved[r].is_finite()) {
+        if va_alloc[r] > deserved[r] + EPS {
+            return true;
+        }
+        if va_alloc[r] < deserved[r] - EPS {
+            under = true;
+        }
+    }
+    !under
 }
 
 pub fn run(sess: &mut Session<'_>) {
@@ -94,20 +144,14 @@ pub fn run(sess: &mut Session<'_>) {
         let Some(q) = sess.s.groups[job as usize].queue else {
             continue;
         };
-        if sess.capacity_error(job, &req).is_some() || !can_reclaim(sess, q, &req) {
+        if sess.non_preemptible_quota_error(job, &req).is_some() || !can_reclaim(sess, q, &req) {
             continue;
         }
-        // Victims: preemptible running jobs of other queues, most over-served queue first,
-        // then lowest priority, newest.
-        // Queues that may lose anything: other queues currently above their deserved share.
+        // Victims: preemptible running jobs of other queues that a strategy may take from,
+        // most over-served queue first, then lowest priority, newest.
         let open_queue: Vec<bool> = (0..sess.s.queues.len() as QueueId)
             .map(|vq| {
-                let alloc = sess.st.q_alloc[vq as usize].to_f();
-                let deserved = sess.fs.deserved(sess.s, vq);
-                vq != q
-                    && sess.s.queues[vq as usize].is_leaf()
-                    && diverge(sess, q, vq).is_some()
-                    && (0..3).any(|r| alloc[r] > deserved[r] + EPS)
+                vq != q && sess.s.queues[vq as usize].is_leaf() && filter_victim(sess, q, &req, vq)
             })
             .collect();
         let limit = sess.cfg.max_victim_jobs * 4;
@@ -139,8 +183,10 @@ pub fn run(sess: &mut Session<'_>) {
                 .map(|vq| s.s.queues[vq as usize].name.clone())
                 .unwrap_or_default(),
         };
+        let before = sess.st.q_alloc.clone();
         let accept = |s: &Session<'_>, unit: &Unit| accept_victim(s, q, &req, unit);
-        let validate = |s: &Session<'_>| saturation_ok(s, q, &req);
+        let validate =
+            |s: &Session<'_>| s.within_limits(job, &req) && saturation_ok(s, q, &req, &before);
         let pb = Problem {
             tasks,
             units,
@@ -156,10 +202,11 @@ pub fn run(sess: &mut Session<'_>) {
     }
 }
 
-/// Victim order fixed at the start of the action: most over-served queue first, then
-/// lowest priority, newest. The dominant share enters the key as its rank among the
-/// queues' (equal shares, equal rank), so the key is an integer tuple.
-fn victim_order(sess: &Session<'_>) -> LazySorted<(u32, i32, i64, GroupId)> {
+/// Victim order fixed at the start of the action (KAI's victim queue: job order reversed):
+/// most over-served queue first, then lowest priority, newest. The dominant share enters the
+/// key as its rank among the queues' (equal shares, equal rank), so the key is an integer
+/// tuple.
+pub(super) fn victim_order(sess: &Session<'_>) -> LazySorted<(u32, i32, i64, GroupId)> {
     let dom: Vec<f64> = (0..sess.s.queues.len() as QueueId)
         .map(|vq| {
             sess.fs
@@ -185,8 +232,9 @@ fn victim_order(sess: &Session<'_>) -> LazySorted<(u32, i32, i64, GroupId)> {
     LazySorted::new(order)
 }
 
-/// KAI's two reclaim strategies at the level where the queues' paths diverge, plus the
-/// deserved floor on every queue the victim counts against.
+/// KAI's reclaim strategies at the level where the queues' paths diverge, decided on the
+/// victim side's share *before* this victim is taken (the state already lacks the victims
+/// chosen earlier in the scenario, but not the job's tasks).
 fn accept_victim(sess: &Session<'_>, q: QueueId, req: &Res, unit: &Unit) -> bool {
     let Some(vq) = sess.s.groups[unit.group as usize].queue else {
         return false;
@@ -194,42 +242,23 @@ fn accept_victim(sess: &Session<'_>, q: QueueId, req: &Res, unit: &Unit) -> bool
     let Some((ra, va)) = diverge(sess, q, vq) else {
         return false;
     };
-    let alloc_va = sess.st.q_alloc[va as usize].to_f();
-    let fair_va = sess.fs.allocatable(sess.s, va);
-    let deserved_va = sess.fs.deserved(sess.s, va);
-    let maintain_fair_share = (0..3).any(|r| alloc_va[r] > fair_va[r] + EPS);
-    let ra_with = sess.st.q_alloc[ra as usize].plus(req).to_f();
-    let deserved_ra = sess.fs.deserved(sess.s, ra);
-    let guarantee_deserved = (0..3).all(|r| ra_with[r] <= deserved_ra[r] + EPS)
-        && (0..3).any(|r| alloc_va[r] > deserved_va[r] + EPS);
-    if !maintain_fair_share && !guarantee_deserved {
-        return false;
+    let remaining = sess.st.q_alloc[va as usize].to_f();
+    // MaintainFairShare: the victim side is above its allocatable share in some resource.
+    if !le_all(remaining, [0.0; 3], sess.fs.allocatable_bound(sess.s, va)) {
+        return true;
     }
-    let mut take = Res::default();
-    for &p in &unit.pods {
-        take.add(&sess.s.pods[p as usize].res);
-    }
-    let take = take.to_f();
-    let mut cur = Some(vq);
-    while let Some(a) = cur {
-        let alloc = sess.st.q_alloc[a as usize].to_f();
-        let deserved = sess.fs.deserved(sess.s, a);
-        if (0..3).any(|r| {
-            take[r] > 0.0 && alloc[r] + EPS >= deserved[r] && alloc[r] - take[r] < deserved[r] - EPS
-        }) {
-            return false;
-        }
-        if a == va {
-            break;
-        }
-        cur = sess.s.queues[a as usize].parent;
-    }
-    true
+    // GuaranteeDeservedQuota: the reclaimer side stays within its deserved quota with the job,
+    // and the victim side is above its deserved quota in some resource.
+    let ra_alloc = sess.st.q_alloc[ra as usize].to_f();
+    le_all(ra_alloc, req.to_f(), sess.fs.deserved_bound(sess.s, ra))
+        && !le_all(remaining, [0.0; 3], sess.fs.deserved_bound(sess.s, va))
 }
 
-/// After the scenario, at every level of the reclaimer's path: a queue above its fair share
-/// must not end up relatively more saturated than a sibling (`relcaimerSaturationMultiplier`).
-fn saturation_ok(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
+/// After the scenario, at every level of the reclaimer's path: a queue that ends above its
+/// fair share must stay relatively less saturated than each sibling that lost victims, in
+/// every resource involved (`relcaimerSaturationMultiplier`; siblings with no fair share in
+/// a resource are not compared there).
+fn saturation_ok(sess: &Session<'_>, q: QueueId, req: &Res, before: &[Res]) -> bool {
     let mult = sess.cfg.reclaimer_saturation_multiplier.max(1.0);
     let ratio = |a: QueueId, r: usize| {
         let alloc = sess.st.q_alloc[a as usize].to_f()[r];
@@ -243,22 +272,29 @@ fn saturation_ok(sess: &Session<'_>, q: QueueId, req: &Res) -> bool {
         }
     };
     for a in sess.s.ancestry(q) {
-        let siblings: Vec<QueueId> = match sess.s.queues[a as usize].parent {
-            Some(p) => sess.s.queues[p as usize].children.clone(),
-            None => (0..sess.s.queues.len() as QueueId)
-                .filter(|&x| sess.s.queues[x as usize].parent.is_none())
-                .collect(),
-        };
-        for r in (0..3).filter(|&r| req.0[r] > 0) {
-            let own = ratio(a, r);
-            if own <= 1.0 + EPS {
-                continue;
+        let roots: Vec<QueueId>;
+        let siblings: &[QueueId] = match sess.s.queues[a as usize].parent {
+            Some(p) => &sess.s.queues[p as usize].children,
+            None => {
+                roots = (0..sess.s.queues.len() as QueueId)
+                    .filter(|&x| sess.s.queues[x as usize].parent.is_none())
+                    .collect();
+                &roots
             }
-            if siblings
-                .iter()
-                .any(|&sib| sib != a && mult * own >= ratio(sib, r))
-            {
-                return false;
+        };
+        for &sib in siblings.iter().filter(|&&x| x != a) {
+            let (now, was) = (sess.st.q_alloc[sib as usize], before[sib as usize]);
+            if !(0..3).any(|x| now.0[x] < was.0[x]) {
+                continue; // lost no victim in this scenario
+            }
+            for r in (0..3).filter(|&r| req.0[r] > 0 || now.0[r] < was.0[r]) {
+                let own = ratio(a, r);
+                if own > 1.0 + EPS
+                    && sess.fs.fair[sib as usize][r] > EPS
+                    && mult * own >= ratio(sib, r)
+                {
+                    return false;
+                }
             }
         }
     }

@@ -4,6 +4,7 @@
 
 use crate::input::*;
 use gantry_api::names;
+use gantry_k8s_rules::{Operator, Requirement};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -163,11 +164,17 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodInput>, TraceError> {
             })
             .unwrap_or_default();
         if !models.is_empty() {
-            p.affinity.push(NodeSelectorTerm {
-                requirements: vec![LabelRequirement {
-                    key: names::LABEL_GPU_PRODUCT.to_string(),
-                    operator: LabelOperator::In,
-                    values: models,
+            let product = Requirement::new(names::LABEL_GPU_PRODUCT, Operator::In, &models)
+                .map_err(|message| TraceError::Field {
+                    file: t.file.clone(),
+                    line: row.0,
+                    column: "gpu_spec",
+                    message,
+                })?;
+            p.affinity = Some(NodeSelector {
+                terms: vec![NodeSelectorTerm {
+                    match_expressions: vec![product],
+                    match_fields: vec![],
                 }],
             });
         }

@@ -317,6 +317,8 @@ impl Cache {
             input.gpu_indices = a.gpu_indices.clone();
         }
         let bound = input.node.is_some();
+        // Bound and terminating (deleted, or evicted by us): KAI's Releasing.
+        input.releasing = bound && c.terminating;
         let eligible = if bound {
             true
         } else if c.ours && c.problem.is_none() && !c.terminating && !input.pod_group.is_empty() {
@@ -400,11 +402,13 @@ impl Cache {
         }
     }
 
-    /// An evicted pod stops counting at once (its deletion arrives later).
+    /// An evicted pod is Releasing at once (its deletion arrives later): what it holds is
+    /// placed onto, but binds there wait until it is gone.
     pub fn evicted(&mut self, k: &str) {
         if let Some(m) = self.meta.get_mut(k) {
             m.terminating = true;
         }
+        self.place_pod(k);
         self.version += 1;
     }
 

@@ -2,46 +2,19 @@
 //! needs (requests, the sharing annotations, placement constraints), so the cache stays small.
 
 use crate::input::{
-    LabelOperator, LabelRequirement, NodeInput, NodeSelectorTerm, PodGroupInput, PodInput,
-    PodPhase, QueueInput, QueueResourceInput, SubGroupInput, Taint, TaintEffect, Toleration,
-    TolerationOperator,
+    NodeInput, PodGroupInput, PodInput, PodPhase, QueueInput, QueueResourceInput, SubGroupInput,
 };
 use gantry_api::kai::{Limit, PodGroup, Queue, QueueResourceKind, Quota};
 use gantry_api::names;
+use gantry_k8s_rules::RequiredNodeAffinity;
+use gantry_k8s_rules::taints::{taints_from_k8s, tolerations_from_k8s};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
-/// Parse a Kubernetes quantity into a number of base units (`"500m"` -> 0.5, `"2Gi"` -> 2^31).
-pub fn parse_quantity(q: &str) -> Option<f64> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(q.len());
-    let (num, suffix) = q.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse::<i32>().ok()?),
-        _ => return None,
-    };
-    let v = n * mult;
-    v.is_finite().then_some(v)
+/// A quantity in base units (`"500m"` -> 0.5, `"2Gi"` -> 2^31); `None` if malformed.
+fn quantity(q: &Quantity) -> Option<f64> {
+    gantry_k8s_rules::quantity::parse_f64(&q.0).ok()
 }
 
 /// A problem in one object, named for the person who reads the Event.
@@ -58,7 +31,7 @@ fn res_map(
     path: &str,
 ) -> Result<(), FieldError> {
     for (k, v) in m.into_iter().flatten() {
-        let n = parse_quantity(&v.0).ok_or_else(|| FieldError {
+        let n = quantity(v).ok_or_else(|| FieldError {
             field: format!("{path}[{k}]"),
             message: format!("{:?} is not a quantity", v.0),
         })?;
@@ -124,7 +97,7 @@ fn whole_gpu_limit(pod: &Pod) -> bool {
             .as_ref()
             .and_then(|r| r.limits.as_ref())
             .and_then(|l| l.get(names::RESOURCE_GPU))
-            .and_then(|q| parse_quantity(&q.0))
+            .and_then(quantity)
             .is_some_and(|v| v > 0.0)
     })
 }
@@ -255,6 +228,25 @@ pub fn pod(pod: &Pod, scheduler_name: &str, reservation_ns: &str) -> CachedPod {
             msg.join("; ")
         ));
     }
+    // Terms kube-scheduler could not parse never match; the pod's problem says why.
+    let (placement, affinity_errors) = spec
+        .map(RequiredNodeAffinity::from_pod_spec)
+        .unwrap_or_default();
+    if problem.is_none()
+        && !affinity_errors.is_empty()
+        && placement
+            .affinity
+            .as_ref()
+            .is_some_and(|a| a.terms.is_empty())
+    {
+        let msg: Vec<String> = affinity_errors.iter().map(ToString::to_string).collect();
+        problem = Some(format!(
+            "pod {}/{}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: {}",
+            namespace,
+            meta.name.as_deref().unwrap_or(""),
+            msg.join("; ")
+        ));
+    }
     let gpu_indices = ann_all
         .and_then(|a| a.get(names::ANNOTATION_SCHEDULER_GPU_INDICES))
         .map(|v| v.split(',').filter_map(|i| i.trim().parse().ok()).collect())
@@ -284,14 +276,12 @@ pub fn pod(pod: &Pod, scheduler_name: &str, reservation_ns: &str) -> CachedPod {
         memory_bytes: requests.get("memory").copied().unwrap_or(0.0).ceil() as i64,
         extended,
         annotations,
-        node_selector: spec
-            .and_then(|s| s.node_selector.clone())
-            .unwrap_or_default(),
-        affinity: spec.map(affinity).unwrap_or_default(),
-        tolerations: spec
-            .and_then(|s| s.tolerations.as_ref())
-            .map(|t| t.iter().filter_map(toleration).collect())
-            .unwrap_or_default(),
+        node_selector: placement.node_selector,
+        affinity: placement.affinity,
+        tolerations: tolerations_from_k8s(
+            spec.and_then(|s| s.tolerations.as_deref())
+                .unwrap_or_default(),
+        ),
         phase: if node.is_some() {
             PodPhase::Running
         } else {
@@ -304,6 +294,7 @@ pub fn pod(pod: &Pod, scheduler_name: &str, reservation_ns: &str) -> CachedPod {
             .get(names::LABEL_TASK_PRIORITY)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
+        releasing: false,
     };
     CachedPod {
         uid: meta.uid.clone().unwrap_or_default(),
@@ -331,67 +322,6 @@ pub fn pod(pod: &Pod, scheduler_name: &str, reservation_ns: &str) -> CachedPod {
     }
 }
 
-fn affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<NodeSelectorTerm> {
-    let Some(req) = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-    else {
-        return Vec::new();
-    };
-    req.node_selector_terms
-        .iter()
-        .map(|t| NodeSelectorTerm {
-            requirements: t
-                .match_expressions
-                .iter()
-                .flatten()
-                .map(|e| LabelRequirement {
-                    key: e.key.clone(),
-                    operator: match e.operator.as_str() {
-                        "In" => LabelOperator::In,
-                        "NotIn" => LabelOperator::NotIn,
-                        "Exists" => LabelOperator::Exists,
-                        // Gt/Lt are not modelled: treat as a requirement nothing meets.
-                        "DoesNotExist" => LabelOperator::DoesNotExist,
-                        _ => LabelOperator::In,
-                    },
-                    values: e.values.clone().unwrap_or_default(),
-                })
-                .collect(),
-        })
-        .collect()
-}
-
-fn effect(e: &str) -> Option<TaintEffect> {
-    match e {
-        "NoSchedule" => Some(TaintEffect::NoSchedule),
-        "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
-        "NoExecute" => Some(TaintEffect::NoExecute),
-        _ => None,
-    }
-}
-
-fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Option<Toleration> {
-    Some(Toleration {
-        key: t.key.clone().unwrap_or_default(),
-        operator: if t.operator.as_deref() == Some("Exists") {
-            TolerationOperator::Exists
-        } else {
-            TolerationOperator::Equal
-        },
-        value: t.value.clone().unwrap_or_default(),
-        effect: match t.effect.as_deref() {
-            None | Some("") => None,
-            Some(e) => Some(effect(e)?),
-        },
-    })
-}
-
 /// A Node as the core sees it: allocatable, GFD labels, taints, readiness.
 pub fn node(n: &Node) -> NodeInput {
     let status = n.status.as_ref();
@@ -399,7 +329,7 @@ pub fn node(n: &Node) -> NodeInput {
     let get = |k: &str| {
         alloc
             .and_then(|a| a.get(k))
-            .and_then(|q| parse_quantity(&q.0))
+            .and_then(quantity)
             .unwrap_or(0.0)
     };
     let ready = status
@@ -411,20 +341,7 @@ pub fn node(n: &Node) -> NodeInput {
     NodeInput {
         name: n.metadata.name.clone().unwrap_or_default(),
         labels: n.metadata.labels.clone().unwrap_or_default(),
-        taints: spec
-            .and_then(|s| s.taints.as_ref())
-            .map(|ts| {
-                ts.iter()
-                    .filter_map(|t| {
-                        Some(Taint {
-                            key: t.key.clone(),
-                            value: t.value.clone().unwrap_or_default(),
-                            effect: effect(&t.effect)?,
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        taints: taints_from_k8s(spec.and_then(|s| s.taints.as_deref()).unwrap_or_default()),
         schedulable: ready && !cordoned,
         cpu_milli: (get("cpu") * 1000.0) as i64,
         memory_bytes: get("memory") as i64,
@@ -434,7 +351,7 @@ pub fn node(n: &Node) -> NodeInput {
             .into_iter()
             .flatten()
             .filter(|(k, _)| k.starts_with(names::RESOURCE_MIG_PREFIX))
-            .filter_map(|(k, q)| Some((k.clone(), parse_quantity(&q.0)? as u32)))
+            .filter_map(|(k, q)| Some((k.clone(), quantity(q)? as u32)))
             .collect(),
     }
 }
@@ -509,15 +426,6 @@ pub fn pod_group(pg: &PodGroup, priority_of: impl Fn(&str) -> Option<i32>) -> Po
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn quantities() {
-        assert_eq!(parse_quantity("500m"), Some(0.5));
-        assert_eq!(parse_quantity("2Gi"), Some(2.0 * 1024f64.powi(3)));
-        assert_eq!(parse_quantity("1"), Some(1.0));
-        assert_eq!(parse_quantity("1e3"), Some(1000.0));
-        assert_eq!(parse_quantity("abc"), None);
-    }
 
     fn pod_json(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()

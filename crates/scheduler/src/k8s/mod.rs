@@ -53,6 +53,9 @@ pub struct Options {
     pub config: crate::Config,
     /// Create KAI's `default-parent-queue` / `default-queue` when missing.
     pub create_default_queues: bool,
+    /// Create KAI's PriorityClasses (`train`, `build-preemptible`, `build`, `inference`)
+    /// when missing.
+    pub create_default_priority_classes: bool,
     /// Create the Queue and PodGroup CRDs when missing (best effort).
     pub install_crds: bool,
     /// API writes in flight at once: binds, and separately the pod grouper's.
@@ -78,6 +81,7 @@ impl Default for Options {
             cycle_period: Duration::from_secs(1),
             config: crate::Config::default(),
             create_default_queues: true,
+            create_default_priority_classes: true,
             install_crds: true,
             bind_concurrency: 64,
         }

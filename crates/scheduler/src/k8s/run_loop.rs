@@ -168,6 +168,32 @@ async fn create_default_queues(client: &kube::Client) {
     }
 }
 
+/// KAI's PriorityClasses (`train` 50, `build-preemptible` 75, `build` 100, `inference` 125),
+/// created when missing so KAI's examples and docs work as written. Existing classes of those
+/// names are left as they are.
+async fn create_priority_classes(client: &kube::Client) {
+    let api: Api<PriorityClass> = Api::all(client.clone());
+    for (name, value) in names::KAI_PRIORITY_CLASSES {
+        let preemptible = value < names::NON_PREEMPTIBLE_PRIORITY_THRESHOLD;
+        let pc: Result<PriorityClass, _> = serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            "globalDefault": false,
+            "description": format!(
+                "KAI workload priority {name} ({})",
+                if preemptible { "preemptible" } else { "non-preemptible, runs only within its queue's quota" }
+            ),
+        }));
+        if let Ok(pc) = pc
+            && let Err(e) = api.create(&PostParams::default(), &pc).await
+            && !matches!(&e, kube::Error::Api(s) if s.code == 409)
+        {
+            tracing::warn!(priority_class = name, error = %e, "could not create KAI priority class");
+        }
+    }
+}
+
 /// What the reflectors and the spawned API tasks tell the loop.
 enum Msg {
     Node(Box<watcher::Event<Node>>),
@@ -311,6 +337,9 @@ async fn lead(
         install_crds(&client).await;
     }
     ensure_namespace(&client, &opts.reservation_namespace).await;
+    if opts.create_default_priority_classes {
+        create_priority_classes(&client).await;
+    }
     if opts.create_default_queues {
         create_default_queues(&client).await;
     }
@@ -663,6 +692,7 @@ impl Loop {
                     .await;
             });
         }
+        self.metrics.kai.update(&d.queues);
         for q in &d.queues {
             self.metrics
                 .pending

@@ -210,6 +210,7 @@ mod tests {
     fn queue_status_uses_kai_units() {
         let r = QueueReport {
             name: "q".into(),
+            quota: [2.0, -1.0, -1.0],
             deserved: [2.0, 0.0, 0.0],
             fair_share: [1.5, 1000.0, 1e9],
             allocated: [1.0, 500.0, 2e9],

@@ -3,9 +3,13 @@
 
 mod cluster;
 mod common;
+mod conformance;
 mod fairshare;
 mod invariants;
+mod k8s_affinity;
 mod k8s_e2e;
+mod k8s_kai;
 mod k8s_reclaim;
 mod k8s_restart;
+mod kai_semantics;
 mod scenarios;

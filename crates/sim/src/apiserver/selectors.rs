@@ -1,88 +1,21 @@
-//! Label selectors (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`) and field selectors
-//! (`=`, `==`, `!=` on dotted paths such as `metadata.name`, `spec.nodeName`, `status.phase`).
+//! `labelSelector` / `fieldSelector` on JSON objects: parsing and matching are the shared
+//! Kubernetes rules (`gantry_k8s_rules`); malformed input answers 400 BadRequest with the
+//! parser's reason, as the real API server does, instead of matching everything or nothing.
 
-use super::status::ApiError;
+use gantry_k8s_rules::{FieldSelector as Fields, Selector};
 use serde_json::Value;
 
-#[derive(Debug, Clone, PartialEq)]
-enum Req {
-    Eq(String, String),
-    Ne(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    NotExists(String),
-}
+use super::status::ApiError;
 
 /// A parsed label selector; empty matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct LabelSelector(Vec<Req>);
-
-/// Splits on commas that are not inside parentheses.
-fn split_top(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out.into_iter()
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
-fn set_values(rest: &str, whole: &str) -> Result<Vec<String>, ApiError> {
-    let inner = rest
-        .trim()
-        .strip_prefix('(')
-        .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "unable to parse requirement {whole:?}: expected (v1,v2,...)"
-            ))
-        })?;
-    Ok(inner
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect())
-}
+pub struct LabelSelector(Selector);
 
 impl LabelSelector {
     pub fn parse(s: &str) -> Result<Self, ApiError> {
-        let mut reqs = Vec::new();
-        for part in split_top(s) {
-            let req = if let Some(key) = part.strip_prefix('!') {
-                Req::NotExists(key.trim().to_string())
-            } else if let Some((k, v)) = part.split_once("!=") {
-                Req::Ne(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = part.split_once("==") {
-                Req::Eq(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = part.split_once('=') {
-                Req::Eq(k.trim().into(), v.trim().into())
-            } else if let Some((k, rest)) = part.split_once(" notin ") {
-                Req::NotIn(k.trim().into(), set_values(rest, part)?)
-            } else if let Some((k, rest)) = part.split_once(" in ") {
-                Req::In(k.trim().into(), set_values(rest, part)?)
-            } else if part.contains(' ') || part.contains('(') {
-                return Err(ApiError::bad_request(format!(
-                    "unable to parse requirement {part:?}"
-                )));
-            } else {
-                Req::Exists(part.to_string())
-            };
-            reqs.push(req);
-        }
-        Ok(Self(reqs))
+        Selector::parse(s)
+            .map(Self)
+            .map_err(|e| ApiError::bad_request(e.to_string()))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -91,41 +24,21 @@ impl LabelSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        self.0.iter().all(|r| match r {
-            Req::Eq(k, v) => get(k) == Some(v.as_str()),
-            Req::Ne(k, v) => get(k) != Some(v.as_str()),
-            Req::In(k, vs) => get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
-            Req::NotIn(k, vs) => get(k).is_none_or(|l| vs.iter().all(|v| v != l)),
-            Req::Exists(k) => get(k).is_some(),
-            Req::NotExists(k) => get(k).is_none(),
-        })
+        self.0
+            .matches_fn(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
     }
 }
 
-/// A parsed field selector; empty matches everything.
+/// A parsed field selector on dotted paths (`metadata.name`, `spec.nodeName`,
+/// `status.phase`); empty matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct FieldSelector(Vec<(Vec<String>, bool, String)>);
+pub struct FieldSelector(Fields);
 
 impl FieldSelector {
     pub fn parse(s: &str) -> Result<Self, ApiError> {
-        let mut reqs = Vec::new();
-        for part in split_top(s) {
-            let (path, eq, value) = if let Some((k, v)) = part.split_once("!=") {
-                (k, false, v)
-            } else if let Some((k, v)) = part.split_once("==") {
-                (k, true, v)
-            } else if let Some((k, v)) = part.split_once('=') {
-                (k, true, v)
-            } else {
-                return Err(ApiError::bad_request(format!(
-                    "invalid field selector {part:?}: expected field=value or field!=value"
-                )));
-            };
-            let segs = path.trim().split('.').map(str::to_string).collect();
-            reqs.push((segs, eq, value.trim().to_string()));
-        }
-        Ok(Self(reqs))
+        Fields::parse(s)
+            .map(Self)
+            .map_err(|e| ApiError::bad_request(e.to_string()))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -134,25 +47,18 @@ impl FieldSelector {
 
     /// The `metadata.name=X` requirement, if any (used by single-object watches).
     pub fn name(&self) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(p, eq, _)| *eq && p.len() == 2 && p[0] == "metadata" && p[1] == "name")
-            .map(|(_, _, v)| v.as_str())
+        self.0.required_value("metadata.name")
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(path, eq, want)| {
-            let mut cur = Some(obj);
-            for seg in path {
-                cur = cur.and_then(|c| c.get(seg));
+        self.0.matches_fn(|path| {
+            let v = path.split('.').try_fold(obj, |cur, seg| cur.get(seg))?;
+            match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Bool(b) => Some(b.to_string()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
             }
-            let have = match cur {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Bool(b)) => b.to_string(),
-                Some(Value::Number(n)) => n.to_string(),
-                _ => String::new(),
-            };
-            (have == *want) == *eq
         })
     }
 }
@@ -174,7 +80,18 @@ mod tests {
         assert!(m("!missing"));
         assert!(!m("!app"));
         assert!(m(""));
-        assert!(LabelSelector::parse("app in web").is_err());
+        assert!(LabelSelector::parse("").expect("empty").matches(&json!({})));
+    }
+
+    #[test]
+    fn malformed_selectors_are_bad_requests() {
+        for bad in ["!app=web", "!!!(((", "app in web", "bad key=x", "a=-b"] {
+            let e = LabelSelector::parse(bad).expect_err(bad);
+            assert_eq!(e.code, 400, "{bad}");
+            assert!(e.message.contains(&format!("{bad:?}")), "{}", e.message);
+        }
+        let e = FieldSelector::parse("nonsense").expect_err("no operator");
+        assert_eq!(e.code, 400);
     }
 
     #[test]
@@ -186,6 +103,11 @@ mod tests {
         assert!(m("status.phase==Running"));
         assert!(m("spec.schedulerName="));
         assert!(!m("spec.nodeName="));
-        assert!(FieldSelector::parse("nonsense").is_err());
+        assert_eq!(
+            FieldSelector::parse("metadata.name=p")
+                .expect("parses")
+                .name(),
+            Some("p")
+        );
     }
 }

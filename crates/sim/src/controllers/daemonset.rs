@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::scheduling::{node_matches, taints_tolerated};
+use gantry_k8s_rules::RequiredNodeAffinity;
+use gantry_k8s_rules::taints::{taints_from_k8s, tolerations_from_k8s, untolerated_taint};
 
 pub const LABEL_REVISION_HASH: &str = "controller-revision-hash";
 pub const LABEL_TEMPLATE_GENERATION: &str = "pod-template-generation";
@@ -63,12 +64,24 @@ fn template_spec(ds: &DaemonSet) -> PodSpec {
         .unwrap_or_default()
 }
 
-/// Whether the DaemonSet wants a pod on `node`.
+/// Whether the DaemonSet wants a pod on `node`: nodeSelector, required node affinity and
+/// NoSchedule/NoExecute taints, by the shared Kubernetes rules.
 pub fn should_run(ds: &DaemonSet, node: &Node) -> bool {
     let spec = template_spec(ds);
-    let mut tolerations = spec.tolerations.clone().unwrap_or_default();
-    tolerations.extend(daemon_tolerations());
-    node_matches(&spec, node) && taints_tolerated(&tolerations, node)
+    let mut tolerations = tolerations_from_k8s(spec.tolerations.as_deref().unwrap_or_default());
+    tolerations.extend(tolerations_from_k8s(&daemon_tolerations()));
+    let taints = taints_from_k8s(
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default(),
+    );
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    RequiredNodeAffinity::from_pod_spec(&spec)
+        .0
+        .matches(name, &labels)
+        && untolerated_taint(&taints, &tolerations).is_none()
 }
 
 pub fn is_ready(pod: &Pod) -> bool {

@@ -4,6 +4,5 @@
 pub mod daemonset;
 pub mod job;
 pub mod runner;
-pub mod scheduling;
 
 pub use runner::{Controllers, start};

@@ -14,43 +14,16 @@ pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
 pub const PODS: &str = "pods";
 
-/// Parse a Kubernetes quantity (`100m`, `2`, `1.5Gi`, `1e3`, `64k`) into a float.
-pub fn parse_quantity(q: &str) -> Result<f64, String> {
-    let s = q.trim();
-    let bad = || format!("{q:?} is not a valid quantity");
-    const SUFFIXES: &[(&str, f64)] = &[
-        ("Ki", 1024.0),
-        ("Mi", 1048576.0),
-        ("Gi", 1073741824.0),
-        ("Ti", 1099511627776.0),
-        ("Pi", 1125899906842624.0),
-        ("Ei", 1152921504606846976.0),
-        ("n", 1e-9),
-        ("u", 1e-6),
-        ("m", 1e-3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ];
-    for (suffix, mult) in SUFFIXES {
-        if let Some(num) = s.strip_suffix(suffix) {
-            // `1e3` ends in a digit, so `E`/`e` exponents never reach here as suffixes
-            let v: f64 = num.parse().map_err(|_| bad())?;
-            return Ok(v * mult);
-        }
-    }
-    let v: f64 = s.parse().map_err(|_| bad())?;
-    if v.is_finite() { Ok(v) } else { Err(bad()) }
-}
-
-/// A quantity in the base unit of `resource` (millicores for cpu), rounded up.
+/// A quantity in the base unit of `resource` (millicores for cpu), rounded up as Kubernetes
+/// rounds (`MilliValue` / `Value`).
 pub fn base_units(resource: &str, q: &Quantity) -> Result<i128, String> {
-    let v = parse_quantity(&q.0)?;
-    let v = if resource == CPU { v * 1000.0 } else { v };
-    Ok(v.ceil() as i128)
+    let v = gantry_k8s_rules::Quantity::parse(&q.0).map_err(|e| e.to_string())?;
+    let scaled = if resource == CPU {
+        v.milli_value()
+    } else {
+        v.value()
+    };
+    scaled.ok_or_else(|| format!("quantity {:?} is out of range", q.0))
 }
 
 fn container_requests(c: &Container) -> Result<Requests, String> {
@@ -155,12 +128,15 @@ mod tests {
 
     #[test]
     fn quantities() {
-        assert_eq!(parse_quantity("100m").unwrap(), 0.1);
-        assert_eq!(parse_quantity("2").unwrap(), 2.0);
-        assert_eq!(parse_quantity("1Gi").unwrap(), 1073741824.0);
-        assert_eq!(parse_quantity("1e3").unwrap(), 1000.0);
-        assert_eq!(parse_quantity("64k").unwrap(), 64000.0);
-        assert!(parse_quantity("lots").unwrap_err().contains("\"lots\""));
+        let q = |s: &str| Quantity(s.into());
+        assert_eq!(base_units("memory", &q("1Gi")), Ok(1 << 30));
+        assert_eq!(base_units("pods", &q("1e3")), Ok(1000));
+        assert_eq!(base_units("cpu", &q("0.1")), Ok(100));
+        assert!(
+            base_units("cpu", &q("lots"))
+                .unwrap_err()
+                .contains("\"lots\"")
+        );
         assert_eq!(base_units("cpu", &Quantity("250m".into())).unwrap(), 250);
         assert_eq!(base_units("cpu", &Quantity("1.5".into())).unwrap(), 1500);
     }

@@ -101,41 +101,6 @@ async fn wait_stopping(rx: &mut watch::Receiver<Option<Arc<Pod>>>) {
     }
 }
 
-/// Parse a Go duration (`30s`, `1m30s`, `500ms`, `2h`, `1.5s`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?} is not a duration (e.g. 30s, 1m30s, 500ms)");
-    let mut rest = s.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let v: f64 = rest[..n].parse().map_err(|_| bad())?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += v * unit;
-        rest = &rest[u..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
-}
-
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
         .annotations
@@ -920,7 +885,9 @@ fn container_run(
     if let PlainRun::Immediate = plain {
         return Box::pin(async { (0, String::new()) });
     }
-    let run_time = annotation(pod, names::ANNOTATION_SIM_RUN_TIME).map(parse_duration);
+    let run_time = annotation(pod, names::ANNOTATION_SIM_RUN_TIME).map(|d| {
+        gantry_k8s_rules::duration::parse_std_duration(d.trim()).map_err(|e| e.to_string())
+    });
     let exit_code = annotation(pod, names::ANNOTATION_SIM_EXIT_CODE)
         .and_then(|c| c.trim().parse::<i32>().ok())
         .unwrap_or(0);
@@ -1005,19 +972,6 @@ fn container_env(c: &Container, pod: &Pod, node: &str) -> BTreeMap<String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        assert!(parse_duration("30").unwrap_err().contains("\"30\""));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
 
     #[test]
     fn status_patch_shapes() {

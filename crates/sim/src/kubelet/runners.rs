@@ -49,14 +49,8 @@ pub(crate) fn setting(
 }
 
 fn mig_strategy(s: &str) -> Result<MigStrategy, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "none" => Ok(MigStrategy::None),
-        "single" => Ok(MigStrategy::Single),
-        "mixed" => Ok(MigStrategy::Mixed),
-        other => Err(format!(
-            "MIG strategy {other:?} is not one of none, single, mixed"
-        )),
-    }
+    s.parse()
+        .map_err(|e: gantry_k8s_rules::mig::UnknownMigStrategy| e.to_string())
 }
 
 /// Options for `gantry node device-plugin` on a simulated node.
@@ -107,10 +101,7 @@ pub fn discovery_options(ctx: &AgentContext) -> Result<DiscoveryOptions, String>
         ..DiscoveryOptions::default()
     };
     if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {
-        opts.mig_strategy = Some(
-            s.parse()
-                .map_err(|e: discovery::DiscoveryError| e.to_string())?,
-        );
+        opts.mig_strategy = Some(mig_strategy(&s)?);
     }
     if let Some(cm) = setting(&ctx.args, &ctx.env, "config-map", "") {
         let (ns, name) = cm

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use gantry_api::kai::Queue;
 use gantry_api::names;
+use gantry_k8s_rules::quantity::parse_f64;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::{Deserialize, Serialize};
 
@@ -179,15 +180,7 @@ fn quantity_gpus(
 ) -> Option<f64> {
     let m = map?;
     let q = m.get("nvidia.com/gpu").or_else(|| m.get("gpu"))?;
-    parse_quantity(&q.0)
-}
-
-/// Decimal quantities as the scheduler writes them (`1500m`, `2`, `0.5`).
-fn parse_quantity(s: &str) -> Option<f64> {
-    match s.strip_suffix('m') {
-        Some(milli) => milli.parse::<f64>().ok().map(|v| v / 1000.0),
-        None => s.parse::<f64>().ok(),
-    }
+    parse_f64(&q.0).ok()
 }
 
 /// Build the picture. `gpus` maps node name → its GPUs' readings.
@@ -345,7 +338,10 @@ pub fn build(
             let fair_share = status
                 .and_then(|s| s.extra.get("fairShare"))
                 .and_then(|v| v.get("gpu").or_else(|| v.get("nvidia.com/gpu")).or(Some(v)))
-                .and_then(|v| v.as_f64().or_else(|| v.as_str().and_then(parse_quantity)));
+                .and_then(|v| {
+                    v.as_f64()
+                        .or_else(|| v.as_str().and_then(|s| parse_f64(s).ok()))
+                });
             QueueView {
                 parent: q.spec.parent_queue.clone(),
                 quota: q
@@ -540,9 +536,6 @@ mod tests {
 
     #[test]
     fn quantities() {
-        assert_eq!(parse_quantity("1500m"), Some(1.5));
-        assert_eq!(parse_quantity("2"), Some(2.0));
-        assert_eq!(parse_quantity("x"), None);
         assert!((mig_share("1g.10gb") - 1.0 / 7.0).abs() < 1e-9);
     }
 }

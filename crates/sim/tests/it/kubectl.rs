@@ -294,3 +294,63 @@ async fn kubectl_applies_gantry_crds_then_instances() -> Result {
     );
     Ok(())
 }
+
+/// A malformed selector is a 400 BadRequest naming the problem, as from a real API server:
+/// `kubectl delete -l '!app=web'` fails and deletes nothing instead of matching everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rejects_malformed_selectors() -> Result {
+    if !Path::new(KUBECTL).exists() {
+        eprintln!("skipping: {KUBECTL} is not installed");
+        return Ok(());
+    }
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let dir = tempfile::tempdir()?;
+    let k = Kubectl {
+        kubeconfig: cp.kubeconfig_path(),
+        dir: dir.path(),
+    };
+    for (name, app) in [("web", "web"), ("db", "db")] {
+        k.run(&["create", "configmap", name, "--from-literal=a=1"])
+            .await?;
+        k.run(&["label", "configmap", name, &format!("app={app}")])
+            .await?;
+    }
+    for bad in ["!app=web", "!!!(((", "app in web", "bad key=x"] {
+        let out = k.cmd(&["delete", "cm", "-l", bad]).output().await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: kubectl succeeded");
+        assert!(
+            stderr.contains("BadRequest") || stderr.contains("unable to parse requirement"),
+            "{bad}: {stderr}"
+        );
+    }
+    let out = k
+        .cmd(&["get", "cm", "--field-selector", "metadata.name"])
+        .output()
+        .await?;
+    assert!(
+        !out.status.success(),
+        "a field selector without an operator"
+    );
+    let left = k
+        .run(&["get", "cm", "-o", "jsonpath={.items[*].metadata.name}"])
+        .await?;
+    assert!(
+        left.contains("web") && left.contains("db"),
+        "nothing deleted: {left}"
+    );
+    // A well-formed selector still works.
+    k.run(&["delete", "cm", "-l", "app notin (db)"]).await?;
+    let left = k
+        .run(&[
+            "get",
+            "cm",
+            "-l",
+            "app",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await?;
+    assert_eq!(left, "db");
+    Ok(())
+}

@@ -13,13 +13,7 @@ use gantry_node::device_plugin::settings::{
 use gantry_node::device_plugin::{self, ConfigSource, HealthPolicy, Options, Overrides, health};
 
 use super::gpu_source::{self, GpuSourceArgs, shutdown_signal};
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum MigStrategyArg {
-    None,
-    Single,
-    Mixed,
-}
+use super::mig_strategy_parser;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum ListStrategyArg {
@@ -69,8 +63,8 @@ pub struct DevicePluginArgs {
     /// The kubelet registration socket; empty = serve without registering.
     #[arg(long, env = "KUBELET_SOCKET")]
     kubelet_socket: Option<String>,
-    #[arg(long, env = "MIG_STRATEGY", value_enum)]
-    mig_strategy: Option<MigStrategyArg>,
+    #[arg(long, env = "MIG_STRATEGY", value_parser = mig_strategy_parser())]
+    mig_strategy: Option<MigStrategy>,
     #[arg(long, env = "DEVICE_LIST_STRATEGY", value_enum, value_delimiter = ',')]
     device_list_strategy: Vec<ListStrategyArg>,
     #[arg(long, env = "DEVICE_ID_STRATEGY", value_enum)]
@@ -96,11 +90,7 @@ pub struct DevicePluginArgs {
 
 fn overrides(args: &DevicePluginArgs) -> Overrides {
     Overrides {
-        mig_strategy: args.mig_strategy.map(|m| match m {
-            MigStrategyArg::None => MigStrategy::None,
-            MigStrategyArg::Single => MigStrategy::Single,
-            MigStrategyArg::Mixed => MigStrategy::Mixed,
-        }),
+        mig_strategy: args.mig_strategy,
         device_list_strategies: (!args.device_list_strategy.is_empty()).then(|| {
             args.device_list_strategy
                 .iter()

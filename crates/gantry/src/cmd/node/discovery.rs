@@ -6,14 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gantry_node::discovery::{self, DiscoveryOptions, MigStrategy};
 
-use super::gpu_source::{self, GpuSourceArgs};
+use super::mig_strategy_parser;
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum MigStrategyArg {
-    None,
-    Single,
-    Mixed,
-}
+use super::gpu_source::{self, GpuSourceArgs};
 
 #[derive(clap::Args)]
 pub struct DiscoveryArgs {
@@ -42,8 +37,8 @@ pub struct DiscoveryArgs {
     #[arg(long, env = "DEFAULT_CONFIG")]
     default_config: Option<String>,
     /// MIG strategy (overrides the config file; default none).
-    #[arg(long, env = "MIG_STRATEGY", value_enum)]
-    mig_strategy: Option<MigStrategyArg>,
+    #[arg(long, env = "MIG_STRATEGY", value_parser = mig_strategy_parser())]
+    mig_strategy: Option<MigStrategy>,
     /// Re-label period: `60s`, `5m`, or `infinite` (overrides the config file; default 60s).
     #[arg(long, env = "GFD_SLEEP_INTERVAL")]
     sleep_interval: Option<String>,
@@ -77,11 +72,7 @@ pub fn run(args: DiscoveryArgs) -> anyhow::Result<ExitCode> {
         node_name: args.node_name.clone(),
         host_root: args.host_root.clone(),
         config_file: args.config_file.clone(),
-        mig_strategy: args.mig_strategy.map(|m| match m {
-            MigStrategyArg::None => MigStrategy::None,
-            MigStrategyArg::Single => MigStrategy::Single,
-            MigStrategyArg::Mixed => MigStrategy::Mixed,
-        }),
+        mig_strategy: args.mig_strategy,
         sleep_interval,
         oneshot: args.oneshot,
         no_timestamp: args.no_timestamp,

@@ -3,6 +3,7 @@
 
 mod helm;
 mod invalid;
+mod nvdriver;
 mod rules;
 
 use std::collections::BTreeMap;

@@ -148,11 +148,20 @@ fn disabled_operands_render_nothing() {
     // Without a device plugin, the validator does not wait for one.
     let v = ds(&out, "nvidia-operator-validator");
     assert_eq!(pod(v)["initContainers"].as_array().map(Vec::len), Some(3));
-    // With the driver not managed here, agents look for it under the host root.
-    let tk = container(v, "initContainers", "driver-validation");
-    let cmd = strings(&tk["command"]);
-    let at = cmd.iter().position(|x| x == "--driver-root").unwrap();
-    assert_eq!(cmd[at + 1], "/host");
+    // NVIDIADriver CRs run the driver container: agents find it at its install dir.
+    let driver_root = |out: &[StateObjects]| {
+        let v = ds(out, "nvidia-operator-validator");
+        let cmd = strings(&container(v, "initContainers", "driver-validation")["command"]);
+        let at = cmd.iter().position(|x| x == "--driver-root").unwrap();
+        cmd[at + 1].clone()
+    };
+    assert_eq!(driver_root(&out), "/run/nvidia/driver");
+    // With no driver managed by the operator, agents look for it under the host root.
+    p.spec.driver.enabled = Some(false);
+    assert_eq!(
+        driver_root(&render(&p, &facts(ubuntu_nodes())).unwrap()),
+        "/host"
+    );
 }
 #[test]
 fn time_slicing_config_reaches_device_plugin_and_gfd() {
