@@ -44,7 +44,7 @@ fn minimal_with(extra: serde_json::Value) -> Res<serde_json::Value> {
 }
 
 async fn wait_allocatable(client: &kube::Client, want: &str, secs: u64) -> Res<()> {
-    let r = eventually(&format!("allocatable {want:?}"), secs, || {
+    let r = eventually_secs(&format!("allocatable {want:?}"), secs, || {
         let c = client.clone();
         async move { (allocatable(&c).await.ok()? == want).then_some(()) }
     })
@@ -101,7 +101,7 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
     env.create_policy(policy).await?;
 
     wait_allocatable(&env.client, "8 8 8 1", 240).await?;
-    eventually("status.state=ready", 120, || {
+    eventually_secs("status.state=ready", 120, || {
         let c = env.client.clone();
         let n = name.clone();
         async move { (policy_state(&c, &n).await.as_deref() == Some("ready")).then_some(()) }
@@ -187,7 +187,7 @@ async fn time_slicing_config_from_the_policy_and_a_per_node_choice() -> Res {
         )
     };
     // The namespace exists once the operator started.
-    eventually("operator namespace", 30, || {
+    eventually_secs("operator namespace", 30, || {
         let c = env.client.clone();
         async move {
             Api::<k8s_openapi::api::core::v1::Namespace>::all(c)
@@ -235,7 +235,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     let dss = Api::<DaemonSet>::namespaced(env.client.clone(), NS);
 
     // Deleted device-plugin DaemonSet: recreated (a new uid).
-    let dp_name = eventually("device plugin DaemonSet", 30, || {
+    let dp_name = eventually_secs("device plugin DaemonSet", 30, || {
         let dss = dss.clone();
         async move {
             let l = dss
@@ -252,7 +252,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     })
     .await?;
     dss.delete(&dp_name.0, &DeleteParams::default()).await?;
-    eventually("device plugin DaemonSet recreated", 30, || {
+    eventually_secs("device plugin DaemonSet recreated", 30, || {
         let dss = dss.clone();
         let (n, uid) = dp_name.clone();
         async move {
@@ -269,7 +269,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     nodes
         .patch("l4-0", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    eventually("deploy label restored", 30, || {
+    eventually_secs("deploy label restored", 30, || {
         let c = env.client.clone();
         let key = key.clone();
         async move {
@@ -307,7 +307,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     policies(&env.client)
         .patch(&name, &PatchParams::default(), &Patch::Merge(&bad))
         .await?;
-    let (status, _, msg) = eventually("Error condition", 30, || {
+    let (status, _, msg) = eventually_secs("Error condition", 30, || {
         let c = env.client.clone();
         let n = name.clone();
         async move {
@@ -377,7 +377,7 @@ async fn oldest_policy_wins_and_the_others_are_ignored() -> Res {
     let mut second = minimal_with(json!({}))?;
     second["metadata"]["name"] = json!("second");
     env.create_policy(second).await?;
-    eventually("second ignored", 60, || {
+    eventually_secs("second ignored", 60, || {
         let c = env.client.clone();
         async move { (policy_state(&c, "second").await.as_deref() == Some("ignored")).then_some(()) }
     })
@@ -433,7 +433,7 @@ async fn kubectl_apply_and_jsonpath() -> Res {
         applied.is_some_and(|o| o.contains("clusterpolicy")),
         "kubectl apply failed"
     );
-    eventually("jsonpath prints 1 1", 240, || {
+    eventually_secs("jsonpath prints 1 1", 240, || {
         let k = kubectl;
         async move {
             let out = k(vec![
@@ -447,7 +447,7 @@ async fn kubectl_apply_and_jsonpath() -> Res {
         }
     })
     .await?;
-    eventually("kubectl shows ready", 120, || {
+    eventually_secs("kubectl shows ready", 120, || {
         let k = kubectl;
         async move {
             let out = k(vec![

@@ -32,7 +32,7 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     }
     env.create_policy(policy).await?;
     // Settled: every node labelled and the operator idle for a while.
-    eventually("200 GPU nodes labelled", 300, || {
+    eventually_secs("200 GPU nodes labelled", 300, || {
         let m = first.metrics.clone();
         async move {
             m.render()
@@ -43,7 +43,7 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     .await?;
     // The operands' pods come up after the labels; a status that still says notReady would
     // rightly be rewritten by the next operator, so settle on ready first.
-    eventually("policy ready", 300, || {
+    eventually_secs("policy ready", 300, || {
         let c = env.client.clone();
         async move { (policy_state(&c, "minimal").await.as_deref() == Some("ready")).then_some(()) }
     })
@@ -60,7 +60,7 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     first.stop().await;
 
     let second = env.operator()?;
-    eventually("the start-up resync", 120, || {
+    eventually_secs("the start-up resync", 120, || {
         let m = second.metrics.clone();
         async move { (m.reconciles() >= 1).then_some(()) }
     })
@@ -70,7 +70,7 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     policies(&env.client)
         .patch("minimal", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    eventually("a second reconcile", 120, || {
+    eventually_secs("a second reconcile", 120, || {
         let m = second.metrics.clone();
         async move { (m.reconciles() >= 2).then_some(()) }
     })

@@ -414,7 +414,8 @@ async fn settled_on(env: &Env, version: &str) -> Res<()> {
         }
         ok
     })
-    .await
+    .await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
