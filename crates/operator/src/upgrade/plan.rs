@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use gantry_api::common::EffectiveUpgradePolicy;
 use gantry_api::names;
-
 use gantry_k8s_rules::{Operator, Requirement, Selector, SelectorError};
+
 use super::slots::{self, SlotInput};
 use super::state::UpgradeState;
 use super::view::{ClusterView, DriverPod, NodeView, PodKey, PodView};
