@@ -35,7 +35,8 @@ fn child_server() -> anyhow::Result<()> {
 fn spawn_server(dir: &Path) -> anyhow::Result<(Child, PathBuf)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args([
-            "child_server",
+            // The test's path inside the crate's one integration-test binary.
+            "durability::child_server",
             "--exact",
             "--ignored",
             "--nocapture",
