@@ -369,40 +369,9 @@ fn settings(path: &str, s: &ContainerSettings) -> Result<(), RenderError> {
     Ok(())
 }
 
-/// A Kubernetes quantity without sign: digits, optional fraction, optional suffix.
+/// A Kubernetes quantity (the shared parser) that is not negative.
 fn quantity(q: &str) -> bool {
-    let num_end = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(q.len());
-    let (num, suffix) = q.split_at(num_end);
-    let num_ok = !num.is_empty()
-        && num.chars().filter(|&c| c == '.').count() <= 1
-        && num.chars().any(|c| c.is_ascii_digit());
-    let suffix_ok = matches!(
-        suffix,
-        "" | "n"
-            | "u"
-            | "m"
-            | "k"
-            | "M"
-            | "G"
-            | "T"
-            | "P"
-            | "E"
-            | "Ki"
-            | "Mi"
-            | "Gi"
-            | "Ti"
-            | "Pi"
-            | "Ei"
-    ) || (suffix.len() > 1
-        && suffix.starts_with(['e', 'E'])
-        && suffix[1..]
-            .trim_start_matches(['+', '-'])
-            .chars()
-            .all(|c| c.is_ascii_digit())
-        && !suffix[1..].trim_start_matches(['+', '-']).is_empty());
-    num_ok && suffix_ok
+    gantry_k8s_rules::Quantity::parse(q).is_ok_and(|q| !q.is_negative())
 }
 
 fn probe(path: &str, p: &ContainerProbeSpec) -> Result<(), RenderError> {

@@ -9,14 +9,13 @@
 //!
 //! - [`plan`]: the pure core — [`view::ClusterView`] + policy + now → [`plan::Action`]s.
 //! - [`view`]: plain values built from API objects; [`slots`]: the parallelism rules;
-//!   [`selector`]: label selectors in string form; [`state`]: the state names;
-//!   [`pools`]: one plan per NVIDIADriver pool, each under its CR's policy.
+//!   [`state`]: the state names; [`pools`]: one plan per NVIDIADriver pool, each under its
+//!   CR's policy. Pod selectors are `gantry_k8s_rules::Selector`.
 //! - [`run`]: the controller that lists the cluster, plans and applies.
 
 mod controller;
 pub mod plan;
 pub mod pools;
-pub mod selector;
 pub mod slots;
 pub mod state;
 pub mod view;

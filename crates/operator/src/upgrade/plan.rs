@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use gantry_api::common::EffectiveUpgradePolicy;
 use gantry_api::names;
+use gantry_k8s_rules::{Operator, Requirement, Selector, SelectorError};
 
-use super::selector::{Selector, SelectorError};
 use super::slots::{self, SlotInput};
 use super::state::UpgradeState;
 use super::view::{ClusterView, DriverPod, NodeView, PodKey, PodView};
@@ -160,8 +160,20 @@ pub fn plan(
         "waitForCompletion.podSelector",
         &policy.wait_for_completion_pod_selector,
     )?;
-    let drain_selector = sel("drain.podSelector", &policy.drain_pod_selector)?
-        .and_not_eq(names::LABEL_UPGRADE_DRAIN_SKIP, "true");
+    // Pods labelled to be skipped are never drained.
+    let skip = Requirement::new(
+        names::LABEL_UPGRADE_DRAIN_SKIP,
+        Operator::NotEquals,
+        &["true".into()],
+    )
+    .map_err(|reason| PlanError::Selector {
+        field: "drain.podSelector",
+        source: SelectorError {
+            input: names::LABEL_UPGRADE_DRAIN_SKIP.into(),
+            reason,
+        },
+    })?;
+    let drain_selector = sel("drain.podSelector", &policy.drain_pod_selector)?.and(skip);
     if !view.driver_pods_complete {
         return Ok(Plan {
             actions: Vec::new(),
