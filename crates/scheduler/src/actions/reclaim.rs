@@ -154,6 +154,10 @@ pub fn run(sess: &mut Session<'_>) {
                 vq != q && sess.s.queues[vq as usize].is_leaf() && filter_victim(sess, q, &req, vq)
             })
             .collect();
+        if !open_queue.contains(&true) {
+            // No queue may lose anything to this job: skip the walk over every victim.
+            continue;
+        }
         let limit = sess.cfg.max_victim_jobs * 4;
         let order = order.get_or_insert_with(|| victim_order(sess));
         let mut units: Vec<Unit> = Vec::new();
