@@ -339,6 +339,7 @@ pub async fn reconcile_once(
                     .unwrap_or_default(),
             })
             .collect();
+        o.nodes = gpu_nodes.len();
         let facts = ClusterFacts {
             namespace: opts.namespace.clone(),
             operator_image: opts.image.clone(),
