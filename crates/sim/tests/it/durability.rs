@@ -35,7 +35,7 @@ fn child_server() -> anyhow::Result<()> {
 fn spawn_server(dir: &Path) -> anyhow::Result<(Child, PathBuf)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args([
-            "child_server",
+            "durability::child_server",
             "--exact",
             "--ignored",
             "--nocapture",
