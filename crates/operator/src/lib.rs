@@ -2,6 +2,7 @@
 //!
 //! - [`render`]: pure — (ClusterPolicy, cluster facts) -> the objects of every operand state.
 //! - [`nodes`]: pure — which `nvidia.com/gpu.*` labels a node should carry.
+//! - [`nvdriver`]: per-pool drivers from NVIDIADriver CRs (ownership and status pure, a shell).
 //! - reconcile / status / upgrade / migpolicy: the shells that read the cluster, call the pure
 //!   cores and write with server-side apply under one field manager ([`FIELD_MANAGER`]).
 

@@ -38,6 +38,8 @@ pub struct Observed {
     pub problems: Vec<Problem>,
     /// Each rendered DaemonSet: (name, why it is not ready yet; `None` when ready).
     pub daemonsets: Vec<(String, Option<String>)>,
+    /// GPU nodes the CR owns.
+    pub nodes: usize,
 }
 
 fn describe(p: &Problem) -> (&'static str, String) {
@@ -122,7 +124,18 @@ pub fn compute(
             .filter_map(|(n, why)| why.as_ref().map(|w| format!("DaemonSet {n}: {w}")))
             .collect();
         let ok = cond(CONDITION_ERROR, false, REASON_NO_ERROR, String::new(), g);
-        if waiting.is_empty() {
+        if o.daemonsets.is_empty() && o.nodes > 0 {
+            // Pools come from NFD's OS labels: without them there is nothing to run.
+            let msg = format!(
+                "{} selected GPU node(s) lack NFD's system-os_release ID / VERSION_ID labels, \
+                 so they form no driver pool; install NFD (or label them)",
+                o.nodes
+            );
+            (
+                NVIDIADriverState::NotReady,
+                vec![cond(CONDITION_READY, false, REASON_NOT_READY, msg, g), ok],
+            )
+        } else if waiting.is_empty() {
             let msg = if o.daemonsets.is_empty() {
                 "no GPU node is selected: nothing to deploy".to_string()
             } else {
@@ -225,6 +238,23 @@ mod tests {
         assert_eq!(conds[1].last_transition_time, Time(at(10)));
         assert!(!same(&first, &second));
         assert!(same(&second, &compute(&o, Some(&second), at(30))));
+    }
+
+    #[test]
+    fn owned_nodes_without_pools_are_not_ready() {
+        let o = Observed {
+            nodes: 2,
+            ..Default::default()
+        };
+        let st = compute(&o, None, at(1));
+        assert_eq!(st.state, NVIDIADriverState::NotReady);
+        assert!(
+            st.conditions.unwrap()[0]
+                .message
+                .contains("2 selected GPU node(s) lack")
+        );
+        let none = compute(&Observed::default(), None, at(1));
+        assert_eq!(none.state, NVIDIADriverState::Ready);
     }
 
     #[test]

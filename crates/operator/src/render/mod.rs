@@ -10,6 +10,9 @@
 //! `mig_manager`, `sandbox`; `validate` checks the spec first. Which image each operand runs
 //! is the rule in [`image`]. Per node, operands start in order through init containers that
 //! wait on `/run/nvidia/validations/*-ready` (driver → toolkit → validator → the rest).
+//!
+//! `nvdriver` renders one NVIDIADriver CR's driver DaemonSets ([`render_nvidia_driver`]) from
+//! the same driver pod, for the NVIDIADriver controller ([`crate::nvdriver`]).
 
 mod dcgm;
 mod device_plugin;

@@ -232,7 +232,11 @@ pub async fn reconcile_once(
     });
     // With NVIDIADriver CRs each CR's pool is walked under that CR's upgrade policy.
     let pools = if policy.spec.use_nvidia_driver_crd() {
-        Some(driver_pools(client).await?)
+        Some(match crate::nvdriver::upgrade_policies(client).await {
+            Ok(p) => p,
+            Err(e) if not_found(&e) => Vec::new(),
+            Err(e) => return Err(list_err("NVIDIADrivers")(e)),
+        })
     } else {
         None
     };
@@ -313,33 +317,6 @@ pub async fn reconcile_once(
         // A round that moved something is likely to have started a wait.
         in_flight: busy || settling || actions > 0,
     })
-}
-
-/// Each NVIDIADriver's owner-label value and its upgrade policy (NVIDIADriver defaults, so
-/// `autoUpgrade` is on unless the CR turns it off).
-async fn driver_pools(
-    client: &kube::Client,
-) -> Result<Vec<(String, gantry_api::common::EffectiveUpgradePolicy)>, UpgradeError> {
-    let list = match crate::nvdriver::list_crs(client).await {
-        // A CR that cannot be read walks no pool (its status says why).
-        Ok((l, _)) => l,
-        Err(e) if not_found(&e) => Vec::new(),
-        Err(e) => return Err(list_err("NVIDIADrivers")(e)),
-    };
-    Ok(list
-        .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .map(|c| {
-            let name = c.metadata.name.as_deref().unwrap_or_default();
-            let up = c
-                .spec
-                .upgrade_policy
-                .clone()
-                .unwrap_or_default()
-                .effective(true);
-            (crate::render::owner_value(name), up)
-        })
-        .collect())
 }
 
 /// Whether the DaemonSet's status says it has a pod on every node it wants one on.

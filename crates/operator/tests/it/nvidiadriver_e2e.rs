@@ -223,6 +223,11 @@ async fn kubectl_per_pool_drivers_upgrade_one_pool_and_refuse_overlaps() -> Res 
         .await?;
     assert_eq!(ds.lines().count(), 2, "one driver DaemonSet per pool: {ds}");
     assert!(ds.contains("nvidia-gpu-driver-ubuntu"), "{ds}");
+    // Nothing left to change: a round writes nothing.
+    let nw = gantry_operator::node_watch::NodeWatch::start(client.clone());
+    let opts = gantry_operator::nvdriver::NvDriverOptions::new(NS);
+    let round = gantry_operator::nvdriver::reconcile_once(&client, &opts, &nw).await?;
+    assert_eq!((round.writes, round.busy), (0, false), "a settled round");
     let generation = k
         .nvd("a100", "{.status.conditions[0].observedGeneration}")
         .await;
