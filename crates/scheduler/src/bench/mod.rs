@@ -1,6 +1,7 @@
 //! `gantry bench schedule`: throughput of one full cycle and fragmentation under arrival
 //! replay, for Gantry's policies and built-in baselines, on synthetic clusters or a trace.
 
+pub mod paper;
 pub mod replay;
 pub mod synth;
 pub mod trace;
