@@ -75,6 +75,7 @@ pub enum BenchError {
 
 pub fn policy_name(p: Policy) -> &'static str {
     match p {
+        Policy::Auto => "gantry (auto)",
         Policy::Kai => "gantry (kai binpack)",
         Policy::FragmentationAware => "gantry (frag-aware)",
         Policy::RandomFit => "baseline: random fit",

@@ -210,3 +210,96 @@ impl FastChooser {
         all[k]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpushare::model::{ModelSet, Models, NodeSpec};
+    use crate::gpushare::replay::{Trail, run};
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+
+    /// A small cluster of three models and a workload of few shapes (many ties), with
+    /// CPU-only, shared, whole and multi-GPU pods, some constrained to models.
+    fn world(seed: u64) -> (Vec<NodeSpec>, Vec<PodShape>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut models = Models::default();
+        let names = ["T4", "V100", "G2"];
+        let ids: Vec<u8> = names.iter().map(|n| models.intern(n).unwrap()).collect();
+        let nodes = (0..60)
+            .map(|i| NodeSpec {
+                name: format!("n{i}"),
+                cpu: [32_000, 64_000, 96_000][rng.random_range(0..3)],
+                mem: [131_072, 262_144][rng.random_range(0..2)],
+                gpus: [0, 2, 4, 8][rng.random_range(0..4)],
+                model: ids[rng.random_range(0..3)],
+            })
+            .collect();
+        let shapes: Vec<PodShape> = (0..12)
+            .map(|_| {
+                let (num_gpu, milli) = match rng.random_range(0..4) {
+                    0 => (0, 0),
+                    1 => (1, [250, 500, 300][rng.random_range(0..3)]),
+                    2 => (1, 1000),
+                    _ => ([2, 4, 8][rng.random_range(0..3)], 1000),
+                };
+                PodShape {
+                    cpu: [1000, 4000, 8000, 16_000][rng.random_range(0..4)],
+                    mem: [2048, 16_384, 65_536][rng.random_range(0..3)],
+                    num_gpu,
+                    milli,
+                    models: if rng.random_range(0..4) == 0 {
+                        models.set_of(&[names[rng.random_range(0..3)]])
+                    } else {
+                        ModelSet::Any
+                    },
+                }
+            })
+            .collect();
+        let pods = (0..900)
+            .map(|_| shapes[rng.random_range(0..shapes.len())])
+            .collect();
+        (nodes, pods)
+    }
+
+    #[test]
+    fn fast_and_straightforward_choose_alike_on_several_seeds() {
+        for seed in 1..=6 {
+            let (nodes, pods) = world(seed);
+            for policy in [SharePolicy::Fgd, SharePolicy::Gantry] {
+                let (mut slow, mut quick): (Trail, Trail) = (Vec::new(), Vec::new());
+                let a = run(policy, &nodes, &pods, seed, false, Some(&mut slow));
+                let b = run(policy, &nodes, &pods, seed, true, Some(&mut quick));
+                assert_eq!(slow, quick, "{policy:?} seed {seed}");
+                assert_eq!(a.unalloc, b.unalloc);
+                // The workload overflows the cluster: both placements and refusals occur.
+                assert!(a.placed > 0 && a.placed < slow.len(), "{a:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Whatever the workload, no node ends with negative CPU, memory or device milli,
+        /// and a pod lands only on a model it accepts.
+        #[test]
+        fn placements_never_overcommit(seed in 0u64..10_000, policy in 0usize..8) {
+            let policy = SharePolicy::ALL[policy];
+            let (nodes, pods) = world(seed);
+            let mut trail = Vec::new();
+            run(policy, &nodes, &pods, seed, true, Some(&mut trail));
+            let mut c = Cluster::new(nodes.clone());
+            for (p, d) in pods.iter().zip(&trail) {
+                let Some(d) = d else { continue };
+                let n = c.free[d.node as usize];
+                prop_assert!(n.fits(p));
+                let want = if p.wants_gpu() { u32::from(p.num_gpu) } else { 0 };
+                prop_assert_eq!(d.mask.count_ones(), want);
+                c.apply(p, *d);
+                let after = c.free[d.node as usize];
+                prop_assert!(after.cpu >= 0 && after.mem >= 0);
+                prop_assert!(after.gpus().iter().all(|&g| g <= 1000));
+            }
+        }
+    }
+}

@@ -9,3 +9,4 @@ mod k8s_e2e;
 mod k8s_reclaim;
 mod k8s_restart;
 mod scenarios;
+mod trace_layouts;
