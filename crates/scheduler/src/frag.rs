@@ -123,7 +123,9 @@ impl Mix {
         let free = self.node_free(st, n)?;
         let (score, choice) = score_node(SharePolicy::Gantry, &free, &shape, &self.mix, &[])?;
         let mask = choice.resolve(&free, &shape, |_| 0);
-        let devices: Vec<u8> = (0..MAX_GPUS as u8).filter(|i| mask & (1 << i) != 0).collect();
+        let devices: Vec<u8> = (0..MAX_GPUS as u8)
+            .filter(|i| mask & (1 << i) != 0)
+            .collect();
         let gpu = match choice {
             Choice::NoGpu => GpuPlacement::None,
             Choice::Exclusive => GpuPlacement::Whole(devices),

@@ -78,7 +78,11 @@ impl std::error::Error for Timeout {}
 
 /// Looks at a condition every 100 ms until it holds or `limit` passes. The last look happens
 /// at or after the deadline, so a condition that becomes true just in time is not missed.
-pub async fn eventually<T, L, F, Fut>(what: &str, limit: Duration, mut look: F) -> Result<T, Timeout>
+pub async fn eventually<T, L, F, Fut>(
+    what: &str,
+    limit: Duration,
+    mut look: F,
+) -> Result<T, Timeout>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = L>,
@@ -149,7 +153,10 @@ mod tests {
         assert!(text.contains("waiting for never"), "{text}");
         // 100 ms polls over 0.5 s: at least the first and the one at the deadline.
         let last: u32 = text.rsplit("look ").next().unwrap().parse().unwrap();
-        assert!(last >= 2 && last as usize + 1 == n.load(Ordering::SeqCst) as usize, "{text}");
+        assert!(
+            last >= 2 && last as usize + 1 == n.load(Ordering::SeqCst) as usize,
+            "{text}"
+        );
     }
 
     #[tokio::test]
@@ -159,7 +166,10 @@ mod tests {
         })
         .await
         .unwrap_err();
-        assert!(err.to_string().contains("error: connection refused"), "{err}");
+        assert!(
+            err.to_string().contains("error: connection refused"),
+            "{err}"
+        );
         let ok: () = eventually_secs("true", 1, || async { Ok::<_, String>(true) })
             .await
             .unwrap();

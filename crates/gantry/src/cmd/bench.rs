@@ -248,7 +248,10 @@ fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if args.trace_pods.len() > 1 {
-        anyhow::bail!("--protocol trace replays one pods file; got {}", args.trace_pods.len());
+        anyhow::bail!(
+            "--protocol trace replays one pods file; got {}",
+            args.trace_pods.len()
+        );
     }
     let workload = match (args.trace_nodes, args.trace_pods.into_iter().next()) {
         (Some(nodes), Some(pods)) => Workload::Trace { nodes, pods },

@@ -14,12 +14,12 @@ use gantry_api::names;
 use gantry_gpu::layout::{self, MigLayout};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -154,7 +154,8 @@ async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_de
         )
         .await?;
     eventually_secs(
-        "mig.config.state=success and the MIG devices advertised", 60,
+        "mig.config.state=success and the MIG devices advertised",
+        60,
         || async {
             nodes_api.get(NODE).await.is_ok_and(|n| {
                 label(&n, names::LABEL_MIG_CONFIG_STATE).as_deref() == Some("success")

@@ -1,8 +1,8 @@
 //! The crate's integration tests, one module per former test binary: one link step
 //! instead of one per file (docs/testing.md).
 
-mod support;
 mod migpolicy_e2e;
 mod operator_e2e;
 mod operator_steady_state;
+mod support;
 mod upgrade_e2e;

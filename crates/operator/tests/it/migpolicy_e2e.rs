@@ -16,13 +16,13 @@ use gantry_gpu::layout::{self, MigLayout};
 use gantry_operator::migpolicy::{self, MigPolicyOptions};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::process::Command;
-use gantry_testkit::eventually_secs;
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -229,7 +229,8 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
 
     let policies: Api<MigClusterPolicy> = Api::all(client.clone());
     eventually_secs(
-        "every A100 node at success in the policy status", 60,
+        "every A100 node at success in the policy status",
+        60,
         || async {
             let Ok(p) = policies.get("a100-slices").await else {
                 return false;

@@ -21,6 +21,7 @@ use gantry_operator::upgrade::{self, Config, UpgradeOptions, UpgradeState};
 use gantry_sim::cluster::{self, Fault, SimCluster};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -29,7 +30,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::task::JoinHandle;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 

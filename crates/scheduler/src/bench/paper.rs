@@ -78,7 +78,9 @@ pub fn run_paper(opts: &PaperOptions) -> Result<PaperReport, PaperError> {
         let (specs, shapes) = to_shapes(&nodes, &pods);
         let name = trace_name(file);
         for cell in run_trace(&specs, &shapes, opts) {
-            report.rows.push((name.clone(), cell.0.name().to_string(), cell.1));
+            report
+                .rows
+                .push((name.clone(), cell.0.name().to_string(), cell.1));
         }
     }
     Ok(report)

@@ -198,10 +198,16 @@ pub fn parse_pods(file: &str, input: impl Read) -> Result<Vec<TracePod>, TraceEr
             message,
         };
         if num_gpu > MAX_GPUS as i64 {
-            return Err(bad("num_gpu", format!("{num_gpu} GPUs (at most {MAX_GPUS})")));
+            return Err(bad(
+                "num_gpu",
+                format!("{num_gpu} GPUs (at most {MAX_GPUS})"),
+            ));
         }
         if milli > 1000 {
-            return Err(bad("gpu_milli", format!("{milli} is more than one GPU (1000)")));
+            return Err(bad(
+                "gpu_milli",
+                format!("{milli} is more than one GPU (1000)"),
+            ));
         }
         out.push(TracePod {
             name: t.text(row, Some(name)).to_string(),
@@ -272,7 +278,10 @@ pub fn to_shapes(nodes: &[TraceNode], pods: &[TracePod]) -> (Vec<NodeSpec>, Vec<
 
 /// Nodes as `NodeInput`s (GPU model as the GFD product label).
 pub fn read_nodes(path: &Path) -> Result<Vec<NodeInput>, TraceError> {
-    Ok(read_trace_nodes(path)?.into_iter().map(node_input).collect())
+    Ok(read_trace_nodes(path)?
+        .into_iter()
+        .map(node_input)
+        .collect())
 }
 
 pub fn node_input(n: TraceNode) -> NodeInput {
@@ -296,10 +305,7 @@ pub fn node_input(n: TraceNode) -> NodeInput {
 /// Pods in creation order. `gpu_milli` < 1000 on a one-GPU pod is a `gpu-fraction`;
 /// `gpu_spec` becomes required affinity on the GPU product.
 pub fn read_pods(path: &Path) -> Result<Vec<PodInput>, TraceError> {
-    let mut out: Vec<PodInput> = read_trace_pods(path)?
-        .into_iter()
-        .map(pod_input)
-        .collect();
+    let mut out: Vec<PodInput> = read_trace_pods(path)?.into_iter().map(pod_input).collect();
     out.sort_by_key(|p| p.creation);
     Ok(out)
 }

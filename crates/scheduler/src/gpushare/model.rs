@@ -216,12 +216,25 @@ mod tests {
         let v100 = m.intern("V100").unwrap();
         let n = NodeFree::new(2000, 4096, t4, 2);
         assert!(n.fits(&share(500)));
-        assert!(!n.fits(&PodShape { cpu: 3000, ..share(500) }));
-        assert!(!n.fits(&PodShape { mem: 5000, ..share(500) }));
-        assert!(!n.fits(&PodShape { num_gpu: 3, milli: 1000, ..share(500) }));
+        assert!(!n.fits(&PodShape {
+            cpu: 3000,
+            ..share(500)
+        }));
+        assert!(!n.fits(&PodShape {
+            mem: 5000,
+            ..share(500)
+        }));
+        assert!(!n.fits(&PodShape {
+            num_gpu: 3,
+            milli: 1000,
+            ..share(500)
+        }));
         let only_v100 = m.set_of(&["V100"]);
         assert!(only_v100.allows(v100) && !only_v100.allows(t4));
-        assert!(!n.fits(&PodShape { models: only_v100, ..share(500) }));
+        assert!(!n.fits(&PodShape {
+            models: only_v100,
+            ..share(500)
+        }));
         // Unknown names match nothing; empty names mean any.
         assert_eq!(m.set_of(&["A100"]), ModelSet::Only(0));
         assert_eq!(m.set_of::<&str>(&[]), ModelSet::Any);

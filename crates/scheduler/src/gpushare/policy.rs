@@ -25,7 +25,7 @@ pub enum SharePolicy {
     /// The first node that fits, in node order.
     FirstFit,
     /// Fragmentation gradient descent as the paper ships it: sigmoid of the fragmentation
-    /// drop, as an integer score 0-100; equal scores are broken at random.
+    /// drop, as an integer score 0-100.
     Fgd,
     /// Gantry's: the exact fragmentation growth (memory-aware task types), then the node
     /// left with the least free GPU, then node order. No randomness.
@@ -55,10 +55,12 @@ impl SharePolicy {
             SharePolicy::Gantry => "Gantry",
         }
     }
-    /// Whether equal best scores are broken at random (the Kubernetes scheduler's way);
-    /// otherwise the lowest node index wins.
+    /// Whether equal best scores are broken at random; otherwise the lowest node index wins.
+    /// Only Random draws: with random ties the paper's FGD and packing baselines spread
+    /// CPU-only pods (which they all score alike) and run out of CPU far earlier than its
+    /// published figures, so its simulator keeps the first node of the list on ties.
     pub fn random_ties(self) -> bool {
-        !matches!(self, SharePolicy::FirstFit | SharePolicy::Gantry)
+        matches!(self, SharePolicy::Random)
     }
     /// Whether the policy needs the task mix.
     pub fn uses_mix(self) -> bool {
@@ -121,12 +123,7 @@ impl Choice {
         }
     }
     /// The device mask on this node; `pick` draws the random device (index among fitting).
-    pub fn resolve(
-        &self,
-        n: &NodeFree,
-        p: &PodShape,
-        pick: impl FnOnce(usize) -> usize,
-    ) -> u16 {
+    pub fn resolve(&self, n: &NodeFree, p: &PodShape, pick: impl FnOnce(usize) -> usize) -> u16 {
         match *self {
             Choice::NoGpu => 0,
             Choice::Exclusive => n.exclusive_mask(p.num_gpu).unwrap_or(0),

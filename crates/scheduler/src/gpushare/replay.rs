@@ -30,8 +30,8 @@ pub fn paper_arrivals(pods: &[PodShape], capacity: i64, ratio: f64, seed: u64) -
             }
         } else {
             while total > target && !out.is_empty() {
-            let i = rng.random_range(0..out.len());
-            let gone = out.swap_remove(i);
+                let i = rng.random_range(0..out.len());
+                let gone = out.swap_remove(i);
                 total -= gone.gpu_total();
             }
         }

@@ -1,8 +1,8 @@
 //! The crate's integration tests, one module per former test binary: one link step
 //! instead of one per file (docs/testing.md).
 
-mod common;
 mod cluster;
+mod common;
 mod fairshare;
 mod invariants;
 mod k8s_e2e;

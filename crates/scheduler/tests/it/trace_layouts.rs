@@ -33,7 +33,10 @@ fn node_files_keyed_by_sn_or_name() {
     assert_eq!(n.len(), 3);
     assert_eq!(n[0].name, "openb-node-0000");
     assert_eq!((n[0].gpu, n[0].model.as_str()), (0, ""));
-    assert_eq!((n[1].cpu_milli, n[1].memory_mib, n[1].gpu), (96_000, 786_432, 8));
+    assert_eq!(
+        (n[1].cpu_milli, n[1].memory_mib, n[1].gpu),
+        (96_000, 786_432, 8)
+    );
     assert_eq!(n[1].model, "G2");
     let n = parse_nodes("old.csv", NODES_NAME.as_bytes()).unwrap();
     assert_eq!((n[0].name.as_str(), n[0].gpu), ("node-a", 4));
@@ -50,7 +53,11 @@ fn pod_files_with_and_without_optional_columns() {
     let multi = parse_pods("multigpu20.csv", PODS_MULTIGPU.as_bytes()).unwrap();
     assert_eq!(multi.len(), 2);
     assert_eq!((multi[1].num_gpu, multi[1].gpu_milli), (8, 1000));
-    assert!(multi.iter().all(|p| p.gpu_spec.is_empty() && p.creation_time == 0));
+    assert!(
+        multi
+            .iter()
+            .all(|p| p.gpu_spec.is_empty() && p.creation_time == 0)
+    );
 
     let (specs, shapes) = to_shapes(&nodes, &full);
     assert_eq!(specs[1].gpus, 8);
@@ -71,13 +78,20 @@ fn bad_input_names_the_file_line_and_column() {
         .to_string();
     assert!(e.contains("nodes.csv") && e.contains("memory_mib"), "{e}");
     let bad = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,10,1,500\np1,lots,10,1,500\n";
-    let e = parse_pods("pods.csv", bad.as_bytes()).unwrap_err().to_string();
-    assert!(e.starts_with("pods.csv:3: column cpu_milli:"), "{e}");
-    let over = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,10,1,1500\n";
-    let e = parse_pods("pods.csv", over.as_bytes()).unwrap_err().to_string();
-    assert!(e.contains("gpu_milli") && e.contains("1500"), "{e}");
-    let e = parse_pods("empty.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n".as_bytes())
+    let e = parse_pods("pods.csv", bad.as_bytes())
         .unwrap_err()
         .to_string();
+    assert!(e.starts_with("pods.csv:3: column cpu_milli:"), "{e}");
+    let over = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,10,1,1500\n";
+    let e = parse_pods("pods.csv", over.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("gpu_milli") && e.contains("1500"), "{e}");
+    let e = parse_pods(
+        "empty.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n".as_bytes(),
+    )
+    .unwrap_err()
+    .to_string();
     assert_eq!(e, "empty.csv: no rows");
 }

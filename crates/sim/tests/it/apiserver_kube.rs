@@ -2,6 +2,7 @@
 
 use futures::{StreamExt, TryStreamExt};
 use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{
@@ -10,7 +11,6 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 use std::time::Duration;
-use gantry_testkit::eventually_secs;
 
 type Result<T = ()> = anyhow::Result<T>;
 

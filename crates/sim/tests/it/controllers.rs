@@ -7,12 +7,12 @@ use gantry_sim::cluster::{self, SimCluster};
 use gantry_sim::controllers::{self, daemonset};
 use gantry_sim::kubelet::AgentRegistry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 

@@ -9,11 +9,11 @@ use gantry_api::names;
 use gantry_sim::cluster::{self, Fault};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 

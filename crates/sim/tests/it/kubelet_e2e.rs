@@ -24,12 +24,12 @@ use gantry_node::proto::podresources::{
 use gantry_sim::cluster::{self, Fault, SimCluster};
 use gantry_sim::kubelet::{AgentRegistry, plugins};
 use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -418,7 +418,10 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         pods.get_opt("all8").await.ok().flatten().is_none()
     })
     .await?;
-    eventually_secs("GPUs idle", 60, || async { backend.sim_processes().is_empty() }).await?;
+    eventually_secs("GPUs idle", 60, || async {
+        backend.sim_processes().is_empty()
+    })
+    .await?;
 
     // Plugin health: one device unhealthy → allocatable 7, capacity 8.
     let mut devs: Vec<(String, bool)> = plugin.ids.iter().map(|id| (id.clone(), true)).collect();

@@ -10,10 +10,10 @@ use gantry_sim::cluster;
 use gantry_sim::kubelet::AgentRegistry;
 use gantry_sim::kubelet::agents::{AgentContext, AgentFuture};
 use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
+use gantry_testkit::eventually_secs;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use gantry_testkit::eventually_secs;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 

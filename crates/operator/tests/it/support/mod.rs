@@ -13,12 +13,12 @@ use gantry_operator::run::{RunOptions, run};
 use gantry_sim::cluster::{self, SimCluster};
 use gantry_sim::kubelet::runners::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+pub use gantry_testkit::eventually_secs;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-pub use gantry_testkit::eventually_secs;
 
 pub type Res<T = ()> = anyhow::Result<T>;
 
