@@ -15,11 +15,12 @@ pub enum Strategy {
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
     /// `fragmentation-aware` when some pod of the snapshot asks for a GPU share
-    /// (`gpu-fraction` / `gpu-memory`), else `kai`.
-    #[default]
+    /// (`gpu-fraction` / `gpu-memory`), else `kai`. Opt-in: it does not keep KAI's
+    /// `gpusharingorder` (a fraction joining an already shared device first).
     Auto,
     /// KAI scoring: `gpusharingorder`, `resourcetype`, `nodeplacement` with the strategies above,
     /// `gpupack` / `gpuspread` inside the node.
+    #[default]
     Kai,
     /// Gantry's GPU-sharing policy (`gpushare::SharePolicy::Gantry`): least growth of the
     /// node's expected fragmentation against the snapshot's task mix, CPU-only pods
@@ -68,7 +69,7 @@ impl Default for Config {
         Config {
             gpu_strategy: Strategy::Binpack,
             cpu_strategy: Strategy::Binpack,
-            policy: Policy::Auto,
+            policy: Policy::Kai,
             actions: vec![
                 Action::Allocate,
                 Action::Consolidation,
