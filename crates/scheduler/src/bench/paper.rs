@@ -24,6 +24,9 @@ pub struct PaperOptions {
     pub paper_results: Option<PathBuf>,
 }
 
+/// The paper's (median, min, max) at each level, by (trace, policy).
+pub type PaperFigures = BTreeMap<(String, String), [(f64, f64, f64); 3]>;
+
 /// Figures of one policy on one trace: per level, the per-seed values.
 #[derive(Clone, Debug, Default)]
 pub struct Cell {
@@ -37,7 +40,7 @@ pub struct PaperReport {
     pub seeds: u64,
     /// (trace name, policy name) -> figures, traces in the order given.
     pub rows: Vec<(String, String, Cell)>,
-    pub paper: BTreeMap<(String, String), [(f64, f64, f64); 3]>,
+    pub paper: PaperFigures,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,9 +119,7 @@ pub fn run_trace(
 
 /// The paper's figures from a `fgd-paper-results.md`-style table: rows of `trace
 /// NN-Policy seeds med [min-max] med [min-max] med [min-max]`.
-pub fn read_paper_results(
-    path: &Path,
-) -> Result<BTreeMap<(String, String), [(f64, f64, f64); 3]>, PaperError> {
+pub fn read_paper_results(path: &Path) -> Result<PaperFigures, PaperError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| PaperError::Read {
         file: file.clone(),
@@ -127,10 +128,7 @@ pub fn read_paper_results(
     parse_paper_results(&file, &text)
 }
 
-pub fn parse_paper_results(
-    file: &str,
-    text: &str,
-) -> Result<BTreeMap<(String, String), [(f64, f64, f64); 3]>, PaperError> {
+pub fn parse_paper_results(file: &str, text: &str) -> Result<PaperFigures, PaperError> {
     let mut out = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         let mut words = line.split_whitespace();
