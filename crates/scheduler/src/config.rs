@@ -14,12 +14,18 @@ pub enum Strategy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
+    /// `fragmentation-aware` when some pod of the snapshot asks for a GPU share
+    /// (`gpu-fraction` / `gpu-memory`), else `kai`. Opt-in: it does not keep KAI's
+    /// `gpusharingorder` (a fraction joining an already shared device first).
+    Auto,
     /// KAI scoring: `gpusharingorder`, `resourcetype`, `nodeplacement` with the strategies above,
     /// `gpupack` / `gpuspread` inside the node.
     #[default]
     Kai,
-    /// Prefer placements that raise the node's expected fragmentation the least, measured
-    /// against the pod mix of the snapshot; KAI binpack breaks ties.
+    /// Gantry's GPU-sharing policy (`gpushare::SharePolicy::Gantry`): least growth of the
+    /// node's expected fragmentation against the snapshot's task mix, CPU-only pods
+    /// included; then the node left with the least free GPU; then the seeded node order.
+    /// MIG requests and shares over several devices keep KAI's scoring.
     FragmentationAware,
     /// Benchmark baselines.
     RandomFit,
@@ -92,7 +98,7 @@ impl Config {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "unknown placement policy {0:?} (kai, fragmentation-aware, random-fit, best-fit, first-fit)"
+    "unknown placement policy {0:?} (auto, kai, fragmentation-aware, random-fit, best-fit, first-fit)"
 )]
 pub struct PolicyError(pub String);
 
@@ -100,6 +106,7 @@ impl std::str::FromStr for Policy {
     type Err = PolicyError;
     fn from_str(s: &str) -> Result<Policy, PolicyError> {
         Ok(match s.trim() {
+            "auto" => Policy::Auto,
             "kai" => Policy::Kai,
             "fragmentation-aware" | "frag" => Policy::FragmentationAware,
             "random-fit" => Policy::RandomFit,

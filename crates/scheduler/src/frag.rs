@@ -1,194 +1,182 @@
-//! Fragmentation measure for GPU sharing (after Weng et al., ATC'23): the free GPU capacity
-//! of a node that the expected pod mix could not use, weighted by how common each pod shape
-//! is. Placing a pod where this grows least keeps free fragments usable.
+//! The scheduler's side of the GPU-sharing policy: the snapshot's pods and nodes seen as
+//! [`crate::gpushare`] values, so the scheduler scores placements with exactly the policy
+//! the paper-protocol benchmark measures (`SharePolicy::Gantry`).
 
-use crate::request::GpuRequest;
-use crate::snapshot::{NodeId, Snapshot};
-use crate::state::{GpuSlot, State};
-use std::collections::BTreeMap;
+use crate::gpushare::fgd::{COVERAGE, TaskMix};
+use crate::gpushare::model::{MAX_GPUS, NO_MODEL};
+use crate::gpushare::policy::{Choice, Score, SharePolicy, score_node};
+use crate::gpushare::{ModelSet, Models, NodeFree, PodShape};
+use crate::request::{GpuRequest, memory_to_milli};
+use crate::snapshot::{CPU, MEM, NodeId, PodId, Snapshot};
+use crate::state::{GpuPlacement, State};
+use gantry_api::names;
+use gantry_k8s_rules::Operator;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Shape {
-    /// One device with this much free (milli).
-    Share(u32),
-    /// This many idle devices.
-    Whole(u32),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-struct TaskType {
-    shape: Shape,
-    cpu: i64,
-    mem: i64,
-    weight: f64,
-}
-
-/// The expected pod mix: the most common GPU pod shapes of the snapshot.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The expected pod mix of the snapshot and the GPU model of every node.
+#[derive(Clone, Debug, Default)]
 pub struct Mix {
-    types: Vec<TaskType>,
+    mix: TaskMix,
+    node_model: Vec<u8>,
 }
-
-const MAX_TYPES: usize = 64;
 
 impl Mix {
+    /// Task types from every valid pod of the snapshot (running and pending, CPU-only
+    /// included), as the paper computes them from the workload.
     pub fn from_snapshot(s: &Snapshot<'_>) -> Mix {
-        let mut hist: BTreeMap<(u8, u32, i64, i64), u64> = BTreeMap::new();
+        let mut models = Models::default();
+        let node_model = s
+            .nodes
+            .iter()
+            .map(|n| models.intern(n.gpu_model).unwrap_or(NO_MODEL))
+            .collect();
         let max_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
-        for p in s.pods.iter().filter(|p| p.invalid.is_none()) {
-            let (kind, amount) = match &p.gpu {
-                GpuRequest::Whole(n) => (1, *n),
-                GpuRequest::Fraction { milli, .. } => (0, *milli),
-                GpuRequest::Memory { mib, .. } => {
-                    match max_mib.and_then(|m| crate::request::memory_to_milli(*mib, m)) {
-                        Some(m) => (0, m),
-                        None => continue,
+        let shapes: Vec<PodShape> = s
+            .pods
+            .iter()
+            .filter(|p| p.invalid.is_none())
+            .filter_map(|p| {
+                let (num_gpu, milli) = match p.gpu {
+                    GpuRequest::Memory { mib, devices: 1 } => {
+                        (1, memory_to_milli(mib, max_mib?)? as u16)
                     }
-                }
-                _ => continue,
-            };
-            // Coarse CPU/memory buckets keep the mix small.
-            let cpu = bucket(p.res.0[crate::snapshot::CPU]);
-            let mem = bucket(p.res.0[crate::snapshot::MEM]);
-            *hist.entry((kind, amount, cpu, mem)).or_default() += 1;
-        }
-        let mut v: Vec<((u8, u32, i64, i64), u64)> = hist.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        v.truncate(MAX_TYPES);
-        let total: u64 = v.iter().map(|e| e.1).sum();
-        let types = v
-            .into_iter()
-            .map(|((kind, amount, cpu, mem), c)| TaskType {
-                shape: if kind == 0 {
-                    Shape::Share(amount)
-                } else {
-                    Shape::Whole(amount)
-                },
-                cpu,
-                mem,
-                weight: c as f64 / total.max(1) as f64,
+                    ref g => gpu_of(g)?,
+                };
+                Some(PodShape {
+                    cpu: p.res.0[CPU],
+                    mem: p.res.0[MEM],
+                    num_gpu,
+                    milli,
+                    models: pod_models(s, &models, p.class as usize),
+                })
             })
             .collect();
-        Mix { types }
+        let any_gpu = shapes.iter().any(PodShape::wants_gpu);
+        Mix {
+            mix: if any_gpu {
+                TaskMix::from_workload(&shapes, COVERAGE, false)
+            } else {
+                TaskMix::default()
+            },
+            node_model,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.types.is_empty()
+        self.mix.is_empty()
     }
 
-    /// Expected unusable free GPU milli of a node with these devices and free CPU/memory.
-    pub fn node_frag(&self, free_cpu: i64, free_mem: i64, slots: &[GpuSlot]) -> f64 {
-        let total: u32 = slots.iter().map(GpuSlot::free_milli).sum();
-        if total == 0 {
-            return 0.0;
+    /// The node as the policy sees it.
+    pub fn node_free(&self, st: &State, n: NodeId) -> Option<NodeFree> {
+        let slots = st.node_gpus(n);
+        if slots.len() > MAX_GPUS {
+            return None;
         }
-        let idle = slots.iter().filter(|g| g.is_idle()).count() as u32;
-        let partial: u32 = slots
-            .iter()
-            .filter(|g| !g.is_idle())
-            .map(GpuSlot::free_milli)
-            .sum();
-        let mut f = 0.0;
-        for t in &self.types {
-            let unusable = if free_cpu < t.cpu || free_mem < t.mem {
-                total
-            } else {
-                match t.shape {
-                    Shape::Whole(k) => {
-                        if idle >= k {
-                            partial
-                        } else {
-                            total
-                        }
-                    }
-                    Shape::Share(r) => slots
-                        .iter()
-                        .map(GpuSlot::free_milli)
-                        .filter(|&free| free < r)
-                        .sum(),
-                }
-            };
-            f += t.weight * f64::from(unusable);
-        }
-        f
-    }
-
-    /// Growth of the node's fragmentation if a pod taking `cpu`/`mem` and the given device
-    /// shares (`(index, milli)`; milli 1000 on an idle device = whole) is placed there.
-    pub fn delta(
-        &self,
-        st: &State,
-        node: NodeId,
-        cpu: i64,
-        mem: i64,
-        take: &[(u8, u32, bool)],
-    ) -> f64 {
-        let slots = st.node_gpus(node);
-        let before = self.node_frag(
-            st.free_cpu[node as usize],
-            st.free_mem[node as usize],
-            slots,
+        let i = n as usize;
+        let mut f = NodeFree::new(
+            st.free_cpu[i],
+            st.free_mem[i],
+            self.node_model.get(i).copied().unwrap_or(NO_MODEL),
+            slots.len() as u8,
         );
-        let mut after: Vec<GpuSlot> = slots.to_vec();
-        for &(i, milli, whole) in take {
-            let g = &mut after[i as usize];
-            if whole {
-                g.whole = true;
+        for (g, slot) in f.gpu.iter_mut().zip(slots) {
+            // A device with shares on it is not idle even when the shares sum to nothing.
+            *g = if slot.is_idle() {
+                1000
             } else {
-                g.shared_milli += milli as u16;
-                g.shared_pods += 1;
+                slot.free_milli().min(999) as u16
+            };
+        }
+        Some(f)
+    }
+
+    /// The pod's request on node `n` (a `gpu-memory` share depends on the node's device
+    /// memory); `None` for requests the policy does not model (MIG, shares on several
+    /// devices): those keep KAI's placement.
+    pub fn shape(&self, s: &Snapshot<'_>, pod: PodId, n: NodeId) -> Option<PodShape> {
+        let p = &s.pods[pod as usize];
+        let (num_gpu, milli) = match p.gpu {
+            GpuRequest::Memory { devices: 1, .. } => {
+                let m = crate::sharing::shared_milli(s, n, &p.gpu).ok()?;
+                (1, u16::try_from(m).ok().filter(|&m| m > 0 && m <= 1000)?)
             }
-        }
-        self.node_frag(
-            st.free_cpu[node as usize] - cpu,
-            st.free_mem[node as usize] - mem,
-            &after,
-        ) - before
-    }
-}
-
-/// Requests rounded up to a 1/8 step of their power of two, so near-identical pods share
-/// a type without understating what they need.
-fn bucket(v: i64) -> i64 {
-    if v <= 0 {
-        return 0;
-    }
-    let step = ((1i64 << (63 - v.leading_zeros())) / 8).max(1);
-    (v + step - 1) / step * step
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mix(types: Vec<(Shape, f64)>) -> Mix {
-        Mix {
-            types: types
-                .into_iter()
-                .map(|(shape, weight)| TaskType {
-                    shape,
-                    cpu: 0,
-                    mem: 0,
-                    weight,
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn fragments_counted_against_the_mix() {
-        let m = mix(vec![(Shape::Share(500), 0.5), (Shape::Whole(1), 0.5)]);
-        let idle = GpuSlot::default();
-        let quarter_free = GpuSlot {
-            whole: false,
-            shared_milli: 750,
-            shared_pods: 1,
+            ref g => gpu_of(g)?,
         };
-        // Two idle devices: nothing is a fragment for either shape.
-        assert_eq!(m.node_frag(0, 0, &[idle, idle]), 0.0);
-        // 250 free on a shared device is unusable by both shapes: 0.5*250 + 0.5*250.
-        assert_eq!(m.node_frag(0, 0, &[idle, quarter_free]), 250.0);
-        // No idle device: the whole-GPU shape sees all 250 as fragment too.
-        assert_eq!(m.node_frag(0, 0, &[quarter_free]), 250.0);
+        Some(PodShape {
+            cpu: p.res.0[CPU],
+            mem: p.res.0[MEM],
+            num_gpu,
+            milli,
+            models: ModelSet::Any,
+        })
     }
+
+    /// Gantry's score of node `n` for the pod and the devices it would take; `None` when the
+    /// pod does not fit there by CPU, memory or devices.
+    pub fn best_on_node(
+        &self,
+        s: &Snapshot<'_>,
+        st: &State,
+        pod: PodId,
+        n: NodeId,
+    ) -> Option<(Score, GpuPlacement)> {
+        let shape = self.shape(s, pod, n)?;
+        let free = self.node_free(st, n)?;
+        let (score, choice) = score_node(SharePolicy::Gantry, &free, &shape, &self.mix, &[])?;
+        let mask = choice.resolve(&free, &shape, |_| 0);
+        let devices: Vec<u8> = (0..MAX_GPUS as u8)
+            .filter(|i| mask & (1 << i) != 0)
+            .collect();
+        let gpu = match choice {
+            Choice::NoGpu => GpuPlacement::None,
+            Choice::Exclusive => GpuPlacement::Whole(devices),
+            Choice::Share { .. } | Choice::RandomShare => GpuPlacement::Shared {
+                gpus: devices,
+                milli: shape.milli,
+            },
+        };
+        Some((score, gpu))
+    }
+}
+
+/// Whether the policy models this request (else KAI places it).
+pub fn models_request(g: &GpuRequest) -> bool {
+    matches!(g, GpuRequest::Memory { devices: 1, .. }) || gpu_of(g).is_some()
+}
+
+/// (devices, milli per device) of a request the policy models without a node.
+fn gpu_of(g: &GpuRequest) -> Option<(u8, u16)> {
+    match *g {
+        GpuRequest::None => Some((0, 0)),
+        GpuRequest::Whole(k) if k as usize <= MAX_GPUS => Some((k as u8, 1000)),
+        GpuRequest::Fraction { milli, devices: 1 } if milli > 0 && milli < 1000 => {
+            Some((1, milli as u16))
+        }
+        _ => None,
+    }
+}
+
+/// GPU models a pod's constraint class allows (node selector or required affinity on the
+/// GFD product label); any when it names none.
+fn pod_models(s: &Snapshot<'_>, models: &Models, class: usize) -> ModelSet {
+    let Some(c) = s.classes.get(class) else {
+        return ModelSet::Any;
+    };
+    if let Some((_, v)) = c
+        .node_selector
+        .iter()
+        .find(|(k, _)| k == names::LABEL_GPU_PRODUCT)
+    {
+        return models.set_of(std::slice::from_ref(v));
+    }
+    // One term only: with several, any term may match and the pod is not bound to a list.
+    if let Some(sel) = &c.affinity
+        && let [term] = sel.terms.as_slice()
+        && let Some(r) = term
+            .match_expressions
+            .iter()
+            .find(|r| r.key() == names::LABEL_GPU_PRODUCT && r.operator() == Operator::In)
+    {
+        return models.set_of(r.values());
+    }
+    ModelSet::Any
 }

@@ -5,6 +5,7 @@
 use crate::config::{Config, Policy, Strategy};
 use crate::decisions::{NodeReason, summarize};
 use crate::frag::Mix;
+use crate::gpushare::policy::Score;
 use crate::predicates::ClassCache;
 use crate::request::GpuRequest;
 use crate::sharing::{GpuOrder, can_fit_gpu, fit_gpu, fits_existing_share, shared_milli};
@@ -14,6 +15,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+/// (request shape, node version, the node's score and devices; `None`: does not fit).
+type FragMemo = (u32, u32, Option<(Score, GpuPlacement)>);
+
 pub struct Placer {
     pub cfg: Config,
     classes: ClassCache,
@@ -21,8 +25,8 @@ pub struct Placer {
     rank: Vec<u32>,
     mix: Mix,
     rng: ChaCha8Rng,
-    /// Fragmentation-aware memo per node: (shape, node version) -> best (delta, devices).
-    frag_cache: Vec<Vec<(u32, u32, f64, GpuPlacement)>>,
+    /// Fragmentation-aware memo per node.
+    frag_cache: Vec<Vec<FragMemo>>,
     shapes: HashMap<(GpuRequest, i64, i64), u32>,
     index: GpuIndex,
     /// Per class: which nodes pass its static filter (for index scans).
@@ -167,6 +171,18 @@ impl Placer {
         for (r, &n) in order.iter().enumerate() {
             rank[n as usize] = r as u32;
         }
+        let mut cfg = cfg.clone();
+        if cfg.policy == Policy::Auto {
+            let shares = s
+                .pods
+                .iter()
+                .any(|p| p.invalid.is_none() && p.gpu.is_shared());
+            cfg.policy = if shares {
+                Policy::FragmentationAware
+            } else {
+                Policy::Kai
+            };
+        }
         let mix = if cfg.policy == Policy::FragmentationAware {
             Mix::from_snapshot(s)
         } else {
@@ -178,7 +194,7 @@ impl Placer {
             vec![Vec::new(); s.nodes.len()]
         };
         Placer {
-            cfg: cfg.clone(),
+            cfg,
             classes: ClassCache::new(s, order),
             rank,
             mix,
@@ -250,7 +266,8 @@ impl Placer {
     ) -> Option<Placement> {
         let p = &s.pods[pod as usize];
         match self.cfg.policy {
-            Policy::Kai
+            // `Auto` is resolved in `new`; it reads as KAI should it ever reach here.
+            Policy::Kai | Policy::Auto
                 if self.cfg.gpu_strategy == Strategy::Binpack
                     && matches!(
                         p.gpu,
@@ -261,8 +278,10 @@ impl Placer {
             {
                 self.place_indexed(s, st, pod, list)
             }
-            Policy::Kai => self.place_kai(s, st, pod, list),
-            Policy::FragmentationAware if p.gpu.wants_gpu() && !self.mix.is_empty() => {
+            Policy::Kai | Policy::Auto => self.place_kai(s, st, pod, list),
+            Policy::FragmentationAware
+                if !self.mix.is_empty() && crate::frag::models_request(&p.gpu) =>
+            {
                 self.place_frag(s, st, pod, list)
             }
             Policy::FragmentationAware => self.place_kai(s, st, pod, list),
@@ -490,8 +509,10 @@ impl Placer {
         None
     }
 
-    /// Fragmentation-aware: least growth of expected fragmentation; for fractions every
-    /// distinct candidate device is tried. KAI binpack (least free GPU) breaks ties.
+    /// Fragmentation-aware (Gantry's GPU-sharing policy, `gpushare::SharePolicy::Gantry`):
+    /// least growth of expected fragmentation, then the node left with the least free GPU,
+    /// then the seeded node order. Each node's answer for a request shape is kept until the
+    /// node changes.
     fn place_frag(
         &mut self,
         s: &Snapshot<'_>,
@@ -503,91 +524,33 @@ impl Placer {
         let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
         let next = self.shapes.len() as u32;
         let shape = *self.shapes.entry((p.gpu.clone(), cpu, mem)).or_insert(next);
-        let mut best: Option<((f64, i64), NodeId, GpuPlacement)> = None;
+        let mut best: Option<(Score, NodeId, GpuPlacement)> = None;
         for &n in list {
             let version = st.node_version[n as usize];
             let cached = self.frag_cache[n as usize]
                 .iter()
                 .find(|e| e.0 == shape && e.1 == version)
-                .map(|e| (e.2, e.3.clone()));
-            let (d, gpu) = match cached {
+                .map(|e| e.2.clone());
+            let r = match cached {
                 Some(c) => c,
                 None => {
-                    let Some(c) = self.frag_best_on_node(s, st, pod, n) else {
-                        continue;
+                    let r = if self.can_fit(s, st, n, pod).is_ok() {
+                        self.mix.best_on_node(s, st, pod, n)
+                    } else {
+                        None
                     };
                     let memo = &mut self.frag_cache[n as usize];
                     memo.retain(|e| e.1 == version);
-                    memo.push((shape, version, c.0, c.1.clone()));
-                    c
+                    memo.push((shape, version, r.clone()));
+                    r
                 }
             };
-            if d.is_nan() {
-                continue;
-            }
-            let key = (d, st.free_gpu[n as usize]);
-            let better = match &best {
-                None => true,
-                Some((b, _, _)) => {
-                    key.0 < b.0 - 1e-9 || ((key.0 - b.0).abs() <= 1e-9 && key.1 < b.1)
-                }
-            };
-            if better {
-                best = Some((key, n, gpu));
+            let Some((score, gpu)) = r else { continue };
+            if best.as_ref().is_none_or(|b| score.beats(&b.0)) {
+                best = Some((score, n, gpu));
             }
         }
         best.map(|(_, node, gpu)| Placement { node, gpu })
-    }
-
-    /// Best devices on one node and the fragmentation growth they cause; NaN delta = no fit.
-    fn frag_best_on_node(
-        &self,
-        s: &Snapshot<'_>,
-        st: &State,
-        pod: PodId,
-        n: NodeId,
-    ) -> Option<(f64, GpuPlacement)> {
-        let p = &s.pods[pod as usize];
-        let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
-        let Ok(gpu) = self.fit(s, st, n, pod) else {
-            return Some((f64::NAN, GpuPlacement::None));
-        };
-        let cand: Vec<GpuPlacement> = match &gpu {
-            GpuPlacement::Shared { milli, gpus } if gpus.len() == 1 => {
-                let mut seen: Vec<u32> = Vec::new();
-                let mut v = Vec::new();
-                for (i, g) in st.node_gpus(n).iter().enumerate() {
-                    let free = g.free_milli();
-                    // Idle and shared devices with equal free differ (whole-GPU pods use only idle ones).
-                    let key = free * 2 + u32::from(g.is_idle());
-                    if free >= u32::from(*milli) && !seen.contains(&key) {
-                        seen.push(key);
-                        v.push(GpuPlacement::Shared {
-                            gpus: vec![i as u8],
-                            milli: *milli,
-                        });
-                    }
-                }
-                v
-            }
-            other => vec![other.clone()],
-        };
-        let mut best: Option<(f64, GpuPlacement)> = None;
-        for c in cand {
-            let take: Vec<(u8, u32, bool)> = match &c {
-                GpuPlacement::Whole(idx) => idx.iter().map(|&i| (i, 1000, true)).collect(),
-                GpuPlacement::Shared { gpus, milli } => gpus
-                    .iter()
-                    .map(|&i| (i, u32::from(*milli), false))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let d = self.mix.delta(st, n, cpu, mem, &take);
-            if best.as_ref().is_none_or(|b| d < b.0 - 1e-9) {
-                best = Some((d, c));
-            }
-        }
-        best
     }
 
     /// "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu".

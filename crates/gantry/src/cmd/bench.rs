@@ -47,12 +47,37 @@ pub struct ScheduleBenchArgs {
     queues: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Trace replay instead of a synthetic cluster: nodes CSV (name,cpu_milli,memory_mib,gpu,model).
+    /// Trace replay instead of a synthetic cluster: nodes CSV as published (sn or name,
+    /// cpu_milli, memory_mib, gpu, model).
     #[arg(long, requires = "trace_pods")]
     trace_nodes: Option<std::path::PathBuf>,
-    /// Trace pods CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time).
-    #[arg(long, requires = "trace_nodes")]
-    trace_pods: Option<std::path::PathBuf>,
+    /// Trace pods CSV as published (name, cpu_milli, memory_mib, num_gpu, gpu_milli, and
+    /// optionally gpu_spec, qos, pod_phase, creation_time, ...). `--protocol paper` takes
+    /// several, comma-separated; trace order takes one.
+    #[arg(long, requires = "trace_nodes", value_delimiter = ',')]
+    trace_pods: Vec<std::path::PathBuf>,
+    /// `trace`: pods arrive in creation order through the scheduler core (policies from
+    /// --policies). `paper`: the FGD paper's protocol (all pods, no departures, tuned to
+    /// --tune-ratio of GPU capacity, shuffled per seed) for --share-policies.
+    #[arg(long, default_value = "trace")]
+    protocol: Protocol,
+    /// Paper protocol: number of seeds, from --first-seed.
+    #[arg(long, default_value_t = 10)]
+    seeds: u64,
+    #[arg(long, default_value_t = 42)]
+    first_seed: u64,
+    #[arg(long, default_value_t = 1.3)]
+    tune_ratio: f64,
+    /// Paper protocol: GPU-sharing policies to compare, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Random,DotProd,GpuClustering,GpuPacking,BestFit,FirstFit,FGD,Gantry"
+    )]
+    share_policies: Vec<gantry_scheduler::gpushare::SharePolicy>,
+    /// Paper protocol: the paper's result table (fgd-paper-results.md), printed alongside.
+    #[arg(long)]
+    paper_results: Option<std::path::PathBuf>,
     /// Policies to compare, comma-separated.
     #[arg(
         long,
@@ -66,6 +91,12 @@ pub struct ScheduleBenchArgs {
     /// Skip the full cycle (throughput columns).
     #[arg(long)]
     skip_cycle: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Protocol {
+    Trace,
+    Paper,
 }
 
 #[derive(clap::Args)]
@@ -200,7 +231,29 @@ fn apiserver(args: ApiserverBenchArgs) -> anyhow::Result<ExitCode> {
 
 fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
     use gantry_scheduler::bench::{BenchOptions, SynthSpec, Workload, run};
-    let workload = match (args.trace_nodes, args.trace_pods) {
+    if args.protocol == Protocol::Paper {
+        let Some(nodes) = args.trace_nodes else {
+            anyhow::bail!("--protocol paper needs --trace-nodes and --trace-pods");
+        };
+        let opts = gantry_scheduler::bench::paper::PaperOptions {
+            nodes,
+            pods: args.trace_pods,
+            policies: args.share_policies,
+            first_seed: args.first_seed,
+            seeds: args.seeds.max(1),
+            tune_ratio: args.tune_ratio,
+            paper_results: args.paper_results,
+        };
+        print!("{}", gantry_scheduler::bench::paper::run_paper(&opts)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.trace_pods.len() > 1 {
+        anyhow::bail!(
+            "--protocol trace replays one pods file; got {}",
+            args.trace_pods.len()
+        );
+    }
+    let workload = match (args.trace_nodes, args.trace_pods.into_iter().next()) {
         (Some(nodes), Some(pods)) => Workload::Trace { nodes, pods },
         _ => Workload::Synthetic(SynthSpec {
             nodes: args.nodes.max(1),

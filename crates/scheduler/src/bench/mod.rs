@@ -1,6 +1,7 @@
 //! `gantry bench schedule`: throughput of one full cycle and fragmentation under arrival
 //! replay, for Gantry's policies and built-in baselines, on synthetic clusters or a trace.
 
+pub mod paper;
 pub mod replay;
 pub mod synth;
 pub mod trace;
@@ -74,6 +75,7 @@ pub enum BenchError {
 
 pub fn policy_name(p: Policy) -> &'static str {
     match p {
+        Policy::Auto => "gantry (auto)",
         Policy::Kai => "gantry (kai binpack)",
         Policy::FragmentationAware => "gantry (frag-aware)",
         Policy::RandomFit => "baseline: random fit",

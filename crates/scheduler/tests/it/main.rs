@@ -13,3 +13,4 @@ mod k8s_reclaim;
 mod k8s_restart;
 mod kai_semantics;
 mod scenarios;
+mod trace_layouts;

@@ -46,6 +46,17 @@ fn daemonset(name: &str, command: &[&str]) -> DaemonSet {
 }
 
 impl Cluster {
+    /// `gantry_testkit::eventually` for tests written against the cluster: waits until the look
+    /// holds, and on timeout says what it last saw.
+    pub async fn wait<T, L, F, Fut>(&self, what: &str, limit: Duration, look: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = L>,
+        L: gantry_testkit::IntoLook<T>,
+    {
+        Ok(gantry_testkit::eventually(what, limit, look).await?)
+    }
+
     /// Nodes per `spec` (e.g. `2xH100-80GB:2`), with the device plugin and GFD running, and
     /// every GPU allocatable.
     pub async fn start(spec: &str) -> Result<Cluster> {

@@ -1,0 +1,236 @@
+//! `gantry bench schedule --protocol paper`: the FGD paper's protocol on published trace
+//! files, several seeds per trace, every policy on the same arrival streams; medians and
+//! min–max printed beside the paper's own figures when its result table is given.
+
+use super::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
+use crate::gpushare::replay::{LEVELS, paper_arrivals, run, spread};
+use crate::gpushare::{NodeSpec, PodShape, SharePolicy};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct PaperOptions {
+    pub nodes: PathBuf,
+    pub pods: Vec<PathBuf>,
+    pub policies: Vec<SharePolicy>,
+    /// Seeds `first_seed .. first_seed + seeds` (the paper: 42..=51).
+    pub first_seed: u64,
+    pub seeds: u64,
+    /// Workload size as a multiple of GPU capacity (the paper: 1.3).
+    pub tune_ratio: f64,
+    /// The paper's result table (`fgd-paper-results.md` layout), printed alongside.
+    pub paper_results: Option<PathBuf>,
+}
+
+/// The paper's (median, min, max) at each level, by (trace, policy).
+pub type PaperFigures = BTreeMap<(String, String), [(f64, f64, f64); 3]>;
+
+/// Figures of one policy on one trace: per level, the per-seed values.
+#[derive(Clone, Debug, Default)]
+pub struct Cell {
+    pub per_level: [Vec<f64>; 3],
+    pub placements: usize,
+    pub elapsed: Duration,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PaperReport {
+    pub seeds: u64,
+    /// (trace name, policy name) -> figures, traces in the order given.
+    pub rows: Vec<(String, String, Cell)>,
+    pub paper: PaperFigures,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PaperError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}: {message}")]
+    Results {
+        file: String,
+        line: usize,
+        message: String,
+    },
+}
+
+/// The trace's name: the pod file's stem (`openb_pod_list_default`).
+pub fn trace_name(p: &Path) -> String {
+    p.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+pub fn run_paper(opts: &PaperOptions) -> Result<PaperReport, PaperError> {
+    let nodes = read_trace_nodes(&opts.nodes)?;
+    let mut report = PaperReport {
+        seeds: opts.seeds,
+        ..Default::default()
+    };
+    if let Some(p) = &opts.paper_results {
+        report.paper = read_paper_results(p)?;
+    }
+    for file in &opts.pods {
+        let pods = read_trace_pods(file)?;
+        let (specs, shapes) = to_shapes(&nodes, &pods);
+        let name = trace_name(file);
+        for cell in run_trace(&specs, &shapes, opts) {
+            report
+                .rows
+                .push((name.clone(), cell.0.name().to_string(), cell.1));
+        }
+    }
+    Ok(report)
+}
+
+/// Every policy on the same arrival streams, one per seed.
+pub fn run_trace(
+    specs: &[NodeSpec],
+    shapes: &[PodShape],
+    opts: &PaperOptions,
+) -> Vec<(SharePolicy, Cell)> {
+    let capacity: i64 = specs.iter().map(|s| i64::from(s.gpus) * 1000).sum();
+    let mut cells: Vec<(SharePolicy, Cell)> = opts
+        .policies
+        .iter()
+        .map(|&p| (p, Cell::default()))
+        .collect();
+    for seed in opts.first_seed..opts.first_seed + opts.seeds {
+        let arrivals = paper_arrivals(shapes, capacity, opts.tune_ratio, seed);
+        for (policy, cell) in cells.iter_mut() {
+            let f = run(*policy, specs, &arrivals, seed, true, None);
+            for (i, v) in f.unalloc.iter().enumerate() {
+                if let Some(v) = v {
+                    cell.per_level[i].push(*v);
+                }
+            }
+            cell.placements += f.arrived;
+            cell.elapsed += f.elapsed;
+        }
+    }
+    cells
+}
+
+/// The paper's figures from a `fgd-paper-results.md`-style table: rows of `trace
+/// NN-Policy seeds med [min-max] med [min-max] med [min-max]`.
+pub fn read_paper_results(path: &Path) -> Result<PaperFigures, PaperError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| PaperError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    parse_paper_results(&file, &text)
+}
+
+pub fn parse_paper_results(file: &str, text: &str) -> Result<PaperFigures, PaperError> {
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut words = line.split_whitespace();
+        let (Some(trace), Some(policy)) = (words.next(), words.next()) else {
+            continue;
+        };
+        // Data rows start with a trace name and an `NN-Policy` column.
+        let Some((num, name)) = policy.split_once('-') else {
+            continue;
+        };
+        if !trace.starts_with("openb") || num.parse::<u32>().is_err() {
+            continue;
+        }
+        let rest: String = words
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace(['[', ']'], " ")
+            .replace('-', " ");
+        let nums: Result<Vec<f64>, _> = rest.split_whitespace().map(str::parse::<f64>).collect();
+        let bad = |message: String| PaperError::Results {
+            file: file.to_string(),
+            line: i + 1,
+            message,
+        };
+        let nums = nums.map_err(|e| bad(format!("not a number: {e}")))?;
+        if nums.len() != 9 {
+            return Err(bad(format!("expected 9 figures, found {}", nums.len())));
+        }
+        let f = |k: usize| (nums[3 * k], nums[3 * k + 1], nums[3 * k + 2]);
+        out.insert((trace.to_string(), name.to_string()), [f(0), f(1), f(2)]);
+    }
+    Ok(out)
+}
+
+fn fmt_spread(v: Option<(f64, f64, f64)>) -> String {
+    v.map_or("-".into(), |(m, lo, hi)| {
+        format!("{m:6.2} [{lo:5.2}-{hi:5.2}]")
+    })
+}
+
+impl PaperReport {
+    /// Median at 100 % arrived, per (trace, policy).
+    pub fn median_at_100(&self, trace: &str, policy: &str) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|(t, p, _)| t == trace && p == policy)
+            .and_then(|(_, _, c)| spread(&c.per_level[2]))
+            .map(|s| s.0)
+    }
+}
+
+impl fmt::Display for PaperReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let levels: Vec<String> = LEVELS.iter().map(|l| format!("unalloc@{l}")).collect();
+        writeln!(
+            f,
+            "{:<28} {:<14} {:>5} {:>21} {:>21} {:>21} {:>21} {:>10}",
+            "trace",
+            "policy",
+            "seeds",
+            levels[0],
+            levels[1],
+            levels[2],
+            "paper unalloc@100",
+            "place/s"
+        )?;
+        for (trace, policy, c) in &self.rows {
+            let paper = self
+                .paper
+                .get(&(trace.clone(), policy.clone()))
+                .map(|v| v[2]);
+            writeln!(
+                f,
+                "{:<28} {:<14} {:>5} {:>21} {:>21} {:>21} {:>21} {:>10.0}",
+                trace,
+                policy,
+                c.per_level[2].len(),
+                fmt_spread(spread(&c.per_level[0])),
+                fmt_spread(spread(&c.per_level[1])),
+                fmt_spread(spread(&c.per_level[2])),
+                fmt_spread(paper),
+                c.placements as f64 / c.elapsed.as_secs_f64().max(1e-9),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_paper_table_layout() {
+        let text = "intro\n```\ntrace policy seeds unalloc@90 med[min-max]\n\
+            openb_pod_list_default       05-BestFit           10     9.99 [ 9.96-10.06]     7.14 [ 6.97- 7.38]     7.09 [ 6.96- 7.36]\n```\n";
+        let m = parse_paper_results("r.md", text).unwrap();
+        let v = m[&("openb_pod_list_default".into(), "BestFit".into())];
+        assert_eq!(v[2], (7.09, 6.96, 7.36));
+        let bad = "openb_x 01-Random 10 1.0 [1.0-2.0]\n";
+        let e = parse_paper_results("r.md", bad).unwrap_err().to_string();
+        assert!(e.starts_with("r.md:1:"), "{e}");
+    }
+}

@@ -1,0 +1,172 @@
+//! Fragmentation as FGD defines it (Weng et al., ATC '23): the free GPU of a node that the
+//! expected task types could not use, weighted by how often each type arrives. The types
+//! ("typical pods") come from the workload itself, CPU-only pods included.
+
+use super::model::{ModelSet, NodeFree, PodShape};
+use std::collections::HashMap;
+
+/// One task type and its share of the workload.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TaskType {
+    pub shape: PodShape,
+    pub weight: f64,
+}
+
+/// The expected pod mix.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskMix {
+    pub types: Vec<TaskType>,
+    /// Count a type as able to run only where its memory fits too (the paper looks at CPU
+    /// and GPU alone).
+    pub check_mem: bool,
+}
+
+/// Share of pods the most common types must cover (the paper's popularity threshold).
+pub const COVERAGE: f64 = 0.95;
+
+impl TaskMix {
+    /// The most common request shapes, most common first, until they cover `coverage` of the
+    /// pods; weights renormalised over the kept types. Without `with_mem` the shape is
+    /// (CPU, GPU per device, device count, models), as in the paper.
+    pub fn from_workload(pods: &[PodShape], coverage: f64, with_mem: bool) -> TaskMix {
+        let mut count: HashMap<PodShape, u64> = HashMap::new();
+        for p in pods {
+            let key = PodShape {
+                mem: if with_mem { p.mem } else { 0 },
+                ..*p
+            };
+            *count.entry(key).or_default() += 1;
+        }
+        let total = pods.len() as f64;
+        let mut v: Vec<(PodShape, u64)> = count.into_iter().collect();
+        // Most common first; equal counts: the larger request first (the paper's order).
+        v.sort_by(|a, b| {
+            b.1.cmp(&a.1).then_with(|| {
+                let k = |s: &PodShape| (s.cpu, s.milli, s.num_gpu, s.models, s.mem);
+                k(&b.0).cmp(&k(&a.0))
+            })
+        });
+        let mut kept = 0usize;
+        let mut covered = 0u64;
+        while kept < v.len() && (covered as f64) < coverage * total {
+            covered += v[kept].1;
+            kept += 1;
+        }
+        v.truncate(kept);
+        let types = v
+            .into_iter()
+            .map(|(shape, c)| TaskType {
+                shape,
+                weight: c as f64 / covered.max(1) as f64,
+            })
+            .collect();
+        TaskMix {
+            types,
+            check_mem: with_mem,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.types.is_empty()
+    }
+
+    /// Expected unusable free GPU milli of a node: for each type, the free milli it cannot
+    /// use there (all of it when the type cannot run on the node at all), weighted.
+    pub fn node_frag(&self, n: &NodeFree) -> f64 {
+        let total = n.gpu_free();
+        if total == 0 {
+            return 0.0;
+        }
+        let mut f = 0.0;
+        for t in &self.types {
+            f += t.weight * type_frag(&t.shape, n, total, self.check_mem) as f64;
+        }
+        f
+    }
+}
+
+fn type_frag(t: &PodShape, n: &NodeFree, total: i64, check_mem: bool) -> i64 {
+    // A CPU-only type never uses GPU: every free milli is a fragment to it.
+    if !t.wants_gpu() || !t.models.allows(n.model) {
+        return total;
+    }
+    let cpu_ok = n.cpu >= t.cpu && (!check_mem || n.mem >= t.mem);
+    if !cpu_ok || n.fitting(t.milli) < usize::from(t.num_gpu) {
+        return total;
+    }
+    n.gpus()
+        .iter()
+        .filter(|&&g| g < t.milli)
+        .map(|&g| i64::from(g))
+        .sum()
+}
+
+/// Whether any type of the mix asks for specific models (then model scarcity matters).
+pub fn any_constrained(mix: &TaskMix) -> bool {
+    mix.types
+        .iter()
+        .any(|t| matches!(t.shape.models, ModelSet::Only(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpushare::model::{MILLI, Models};
+
+    fn shape(cpu: i64, num_gpu: u8, milli: u16) -> PodShape {
+        PodShape {
+            cpu,
+            mem: 0,
+            num_gpu,
+            milli,
+            models: ModelSet::Any,
+        }
+    }
+
+    #[test]
+    fn types_cover_the_threshold_and_renormalise() {
+        let mut pods = vec![shape(1000, 1, 500); 6];
+        pods.extend(vec![shape(2000, 1, 1000); 3]);
+        pods.push(shape(4000, 0, 0));
+        let mix = TaskMix::from_workload(&pods, 0.85, false);
+        // 6 + 3 = 90 % >= 85 %: the CPU-only type is dropped, weights over the 9 kept.
+        assert_eq!(mix.types.len(), 2);
+        assert_eq!(mix.types[0].shape, shape(1000, 1, 500));
+        assert!((mix.types[0].weight - 6.0 / 9.0).abs() < 1e-12);
+        let all = TaskMix::from_workload(&pods, 0.95, false);
+        assert_eq!(all.types.len(), 3);
+    }
+
+    #[test]
+    fn fragment_per_type_follows_the_paper() {
+        let mut m = Models::default();
+        let t4 = m.intern("T4").unwrap();
+        let g2 = m.intern("G2").unwrap();
+        let mut n = NodeFree::new(8000, 0, t4, 2);
+        n.gpu[0] = 300;
+        let half = shape(1000, 1, 500);
+        let mix = |s: PodShape| TaskMix {
+            types: vec![TaskType {
+                shape: s,
+                weight: 1.0,
+            }],
+            check_mem: false,
+        };
+        // The 300 left on device 0 is too small for a half-GPU pod.
+        assert_eq!(mix(half).node_frag(&n), 300.0);
+        // A whole-GPU pod can use device 1 only.
+        assert_eq!(mix(shape(1000, 1, MILLI)).node_frag(&n), 300.0);
+        // Two whole GPUs do not fit: everything free is a fragment.
+        assert_eq!(mix(shape(1000, 2, MILLI)).node_frag(&n), 1300.0);
+        // Not enough CPU left, or the wrong model: everything.
+        assert_eq!(mix(shape(9000, 1, 500)).node_frag(&n), 1300.0);
+        let on_g2 = PodShape {
+            models: m.set_of(&["G2"]),
+            ..half
+        };
+        assert!(on_g2.models.allows(g2));
+        assert_eq!(mix(on_g2).node_frag(&n), 1300.0);
+        // CPU-only types count all free GPU.
+        assert_eq!(mix(shape(1000, 0, 0)).node_frag(&n), 1300.0);
+    }
+}

@@ -1,0 +1,16 @@
+//! GPU-sharing placement on plain values: the FGD paper's policies and baselines, Gantry's
+//! fragmentation policy, the paper's replay protocol, and a class-based fast path that makes
+//! exactly the straightforward choice.
+
+pub mod cluster;
+pub mod fast;
+pub mod fgd;
+pub mod model;
+pub mod policy;
+pub mod replay;
+
+pub use cluster::{Cluster, Decision, choose_simple};
+pub use fast::FastChooser;
+pub use fgd::TaskMix;
+pub use model::{ModelSet, Models, NodeFree, NodeSpec, PodShape};
+pub use policy::SharePolicy;

@@ -1,0 +1,193 @@
+//! The FGD paper's evaluation protocol: every pod of the trace, nothing departs; the workload
+//! tuned to a multiple of GPU capacity by sampling pods with replacement (or dropping random
+//! pods), then shuffled; pods arrive one at a time. The figure at 90/95/100 % is 100 − the
+//! mean allocated share over the arrivals whose requested share rounds to that level.
+
+use super::cluster::{Cluster, Decision, choose_simple};
+use super::fast::FastChooser;
+use super::fgd::{COVERAGE, TaskMix};
+use super::model::{NodeSpec, PodShape};
+use super::policy::SharePolicy;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::{Duration, Instant};
+
+pub const LEVELS: [u32; 3] = [90, 95, 100];
+
+/// The arrival stream for one seed: tuned to `ratio` × GPU capacity, then shuffled.
+pub fn paper_arrivals(pods: &[PodShape], capacity: i64, ratio: f64, seed: u64) -> Vec<PodShape> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = pods.to_vec();
+    let target = (ratio * capacity as f64) as i64;
+    let mut total: i64 = out.iter().map(PodShape::gpu_total).sum();
+    if !pods.is_empty() && pods.iter().any(PodShape::wants_gpu) {
+        if total < target {
+            while total < target {
+                let p = pods[rng.random_range(0..pods.len())];
+                total += p.gpu_total();
+                out.push(p);
+            }
+        } else {
+            while total > target && !out.is_empty() {
+                let i = rng.random_range(0..out.len());
+                let gone = out.swap_remove(i);
+                total -= gone.gpu_total();
+            }
+        }
+    }
+    out.shuffle(&mut rng);
+    out
+}
+
+/// The task mix a policy scores against: the paper's for FGD, memory-aware for Gantry's.
+pub fn mix_for(policy: SharePolicy, arrivals: &[PodShape]) -> TaskMix {
+    match policy {
+        SharePolicy::Gantry => TaskMix::from_workload(arrivals, COVERAGE, false),
+        SharePolicy::Fgd => TaskMix::from_workload(arrivals, COVERAGE, false),
+        _ => TaskMix::default(),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunFigures {
+    /// Unallocated share of GPU capacity (%) at each of [`LEVELS`]; `None` when no arrival
+    /// rounded to that level.
+    pub unalloc: [Option<f64>; 3],
+    pub arrived: usize,
+    pub placed: usize,
+    pub elapsed: Duration,
+}
+
+/// Where each arrival went (`None`: did not fit), for comparing implementations.
+pub type Trail = Vec<Option<Decision>>;
+
+/// Replay one arrival stream. `fast` uses the class-based chooser where the policy has one.
+pub fn run(
+    policy: SharePolicy,
+    nodes: &[NodeSpec],
+    arrivals: &[PodShape],
+    seed: u64,
+    fast: bool,
+    mut trail: Option<&mut Trail>,
+) -> RunFigures {
+    let mix = mix_for(policy, arrivals);
+    let mut cluster = Cluster::new(nodes.to_vec());
+    let cap = cluster.gpu_capacity().max(1) as f64;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908);
+    let mut chooser =
+        (fast && FastChooser::supports(policy)).then(|| FastChooser::new(policy, &cluster, &mix));
+    let (mut requested, mut allocated) = (0i64, 0i64);
+    let mut sums = [(0.0f64, 0u32); 3];
+    let mut out = RunFigures {
+        unalloc: [None; 3],
+        arrived: 0,
+        placed: 0,
+        elapsed: Duration::ZERO,
+    };
+    let start = Instant::now();
+    for p in arrivals {
+        out.arrived += 1;
+        requested += p.gpu_total();
+        let d = match chooser.as_mut() {
+            Some(f) => f.choose(&cluster, p, &mix, &mut rng),
+            None => choose_simple(policy, &cluster, p, &mix, &mut rng),
+        };
+        if let Some(d) = d {
+            cluster.apply(p, d);
+            if let Some(f) = chooser.as_mut() {
+                f.moved(&cluster, d.node);
+            }
+            allocated += p.gpu_total();
+            out.placed += 1;
+        }
+        if let Some(t) = trail.as_deref_mut() {
+            t.push(d);
+        }
+        let arrived_pct = (requested as f64 / cap * 100.0).round();
+        for (i, level) in LEVELS.iter().enumerate() {
+            if arrived_pct == f64::from(*level) {
+                sums[i].0 += allocated as f64 / cap * 100.0;
+                sums[i].1 += 1;
+            }
+        }
+        if arrived_pct > f64::from(LEVELS[2]) {
+            break;
+        }
+    }
+    out.elapsed = start.elapsed();
+    for (i, (sum, n)) in sums.iter().enumerate() {
+        if *n > 0 {
+            out.unalloc[i] = Some(100.0 - sum / f64::from(*n));
+        }
+    }
+    out
+}
+
+/// Median, min and max of some figures.
+pub fn spread(v: &[f64]) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let med = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    Some((med, s[0], s[n - 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpushare::model::ModelSet;
+
+    fn pod(num_gpu: u8, milli: u16) -> PodShape {
+        PodShape {
+            cpu: 1000,
+            mem: 1024,
+            num_gpu,
+            milli,
+            models: ModelSet::Any,
+        }
+    }
+
+    #[test]
+    fn tuning_reaches_the_ratio_and_keeps_cpu_pods() {
+        let pods = vec![pod(1, 500), pod(0, 0), pod(2, 1000)];
+        let a = paper_arrivals(&pods, 10_000, 1.3, 42);
+        let total: i64 = a.iter().map(PodShape::gpu_total).sum();
+        assert!((13_000..13_000 + 2000).contains(&total), "{total}");
+        assert!(a.iter().any(|p| !p.wants_gpu()));
+        assert_eq!(a, paper_arrivals(&pods, 10_000, 1.3, 42));
+        assert_ne!(a, paper_arrivals(&pods, 10_000, 1.3, 43));
+        // Above the ratio: random pods are dropped until at or below it.
+        let many = vec![pod(1, 1000); 20];
+        let total: i64 = paper_arrivals(&many, 10_000, 1.3, 1)
+            .iter()
+            .map(PodShape::gpu_total)
+            .sum();
+        assert_eq!(total, 13_000);
+    }
+
+    #[test]
+    fn levels_average_the_arrivals_that_round_to_them() {
+        let nodes = vec![NodeSpec {
+            name: "n".into(),
+            cpu: 100_000,
+            mem: 1 << 30,
+            gpus: 1,
+            model: 0,
+        }];
+        // 1 GPU: 0.9 then 0.05 (95 %) then 0.05 (100 %, fits), then 0.5 (150 %, fails).
+        let a = vec![pod(1, 900), pod(1, 50), pod(1, 50), pod(1, 500)];
+        let f = run(SharePolicy::BestFit, &nodes, &a, 1, false, None);
+        assert_eq!(f.unalloc[0].map(|v| v.round()), Some(10.0));
+        assert_eq!(f.unalloc[1].map(|v| v.round()), Some(5.0));
+        assert_eq!(f.unalloc[2].map(|v| v.round()), Some(0.0));
+        assert_eq!(spread(&[3.0, 1.0, 2.0, 10.0]), Some((2.5, 1.0, 10.0)));
+    }
+}
