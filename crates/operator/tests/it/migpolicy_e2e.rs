@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{KUBECTL, Kubectl};
 use futures::StreamExt;
 use gantry_api::mig_cluster_policy::MigClusterPolicy;
 use gantry_api::mig_parted::default_config_yaml;
@@ -22,46 +23,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use tokio::process::Command;
 
 type Result<T = ()> = anyhow::Result<T>;
 
-const KUBECTL: &str = "/usr/bin/kubectl";
 const NS: &str = "gpu-operator";
 const A100: &str = "NVIDIA-A100-SXM4-80GB";
 const H100: &str = "NVIDIA-H100-80GB-HBM3";
 const A100_NODES: [&str; 3] = ["a100-80gb-0", "a100-80gb-1", "a100-80gb-2"];
 const H100_NODE: &str = "h100-80gb-0";
-
-struct Kubectl<'a> {
-    kubeconfig: &'a Path,
-    dir: &'a Path,
-}
-
-impl Kubectl<'_> {
-    async fn run(&self, args: &[&str]) -> Result<String> {
-        let mut c = Command::new(KUBECTL);
-        c.arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .args(args)
-            .env("HOME", self.dir)
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(60), c.output()).await??;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        anyhow::ensure!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(stdout)
-    }
-
-    async fn apply(&self, file: &str, content: &str) -> Result<String> {
-        let p = self.dir.join(file);
-        std::fs::write(&p, content)?;
-        self.run(&["apply", "-f", &p.display().to_string()]).await
-    }
-}
 
 fn label(n: &Node, key: &str) -> Option<String> {
     n.metadata.labels.as_ref()?.get(key).cloned()

@@ -11,16 +11,13 @@ use crate::support::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use gantry_api::names;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::process::Command;
 
-const KUBECTL: &str = "/usr/bin/kubectl";
 const A100: [&str; 2] = ["a100-80gb-0", "a100-80gb-1"];
 const H100: [&str; 2] = ["h100-80gb-0", "h100-80gb-1"];
 const A100_V1: &str = "535.230.02";
@@ -28,35 +25,7 @@ const A100_V2: &str = "535.247.01";
 const H100_V: &str = "580.95.05";
 const OWNER: &str = names::LABEL_DRIVER_OWNER;
 
-struct Kubectl<'a> {
-    kubeconfig: &'a Path,
-    dir: &'a Path,
-}
-
 impl Kubectl<'_> {
-    async fn run(&self, args: &[&str]) -> Res<String> {
-        let mut c = Command::new(KUBECTL);
-        c.arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .args(args)
-            .env("HOME", self.dir)
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(60), c.output()).await??;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        anyhow::ensure!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(stdout)
-    }
-
-    async fn apply(&self, file: &str, content: &str) -> Res<String> {
-        let p = self.dir.join(file);
-        std::fs::write(&p, content)?;
-        self.run(&["apply", "-f", &p.display().to_string()]).await
-    }
-
     /// `kubectl get nvd NAME -o jsonpath=…`.
     async fn nvd(&self, name: &str, path: &str) -> String {
         let jp = format!("jsonpath={path}");
