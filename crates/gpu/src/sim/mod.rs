@@ -155,6 +155,15 @@ impl SimBackend {
         f(g, now)
     }
 
+    /// How many event streams are open. Like NVML, an event is delivered only to the streams
+    /// registered when it happens: tests wait for a watcher before injecting a fault.
+    pub fn event_subscribers(&self) -> usize {
+        lock(&self.subscribers)
+            .iter()
+            .filter(|s| !s.tx.is_closed())
+            .count()
+    }
+
     fn emit(&self, event: Event) {
         lock(&self.subscribers).retain(|s| {
             if s.mask & event.kind == 0 {

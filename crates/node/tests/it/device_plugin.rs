@@ -240,6 +240,25 @@ fn sim(model: &str, gpus: u32) -> Arc<SimBackend> {
     ))
 }
 
+/// The plugin's health watcher has registered for events: a fault injected before that would
+/// never reach it (as with NVML, events are delivered to the streams open when they happen).
+async fn health_watching(backend: &SimBackend) {
+    gantry_testkit::eventually_secs(
+        "the health watcher registered for GPU events",
+        60,
+        || async {
+            let n = backend.event_subscribers();
+            if n > 0 {
+                gantry_testkit::Look::Done(())
+            } else {
+                gantry_testkit::Look::Seen(format!("{n} event streams open"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
+
 fn inline(settings: Settings) -> ConfigSource {
     ConfigSource::Inline(Box::new(settings))
 }
@@ -418,6 +437,7 @@ async fn mig_single_and_mixed_on_h100_all_balanced() {
     );
 
     // An XID attributed to one MIG device hits only that device...
+    health_watching(&backend).await;
     let target = backend
         .mig_devices(0)
         .unwrap()
@@ -570,6 +590,7 @@ async fn xid_79_turns_every_replica_unhealthy_and_recovers_after_reset() {
         .await;
 
     // XID 13 is an application error: nothing changes.
+    health_watching(&backend).await;
     backend.inject_xid(1, 13, None, None).unwrap();
     // XID 79: every replica of GPU 1 goes Unhealthy in one message.
     backend.inject_fallen_off_bus(1).unwrap();
@@ -611,6 +632,7 @@ async fn xid_13_is_ignored_and_dbe_recovers_on_reset() {
     kubelet
         .wait("2 GPUs", |s| s.healthy("nvidia.com/gpu") == 2)
         .await;
+    health_watching(&backend).await;
     backend.inject_xid(0, 13, None, None).unwrap();
     backend.inject_xid(0, 31, None, None).unwrap();
     // A double-bit ECC error is fatal; it is the marker that the XIDs above were processed.
