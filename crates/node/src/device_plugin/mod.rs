@@ -17,6 +17,7 @@ pub mod allocate;
 pub mod bench;
 mod error;
 pub mod health;
+pub mod health_report;
 pub mod inventory;
 pub mod load;
 pub mod manager;

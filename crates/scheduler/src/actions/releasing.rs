@@ -1,7 +1,8 @@
 //! Releasing pods (KAI's `Releasing` status): bound pods that are terminating. The cycle
 //! treats what they hold as free, so work is placed onto it at once, but those binds are
 //! pipelined: the shell binds them only when the releasing pods are gone, so no node is
-//! ever over-committed meanwhile.
+//! ever over-committed meanwhile. Bound GPU reservation pods are Releasing holders too (see
+//! the k8s cache): the node keeps their device until they are gone.
 
 use crate::decisions::EvictReason;
 use crate::request::GpuRequest;
@@ -61,6 +62,9 @@ pub fn nodes_waiting(
                 h.mig.push((*profile, i64::from(*count)));
                 None
             }
+            // A GPU reservation pod: it holds its device for fractions, which may join
+            // it; only a whole-GPU placement on that device must wait.
+            GpuRequest::None if !p.gpu_indices.is_empty() => Some(0),
             GpuRequest::None => None,
         };
         if let Some(m) = per_device {

@@ -77,10 +77,12 @@ pub struct DevicePluginArgs {
     dev_root: Option<String>,
     #[arg(long, env = "MPS_ROOT")]
     mps_root: Option<String>,
-    /// Seconds of clean probes after which a GPU with a fatal XID (other than lost GPUs and
-    /// memory errors, which clear by themselves) is Healthy again; default: until a reset.
-    #[arg(long, value_name = "SECONDS")]
-    xid_recovery_hold: Option<u64>,
+    /// Quiet period after a fatal XID (other than a lost GPU or a memory error, which have
+    /// their own evidence): seconds of clean probes with no new XID before the GPU's
+    /// devices are Healthy again.
+    #[arg(long, env = "XID_RECOVERY_HOLD", value_name = "SECONDS",
+          default_value_t = health::DEFAULT_QUIET_PERIOD.as_secs())]
+    xid_recovery_hold: u64,
     /// How often to check the kubelet socket, config, inventory and faulted GPUs (ms).
     #[arg(long, default_value_t = 500)]
     poll_interval_ms: u64,
@@ -162,7 +164,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    policy.xid_hold = args.xid_recovery_hold.map(Duration::from_secs);
+    policy.quiet_period = Duration::from_secs(args.xid_recovery_hold);
     opts.health = policy;
     opts.node_name = args.node_name.clone();
     opts.poll_interval = Duration::from_millis(args.poll_interval_ms.max(50));
