@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use gantry_gpu::{Event, event_kind};
 use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestRunner};
 
 use super::health::{Faults, HealthPolicy, Probe, XID_GPU_LOST};
 use super::resources::Physical;
@@ -88,78 +89,114 @@ fn phys(index: u32) -> Physical {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
-    #[test]
-    fn faults_and_resets_never_leave_a_bad_gpu_healthy_nor_a_good_one_withdrawn(
-        ops in prop::collection::vec(op(), 1..60)
-    ) {
-        let policy = HealthPolicy { quiet_period: Duration::from_secs(QUIET), ..HealthPolicy::default() };
-        let t0 = Instant::now();
-        let mut now = 0u64;
-        let mut gpus = [Gpu::default(); GPUS as usize];
-        let mut faults = Faults::default();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        for op in ops {
-            let ev = match op {
-                Op::Xid(g, x) => Some(event(g, event_kind::XID_CRITICAL, x)),
-                Op::OffBus(g) => {
-                    gpus[g as usize].lost = true;
-                    Some(event(g, event_kind::XID_CRITICAL, XID_GPU_LOST))
-                }
-                Op::Dbe(g) => {
-                    let m = &mut gpus[g as usize];
-                    if !m.lost {
-                        m.dbe += 1;
-                        m.remap_pending = true;
-                    }
-                    Some(event(g, event_kind::DOUBLE_BIT_ECC, 48))
-                }
-                Op::Reset(g) => {
-                    let m = &mut gpus[g as usize];
-                    *m = Gpu { last_xid: m.last_xid, ..Gpu::default() };
-                    None
-                }
-                Op::Tick(dt) => {
-                    now += dt;
-                    None
-                }
-            };
-            if let Some(e) = ev {
-                let m = &mut gpus[e.gpu as usize];
-                if let Some((target, kind)) = policy.classify(&e) {
-                    m.fatal_since_reset = true;
-                    if matches!(kind, super::health::FaultKind::Xid(_)) {
-                        m.last_xid = Some(now);
-                    }
-                    faults.record(target, kind, Some(m.probe()), at(now));
-                } else {
-                    prop_assert!([13, 31, 43].contains(&e.xid), "a fatal XID was ignored: {e:?}");
-                }
+/// Runs one sequence, adding (operations, fatal faults recorded) to `totals`. `Err` on a
+/// violation.
+fn run(ops: Vec<Op>, totals: &std::cell::Cell<(u64, u64)>) -> Result<(), TestCaseError> {
+    let n_ops = ops.len() as u64;
+    let mut n_faults = 0u64;
+    let policy = HealthPolicy {
+        quiet_period: Duration::from_secs(QUIET),
+        ..HealthPolicy::default()
+    };
+    let t0 = Instant::now();
+    let mut now = 0u64;
+    let mut gpus = [Gpu::default(); GPUS as usize];
+    let mut faults = Faults::default();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    for op in ops {
+        let ev = match op {
+            Op::Xid(g, x) => Some(event(g, event_kind::XID_CRITICAL, x)),
+            Op::OffBus(g) => {
+                gpus[g as usize].lost = true;
+                Some(event(g, event_kind::XID_CRITICAL, XID_GPU_LOST))
             }
-            for g in faults.gpus() {
-                faults.observe(g, gpus[g as usize].probe(), &policy, at(now));
-            }
-            for g in 0..GPUS {
-                let m = gpus[g as usize];
-                let healthy = !faults.unhealthy(&phys(g));
-                prop_assert!(!(healthy && m.bad() && m.fatal_since_reset),
-                    "GPU {g} Healthy while bad: {m:?}");
-                if let Some(t) = m.last_xid {
-                    prop_assert!(!(healthy && now < t + QUIET && m.fatal_since_reset),
-                        "GPU {g} forgiven {}s after a fatal XID", now - t);
+            Op::Dbe(g) => {
+                let m = &mut gpus[g as usize];
+                if !m.lost {
+                    m.dbe += 1;
+                    m.remap_pending = true;
                 }
+                Some(event(g, event_kind::DOUBLE_BIT_ECC, 48))
+            }
+            Op::Reset(g) => {
+                let m = &mut gpus[g as usize];
+                *m = Gpu {
+                    last_xid: m.last_xid,
+                    ..Gpu::default()
+                };
+                None
+            }
+            Op::Tick(dt) => {
+                now += dt;
+                None
+            }
+        };
+        if let Some(e) = ev {
+            let m = &mut gpus[e.gpu as usize];
+            if let Some((target, kind)) = policy.classify(&e) {
+                m.fatal_since_reset = true;
+                n_faults += 1;
+                if matches!(kind, super::health::FaultKind::Xid(_)) {
+                    m.last_xid = Some(now);
+                }
+                faults.record(target, kind, Some(m.probe()), at(now));
+            } else {
+                prop_assert!(
+                    [13, 31, 43].contains(&e.xid),
+                    "a fatal XID was ignored: {e:?}"
+                );
             }
         }
-        // Liveness: reset everything, then one quiet period of clean probes.
+        for g in faults.gpus() {
+            faults.observe(g, gpus[g as usize].probe(), &policy, at(now));
+        }
         for g in 0..GPUS {
-            gpus[g as usize] = Gpu::default();
-        }
-        for step in [0, 1, QUIET, QUIET + 1] {
-            for g in faults.gpus() {
-                faults.observe(g, gpus[g as usize].probe(), &policy, at(now + step));
+            let m = gpus[g as usize];
+            let healthy = !faults.unhealthy(&phys(g));
+            prop_assert!(
+                !(healthy && m.bad() && m.fatal_since_reset),
+                "GPU {g} Healthy while bad: {m:?}"
+            );
+            if let Some(t) = m.last_xid {
+                prop_assert!(
+                    !(healthy && now < t + QUIET && m.fatal_since_reset),
+                    "GPU {g} forgiven {}s after a fatal XID",
+                    now - t
+                );
             }
         }
-        prop_assert!(faults.is_empty(), "stuck faults: {:?}", faults.targets().collect::<Vec<_>>());
+    }
+    // Liveness: reset everything, then one quiet period of clean probes.
+    for g in 0..GPUS {
+        gpus[g as usize] = Gpu::default();
+    }
+    for step in [0, 1, QUIET, QUIET + 1] {
+        for g in faults.gpus() {
+            faults.observe(g, gpus[g as usize].probe(), &policy, at(now + step));
+        }
+    }
+    prop_assert!(
+        faults.is_empty(),
+        "stuck faults: {:?}",
+        faults.targets().collect::<Vec<_>>()
+    );
+    let (o, f) = totals.get();
+    totals.set((o + n_ops, f + n_faults));
+    Ok(())
+}
+
+#[test]
+fn faults_and_resets_never_leave_a_bad_gpu_healthy_nor_a_good_one_withdrawn() {
+    let cases = 512;
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases));
+    let totals = std::cell::Cell::new((0, 0));
+    let result = runner.run(&prop::collection::vec(op(), 1..60), |ops| run(ops, &totals));
+    let (ops, faults) = totals.get();
+    println!(
+        "health chaos: {cases} sequences, {ops} operations, {faults} fatal faults, violations: {}",
+        u32::from(result.is_err())
+    );
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }

@@ -18,9 +18,14 @@ use serde_json::{Value, json};
 const RES_NS: &str = "gantry-reservation";
 
 fn node() -> Node {
+    node_with(1)
+}
+
+fn node_with(gpus: u32) -> Node {
     serde_json::from_value(json!({
         "metadata": {"name": "n1"},
-        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "1"},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110",
+                                   "nvidia.com/gpu": gpus.to_string()},
                    "conditions": [{"type": "Ready", "status": "True"}]}
     }))
     .unwrap()
@@ -57,6 +62,26 @@ fn cycle_binds_whole(c: &mut Cache, cfg: &Config) -> bool {
     d.binds.iter().any(|b| b.name == "w" && !b.pipelined)
 }
 
+fn cache(n: Node) -> Cache {
+    let mut c = Cache::new("kai-scheduler", RES_NS);
+    c.apply_node(&n);
+    let q: Queue = serde_json::from_value(json!({"apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue", "metadata": {"name": "q"}, "spec": {"resources": {
+        "gpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}}))
+    .unwrap();
+    c.apply_queue(&q);
+    for g in ["gf", "gw"] {
+        let pg: PodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"name": g, "namespace": "ns"}, "spec": {"queue": "q"}}))
+        .unwrap();
+        c.apply_pod_group(&pg);
+    }
+    c
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ev {
     FractionTerminating,
@@ -73,22 +98,7 @@ fn thousand_fraction_to_whole_handovers_fail_no_pod() {
     let (mut failed, mut bound, mut early_cycles) = (0u32, 0u32, 0u32);
     let rounds = 1000;
     for _ in 0..rounds {
-        let mut c = Cache::new("kai-scheduler", RES_NS);
-        c.apply_node(&node());
-        let q: Queue = serde_json::from_value(json!({"apiVersion": "scheduling.run.ai/v2",
-            "kind": "Queue", "metadata": {"name": "q"}, "spec": {"resources": {
-            "gpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}}))
-        .unwrap();
-        c.apply_queue(&q);
-        for g in ["gf", "gw"] {
-            let pg: PodGroup = serde_json::from_value(json!({
-                "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-                "metadata": {"name": g, "namespace": "ns"}, "spec": {"queue": "q"}}))
-            .unwrap();
-            c.apply_pod_group(&pg);
-        }
+        let mut c = cache(node());
         let group = json!({"runai-gpu-group": "g0"});
         let fraction = pod(
             "f",
@@ -180,6 +190,53 @@ fn thousand_fraction_to_whole_handovers_fail_no_pod() {
         "a cycle after the release did not bind the pod"
     );
     assert_eq!(bound, rounds);
+}
+
+/// Issue #24's off-bus case: a 2-GPU node, an idle reservation pod on GPU 1, then GPU 1
+/// falls off the bus (allocatable 2 -> 1). The kubelet still counts the reservation's device,
+/// so a whole-GPU pod must wait for it to be gone, then runs on the healthy GPU 0; before the
+/// fix it was bound at once and refused (`OutOfnvidia.com/gpu`).
+#[test]
+fn whole_gpu_pod_runs_on_the_healthy_gpu_after_the_other_falls_off_the_bus() {
+    let cfg = Config::default();
+    let mut c = cache(node_with(2));
+    let reservation = pod(
+        "r",
+        RES_NS,
+        Some("n1"),
+        json!({"scheduler.gantry.dev/gpu-indices": "1"}),
+        json!({"app": "kai-resource-reservation", "runai-gpu-group": "g1"}),
+        true,
+    );
+    apply(&mut c, &reservation);
+    c.apply_node(&node_with(1)); // GPU 1 off the bus
+    apply(
+        &mut c,
+        &pod(
+            "w",
+            "ns",
+            None,
+            json!({"pod-group-name": "gw"}),
+            json!({}),
+            true,
+        ),
+    );
+    assert!(
+        !cycle_binds_whole(&mut c, &cfg),
+        "bound while the kubelet still holds the reservation's device"
+    );
+    apply(&mut c, &terminating(reservation));
+    assert!(!cycle_binds_whole(&mut c, &cfg));
+    c.delete_pod(RES_NS, "r");
+    let snap = Snapshot::build(&c.input);
+    let d = schedule(&snap, &cfg);
+    let b = d
+        .binds
+        .iter()
+        .find(|b| b.name == "w")
+        .expect("a bind for w");
+    assert!(!b.pipelined, "not bound once the reservation is gone");
+    assert_eq!(b.node, "n1");
 }
 
 /// The same handover through the full sim (real kubelet admission, real reservation pods,
