@@ -10,6 +10,7 @@ use gantry_api::names;
 /// Where events about nodes go (nodes are cluster-scoped; kubectl shows them from here).
 const EVENT_NAMESPACE: &str = "default";
 pub const REASON_CONFIG_ERROR: &str = "DevicePluginConfigError";
+pub const REASON_CONFIG_APPLIED: &str = "DevicePluginConfigApplied";
 const COMPONENT: &str = "gantry-device-plugin";
 
 /// The node's `nvidia.com/device-plugin.config` label (`None` when unset).

@@ -117,6 +117,30 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
     })
     .await?;
 
+    // A deliberate edit of the ConfigMap in use: applied in place, with an event on the Node.
+    let patch = json!({"data": {"ts": ts(3)}});
+    cms.patch("later", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    wait_allocatable(&env.client, "3", 120).await?;
+    let events =
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client.clone(), "default");
+    eventually_secs("DevicePluginConfigApplied on the Node", 60, || async {
+        let list = events.list(&Default::default()).await?;
+        let applied: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("DevicePluginConfigApplied"))
+            .filter(|e| e.involved_object.name.as_deref() == Some("l4-0"))
+            .filter_map(|e| e.message)
+            .collect();
+        anyhow::Ok(if applied.iter().any(|m| m.contains("nvidia.com/gpu 3")) {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("{applied:?}"))
+        })
+    })
+    .await?;
+
     // A huge replica count in the ConfigMap the plugins read: the operator refuses and the
     // plugins keep their last good config.
     let patch = json!({"data": {"ts": ts(100_000_000)}});
@@ -125,7 +149,7 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
     let m = wait_refused(&env.client, &name, "replicas: must be <= 1024").await?;
     assert!(m.contains("got 100000000"), "{m}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(allocatable(&env.client).await?, "2", "capacity changed");
+    assert_eq!(allocatable(&env.client).await?, "3", "capacity changed");
     op.stop().await;
     Ok(())
 }
