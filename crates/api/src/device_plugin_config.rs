@@ -228,6 +228,11 @@ pub struct Sharing {
     pub extra: Extra,
 }
 
+/// Most replicas per shared device. Each replica is one device in ListAndWatch: 1,024 on
+/// 8 GPUs is about 0.5 MB, well inside the kubelet's 4 MiB message limit, and far above
+/// any useful oversubscription.
+pub const MAX_REPLICAS: i64 = 1024;
+
 /// `sharing.timeSlicing` / `sharing.mps`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -504,6 +509,15 @@ impl DevicePluginConfig {
                         out.push(Problem::new(
                             format!("{p}.replicas"),
                             format!("must be >= 2, got {}", x.replicas),
+                        ));
+                    } else if x.replicas > MAX_REPLICAS {
+                        out.push(Problem::new(
+                            format!("{p}.replicas"),
+                            format!(
+                                "must be <= {MAX_REPLICAS}, got {} (each replica is one advertised \
+                                 device; the list must fit the kubelet's ListAndWatch messages)",
+                                x.replicas
+                            ),
                         ));
                     }
                     if let Some(m) = check_resource_name(&x.name) {

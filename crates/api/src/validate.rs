@@ -421,6 +421,24 @@ mod tests {
         );
     }
 
+    /// Issue #24: a huge replica count is refused, naming the field and the bound.
+    #[test]
+    fn huge_replicas_are_refused() {
+        let m = msgs(
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 100000000}\n",
+        );
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with(
+                "sharing.timeSlicing.resources[0].replicas: must be <= 1024, got 100000000"
+            ),
+            "{}",
+            m[0]
+        );
+        let ok = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1024}\n";
+        assert_eq!(msgs(ok), Vec::<String>::new());
+    }
+
     #[test]
     fn queue_manifest() {
         let ok = "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: q}\nspec:\n  resources:\n    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}\n";

@@ -29,10 +29,15 @@ pub struct HealthPolicy {
     pub fatal: BTreeSet<u64>,
     /// `DP_ENABLE_HEALTHCHECKS=all`: every XID is fatal.
     pub all_fatal: bool,
-    /// For faults with no observable clearing condition: how long the GPU must probe fine
-    /// before its devices are Healthy again (`None` = until a reset is observed).
-    pub xid_hold: Option<Duration>,
+    /// Quiet period for fatal XIDs (other than a lost GPU or a memory error, which have
+    /// their own evidence): the GPU must answer every probe, have no pending or failed row
+    /// remap, and see no new XID for this long before its devices are Healthy again. A
+    /// reset (no counter has to move) is exactly this evidence; a recurring XID restarts it.
+    pub quiet_period: Duration,
 }
+
+/// Default [`HealthPolicy::quiet_period`].
+pub const DEFAULT_QUIET_PERIOD: Duration = Duration::from_secs(60);
 
 impl Default for HealthPolicy {
     fn default() -> Self {
@@ -41,7 +46,7 @@ impl Default for HealthPolicy {
             ignored: DEFAULT_IGNORED_XIDS.into_iter().collect(),
             fatal: BTreeSet::new(),
             all_fatal: false,
-            xid_hold: None,
+            quiet_period: DEFAULT_QUIET_PERIOD,
         }
     }
 }
@@ -166,12 +171,13 @@ impl Target {
 /// Why a target is unhealthy; decides what clears it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultKind {
-    /// Fallen off the bus: clears when the GPU answers again.
+    /// Fallen off the bus: clears when the GPU, seen lost, answers again.
     Lost,
     /// Uncorrectable memory error: clears when volatile DBE count is 0 and no row remap is
     /// pending or failed (i.e. after a reset).
     Memory,
-    /// Any other fatal XID: clears when a reset is observed, or after the hold time.
+    /// Any other fatal XID: clears after the quiet period of clean probes, or at once when
+    /// the volatile ECC counters dropped (a reset seen directly).
     Xid(u64),
 }
 
@@ -192,7 +198,19 @@ struct Fault {
     /// Volatile ECC counts when the fault was seen (a drop means the GPU was reset).
     ecc_at_fault: Option<(u64, u64)>,
     seen_lost: bool,
+    /// Start of the current run of clean probes with no new event (the quiet period).
     healthy_since: Option<Instant>,
+    /// Events for this target while the fault was in force (1 = the first).
+    events: u64,
+}
+
+/// A fault that cleared, for logs, events and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleared {
+    pub target: Target,
+    pub kind: FaultKind,
+    /// How long the devices were withdrawn.
+    pub withdrawn_for: Duration,
 }
 
 /// Every fault in force. Kept by the shell across restarts of the gRPC servers.
@@ -235,15 +253,24 @@ impl Faults {
             ecc_at_fault: probe.and_then(|p| p.ecc_volatile),
             seen_lost: probe.is_some_and(|p| p.lost),
             healthy_since: None,
+            events: 1,
         };
         match self.faults.get_mut(&target) {
-            // A lost GPU outranks anything else; otherwise the first fault's baseline stays.
-            Some(f) if kind == FaultKind::Lost && f.kind != FaultKind::Lost => {
-                f.kind = FaultKind::Lost;
+            // A recurrence restarts the quiet period; a lost GPU outranks anything else, and
+            // the first fault's reset baseline stays.
+            Some(f) => {
+                f.healthy_since = None;
+                f.events += 1;
                 f.seen_lost |= fault.seen_lost;
+                // Memory faults clear by ECC state alone; another XID on top needs the
+                // quiet period as well.
+                f.kind = match (f.kind, kind) {
+                    (FaultKind::Lost, _) | (_, FaultKind::Lost) => FaultKind::Lost,
+                    (FaultKind::Memory, k @ FaultKind::Xid(_)) => k,
+                    (k, _) => k,
+                };
                 false
             }
-            Some(_) => false,
             None => {
                 self.faults.insert(target, fault);
                 true
@@ -251,22 +278,42 @@ impl Faults {
         }
     }
 
-    /// Applies a probe of GPU `gpu`; returns whether any fault cleared.
-    pub fn observe(&mut self, gpu: u32, probe: Probe, policy: &HealthPolicy, now: Instant) -> bool {
-        let before = self.faults.len();
+    /// Applies a probe of GPU `gpu`; returns the faults that cleared.
+    pub fn observe(
+        &mut self,
+        gpu: u32,
+        probe: Probe,
+        policy: &HealthPolicy,
+        now: Instant,
+    ) -> Vec<Cleared> {
+        let mut out = Vec::new();
         self.faults.retain(|target, f| {
             if target.gpu() != gpu {
                 return true;
             }
             f.seen_lost |= probe.lost;
-            !cleared(f, probe, policy, now)
+            if !cleared(f, probe, policy, now) {
+                return true;
+            }
+            out.push(Cleared {
+                target: *target,
+                kind: f.kind,
+                withdrawn_for: now.saturating_duration_since(f.since),
+            });
+            false
         });
-        self.faults.len() != before
+        out
     }
 }
 
+/// Whether the fault has cleared by direct evidence: the GPU answers, its memory state is
+/// clean, and (per kind) it was seen lost and is back, or it stayed quiet long enough.
+/// No counter has to move: a reset from ECC counts of 0 leaves them at 0.
 fn cleared(f: &mut Fault, probe: Probe, policy: &HealthPolicy, now: Instant) -> bool {
-    if probe.lost {
+    let memory_ok = probe.ecc_volatile.is_none_or(|(_, dbe)| dbe == 0)
+        && !probe.remap_pending
+        && !probe.remap_failure;
+    if probe.lost || !memory_ok {
         f.healthy_since = None;
         return false;
     }
@@ -274,17 +321,12 @@ fn cleared(f: &mut Fault, probe: Probe, policy: &HealthPolicy, now: Instant) -> 
         (Some((s0, d0)), Some((s, d))) => s < s0 || d < d0,
         _ => false,
     };
-    let memory_ok = probe.ecc_volatile.is_none_or(|(_, dbe)| dbe == 0)
-        && !probe.remap_pending
-        && !probe.remap_failure;
     let healthy_since = *f.healthy_since.get_or_insert(now);
-    let held = policy
-        .xid_hold
-        .is_some_and(|hold| now.duration_since(healthy_since) >= hold);
+    let quiet = now.saturating_duration_since(healthy_since) >= policy.quiet_period;
     match f.kind {
         FaultKind::Lost if f.seen_lost => true,
-        FaultKind::Memory => memory_ok,
-        FaultKind::Lost | FaultKind::Xid(_) => reset_seen || held || f.seen_lost,
+        FaultKind::Memory => true,
+        FaultKind::Lost | FaultKind::Xid(_) => reset_seen || quiet,
     }
 }
 
@@ -382,31 +424,31 @@ mod tests {
         assert!(Target::GpuInstance { gpu: 2, gi: 1 }.covers(&mig));
     }
 
+    fn quiet(secs: u64) -> HealthPolicy {
+        HealthPolicy {
+            quiet_period: Duration::from_secs(secs),
+            ..HealthPolicy::default()
+        }
+    }
+
+    const LOST: Probe = Probe {
+        lost: true,
+        ecc_volatile: None,
+        remap_pending: false,
+        remap_failure: false,
+    };
+
     #[test]
     fn lost_gpu_recovers_after_it_answers_again() {
         let policy = HealthPolicy::default();
         let t0 = Instant::now();
         let mut faults = Faults::default();
-        assert!(faults.record(
-            Target::Gpu(0),
-            FaultKind::Lost,
-            Some(Probe {
-                lost: true,
-                ..Probe::default()
-            }),
-            t0
-        ));
+        assert!(faults.record(Target::Gpu(0), FaultKind::Lost, Some(LOST), t0));
         assert!(faults.unhealthy(&gpu_phys(0)));
-        assert!(!faults.observe(
-            0,
-            Probe {
-                lost: true,
-                ..Probe::default()
-            },
-            &policy,
-            t0
-        ));
-        assert!(faults.observe(0, Probe::default(), &policy, t0));
+        assert!(faults.observe(0, LOST, &policy, t0).is_empty());
+        let cleared = faults.observe(0, Probe::default(), &policy, t0 + Duration::from_secs(4));
+        assert_eq!(cleared.len(), 1);
+        assert_eq!(cleared[0].withdrawn_for, Duration::from_secs(4));
         assert!(!faults.unhealthy(&gpu_phys(0)));
     }
 
@@ -421,20 +463,116 @@ mod tests {
         };
         let mut faults = Faults::default();
         faults.record(Target::Gpu(3), FaultKind::Memory, Some(bad), t0);
-        assert!(!faults.observe(3, bad, &policy, t0));
-        assert!(faults.observe(
-            3,
-            Probe {
-                ecc_volatile: Some((0, 0)),
-                ..Probe::default()
-            },
-            &policy,
-            t0
-        ));
+        assert!(faults.observe(3, bad, &policy, t0).is_empty());
+        let pending_only = Probe {
+            ecc_volatile: Some((0, 0)),
+            remap_pending: true,
+            ..Probe::default()
+        };
+        assert!(faults.observe(3, pending_only, &policy, t0).is_empty());
+        let clean = Probe {
+            ecc_volatile: Some((0, 0)),
+            ..Probe::default()
+        };
+        assert_eq!(faults.observe(3, clean, &policy, t0).len(), 1);
+    }
+
+    /// XID 119 on a GPU whose counters sit at 0: a reset leaves them at 0, so recovery
+    /// cannot wait for a drop. Clean probes for the quiet period bring it back.
+    #[test]
+    fn fatal_xid_recovers_after_the_quiet_period_with_no_counter_moving() {
+        let t0 = Instant::now();
+        let zero = Probe {
+            ecc_volatile: Some((0, 0)),
+            ..Probe::default()
+        };
+        let policy = quiet(30);
+        let mut faults = Faults::default();
+        assert!(faults.record(Target::Gpu(0), FaultKind::Xid(119), Some(zero), t0));
+        assert!(faults.observe(0, zero, &policy, t0).is_empty());
+        assert!(
+            faults
+                .observe(0, zero, &policy, t0 + Duration::from_secs(29))
+                .is_empty()
+        );
+        assert_eq!(
+            faults.observe(0, zero, &policy, t0 + Duration::from_secs(30)),
+            vec![Cleared {
+                target: Target::Gpu(0),
+                kind: FaultKind::Xid(119),
+                withdrawn_for: Duration::from_secs(30),
+            }]
+        );
+        assert!(faults.is_empty());
     }
 
     #[test]
-    fn other_xids_need_a_reset_or_the_hold_time() {
+    fn a_recurring_xid_restarts_the_quiet_period() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let policy = quiet(10);
+        let mut faults = Faults::default();
+        faults.record(Target::Gpu(1), FaultKind::Xid(62), None, t0);
+        assert!(faults.observe(1, Probe::default(), &policy, t0).is_empty());
+        // Recurs at t0+8: the clean run starts over.
+        assert!(!faults.record(Target::Gpu(1), FaultKind::Xid(62), None, t0 + s(8)));
+        assert!(
+            faults
+                .observe(1, Probe::default(), &policy, t0 + s(9))
+                .is_empty()
+        );
+        assert!(
+            faults
+                .observe(1, Probe::default(), &policy, t0 + s(18))
+                .is_empty()
+        );
+        assert_eq!(
+            faults
+                .observe(1, Probe::default(), &policy, t0 + s(19))
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn an_unanswering_gpu_or_pending_remap_stops_the_quiet_period() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let policy = quiet(10);
+        let mut faults = Faults::default();
+        faults.record(Target::Gpu(0), FaultKind::Xid(119), None, t0);
+        assert!(faults.observe(0, Probe::default(), &policy, t0).is_empty());
+        assert!(faults.observe(0, LOST, &policy, t0 + s(5)).is_empty());
+        assert!(
+            faults
+                .observe(0, Probe::default(), &policy, t0 + s(6))
+                .is_empty()
+        );
+        let pending = Probe {
+            remap_pending: true,
+            ..Probe::default()
+        };
+        assert!(faults.observe(0, pending, &policy, t0 + s(15)).is_empty());
+        assert!(
+            faults
+                .observe(0, Probe::default(), &policy, t0 + s(16))
+                .is_empty()
+        );
+        assert!(
+            faults
+                .observe(0, Probe::default(), &policy, t0 + s(25))
+                .is_empty()
+        );
+        assert_eq!(
+            faults
+                .observe(0, Probe::default(), &policy, t0 + s(26))
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_counter_drop_is_a_reset_seen_directly() {
         let t0 = Instant::now();
         let fine = Probe {
             ecc_volatile: Some((5, 0)),
@@ -442,26 +580,32 @@ mod tests {
         };
         let mut faults = Faults::default();
         faults.record(Target::Gpu(0), FaultKind::Xid(62), Some(fine), t0);
-        let policy = HealthPolicy::default();
-        assert!(!faults.observe(0, fine, &policy, t0 + Duration::from_secs(3600)));
-        // A reset zeroes the volatile counters.
-        assert!(faults.observe(
-            0,
-            Probe {
-                ecc_volatile: Some((0, 0)),
-                ..Probe::default()
-            },
-            &policy,
-            t0
-        ));
-
-        let held = HealthPolicy {
-            xid_hold: Some(Duration::from_secs(10)),
-            ..HealthPolicy::default()
+        let policy = quiet(3600);
+        assert!(
+            faults
+                .observe(0, fine, &policy, t0 + Duration::from_secs(60))
+                .is_empty()
+        );
+        let reset = Probe {
+            ecc_volatile: Some((0, 0)),
+            ..Probe::default()
         };
-        faults.record(Target::Gpu(0), FaultKind::Xid(62), Some(fine), t0);
-        assert!(!faults.observe(0, fine, &held, t0));
-        assert!(!faults.observe(0, fine, &held, t0 + Duration::from_secs(9)));
-        assert!(faults.observe(0, fine, &held, t0 + Duration::from_secs(10)));
+        assert_eq!(faults.observe(0, reset, &policy, t0).len(), 1);
+    }
+
+    #[test]
+    fn an_xid_on_top_of_a_memory_fault_needs_the_quiet_period_too() {
+        let t0 = Instant::now();
+        let policy = quiet(10);
+        let mut faults = Faults::default();
+        faults.record(Target::Gpu(0), FaultKind::Memory, None, t0);
+        faults.record(Target::Gpu(0), FaultKind::Xid(119), None, t0);
+        assert!(faults.observe(0, Probe::default(), &policy, t0).is_empty());
+        assert_eq!(
+            faults
+                .observe(0, Probe::default(), &policy, t0 + Duration::from_secs(10))
+                .len(),
+            1
+        );
     }
 }

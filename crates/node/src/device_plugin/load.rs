@@ -195,6 +195,9 @@ impl ConfigState {
         if let Some((fingerprint, settings)) = self.candidate.take() {
             match build_sets(inv, &settings) {
                 Ok(sets) => {
+                    if self.applied.is_some() {
+                        applied_event(opts, &sets).await;
+                    }
                     self.good = settings;
                     self.applied = Some(fingerprint);
                     self.error = None;
@@ -233,6 +236,35 @@ impl ConfigState {
         }
         self.error = Some(message.clone());
         self.reported = Some(message);
+    }
+}
+
+/// A deliberate config change took effect (not the first config): say so on the Node,
+/// with what is advertised now, since allocatable changes under running pods.
+async fn applied_event(opts: &Options, sets: &[ResourceSet]) {
+    let now: Vec<String> = sets
+        .iter()
+        .map(|s| format!("{} {}", s.name, s.devices.len()))
+        .collect();
+    let message = format!(
+        "new device plugin config applied; advertising {}",
+        if now.is_empty() {
+            "nothing".to_string()
+        } else {
+            now.join(", ")
+        }
+    );
+    tracing::info!(%message, "device plugin config changed");
+    if let (Some(client), Some(node)) = (&opts.kube, &opts.node_name) {
+        let report = node_api::Report {
+            warning: false,
+            reason: node_api::REASON_CONFIG_APPLIED,
+            action: "LoadConfig",
+            message,
+        };
+        if let Err(e) = node_api::event(client, node, node_api::node_ref(node), &report).await {
+            tracing::warn!(error = %e, node = %node, "could not emit the config-applied Node event");
+        }
     }
 }
 

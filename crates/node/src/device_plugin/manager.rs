@@ -17,7 +17,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::allocate::MigMinors;
 use super::error::DevicePluginError;
-use super::health::{Faults, HealthPolicy, Probe};
+use super::health::{Cleared, FaultKind, Faults, HealthPolicy, Probe, Target};
+use super::health_report::{self, Change};
 use super::inventory::Inventory;
 use super::load::{ConfigSource, ConfigState, Overrides};
 use super::preferred::Topology;
@@ -46,12 +47,18 @@ pub struct Options {
     pub mig_minors_file: Option<PathBuf>,
     /// Receives a status snapshot after every change (tests, the sim kubelet, `/readyz`).
     pub status: Option<watch::Sender<PluginStatus>>,
+    /// The kubelet's PodResources socket: which pods hold a withdrawn device (for events).
+    pub pod_resources_socket: Option<PathBuf>,
 }
 
 impl Options {
     /// Plugin in `plugin_dir`, registering with `plugin_dir/kubelet.sock`, built-in config.
     pub fn new(plugin_dir: impl Into<PathBuf>) -> Self {
         let plugin_dir = plugin_dir.into();
+        // The kubelet keeps `pod-resources/` beside `device-plugins/`.
+        let pod_resources = plugin_dir
+            .parent()
+            .map(|p| p.join("pod-resources").join("kubelet.sock"));
         Options {
             kubelet_socket: Some(plugin_dir.join(pb::KUBELET_SOCKET_NAME)),
             plugin_dir,
@@ -63,6 +70,7 @@ impl Options {
             poll_interval: Duration::from_millis(500),
             mig_minors_file: Some(PathBuf::from("/proc/driver/nvidia-caps/mig-minors")),
             status: None,
+            pod_resources_socket: pod_resources,
         }
     }
 }
@@ -80,6 +88,10 @@ pub struct PluginStatus {
     pub generation: u64,
     /// Number of devices currently Unhealthy, over all resources.
     pub unhealthy: usize,
+    /// Devices withdrawn by a fault / restored by a recovery since the plugin started
+    /// (each device counted once per fault).
+    pub withdrawn_total: u64,
+    pub recovered_total: u64,
 }
 
 struct Running {
@@ -133,14 +145,25 @@ pub async fn run(
                     break 'outer Ok(());
                 }
                 Some(event) = ev_rx.recv() => {
-                    if on_event(&opts.health, backend.as_ref(), &mut faults, &event) {
+                    if let Some((target, kind)) =
+                        on_event(&opts.health, backend.as_ref(), &mut faults, &event)
+                    {
                         generation.push(&faults);
+                        let change = generation.change(target, kind, None);
+                        status.withdrawn_total += change.devices.len() as u64;
+                        report(&opts, change);
                         publish(&opts, &mut status, &generation, &config, &faults);
                     }
                 }
                 _ = ticker.tick() => {
-                    if probe_faults(&opts.health, backend.as_ref(), &mut faults) {
+                    let cleared = probe_faults(&opts.health, backend.as_ref(), &mut faults);
+                    if !cleared.is_empty() {
                         generation.push(&faults);
+                    }
+                    for c in cleared {
+                        let change = generation.change(c.target, c.kind, Some(c.withdrawn_for));
+                        status.recovered_total += change.devices.len() as u64;
+                        report(&opts, change);
                     }
                     if let Some(reason) = generation.needs_restart(&opts, backend.as_ref()) {
                         break reason;
@@ -266,6 +289,23 @@ impl Generation {
         }
     }
 
+    /// The devices of every served resource that `target` covers.
+    fn change(&self, target: Target, kind: FaultKind, recovered_after: Option<Duration>) -> Change {
+        let devices = self
+            .servers
+            .iter()
+            .flat_map(|s| &s.ctx.set.devices)
+            .filter(|d| target.covers(&d.physical))
+            .map(|d| d.id.clone())
+            .collect();
+        Change {
+            target,
+            kind,
+            recovered_after,
+            devices,
+        }
+    }
+
     fn push(&self, faults: &Faults) {
         for s in &self.servers {
             let list = device_list(&s.ctx.set, faults);
@@ -387,12 +427,25 @@ pub fn probe(backend: &dyn Backend, gpu: u32) -> Probe {
     }
 }
 
+/// Events for a health change, when running against an API server.
+fn report(opts: &Options, change: Change) {
+    if let (Some(client), Some(node)) = (&opts.kube, &opts.node_name) {
+        health_report::spawn(
+            client.clone(),
+            node.clone(),
+            opts.pod_resources_socket.clone(),
+            change,
+        );
+    }
+}
+
+/// Records the fault an event means; returns it when it is new (devices now withdrawn).
 fn on_event(
     policy: &HealthPolicy,
     backend: &dyn Backend,
     faults: &mut Faults,
     event: &Event,
-) -> bool {
+) -> Option<(Target, FaultKind)> {
     let Some((target, kind)) = policy.classify(event) else {
         tracing::debug!(
             gpu = event.gpu,
@@ -400,27 +453,30 @@ fn on_event(
             kind = event.kind,
             "health event ignored"
         );
-        return false;
+        return None;
     };
     tracing::warn!(gpu = event.gpu, uuid = %event.gpu_uuid, xid = event.xid, ?target, ?kind,
         "GPU fault: marking its devices Unhealthy");
-    faults.record(
-        target,
-        kind,
-        Some(probe(backend, event.gpu)),
-        Instant::now(),
-    )
+    faults
+        .record(
+            target,
+            kind,
+            Some(probe(backend, event.gpu)),
+            Instant::now(),
+        )
+        .then_some((target, kind))
 }
 
-fn probe_faults(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Faults) -> bool {
-    let mut changed = false;
+fn probe_faults(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Faults) -> Vec<Cleared> {
+    let mut out = Vec::new();
     for gpu in faults.gpus() {
-        if faults.observe(gpu, probe(backend, gpu), policy, Instant::now()) {
-            tracing::info!(gpu, "GPU fault cleared: devices Healthy again");
-            changed = true;
+        for c in faults.observe(gpu, probe(backend, gpu), policy, Instant::now()) {
+            tracing::info!(gpu, target = ?c.target, kind = ?c.kind,
+                withdrawn_s = c.withdrawn_for.as_secs(), "GPU fault cleared: devices Healthy again");
+            out.push(c);
         }
     }
-    changed
+    out
 }
 
 /// Reads the backend's event stream on a plain thread (the stream blocks).

@@ -15,8 +15,12 @@
 
 pub mod allocate;
 pub mod bench;
+pub mod check;
 mod error;
 pub mod health;
+pub mod health_report;
+#[cfg(test)]
+mod health_props;
 pub mod inventory;
 pub mod load;
 pub mod manager;

@@ -12,6 +12,7 @@ pub mod apply;
 mod nodes;
 mod operand_pods;
 mod operands;
+pub mod plugin_config;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -386,6 +387,12 @@ async fn reconcile_active(obj: &DynamicObject, ctx: &Ctx) -> Result<(Outcome, Ac
         }
     };
 
+    if let Some(msg) = plugin_config::check(ctx, spec).await? {
+        tracing::warn!(error = %msg, "not rolling out: the device plugin config is unusable");
+        let st = status::failed(ns, plugin_config::REASON, msg);
+        write_status(ctx, obj, st).await?;
+        return Ok((Outcome::NotReady, Action::requeue(REQUEUE_NOT_READY)));
+    }
     nodes::write_all(ctx, &plans.changes).await?;
     let desired = operands::apply_all(ctx, &rendered).await?;
     operands::delete_stale(ctx, &desired, &facts).await?;

@@ -5,5 +5,6 @@ mod migpolicy_e2e;
 mod nvidiadriver_e2e;
 mod operator_e2e;
 mod operator_steady_state;
+mod plugin_config_e2e;
 mod support;
 mod upgrade_e2e;

@@ -96,6 +96,27 @@ async fn init_finished(client: &kube::Client, app: &str, node: &str, init: &str)
 async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
     let env = Env::start(SPEC).await?;
     let op = env.operator()?;
+    // The policy names the device-plugin ConfigMap `time-slicing-config` (default key
+    // `any`); the operator rolls nothing out while it is missing (issue #24), so create it,
+    // here with a config that shares nothing.
+    eventually_secs("operator namespace", 60, || {
+        let c = env.client.clone();
+        async move {
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(c)
+                .get_opt(NS)
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await?;
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "time-slicing-config", "namespace": NS},
+        "data": {"any": "version: v1\n"}
+    }))?;
+    Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+        .create(&PostParams::default(), &cm)
+        .await?;
     let policy = fixture("clusterpolicy-helm-defaults.yaml")?;
     let name = policy["metadata"]["name"]
         .as_str()

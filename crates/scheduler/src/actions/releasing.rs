@@ -1,7 +1,8 @@
 //! Releasing pods (KAI's `Releasing` status): bound pods that are terminating. The cycle
 //! treats what they hold as free, so work is placed onto it at once, but those binds are
 //! pipelined: the shell binds them only when the releasing pods are gone, so no node is
-//! ever over-committed meanwhile.
+//! ever over-committed meanwhile. Bound GPU reservation pods are Releasing holders too (see
+//! the k8s cache): the node keeps their device until they are gone.
 
 use crate::decisions::EvictReason;
 use crate::request::GpuRequest;
@@ -19,6 +20,8 @@ struct Held {
     devices: BTreeMap<u32, u32>,
     /// (MIG profile, count).
     mig: Vec<(u16, i64)>,
+    /// Devices of reservation pods (they request no GPU of their own).
+    reserved: Vec<u32>,
 }
 
 /// Per node: must binds onto it wait? True when the node holds releasing pods and what is
@@ -61,6 +64,12 @@ pub fn nodes_waiting(
                 h.mig.push((*profile, i64::from(*count)));
                 None
             }
+            // A GPU reservation pod: it holds its device for fractions, which may join
+            // it; only a whole-GPU placement on that device must wait.
+            GpuRequest::None if !p.gpu_indices.is_empty() => {
+                h.reserved.extend_from_slice(p.gpu_indices);
+                Some(0)
+            }
             GpuRequest::None => None,
         };
         if let Some(m) = per_device {
@@ -72,6 +81,15 @@ pub fn nodes_waiting(
     for (&n, h) in &held {
         let ni = n as usize;
         let slots = st.node_gpus(n);
+        // A reservation beyond the node's slots (its GPU was withdrawn, so allocatable
+        // shrank) is invisible to the per-device check, yet the kubelet still counts its
+        // device against allocatable: it holds a whole GPU of the node's count.
+        let hidden = h
+            .reserved
+            .iter()
+            .filter(|&&i| i as usize >= slots.len())
+            .count() as i64;
+        let held_gpu = h.res[GPU] + 1000 * hidden;
         let device_conflict = h.devices.iter().any(|(&i, &m)| {
             slots.get(i as usize).is_some_and(|g| {
                 (m >= 1000 && !g.is_idle()) || g.whole || u32::from(g.shared_milli) + m > 1000
@@ -86,7 +104,7 @@ pub fn nodes_waiting(
         waits[ni] = st.free_cpu[ni] < h.res[CPU]
             || st.free_mem[ni] < h.res[MEM]
             || st.free_pods[ni] < h.pods
-            || st.free_gpu[ni] < h.res[GPU]
+            || st.free_gpu[ni] < held_gpu
             || device_conflict
             || mig_short;
     }

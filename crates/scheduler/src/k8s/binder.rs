@@ -254,12 +254,34 @@ pub async fn reserve(
     };
     let want = reservation_pod(ctx, node, &group, index, tolerations);
     let pod: Pod = serde_json::from_value(want).map_err(|e| err(kube::Error::SerdeError(e)))?;
-    match api.create(&PostParams::default(), &pod).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {} // adopt: same name = same GPU
-        Err(e) => return Err(err(e)),
-    }
     let deadline = tokio::time::Instant::now() + ctx.reservation_timeout;
+    loop {
+        match api.create(&PostParams::default(), &pod).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Adopt: same name = same GPU; but not one being deleted, which is about
+                // to release the device: wait until it is gone and reserve anew.
+                let dying = api
+                    .get_opt(&name)
+                    .await
+                    .map_err(err)?
+                    .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+                if !dying {
+                    break;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(BindError::ReservationTimeout {
+                        namespace: ctx.reservation_ns.clone(),
+                        name,
+                        node: node.to_string(),
+                        secs: ctx.reservation_timeout.as_secs(),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(err(e)),
+        }
+    }
     loop {
         let cur = api.get(&name).await.map_err(err)?;
         if let Some(u) = super::convert::reserved_uuid(&cur) {

@@ -254,6 +254,7 @@ impl Cache {
                     self.reservations.insert(group.clone(), r);
                 }
             }
+            self.hold_reserved_gpu(&k, &c);
             return;
         }
         if c.terminal {
@@ -303,6 +304,31 @@ impl Cache {
             self.unawait(&k, &gone.input.namespace, &gone.input.pod_group);
         }
         if self.pods.remove(&mut self.input.pods, &k).is_some() {
+            self.version += 1;
+        }
+    }
+
+    /// A bound reservation pod holds its GPU on the node until the kubelet has released it,
+    /// which is when the pod is gone (it is deleted gracefully, so the kubelet removes it
+    /// after stopping it). The core sees it as Releasing and requesting nothing: fractions
+    /// may join its GPU, but a whole-GPU bind onto that GPU waits (pipelined) until it is
+    /// gone, so the kubelet is never asked for a device it still holds.
+    fn hold_reserved_gpu(&mut self, k: &str, c: &CachedPod) {
+        let holds = c.input.node.is_some() && !c.terminal && !c.input.gpu_indices.is_empty();
+        if holds {
+            let ghost = PodInput {
+                namespace: c.input.namespace.clone(),
+                name: c.input.name.clone(),
+                node: c.input.node.clone(),
+                gpu_indices: c.input.gpu_indices.clone(),
+                phase: PodPhase::Running,
+                creation: c.input.creation,
+                releasing: true,
+                ..PodInput::default()
+            };
+            self.pods.upsert(&mut self.input.pods, k, ghost);
+            self.version += 1;
+        } else if self.pods.remove(&mut self.input.pods, k).is_some() {
             self.version += 1;
         }
     }

@@ -216,6 +216,8 @@ enum Msg {
 }
 
 const KINDS: usize = 5;
+/// Grace for deleting an idle reservation pod: short, but not 0 (see `collect_reservations`).
+const RESERVATION_GRACE_SECONDS: u32 = 1;
 
 fn reflect<K>(
     api: Api<K>,
@@ -858,8 +860,11 @@ impl Loop {
             let (client, tx) = (self.client.clone(), self.tx.clone());
             tokio::spawn(async move {
                 let api: Api<Pod> = Api::namespaced(client, &ns);
+                // Graceful, so the pod stays (Terminating, a Releasing holder of its GPU)
+                // until the kubelet has stopped it and released the device; with grace 0 it
+                // would vanish at once while the node still holds the device.
                 let dp = DeleteParams {
-                    grace_period_seconds: Some(0),
+                    grace_period_seconds: Some(RESERVATION_GRACE_SECONDS),
                     ..Default::default()
                 };
                 if let Err(e) = api.delete(&name, &dp).await

@@ -5,6 +5,7 @@ mod cluster;
 mod common;
 mod conformance;
 mod fairshare;
+mod handover;
 mod invariants;
 mod k8s_affinity;
 mod k8s_e2e;

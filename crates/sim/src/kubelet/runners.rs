@@ -85,6 +85,18 @@ pub fn device_plugin_options(ctx: &AgentContext) -> Result<device_plugin::Option
     for w in warnings {
         tracing::warn!(node = %ctx.node_name, "{w}");
     }
+    let mut policy = policy;
+    if let Some(s) = setting(
+        &ctx.args,
+        &ctx.env,
+        "xid-recovery-hold",
+        "XID_RECOVERY_HOLD",
+    ) {
+        let secs: u64 = s
+            .parse()
+            .map_err(|_| format!("--xid-recovery-hold {s:?}: expected whole seconds"))?;
+        policy.quiet_period = std::time::Duration::from_secs(secs);
+    }
     opts.health = policy;
     Ok(opts)
 }

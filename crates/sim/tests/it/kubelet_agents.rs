@@ -564,3 +564,115 @@ async fn discovery_reads_its_config_from_a_config_map() -> Res<()> {
     }
     Ok(())
 }
+
+/// Issue #24: XID 119 (a GSP timeout; volatile ECC counters stay 0 through a reset) then
+/// `gantry sim fault --clear`: the GPU comes back after the quiet period, with no plugin
+/// restart. The Node and the pod holding the GPU get a `GPUUnhealthy` event, the Node a
+/// `GPUHealthy` one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xid_119_then_clear_recovers_without_a_plugin_restart() -> Res<()> {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("ga").tempdir_in("/tmp")?;
+    let sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("1xL4:2")?,
+        default_registry(),
+    )
+    .await?;
+    let _ctl = controllers::start(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await;
+    let mut c = gantry("nvidia-device-plugin", &["device-plugin"]);
+    c["env"]
+        .as_array_mut()
+        .ok_or("env")?
+        .push(json!({"name": "XID_RECOVERY_HOLD", "value": "3"}));
+    let app = "nvidia-device-plugin-daemonset";
+    let ds = daemonset(app, json!({}), json!({"containers": [c]}))?;
+    Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator")
+        .create(&PostParams::default(), &ds)
+        .await?;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let node = "l4-0";
+    eventually_secs("2 GPUs allocatable", 60, || async {
+        allocatable(&nodes_api, node).await.as_deref() == Some("2")
+    })
+    .await?;
+    let plugin = operand_pod(&client, app, node)
+        .await
+        .ok_or("no plugin pod")?;
+    let plugin_uid = plugin.metadata.uid.clone();
+
+    // A pod on both GPUs, so the fault on GPU 0 hits it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "cuda",
+                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    eventually_secs("train Running", 60, || async {
+        let p = pods.get("train").await?;
+        Ok::<_, kube::Error>(p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+    })
+    .await?;
+
+    sim.fault(node, &Fault::Xid { gpu: 0, xid: 119 }).await?;
+    eventually_secs("1 allocatable after XID 119", 60, || async {
+        allocatable(&nodes_api, node).await.as_deref() == Some("1")
+    })
+    .await?;
+    sim.fault(node, &Fault::Clear { gpu: 0 }).await?;
+    eventually_secs("2 allocatable again after the reset", 60, || async {
+        allocatable(&nodes_api, node).await.as_deref() == Some("2")
+    })
+    .await?;
+
+    let same = operand_pod(&client, app, node)
+        .await
+        .ok_or("no plugin pod")?;
+    assert_eq!(same.metadata.uid, plugin_uid, "the plugin pod was replaced");
+    assert_eq!(restarts(&same), 0, "the plugin restarted");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client.clone());
+    let reasons = |kind: &'static str, name: &'static str| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await?;
+            Ok::<_, kube::Error>(
+                list.items
+                    .into_iter()
+                    .filter(|e| {
+                        e.involved_object.kind.as_deref() == Some(kind)
+                            && e.involved_object.name.as_deref() == Some(name)
+                    })
+                    .filter_map(|e| e.reason)
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    eventually_secs("GPUUnhealthy and GPUHealthy on the Node", 30, || async {
+        let r = reasons("Node", node).await?;
+        Ok::<_, kube::Error>(
+            if r.iter().any(|x| x == "GPUUnhealthy") && r.iter().any(|x| x == "GPUHealthy") {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("{r:?}"))
+            },
+        )
+    })
+    .await?;
+    eventually_secs("GPUUnhealthy on the pod holding GPU 0", 30, || async {
+        let r = reasons("Pod", "train").await?;
+        Ok::<_, kube::Error>(if r.iter().any(|x| x == "GPUUnhealthy") {
+            Look::Done(())
+        } else {
+            Look::Seen(format!("{r:?}"))
+        })
+    })
+    .await?;
+    Ok(())
+}

@@ -77,10 +77,16 @@ pub struct DevicePluginArgs {
     dev_root: Option<String>,
     #[arg(long, env = "MPS_ROOT")]
     mps_root: Option<String>,
-    /// Seconds of clean probes after which a GPU with a fatal XID (other than lost GPUs and
-    /// memory errors, which clear by themselves) is Healthy again; default: until a reset.
+    /// Quiet period after a fatal XID (other than a lost GPU or a memory error, which have
+    /// their own evidence): seconds of clean probes with no new XID before the GPU's
+    /// devices are Healthy again.
+    #[arg(long, env = "XID_RECOVERY_HOLD", value_name = "SECONDS",
+          default_value_t = health::DEFAULT_QUIET_PERIOD.as_secs())]
+    xid_recovery_hold: u64,
+    /// One-shot, read-only: listen to GPU health events for SECONDS, probe every GPU with
+    /// the plugin's health logic, print each GPU's verdict and exit (1 if any is unhealthy).
     #[arg(long, value_name = "SECONDS")]
-    xid_recovery_hold: Option<u64>,
+    health_check: Option<u64>,
     /// How often to check the kubelet socket, config, inventory and faulted GPUs (ms).
     #[arg(long, default_value_t = 500)]
     poll_interval_ms: u64,
@@ -162,7 +168,10 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    policy.xid_hold = args.xid_recovery_hold.map(Duration::from_secs);
+    policy.quiet_period = Duration::from_secs(args.xid_recovery_hold);
+    if let Some(secs) = args.health_check {
+        return health_check(backend.as_ref(), &policy, Duration::from_secs(secs));
+    }
     opts.health = policy;
     opts.node_name = args.node_name.clone();
     opts.poll_interval = Duration::from_millis(args.poll_interval_ms.max(50));
@@ -181,4 +190,30 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     })
     .context("gantry node device-plugin")?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn health_check(
+    backend: &dyn gantry_gpu::Backend,
+    policy: &HealthPolicy,
+    listen: Duration,
+) -> anyhow::Result<ExitCode> {
+    let gpus = device_plugin::check::check(backend, policy, listen)
+        .context("gantry node device-plugin --health-check: counting GPUs")?;
+    println!(
+        "health policy: ignored XIDs {:?}, always fatal {:?}, all fatal {}, disabled {}, quiet period {}s",
+        policy.ignored,
+        policy.fatal,
+        policy.all_fatal,
+        policy.disabled,
+        policy.quiet_period.as_secs()
+    );
+    for g in &gpus {
+        let verdict = if g.healthy { "Healthy" } else { "Unhealthy" };
+        println!("gpu {} {}: {verdict} ({})", g.index, g.uuid, g.detail);
+    }
+    Ok(if gpus.iter().all(|g| g.healthy) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
