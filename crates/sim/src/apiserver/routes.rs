@@ -301,11 +301,17 @@ async fn resource(
         (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, Some(name)),
         (Method::GET, None) => {
             let list = srv.list(&t, &list_opts(&q)?)?;
-            Ok(ok_json(StatusCode::OK, &printed(&srv, &t, headers, &q, list)))
+            Ok(ok_json(
+                StatusCode::OK,
+                &printed(&srv, &t, headers, &q, list),
+            ))
         }
         (Method::GET, Some(name)) => {
             let obj = srv.get(&t, name)?;
-            Ok(ok_json(StatusCode::OK, &printed(&srv, &t, headers, &q, obj)))
+            Ok(ok_json(
+                StatusCode::OK,
+                &printed(&srv, &t, headers, &q, obj),
+            ))
         }
         (Method::POST, None) if info.plural == "bindings" => {
             let b = body_json(&body, "binding")?;

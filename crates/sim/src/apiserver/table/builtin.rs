@@ -8,9 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 fn cols(spec: &[(&str, &'static str, i64)]) -> Vec<Column> {
-    spec.iter()
-        .map(|(n, k, p)| Column::new(n, k, *p))
-        .collect()
+    spec.iter().map(|(n, k, p)| Column::new(n, k, *p)).collect()
 }
 
 const S: &str = "string";
@@ -55,7 +53,12 @@ pub fn columns(group: &str, plural: &str) -> Option<Vec<Column>> {
         ],
         ("", "namespaces") => &[("Name", S, 0), ("Status", S, 0), ("Age", S, 0)],
         ("", "configmaps") => &[("Name", S, 0), ("Data", I, 0), ("Age", S, 0)],
-        ("", "secrets") => &[("Name", S, 0), ("Type", S, 0), ("Data", I, 0), ("Age", S, 0)],
+        ("", "secrets") => &[
+            ("Name", S, 0),
+            ("Type", S, 0),
+            ("Data", I, 0),
+            ("Age", S, 0),
+        ],
         ("", "serviceaccounts") => &[("Name", S, 0), ("Secrets", I, 0), ("Age", S, 0)],
         ("", "services") => &[
             ("Name", S, 0),
@@ -232,7 +235,9 @@ pub fn cells(group: &str, plural: &str, o: &Value, now: DateTime<Utc>) -> Option
                 format!(
                     "{}/{}",
                     int_at(o, "/status/readyReplicas"),
-                    o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+                    o.pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
                 )
                 .into(),
                 json!(int_at(o, "/status/updatedReplicas")),
@@ -263,7 +268,11 @@ pub fn cells(group: &str, plural: &str, o: &Value, now: DateTime<Utc>) -> Option
             let [c, i, s] = workload_wide(o);
             vec![
                 name,
-                json!(o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)),
+                json!(
+                    o.pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                ),
                 json!(int_at(o, "/status/replicas")),
                 json!(int_at(o, "/status/readyReplicas")),
                 age,
@@ -281,7 +290,11 @@ pub fn cells(group: &str, plural: &str, o: &Value, now: DateTime<Utc>) -> Option
         ("scheduling.k8s.io", "priorityclasses") => vec![
             name,
             json!(int_at(o, "/value")),
-            json!(o.get("globalDefault").and_then(Value::as_bool).unwrap_or(false)),
+            json!(
+                o.get("globalDefault")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            ),
             age,
             o.get("preemptionPolicy")
                 .and_then(Value::as_str)
@@ -320,7 +333,9 @@ fn pod_cells(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
         reason = match term {
             Some(t) if !str_at(t, "/reason").is_empty() => format!("Init:{}", str_at(t, "/reason")),
             Some(t) => format!("Init:ExitCode:{}", int_at(t, "/exitCode")),
-            None if !waiting.is_empty() && waiting != "PodInitializing" => format!("Init:{waiting}"),
+            None if !waiting.is_empty() && waiting != "PodInitializing" => {
+                format!("Init:{waiting}")
+            }
             None => format!("Init:{i}/{}", arr(o, "/spec/initContainers").len()),
         };
         initializing = true;
@@ -331,7 +346,9 @@ fn pod_cells(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
         let mut running = false;
         for c in arr(o, "/status/containerStatuses").iter().rev() {
             restarts += int_at(c, "/restartCount");
-            if let Some(f) = c.pointer("/lastState/terminated/finishedAt").and_then(Value::as_str)
+            if let Some(f) = c
+                .pointer("/lastState/terminated/finishedAt")
+                .and_then(Value::as_str)
                 && last_restart.as_deref().is_none_or(|l| f > l)
             {
                 last_restart = Some(f.to_string());
@@ -354,9 +371,9 @@ fn pod_cells(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
             }
         }
         if reason == "Completed" && running {
-            let pod_ready = arr(o, "/status/conditions").iter().any(|c| {
-                str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True"
-            });
+            let pod_ready = arr(o, "/status/conditions")
+                .iter()
+                .any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True");
             reason = if pod_ready { "Running" } else { "NotReady" }.into();
         }
     }
@@ -455,9 +472,13 @@ fn node_cells(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
 }
 
 fn event_cells(o: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    let first = ["/firstTimestamp", "/eventTime", "/metadata/creationTimestamp"]
-        .iter()
-        .find_map(|p| o.pointer(p).filter(|v| v.is_string()));
+    let first = [
+        "/firstTimestamp",
+        "/eventTime",
+        "/metadata/creationTimestamp",
+    ]
+    .iter()
+    .find_map(|p| o.pointer(p).filter(|v| v.is_string()));
     let last = ["/lastTimestamp", "/series/lastObservedTime", "/eventTime"]
         .iter()
         .find_map(|p| o.pointer(p).filter(|v| v.is_string()))
@@ -575,7 +596,10 @@ mod tests {
         let pending = json!({"metadata": {"name": "q"}, "spec": {"containers": [{}]},
                              "status": {"phase": "Pending"}});
         let c = pod_cells(&pending, now());
-        assert_eq!((c[1].as_str(), c[2].as_str(), c[3].as_str()), (Some("0/1"), Some("Pending"), Some("0")));
+        assert_eq!(
+            (c[1].as_str(), c[2].as_str(), c[3].as_str()),
+            (Some("0/1"), Some("Pending"), Some("0"))
+        );
     }
 
     #[test]

@@ -62,7 +62,10 @@ fn parse(path: &str) -> Option<Vec<Step>> {
                     _ => return None,
                 };
                 let lhs = lhs.trim().strip_prefix("@.")?;
-                let value = rhs.trim().trim_matches(|c| c == '"' || c == '\'').to_string();
+                let value = rhs
+                    .trim()
+                    .trim_matches(|c| c == '"' || c == '\'')
+                    .to_string();
                 steps.push(Step::Filter {
                     path: lhs.split('.').map(str::to_string).collect(),
                     equal,

@@ -207,7 +207,11 @@ fn printer_columns(crd: &Value, version: &str) -> Vec<(Column, String)> {
                 "date" => "date",
                 _ => "string",
             };
-            let mut col = Column::new(name, kind, c.get("priority").and_then(Value::as_i64).unwrap_or(0));
+            let mut col = Column::new(
+                name,
+                kind,
+                c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+            );
             col.description = c
                 .get("description")
                 .and_then(Value::as_str)
@@ -249,7 +253,11 @@ fn crd_cell(col: &Column, path: &str, o: &Value, now: DateTime<Utc>) -> Value {
         "integer" => v
             .as_i64()
             .map(Value::from)
-            .or_else(|| v.as_str().and_then(|s| s.parse::<i64>().ok()).map(Value::from))
+            .or_else(|| {
+                v.as_str()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .map(Value::from)
+            })
             .unwrap_or(Value::Null),
         "number" => v.as_f64().map(Value::from).unwrap_or(Value::Null),
         "boolean" => v.as_bool().map(Value::from).unwrap_or(Value::Null),
