@@ -17,14 +17,26 @@
 //!   tasks named `<job>-<index>`; no CPU or memory unless given; a non-integer `gpus` is a
 //!   `gpu-fraction`.
 //!
+//! - session: the global staleness grace period is Go's zero value (0 s: a stale gang goes at
+//!   once) where the file runs `stalegangeviction`; KAI's unit test sets 60 s itself;
+//! - a task's `gpu_group` is the GPU index its share sits on; `mig` maps profile to count;
+//!   `gpu_memory` is MiB per task against nodes of 100 MiB GPUs.
+//!
 //! Statuses: `Running` = still running (not evicted), `Releasing` = evicted, `Pipelined` =
 //! bound after victims leave, `Binding` / `Allocated` = bound into free capacity, `Pending` =
-//! not placed. A case with `differs` is a documented deliberate difference
-//! (docs/compatibility.md): it must fail as described, so it is counted apart.
+//! not placed, `Failed` = a finished task (not in the cluster input: it holds nothing).
+//! A case with `differs` is a documented deliberate difference (docs/compatibility.md): it
+//! must fail as described, so it is counted apart.
+//!
+//! Files ported from KAI's `integration_tests` use its runner (`integration_tests_utils.go`):
+//! `rounds_until_match` full cycles (default 2), each followed by KAI's bookkeeping (binding →
+//! running, releasing and pipelined → pending), then the expectations are checked on the
+//! resulting cluster, and again after each of `rounds_after_match` more cycles (default 5), so
+//! a decision that undoes itself (an allocate/evict loop) fails.
 
 use gantry_api::names;
 use gantry_scheduler::input::*;
-use gantry_scheduler::{Action, Config, Decisions, EvictReason, Snapshot, schedule};
+use gantry_scheduler::{Action, Config, Decisions, EvictReason, GpuBinding, Snapshot, schedule};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -35,6 +47,16 @@ struct File {
     source: String,
     test: String,
     actions: Vec<Action>,
+    /// KAI's integration runner: cycles before the first check (absent: one cycle, checked on
+    /// its decisions, as KAI's per-action tests do).
+    #[serde(default)]
+    rounds_until_match: Option<u32>,
+    /// Further cycles, each checked (integration runner only).
+    #[serde(default)]
+    rounds_after_match: u32,
+    /// The session's global staleness grace period (absent: never evict stale gangs).
+    #[serde(default)]
+    staleness_grace_secs: Option<i64>,
     cases: Vec<Case>,
 }
 
@@ -63,6 +85,9 @@ struct NodeSpec {
     memory: Option<i64>,
     #[serde(default)]
     gpu_memory: Option<u64>,
+    /// MIG devices by profile (`1g.10gb: 2`), mixed strategy.
+    #[serde(default)]
+    mig: BTreeMap<String, u32>,
 }
 
 #[derive(Deserialize)]
@@ -100,6 +125,18 @@ struct JobSpec {
     /// "Not done"), so a case that depends on it must be marked `differs`.
     #[serde(default)]
     preemption_delay_minutes: Option<i64>,
+    /// `gpu-memory` per task, MiB.
+    #[serde(default)]
+    gpu_memory: Option<u64>,
+    /// MIG devices per task by profile (a task's own `mig` replaces it).
+    #[serde(default)]
+    mig: BTreeMap<String, u32>,
+    /// KAI's `StaleDuration`: the gang has been stale this long.
+    #[serde(default)]
+    stale_seconds: Option<i64>,
+    /// KAI's `DeleteJobInTest`: an evicted task stays Releasing between rounds.
+    #[serde(default)]
+    delete_in_test: bool,
     tasks: Vec<TaskSpec>,
 }
 
@@ -112,6 +149,11 @@ struct TaskSpec {
     /// `kai.scheduler/task-priority`.
     #[serde(default)]
     priority: i32,
+    /// KAI's GPU group: the index of the GPU a running fraction shares.
+    #[serde(default)]
+    gpu_group: Option<u32>,
+    #[serde(default)]
+    mig: Option<BTreeMap<String, u32>>,
 }
 
 #[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +164,7 @@ enum State {
     Pipelined,
     Binding,
     Allocated,
+    Failed,
 }
 
 #[derive(Deserialize)]
@@ -130,11 +173,13 @@ struct Expect {
     status: State,
     #[serde(default)]
     node: Option<String>,
+    #[serde(default)]
+    gpu_group: Option<u32>,
 }
 
 const NOW: i64 = 1_000_000;
 
-fn input_of(c: &Case) -> Result<ClusterInput, String> {
+fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
     if c.differs.is_none()
         && let Some(j) = c.jobs.iter().find(|j| j.preemption_delay_minutes.is_some())
     {
@@ -161,6 +206,11 @@ fn input_of(c: &Case) -> Result<ClusterInput, String> {
             memory_bytes: n.memory.unwrap_or(20_000_000_000),
             pods: 500,
             gpus: n.gpus,
+            mig: n
+                .mig
+                .iter()
+                .map(|(p, k)| (names::mig_resource_name(p), *k))
+                .collect(),
             ..Default::default()
         });
     }
@@ -224,7 +274,8 @@ fn input_of(c: &Case) -> Result<ClusterInput, String> {
             preemptible: None,
             min_member: Some(j.min_available.unwrap_or(j.tasks.len() as u32)),
             creation,
-            staleness_grace_secs: Some(-1),
+            staleness_grace_secs: Some(grace.unwrap_or(-1)),
+            stale_since: j.stale_seconds.map(|s| NOW - s),
             ..Default::default()
         });
         for (k, t) in j.tasks.iter().enumerate() {
@@ -238,6 +289,15 @@ fn input_of(c: &Case) -> Result<ClusterInput, String> {
                 task_priority: t.priority,
                 ..Default::default()
             };
+            if let Some(mib) = j.gpu_memory {
+                p.annotations
+                    .insert(names::ANNOTATION_GPU_MEMORY.to_string(), mib.to_string());
+            }
+            for (profile, count) in t.mig.as_ref().unwrap_or(&j.mig) {
+                p.extended
+                    .insert(names::mig_resource_name(profile), i64::from(*count));
+            }
+            p.gpu_indices = t.gpu_group.into_iter().collect();
             if j.gpus.fract() == 0.0 {
                 if j.gpus > 0.0 {
                     p.extended
@@ -250,8 +310,9 @@ fn input_of(c: &Case) -> Result<ClusterInput, String> {
                 );
             }
             match t.state {
-                State::Running => {
+                State::Running | State::Releasing => {
                     p.phase = PodPhase::Running;
+                    p.releasing = t.state == State::Releasing;
                     p.node = Some(
                         t.node
                             .clone()
@@ -259,17 +320,53 @@ fn input_of(c: &Case) -> Result<ClusterInput, String> {
                     );
                 }
                 State::Pending => {}
+                // Finished: holds nothing and is not the scheduler's input.
+                State::Failed => continue,
                 other => return Err(format!("{}: input state {other:?} is not ported", p.name)),
             }
             input.pods.push(p);
         }
     }
+    place_whole_gpus(&mut input);
     Ok(input)
 }
 
-/// What happened to one pod: its status and node.
-fn outcome(input: &ClusterInput, d: &Decisions, pod: &PodInput) -> (State, Option<String>) {
-    let _ = input;
+/// KAI's fake nodes track whole GPUs by count and shares by GPU group; Gantry's input names
+/// devices. A running whole-GPU task gets the lowest devices of its node that no share uses.
+fn place_whole_gpus(input: &mut ClusterInput) {
+    let mut used: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for p in &input.pods {
+        if let Some(n) = &p.node {
+            used.entry(n.clone()).or_default().extend(&p.gpu_indices);
+        }
+    }
+    for p in &mut input.pods {
+        let want = p.extended.get(names::RESOURCE_GPU).copied().unwrap_or(0);
+        let (Some(node), true) = (p.node.clone(), p.gpu_indices.is_empty() && want > 0) else {
+            continue;
+        };
+        let taken = used.entry(node).or_default();
+        let free: Vec<u32> = (0..)
+            .filter(|i| !taken.contains(i))
+            .take(want as usize)
+            .collect();
+        taken.extend(&free);
+        p.gpu_indices = free;
+    }
+}
+
+/// What one pod's status, node and GPU indices are.
+type Outcome = (State, Option<String>, Vec<u32>);
+
+fn binding_indices(g: &GpuBinding) -> Vec<u32> {
+    match g {
+        GpuBinding::Whole { indices } | GpuBinding::Fraction { indices, .. } => indices.clone(),
+        GpuBinding::None | GpuBinding::Mig { .. } => Vec::new(),
+    }
+}
+
+/// What one cycle's decisions did to a pod (KAI's per-action tests).
+fn decided(d: &Decisions, pod: &PodInput) -> Outcome {
     if let Some(e) = d
         .evictions
         .iter()
@@ -278,9 +375,13 @@ fn outcome(input: &ClusterInput, d: &Decisions, pod: &PodInput) -> (State, Optio
         // A consolidated pod is re-placed: KAI reports it pipelined on its new node.
         return match &e.reason {
             EvictReason::Consolidation { relocate_to, .. } if !relocate_to.is_empty() => {
-                (State::Pipelined, Some(relocate_to.clone()))
+                (State::Pipelined, Some(relocate_to.clone()), Vec::new())
             }
-            _ => (State::Releasing, Some(e.node.clone())),
+            _ => (
+                State::Releasing,
+                Some(e.node.clone()),
+                pod.gpu_indices.clone(),
+            ),
         };
     }
     if let Some(b) = d.binds.iter().find(|b| b.name == pod.name) {
@@ -289,56 +390,147 @@ fn outcome(input: &ClusterInput, d: &Decisions, pod: &PodInput) -> (State, Optio
         } else {
             State::Binding
         };
-        return (s, Some(b.node.clone()));
+        return (s, Some(b.node.clone()), binding_indices(&b.gpu));
     }
-    if pod.phase == PodPhase::Running {
-        return (State::Running, pod.node.clone());
+    current(pod)
+}
+
+/// Where a pod stands in the cluster input.
+fn current(pod: &PodInput) -> Outcome {
+    match (pod.phase, pod.releasing) {
+        (PodPhase::Running, true) => (State::Releasing, pod.node.clone(), pod.gpu_indices.clone()),
+        (PodPhase::Running, false) => (State::Running, pod.node.clone(), pod.gpu_indices.clone()),
+        (PodPhase::Pending, _) => (State::Pending, None, Vec::new()),
     }
-    (State::Pending, None)
+}
+
+/// KAI's integration runner between rounds: binding → running where bound, releasing and
+/// pipelined → pending (a releasing task of a `delete_in_test` job stays releasing), stale
+/// timestamps kept.
+fn advance(c: &Case, input: &mut ClusterInput, d: &Decisions) {
+    let keep_releasing = |pod: &PodInput| {
+        c.jobs
+            .iter()
+            .any(|j| j.name == pod.pod_group && j.delete_in_test)
+    };
+    for pod in &mut input.pods {
+        let evicted = d
+            .evictions
+            .iter()
+            .any(|e| e.name == pod.name && e.namespace == pod.namespace);
+        let bind = d.binds.iter().find(|b| b.name == pod.name);
+        if (evicted || pod.releasing) && keep_releasing(pod) {
+            pod.releasing = true;
+        } else if evicted || pod.releasing || bind.is_some_and(|b| b.pipelined) {
+            pod.phase = PodPhase::Pending;
+            pod.releasing = false;
+            pod.node = None;
+            pod.gpu_indices.clear();
+        } else if let Some(b) = bind {
+            pod.phase = PodPhase::Running;
+            pod.node = Some(b.node.clone());
+            pod.gpu_indices = binding_indices(&b.gpu);
+        }
+    }
+    for m in &d.stale_marks {
+        if let Some(g) = input
+            .pod_groups
+            .iter_mut()
+            .find(|g| g.name == m.pod_group && g.namespace == m.namespace)
+        {
+            g.stale_since = m.since;
+        }
+    }
 }
 
 fn same(want: State, got: State) -> bool {
     want == got || matches!((want, got), (State::Allocated, State::Binding))
 }
 
-/// Ok(()) when every expectation holds, else what differs.
-fn check(c: &Case, actions: &[Action]) -> Result<(), String> {
-    let input = input_of(c)?;
-    let cfg = Config {
-        actions: actions.to_vec(),
-        ..Config::default()
-    };
-    let d = schedule(&Snapshot::build(&input), &cfg);
+/// Every expectation against `look` (a pod's outcome); failed tasks are not in the input.
+fn compare(c: &Case, input: &ClusterInput, look: &dyn Fn(&PodInput) -> Outcome) -> Vec<String> {
     let mut problems = Vec::new();
     for (key, want) in &c.expected {
-        let pods: Vec<&PodInput> = input
-            .pods
+        let tasks: Vec<(String, State)> = c
+            .jobs
             .iter()
-            .filter(|p| p.pod_group == *key || p.name == *key)
+            .flat_map(|j| {
+                j.tasks
+                    .iter()
+                    .enumerate()
+                    .map(move |(k, t)| (j, format!("{}-{k}", j.name), t.state))
+            })
+            .filter(|(j, name, _)| j.name == *key || name == key)
+            .map(|(_, name, state)| (name, state))
             .collect();
-        if pods.is_empty() {
-            return Err(format!("expectation {key} names no job or task"));
+        if tasks.is_empty() {
+            problems.push(format!("expectation {key} names no job or task"));
         }
-        for p in pods {
-            let (got, node) = outcome(&input, &d, p);
+        for (name, given) in tasks {
+            let (got, node, gpus) = match input.pods.iter().find(|p| p.name == name) {
+                Some(p) => look(p),
+                None if given == State::Failed => (State::Failed, None, Vec::new()),
+                None => (State::Pending, None, Vec::new()),
+            };
             if !same(want.status, got) {
-                problems.push(format!(
-                    "{}: {got:?}, KAI expects {:?}",
-                    p.name, want.status
-                ));
-            } else if let Some(n) = &want.node
+                problems.push(format!("{name}: {got:?}, KAI expects {:?}", want.status));
+                continue;
+            }
+            if let Some(n) = &want.node
                 && got != State::Releasing
+                && got != State::Failed
                 && node.as_deref() != Some(n.as_str())
             {
-                problems.push(format!("{}: on {node:?}, KAI expects {n}", p.name));
+                problems.push(format!("{name}: on {node:?}, KAI expects {n}"));
+            }
+            if let Some(g) = want.gpu_group
+                && gpus != [g]
+            {
+                problems.push(format!(
+                    "{name}: on GPUs {gpus:?}, KAI expects GPU group {g}"
+                ));
             }
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
+    problems
+}
+
+/// Ok(()) when every expectation holds, else what differs.
+fn check(c: &Case, f: &File) -> Result<(), String> {
+    let mut input = input_of(c, f.staleness_grace_secs)?;
+    let cfg = Config {
+        actions: f.actions.clone(),
+        ..Config::default()
+    };
+    let run = |input: &ClusterInput| schedule(&Snapshot::build(input), &cfg);
+    let Some(until) = f.rounds_until_match else {
+        let d = run(&input);
+        let problems = compare(c, &input, &|p| decided(&d, p));
+        return if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        };
+    };
+    for _ in 0..until {
+        let d = run(&input);
+        advance(c, &mut input, &d);
     }
+    for round in 0..=f.rounds_after_match {
+        if round > 0 {
+            let d = run(&input);
+            advance(c, &mut input, &d);
+        }
+        let problems = compare(c, &input, &current);
+        if !problems.is_empty() {
+            return Err(format!(
+                "after {} rounds: {}",
+                until + round,
+                problems.join("; ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[test]
@@ -357,7 +549,7 @@ fn kai_action_tests_ported_as_data() {
             serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for c in &f.cases {
             let id = format!("{} {} / {:?}", f.source, f.test, c.name);
-            match (check(c, &f.actions), &c.differs) {
+            match (check(c, &f), &c.differs) {
                 (Ok(()), None) => {
                     passed += 1;
                     println!("pass    {id}");
@@ -379,6 +571,6 @@ fn kai_action_tests_ported_as_data() {
         passed + differs + failed.len(),
         files.len()
     );
-    assert!(passed >= 40, "too few ported cases pass: {passed}");
+    assert!(passed >= 74, "too few ported cases pass: {passed}");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

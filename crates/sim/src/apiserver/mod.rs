@@ -12,6 +12,7 @@ pub mod resources;
 pub mod routes;
 pub mod selectors;
 pub mod status;
+pub mod table;
 pub mod watch;
 
 use crate::store::Store;

@@ -5,7 +5,7 @@ use super::patch::PatchType;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{ApiError, json_response, success_status};
 use super::watch::{self, WatchOpts};
-use super::{ApiServer, discovery, openapi};
+use super::{ApiServer, discovery, openapi, table};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
@@ -299,8 +299,20 @@ async fn resource(
     match (method.clone(), p.name.as_deref()) {
         (Method::GET, None) if is_watch => watch_response(srv, t, &q, None),
         (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, Some(name)),
-        (Method::GET, None) => Ok(ok_json(StatusCode::OK, &srv.list(&t, &list_opts(&q)?)?)),
-        (Method::GET, Some(name)) => Ok(ok_json(StatusCode::OK, &srv.get(&t, name)?)),
+        (Method::GET, None) => {
+            let list = srv.list(&t, &list_opts(&q)?)?;
+            Ok(ok_json(
+                StatusCode::OK,
+                &printed(&srv, &t, headers, &q, list),
+            ))
+        }
+        (Method::GET, Some(name)) => {
+            let obj = srv.get(&t, name)?;
+            Ok(ok_json(
+                StatusCode::OK,
+                &printed(&srv, &t, headers, &q, obj),
+            ))
+        }
         (Method::POST, None) if info.plural == "bindings" => {
             let b = body_json(&body, "binding")?;
             let pod = b
@@ -384,6 +396,32 @@ async fn resource(
             info.plural
         ))),
     }
+}
+
+/// A GET answer as the client asked for it: the object or list, or a `Table` of it
+/// (`kubectl get`'s server-side printing).
+fn printed(
+    srv: &ApiServer,
+    t: &Target,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: Value,
+) -> Value {
+    let Some(api_version) = table::requested(headers) else {
+        return body;
+    };
+    let crd = t.info.crd.as_deref().and_then(|name| {
+        srv.store
+            .get("apiextensions.k8s.io/customresourcedefinitions", "", name)
+    });
+    table::convert(
+        t,
+        crd.as_deref(),
+        &body,
+        api_version,
+        table::Include::parse(q.get("includeObject").map(String::as_str)),
+        chrono::Utc::now(),
+    )
 }
 
 fn pods_target(srv: &ApiServer, t: &Target) -> Result<Target, ApiError> {

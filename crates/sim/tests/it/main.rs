@@ -5,6 +5,7 @@ mod apiserver_kube;
 mod controllers;
 mod durability;
 mod kubectl;
+mod kubectl_tables;
 mod kubelet_agents;
 mod kubelet_e2e;
 mod kubelet_init;

@@ -1,0 +1,395 @@
+//! Server-side printing, as the real API server does it for `kubectl get`: a request whose
+//! `Accept` asks for `application/json;as=Table;g=meta.k8s.io;v=v1` (or `v1beta1`) gets a
+//! `meta.k8s.io` `Table` instead of the object or list. Built-in kinds get the columns of
+//! Kubernetes' own printers (`pkg/printers/internalversion`), custom resources their CRD's
+//! `additionalPrinterColumns` (else an `Age` column), always after `Name`. Ages are rendered
+//! by the server as `kubectl` shows them (`5m`, `3h12m`), as the real server does.
+
+mod builtin;
+mod jsonpath;
+
+use super::objects::Target;
+use chrono::{DateTime, Utc};
+use http::{HeaderMap, header};
+use serde_json::{Map, Value, json};
+
+/// A column definition (`meta.k8s.io/v1` `TableColumnDefinition`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub name: String,
+    pub kind: &'static str,
+    pub format: &'static str,
+    pub priority: i64,
+    pub description: String,
+}
+
+impl Column {
+    fn new(name: &str, kind: &'static str, priority: i64) -> Column {
+        Column {
+            name: name.into(),
+            kind,
+            format: if name == "Name" { "name" } else { "" },
+            priority,
+            description: String::new(),
+        }
+    }
+    fn json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "type": self.kind,
+            "format": self.format,
+            "description": self.description,
+            "priority": self.priority,
+        })
+    }
+}
+
+/// The Table API version the client asked for, if its first acceptable media type is a Table.
+pub fn requested(headers: &HeaderMap) -> Option<&'static str> {
+    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+    for media in accept.split(',') {
+        let mut parts = media.split(';').map(str::trim);
+        let base = parts.next().unwrap_or_default();
+        if base != "application/json" && base != "*/*" {
+            continue;
+        }
+        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
+        let param = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        match (param("as"), param("g"), param("v")) {
+            (None, _, _) => return None,
+            (Some("Table"), Some("meta.k8s.io"), Some("v1")) => return Some("meta.k8s.io/v1"),
+            (Some("Table"), Some("meta.k8s.io"), Some("v1beta1")) => {
+                return Some("meta.k8s.io/v1beta1");
+            }
+            // A form this server does not offer: try the client's next choice.
+            _ => continue,
+        }
+    }
+    None
+}
+
+/// What each row carries besides its cells (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Include {
+    None,
+    Metadata,
+    Object,
+}
+
+impl Include {
+    pub fn parse(v: Option<&str>) -> Include {
+        match v {
+            Some("None") => Include::None,
+            Some("Object") => Include::Object,
+            _ => Include::Metadata,
+        }
+    }
+}
+
+/// Converts a GET answer (one object or a list) into a Table. `crd` is the custom resource's
+/// definition, when `t` is one.
+pub fn convert(
+    t: &Target,
+    crd: Option<&Value>,
+    body: &Value,
+    api_version: &str,
+    include: Include,
+    now: DateTime<Utc>,
+) -> Value {
+    let columns = columns_for(t, crd);
+    let items: Vec<&Value> = match body.get("items").and_then(Value::as_array) {
+        Some(items) => items.iter().collect(),
+        None => vec![body],
+    };
+    let rows: Vec<Value> = items
+        .into_iter()
+        .map(|o| {
+            let cells = cells_for(t, crd, &columns, o, now);
+            let mut row = Map::new();
+            row.insert("cells".into(), Value::Array(cells));
+            match include {
+                Include::None => {}
+                Include::Object => {
+                    row.insert("object".into(), o.clone());
+                }
+                Include::Metadata => {
+                    row.insert(
+                        "object".into(),
+                        json!({
+                            "kind": "PartialObjectMetadata",
+                            "apiVersion": "meta.k8s.io/v1",
+                            "metadata": o.get("metadata").cloned().unwrap_or(json!({})),
+                        }),
+                    );
+                }
+            }
+            Value::Object(row)
+        })
+        .collect();
+    let mut meta = Map::new();
+    if let Some(lm) = body.get("metadata").filter(|_| body.get("items").is_some()) {
+        for k in ["resourceVersion", "continue", "remainingItemCount"] {
+            if let Some(v) = lm.get(k) {
+                meta.insert(k.into(), v.clone());
+            }
+        }
+    } else if let Some(rv) = body.pointer("/metadata/resourceVersion") {
+        meta.insert("resourceVersion".into(), rv.clone());
+    }
+    json!({
+        "kind": "Table",
+        "apiVersion": api_version,
+        "metadata": meta,
+        "columnDefinitions": columns.iter().map(Column::json).collect::<Vec<_>>(),
+        "rows": rows,
+    })
+}
+
+fn columns_for(t: &Target, crd: Option<&Value>) -> Vec<Column> {
+    if let Some(c) = crd {
+        return crd_columns(c, &t.version);
+    }
+    builtin::columns(&t.info.group, &t.info.plural)
+        .unwrap_or_else(|| vec![Column::new("Name", "string", 0), age_column()])
+}
+
+fn cells_for(
+    t: &Target,
+    crd: Option<&Value>,
+    columns: &[Column],
+    o: &Value,
+    now: DateTime<Utc>,
+) -> Vec<Value> {
+    if let Some(c) = crd {
+        let paths = crd_paths(c, &t.version);
+        let mut cells = vec![name_of(o)];
+        for (col, path) in columns.iter().skip(1).zip(paths) {
+            cells.push(crd_cell(col, &path, o, now));
+        }
+        return cells;
+    }
+    builtin::cells(&t.info.group, &t.info.plural, o, now)
+        .unwrap_or_else(|| vec![name_of(o), age_of(o, now)])
+}
+
+fn age_column() -> Column {
+    let mut c = Column::new("Age", "string", 0);
+    c.description = "CreationTimestamp is a timestamp representing the server time when this object was created.".into();
+    c
+}
+
+/// The served version's `additionalPrinterColumns`, as `(column, jsonPath)`.
+fn printer_columns(crd: &Value, version: &str) -> Vec<(Column, String)> {
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let Some(v) = versions
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
+    else {
+        return Vec::new();
+    };
+    let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) else {
+        let mut age = age_column();
+        age.kind = "date";
+        return vec![(age, ".metadata.creationTimestamp".into())];
+    };
+    cols.iter()
+        .filter_map(|c| {
+            let name = c.get("name")?.as_str()?;
+            let path = c.get("jsonPath")?.as_str()?;
+            let kind = match c.get("type").and_then(Value::as_str).unwrap_or("string") {
+                "integer" => "integer",
+                "number" => "number",
+                "boolean" => "boolean",
+                "date" => "date",
+                _ => "string",
+            };
+            let mut col = Column::new(
+                name,
+                kind,
+                c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+            );
+            col.description = c
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            Some((col, path.to_string()))
+        })
+        .collect()
+}
+
+fn crd_columns(crd: &Value, version: &str) -> Vec<Column> {
+    let mut name = Column::new("Name", "string", 0);
+    name.description = "Name must be unique within a namespace.".into();
+    std::iter::once(name)
+        .chain(printer_columns(crd, version).into_iter().map(|(c, _)| c))
+        .collect()
+}
+
+fn crd_paths(crd: &Value, version: &str) -> Vec<String> {
+    printer_columns(crd, version)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+/// One CRD cell: the first value the path finds, typed as the column says; `null` (kubectl
+/// prints `<none>`) when nothing is there.
+fn crd_cell(col: &Column, path: &str, o: &Value, now: DateTime<Utc>) -> Value {
+    let found = jsonpath::find(o, path);
+    let Some(v) = found.first() else {
+        return Value::Null;
+    };
+    match col.kind {
+        "date" => v
+            .as_str()
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| Value::String(human_duration(now - t.with_timezone(&Utc))))
+            .unwrap_or(Value::Null),
+        "integer" => v
+            .as_i64()
+            .map(Value::from)
+            .or_else(|| {
+                v.as_str()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .map(Value::from)
+            })
+            .unwrap_or(Value::Null),
+        "number" => v.as_f64().map(Value::from).unwrap_or(Value::Null),
+        "boolean" => v.as_bool().map(Value::from).unwrap_or(Value::Null),
+        // Lists and maps print as their JSON, values found more than once joined by commas.
+        _ => Value::String(
+            found
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    }
+}
+
+fn name_of(o: &Value) -> Value {
+    o.pointer("/metadata/name").cloned().unwrap_or(Value::Null)
+}
+
+/// `AGE` as kubectl shows it, from `metadata.creationTimestamp`.
+fn age_of(o: &Value, now: DateTime<Utc>) -> Value {
+    since(o.pointer("/metadata/creationTimestamp"), now)
+}
+
+/// A timestamp's age (`<unknown>` when absent or unreadable).
+fn since(ts: Option<&Value>, now: DateTime<Utc>) -> Value {
+    ts.and_then(Value::as_str)
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| human_duration(now - t.with_timezone(&Utc)))
+        .unwrap_or_else(|| "<unknown>".into())
+        .into()
+}
+
+/// apimachinery's `duration.HumanDuration`: two significant units while they matter.
+pub fn human_duration(d: chrono::Duration) -> String {
+    let secs = d.num_seconds();
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    if secs < 0 {
+        return "0s".into();
+    }
+    let (m, h) = (secs / 60, secs / 3600);
+    let (days, years) = (h / 24, h / (24 * 365));
+    if secs < 60 * 2 {
+        format!("{secs}s")
+    } else if m < 10 {
+        match secs % 60 {
+            0 => format!("{m}m"),
+            s => format!("{m}m{s}s"),
+        }
+    } else if m < 60 * 3 {
+        format!("{m}m")
+    } else if h < 8 {
+        match m % 60 {
+            0 => format!("{h}h"),
+            mm => format!("{h}h{mm}m"),
+        }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 24 * 8 {
+        match h % 24 {
+            0 => format!("{days}d"),
+            hh => format!("{days}d{hh}h"),
+        }
+    } else if h < 24 * 365 * 2 {
+        format!("{days}d")
+    } else if h < 24 * 365 * 8 {
+        match days % 365 {
+            0 => format!("{years}y"),
+            dd => format!("{years}y{dd}d"),
+        }
+    } else {
+        format!("{years}y")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn human_durations_match_apimachinery() {
+        let cases = [
+            (0, "0s"),
+            (59, "59s"),
+            (119, "119s"),
+            (120, "2m"),
+            (125, "2m5s"),
+            (600, "10m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 12 * 60, "3h12m"),
+            (9 * 3600, "9h"),
+            (50 * 3600, "2d2h"),
+            (9 * 24 * 3600, "9d"),
+            (3 * 365 * 24 * 3600, "3y"),
+            (3 * 365 * 24 * 3600 + 5 * 24 * 3600, "3y5d"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(human_duration(Duration::seconds(secs)), want, "{secs} s");
+        }
+        assert_eq!(human_duration(Duration::seconds(-5)), "<invalid>");
+    }
+
+    #[test]
+    fn accept_negotiation_follows_the_clients_order() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCEPT,
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(requested(&h), Some("meta.k8s.io/v1"));
+        h.insert(
+            header::ACCEPT,
+            "application/json;as=Table;v=v2;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(requested(&h), Some("meta.k8s.io/v1beta1"));
+        h.insert(header::ACCEPT, "application/json".parse().unwrap());
+        assert_eq!(requested(&h), None);
+        h.insert(
+            header::ACCEPT,
+            "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(requested(&h), None);
+    }
+}
