@@ -113,10 +113,7 @@ impl FragIndex {
             let Some(&rep) = members.first() else {
                 continue;
             };
-            let r = *self
-                .memo
-                .entry((c, shape))
-                .or_insert_with(|| score(rep.1));
+            let r = *self.memo.entry((c, shape)).or_insert_with(|| score(rep.1));
             let Some((sc, ch)) = r else { continue };
             // Only a class that could win needs its first eligible node.
             if best.as_ref().is_some_and(|(b, _, _)| b.beats(&sc)) {
@@ -180,7 +177,9 @@ mod tests {
                 (State::new(&s, &mut issues), State::new(&s, &mut issues));
             let (mut placed, mut refused) = (0, 0);
             for pod in 0..s.pods.len() as u32 {
-                if st_fast.placement[pod as usize].is_some() || s.pods[pod as usize].invalid.is_some() {
+                if st_fast.placement[pod as usize].is_some()
+                    || s.pods[pod as usize].invalid.is_some()
+                {
                     continue;
                 }
                 let a = fast.place(&s, &st_fast, pod);
@@ -196,7 +195,10 @@ mod tests {
                 }
             }
             // The workload overflows the cluster: both outcomes occur.
-            assert!(placed > 0 && refused > 0, "seed {seed}: {placed} / {refused}");
+            assert!(
+                placed > 0 && refused > 0,
+                "seed {seed}: {placed} / {refused}"
+            );
         }
     }
 }

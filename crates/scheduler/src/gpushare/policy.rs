@@ -423,7 +423,8 @@ mod tests {
             check_mem: false,
         };
         let p = pod(1, MILLI);
-        let (idle, _) = score_node(SharePolicy::Gantry, &node(&[1000, 1000]), &p, &mix, &[]).unwrap();
+        let (idle, _) =
+            score_node(SharePolicy::Gantry, &node(&[1000, 1000]), &p, &mix, &[]).unwrap();
         let (used, _) = score_node(SharePolicy::Gantry, &node(&[0, 1000]), &p, &mix, &[]).unwrap();
         assert_eq!(idle.primary, used.primary);
         assert!(used.beats(&idle));
