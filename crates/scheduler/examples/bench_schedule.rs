@@ -1,5 +1,5 @@
 //! Run the scheduler benchmark without the `gantry` binary:
-//! `cargo run --release -p gantry-scheduler --example bench_schedule -- NODES GPUS RUNNING PENDING [skip-replay]`.
+//! `cargo run --release -p gantry-scheduler --example bench_schedule -- NODES GPUS RUNNING PENDING [skip-replay|skip-cycle] [kai-only|frag-only]`.
 //! With `DUMP=<file>` it also writes the KAI policy's decisions on the synthetic cluster as
 //! JSON, to check that a change to the core leaves every bind, eviction and reason as it was.
 use gantry_scheduler::bench::{BenchOptions, SynthSpec, Workload, run, synth};
@@ -35,6 +35,8 @@ fn main() {
         workload: Workload::Synthetic(spec),
         policies: if a.iter().any(|x| x == "kai-only") {
             vec![Policy::Kai]
+        } else if a.iter().any(|x| x == "frag-only") {
+            vec![Policy::FragmentationAware]
         } else {
             vec![
                 Policy::Kai,

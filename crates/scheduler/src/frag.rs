@@ -2,7 +2,7 @@
 //! [`crate::gpushare`] values, so the scheduler scores placements with exactly the policy
 //! the paper-protocol benchmark measures (`SharePolicy::Gantry`).
 
-use crate::gpushare::fgd::{COVERAGE, TaskMix};
+use crate::gpushare::fgd::{ALL_TYPES, TaskMix};
 use crate::gpushare::model::{MAX_GPUS, NO_MODEL};
 use crate::gpushare::policy::{Choice, Score, SharePolicy, score_node};
 use crate::gpushare::{ModelSet, Models, NodeFree, PodShape};
@@ -53,7 +53,7 @@ impl Mix {
         let any_gpu = shapes.iter().any(PodShape::wants_gpu);
         Mix {
             mix: if any_gpu {
-                TaskMix::from_workload(&shapes, COVERAGE, false)
+                TaskMix::from_workload(&shapes, ALL_TYPES, false)
             } else {
                 TaskMix::default()
             },
@@ -110,32 +110,66 @@ impl Mix {
         })
     }
 
-    /// Gantry's score of node `n` for the pod and the devices it would take; `None` when the
-    /// pod does not fit there by CPU, memory or devices.
-    pub fn best_on_node(
+    /// Gantry's score of node `n` for the pod and the devices it would take (by free milli,
+    /// resolved on the node by [`placement_on`]); `None` when the pod does not fit there by
+    /// CPU, memory or devices.
+    pub fn score_on_node(
         &self,
         s: &Snapshot<'_>,
         st: &State,
         pod: PodId,
         n: NodeId,
-    ) -> Option<(Score, GpuPlacement)> {
+    ) -> Option<(Score, Choice)> {
         let shape = self.shape(s, pod, n)?;
         let free = self.node_free(st, n)?;
-        let (score, choice) = score_node(SharePolicy::Gantry, &free, &shape, &self.mix, &[])?;
+        score_node(SharePolicy::Gantry, &free, &shape, &self.mix, &[])
+    }
+
+    /// The devices `choice` names on node `n` as the state's placement.
+    pub fn placement_on(
+        &self,
+        s: &Snapshot<'_>,
+        st: &State,
+        pod: PodId,
+        n: NodeId,
+        choice: &Choice,
+    ) -> Option<GpuPlacement> {
+        let shape = self.shape(s, pod, n)?;
+        let free = self.node_free(st, n)?;
         let mask = choice.resolve(&free, &shape, |_| 0);
         let devices: Vec<u8> = (0..MAX_GPUS as u8)
             .filter(|i| mask & (1 << i) != 0)
             .collect();
-        let gpu = match choice {
+        Some(match choice {
             Choice::NoGpu => GpuPlacement::None,
             Choice::Exclusive => GpuPlacement::Whole(devices),
             Choice::Share { .. } | Choice::RandomShare => GpuPlacement::Shared {
                 gpus: devices,
                 milli: shape.milli,
             },
-        };
-        Some((score, gpu))
+        })
     }
+
+    /// What makes two nodes score alike for every pod: the policy's view of the node plus
+    /// the facts the fit checks read beside it.
+    pub fn class_key(&self, s: &Snapshot<'_>, st: &State, n: NodeId) -> Option<ClassKey> {
+        let node = &s.nodes[n as usize];
+        Some(ClassKey {
+            free: self.node_free(st, n)?.canonical(),
+            has_slot: st.free_pods[n as usize] >= 1,
+            gpu_memory_mib: node.gpu_memory_mib,
+            mig_enabled: node.mig_enabled,
+        })
+    }
+}
+
+/// Nodes with equal keys get equal scores (and equal fit answers) for every pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClassKey {
+    free: NodeFree,
+    has_slot: bool,
+    gpu_memory_mib: Option<u64>,
+    mig_enabled: bool,
 }
 
 /// Whether the policy models this request (else KAI places it).

@@ -11,6 +11,7 @@ pub mod config;
 pub mod decisions;
 pub mod fairshare;
 pub mod frag;
+pub mod frag_index;
 pub mod gpushare;
 pub mod input;
 pub mod k8s;

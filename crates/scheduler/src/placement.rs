@@ -5,7 +5,8 @@
 use crate::config::{Config, Policy, Strategy};
 use crate::decisions::{NodeReason, summarize};
 use crate::frag::Mix;
-use crate::gpushare::policy::Score;
+use crate::frag_index::FragIndex;
+use crate::gpushare::policy::{Choice, Score};
 use crate::predicates::ClassCache;
 use crate::request::GpuRequest;
 use crate::sharing::{GpuOrder, can_fit_gpu, fit_gpu, fits_existing_share, shared_milli};
@@ -16,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// (request shape, node version, the node's score and devices; `None`: does not fit).
-type FragMemo = (u32, u32, Option<(Score, GpuPlacement)>);
+type FragMemo = (u32, u32, Option<(Score, Choice)>);
 
 pub struct Placer {
     pub cfg: Config,
@@ -25,8 +26,12 @@ pub struct Placer {
     rank: Vec<u32>,
     mix: Mix,
     rng: ChaCha8Rng,
-    /// Fragmentation-aware memo per node.
+    /// Fragmentation-aware memo per node (the node scan).
     frag_cache: Vec<Vec<FragMemo>>,
+    /// Fragmentation-aware classes of alike nodes (the same choice as the scan).
+    frag_index: FragIndex,
+    /// Score every node instead of using `frag_index` (to check they agree).
+    pub frag_scan: bool,
     shapes: HashMap<(GpuRequest, i64, i64), u32>,
     index: GpuIndex,
     /// Per class: which nodes pass its static filter (for index scans).
@@ -173,10 +178,10 @@ impl Placer {
         }
         let mut cfg = cfg.clone();
         if cfg.policy == Policy::Auto {
-            let shares = s
-                .pods
-                .iter()
-                .any(|p| p.invalid.is_none() && p.gpu.is_shared());
+            let shares = cfg.gpu_strategy == Strategy::Binpack
+                && s.pods
+                    .iter()
+                    .any(|p| p.invalid.is_none() && p.gpu.is_shared());
             cfg.policy = if shares {
                 Policy::FragmentationAware
             } else {
@@ -200,6 +205,8 @@ impl Placer {
             mix,
             rng,
             frag_cache,
+            frag_index: FragIndex::default(),
+            frag_scan: false,
             shapes: HashMap::new(),
             index: GpuIndex::default(),
             members: vec![None; s.classes.len()],
@@ -510,9 +517,8 @@ impl Placer {
     }
 
     /// Fragmentation-aware (Gantry's GPU-sharing policy, `gpushare::SharePolicy::Gantry`):
-    /// least growth of expected fragmentation, then the node left with the least free GPU,
-    /// then the seeded node order. Each node's answer for a request shape is kept until the
-    /// node changes.
+    /// the best score, then the seeded node order, over classes of alike nodes
+    /// (`frag_index`); pods whose static filter keeps few nodes scan those nodes.
     fn place_frag(
         &mut self,
         s: &Snapshot<'_>,
@@ -524,33 +530,76 @@ impl Placer {
         let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
         let next = self.shapes.len() as u32;
         let shape = *self.shapes.entry((p.gpu.clone(), cpu, mem)).or_insert(next);
-        let mut best: Option<(Score, NodeId, GpuPlacement)> = None;
+        if self.frag_scan || list.len() * 4 < s.nodes.len() {
+            return self.place_frag_scan(s, st, pod, list, shape);
+        }
+        let class = p.class as usize;
+        if self.members[class].is_none() {
+            let mut m = vec![false; s.nodes.len()];
+            for &n in list {
+                m[n as usize] = true;
+            }
+            self.members[class] = Some(m);
+        }
+        let mut index = std::mem::take(&mut self.frag_index);
+        let members = self.members[class].as_deref().unwrap_or(&[]);
+        let chosen = index.choose(
+            s,
+            st,
+            &self.mix,
+            &self.rank,
+            shape,
+            |n| members[n as usize],
+            |n| {
+                self.can_fit(s, st, n, pod).ok()?;
+                self.mix.score_on_node(s, st, pod, n)
+            },
+        );
+        self.frag_index = index;
+        let (node, choice) = chosen?;
+        let gpu = self.mix.placement_on(s, st, pod, node, &choice)?;
+        Some(Placement { node, gpu })
+    }
+
+    /// The same choice by scoring every node of the list; each node's answer for a request
+    /// shape is kept until the node changes.
+    fn place_frag_scan(
+        &mut self,
+        s: &Snapshot<'_>,
+        st: &State,
+        pod: PodId,
+        list: &[NodeId],
+        shape: u32,
+    ) -> Option<Placement> {
+        let mut best: Option<(Score, NodeId, Choice)> = None;
         for &n in list {
             let version = st.node_version[n as usize];
             let cached = self.frag_cache[n as usize]
                 .iter()
                 .find(|e| e.0 == shape && e.1 == version)
-                .map(|e| e.2.clone());
+                .map(|e| e.2);
             let r = match cached {
                 Some(c) => c,
                 None => {
                     let r = if self.can_fit(s, st, n, pod).is_ok() {
-                        self.mix.best_on_node(s, st, pod, n)
+                        self.mix.score_on_node(s, st, pod, n)
                     } else {
                         None
                     };
                     let memo = &mut self.frag_cache[n as usize];
                     memo.retain(|e| e.1 == version);
-                    memo.push((shape, version, r.clone()));
+                    memo.push((shape, version, r));
                     r
                 }
             };
-            let Some((score, gpu)) = r else { continue };
+            let Some((score, choice)) = r else { continue };
             if best.as_ref().is_none_or(|b| score.beats(&b.0)) {
-                best = Some((score, n, gpu));
+                best = Some((score, n, choice));
             }
         }
-        best.map(|(_, node, gpu)| Placement { node, gpu })
+        let (_, node, choice) = best?;
+        let gpu = self.mix.placement_on(s, st, pod, node, &choice)?;
+        Some(Placement { node, gpu })
     }
 
     /// "0/40 nodes: 32 insufficient nvidia.com/gpu, 8 untolerated taint nvidia.com/gpu".

@@ -23,6 +23,9 @@ pub struct TaskMix {
 
 /// Share of pods the most common types must cover (the paper's popularity threshold).
 pub const COVERAGE: f64 = 0.95;
+/// Gantry's policy looks at every type: rare large requests are the ones fragmentation
+/// starves first.
+pub const ALL_TYPES: f64 = 1.0;
 
 impl TaskMix {
     /// The most common request shapes, most common first, until they cover `coverage` of the

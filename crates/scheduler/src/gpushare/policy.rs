@@ -27,8 +27,9 @@ pub enum SharePolicy {
     /// Fragmentation gradient descent as the paper ships it: sigmoid of the fragmentation
     /// drop, as an integer score 0-100.
     Fgd,
-    /// Gantry's: the exact fragmentation growth (memory-aware task types), then the node
-    /// left with the least free GPU, then node order. No randomness.
+    /// Gantry's: FGD's score against every task type of the workload (not only the most
+    /// common ones covering 95 %), the fitting device with the least free for a share (as
+    /// KAI's `gpupack`), then a node already in use before an idle one, then node order.
     Gantry,
 }
 
@@ -175,6 +176,11 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// The paper's integer score of a fragmentation drop (milli-GPU): `sigmoid(drop / 1000) * 100`.
+fn quantized(drop: f64) -> f64 {
+    (sigmoid(drop / 1000.0) * MAX_SCORE as f64) as i64 as f64
+}
+
 /// Score of one node for one pod, or `None` when the pod does not fit there. `kinds` is
 /// this node's row of GpuClustering's kind counts.
 pub fn score_node(
@@ -215,15 +221,18 @@ pub fn score_node(
             Score::int(clustering_score(n, p, kinds)),
             best_fit_device(n, p),
         ),
-        SharePolicy::Fgd => fgd_score(n, p, mix, true),
+        SharePolicy::Fgd => fgd_score(n, p, mix),
         SharePolicy::Gantry => {
-            let (s, c) = fgd_score(n, p, mix, false);
-            // Among equal growth: the node left fullest (packing keeps idle nodes whole).
-            let after = gpu_left - p.gpu_total();
+            let c = best_fit_device(n, p);
+            let mask = c.resolve(n, p, |_| 0);
+            let drop = mix.node_frag(n) - mix.node_frag(&n.after(p, mask));
+            // Among equal scores a node already in use: idle nodes stay whole for the
+            // large requests.
+            let in_use = n.idle() < usize::from(n.n);
             (
                 Score {
-                    primary: s.primary,
-                    secondary: -(after as f64),
+                    primary: quantized(drop),
+                    secondary: f64::from(u8::from(in_use)),
                 },
                 c,
             )
@@ -231,17 +240,11 @@ pub fn score_node(
     })
 }
 
-/// Fragmentation drop (before − after) for the best device choice. `quantized`: the
-/// paper's integer score, `sigmoid(drop / 1000) * 100`; otherwise the exact drop.
-fn fgd_score(n: &NodeFree, p: &PodShape, mix: &TaskMix, quantized: bool) -> (Score, Choice) {
+/// The paper's integer score of the fragmentation drop (before − after) for the best
+/// device choice.
+fn fgd_score(n: &NodeFree, p: &PodShape, mix: &TaskMix) -> (Score, Choice) {
     let before = mix.node_frag(n);
-    let value = |drop: f64| {
-        if quantized {
-            (sigmoid(drop / 1000.0) * MAX_SCORE as f64) as i64 as f64
-        } else {
-            drop
-        }
-    };
+    let value = quantized;
     if !p.is_share() {
         let mask = if p.wants_gpu() {
             n.exclusive_mask(p.num_gpu).unwrap_or(0)
@@ -257,8 +260,7 @@ fn fgd_score(n: &NodeFree, p: &PodShape, mix: &TaskMix, quantized: bool) -> (Sco
         return (Score::int(0).with(value(before - after)), c);
     }
     // Shared pod: every distinct free value is one candidate; the lowest index among the
-    // best ones is taken (the paper keeps the first device with the highest score). The
-    // exact variant prefers the tighter device among equal drops.
+    // best ones is taken (the paper keeps the first device with the highest score).
     let mut best: Option<f64> = None;
     let mut winners: Vec<u16> = Vec::new();
     let mut seen: Vec<u16> = Vec::new();
@@ -271,13 +273,7 @@ fn fgd_score(n: &NodeFree, p: &PodShape, mix: &TaskMix, quantized: bool) -> (Sco
         let v = value(before - after);
         match best {
             Some(b) if v < b => {}
-            Some(b) if v == b => {
-                if quantized {
-                    winners.push(g);
-                } else if g < winners[0] {
-                    winners[0] = g;
-                }
-            }
+            Some(b) if v == b => winners.push(g),
             _ => {
                 best = Some(v);
                 winners.clear();
@@ -414,6 +410,28 @@ mod tests {
         let (s, _) = score_node(SharePolicy::Fgd, &n, &pod(1, 500), &mix, &[]).unwrap();
         assert_eq!(s.primary, 50.0);
         assert!(score_node(SharePolicy::Fgd, &n, &pod(2, 1000), &mix, &[]).is_none());
+    }
+
+    #[test]
+    fn gantry_prefers_a_used_node_among_equal_scores() {
+        // Whole-GPU pods only: taking one idle device of either node leaves no fragment.
+        let mix = TaskMix {
+            types: vec![TaskType {
+                shape: pod(1, MILLI),
+                weight: 1.0,
+            }],
+            check_mem: false,
+        };
+        let p = pod(1, MILLI);
+        let (idle, _) =
+            score_node(SharePolicy::Gantry, &node(&[1000, 1000]), &p, &mix, &[]).unwrap();
+        let (used, _) = score_node(SharePolicy::Gantry, &node(&[0, 1000]), &p, &mix, &[]).unwrap();
+        assert_eq!(idle.primary, used.primary);
+        assert!(used.beats(&idle));
+        // A share goes to the fitting device with the least free (KAI's gpupack).
+        let n = node(&[1000, 600, 300]);
+        let (_, c) = score_node(SharePolicy::Gantry, &n, &pod(1, 250), &mix, &[]).unwrap();
+        assert_eq!(c.resolve(&n, &pod(1, 250), |_| 0), 0b100);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::cluster::{Cluster, Decision, choose_simple};
 use super::fast::FastChooser;
-use super::fgd::{COVERAGE, TaskMix};
+use super::fgd::{ALL_TYPES, COVERAGE, TaskMix};
 use super::model::{NodeSpec, PodShape};
 use super::policy::SharePolicy;
 use rand::seq::SliceRandom;
@@ -40,10 +40,10 @@ pub fn paper_arrivals(pods: &[PodShape], capacity: i64, ratio: f64, seed: u64) -
     out
 }
 
-/// The task mix a policy scores against: the paper's for FGD, memory-aware for Gantry's.
+/// The task mix a policy scores against: the paper's for FGD, every type for Gantry's.
 pub fn mix_for(policy: SharePolicy, arrivals: &[PodShape]) -> TaskMix {
     match policy {
-        SharePolicy::Gantry => TaskMix::from_workload(arrivals, COVERAGE, false),
+        SharePolicy::Gantry => TaskMix::from_workload(arrivals, ALL_TYPES, false),
         SharePolicy::Fgd => TaskMix::from_workload(arrivals, COVERAGE, false),
         _ => TaskMix::default(),
     }

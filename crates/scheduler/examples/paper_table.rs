@@ -1,0 +1,30 @@
+//! The FGD paper's protocol without the `gantry` binary (same library call as
+//! `gantry bench schedule --protocol paper`):
+//! `cargo run --release -p gantry-scheduler --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`.
+use gantry_scheduler::bench::paper::{PaperOptions, run_paper};
+use gantry_scheduler::gpushare::SharePolicy;
+use std::path::PathBuf;
+
+fn main() {
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    if a.len() < 4 {
+        eprintln!("usage: paper_table NODES.csv RESULTS.md SEEDS PODS.csv...");
+        std::process::exit(2);
+    }
+    let opts = PaperOptions {
+        nodes: PathBuf::from(&a[0]),
+        paper_results: Some(PathBuf::from(&a[1])),
+        seeds: a[2].parse().unwrap_or(10),
+        pods: a[3..].iter().map(PathBuf::from).collect(),
+        policies: SharePolicy::ALL.to_vec(),
+        first_seed: 42,
+        tune_ratio: 1.3,
+    };
+    match run_paper(&opts) {
+        Ok(r) => print!("{r}"),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+}
