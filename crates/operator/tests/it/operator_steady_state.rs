@@ -41,9 +41,15 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     .await?;
     // The operands' pods come up after the labels; a status that still says notReady would
     // rightly be rewritten by the next operator, so settle on ready first.
-    eventually_secs("policy ready", 300, || {
+    // 600 operand pods on 200 nodes: on a saturated machine this is the slow part.
+    eventually_secs("policy ready", 420, || {
         let c = env.client.clone();
-        async move { (policy_state(&c, "minimal").await.as_deref() == Some("ready")).then_some(()) }
+        async move {
+            match policy_state(&c, "minimal").await {
+                Some(s) if s == "ready" => Look::Done(()),
+                other => Look::Seen(format!("policy state {other:?}")),
+            }
+        }
     })
     .await?;
     let last = wait_quiet("the first operator's writes", 8, 300, || first.api_writes()).await?;
