@@ -7,7 +7,7 @@
 
 mod more;
 
-pub use more::{A30, B200, B300, GB200, GH200_96GB, GH200_144GB, H20, H100_NVL, RTX_PRO_6000};
+pub use more::{A30, B200, B300, GB200, GH200_144GB, GH200_96GB, H100_NVL, H20, RTX_PRO_6000};
 
 use crate::types::{Engines, MigProfile};
 
@@ -466,7 +466,11 @@ mod tests {
             }
             // The whole-GPU profile (7g, or 4g on four-slice parts) owns all memory slices.
             if m.mig_capable() {
-                let full = m.mig.iter().find(|p| p.memory_slices == 8).expect("whole-GPU profile");
+                let full = m
+                    .mig
+                    .iter()
+                    .find(|p| p.memory_slices == 8)
+                    .expect("whole-GPU profile");
                 assert_eq!(
                     (full.id, full.memory_slices, full.starts),
                     (0, 8, &[0u32][..])

@@ -7,7 +7,7 @@
 //! MIG slices (A30, RTX PRO 6000) are modelled on the same eight memory slices: one of their
 //! slices is two of ours, so placements read `{0,2,4,6}:2` where nvidia-smi says `{0..3}:1`.
 
-use super::{ALL_1G, EVEN_3, EVEN_4, FIRST, Family, GpuModel, HALVES, MigProfileSpec, p};
+use super::{p, Family, GpuModel, MigProfileSpec, ALL_1G, EVEN_3, EVEN_4, FIRST, HALVES};
 use super::{GI_1, GI_1_REV1, GI_1_REV2, GI_2, GI_3, GI_4, GI_7};
 
 // More NVML GI profile enum values (go-nvml const.go).
@@ -26,13 +26,46 @@ macro_rules! seven_slice {
     ($g1:literal, $g1x2:literal, $g2:literal, $g2mib:literal, $g3:literal, $g4:literal, $g7:literal, $g3mib:literal, $g7mib:literal,
      $sm1:literal, $sm1x2:literal, $sm2:literal, $sm3:literal, $sm4:literal, $sm7:literal, $mib1:literal) => {
         &[
-            p($g1,                 19, GI_1,      1, 1, 7, $mib1,  $sm1,   (1, 1, 0, 1, 0), ALL_1G),
-            p(concat!($g1, "+me"), 20, GI_1_REV1, 1, 1, 1, $mib1,  $sm1,   (1, 1, 0, 1, 1), ALL_1G),
-            p($g1x2,               15, GI_1_REV2, 1, 2, 4, $g2mib, $sm1x2, (1, 1, 0, 1, 0), EVEN_4),
-            p($g2,                 14, GI_2,      2, 2, 3, $g2mib, $sm2,   (2, 2, 0, 2, 0), EVEN_3),
-            p($g3,                  9, GI_3,      3, 4, 2, $g3mib, $sm3,   (3, 3, 0, 3, 0), HALVES),
-            p($g4,                  5, GI_4,      4, 4, 1, $g3mib, $sm4,   (4, 4, 0, 4, 0), FIRST),
-            p($g7,                  0, GI_7,      7, 8, 1, $g7mib, $sm7,   (8, 7, 0, 7, 1), FIRST),
+            p($g1, 19, GI_1, 1, 1, 7, $mib1, $sm1, (1, 1, 0, 1, 0), ALL_1G),
+            p(
+                concat!($g1, "+me"),
+                20,
+                GI_1_REV1,
+                1,
+                1,
+                1,
+                $mib1,
+                $sm1,
+                (1, 1, 0, 1, 1),
+                ALL_1G,
+            ),
+            p(
+                $g1x2,
+                15,
+                GI_1_REV2,
+                1,
+                2,
+                4,
+                $g2mib,
+                $sm1x2,
+                (1, 1, 0, 1, 0),
+                EVEN_4,
+            ),
+            p(
+                $g2,
+                14,
+                GI_2,
+                2,
+                2,
+                3,
+                $g2mib,
+                $sm2,
+                (2, 2, 0, 2, 0),
+                EVEN_3,
+            ),
+            p($g3, 9, GI_3, 3, 4, 2, $g3mib, $sm3, (3, 3, 0, 3, 0), HALVES),
+            p($g4, 5, GI_4, 4, 4, 1, $g3mib, $sm4, (4, 4, 0, 4, 0), FIRST),
+            p($g7, 0, GI_7, 7, 8, 1, $g7mib, $sm7, (8, 7, 0, 7, 1), FIRST),
         ]
     };
 }
