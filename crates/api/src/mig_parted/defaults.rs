@@ -72,7 +72,9 @@ macro_rules! seven {
 const GROUPS: &[Group] = &[
     Group {
         ids: pci::GB200,
-        profiles: seven!("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+        profiles: seven!(
+            "1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"
+        ),
         balanced: &[("1g.23gb", 2), ("2g.47gb", 1), ("3g.93gb", 1)],
     },
     Group {
@@ -94,37 +96,51 @@ const GROUPS: &[Group] = &[
     },
     Group {
         ids: pci::B300,
-        profiles: seven!("1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"),
+        profiles: seven!(
+            "1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"
+        ),
         balanced: &[("1g.35gb", 2), ("2g.70gb", 1), ("3g.139gb", 1)],
     },
     Group {
         ids: pci::B200,
-        profiles: seven!("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+        profiles: seven!(
+            "1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"
+        ),
         balanced: &[("1g.23gb", 2), ("2g.45gb", 1), ("3g.90gb", 1)],
     },
     Group {
         ids: pci::GH200_144GB,
-        profiles: seven!("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"),
+        profiles: seven!(
+            "1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"
+        ),
         balanced: &[("1g.18gb", 2), ("2g.36gb", 1), ("3g.72gb", 1)],
     },
     Group {
         ids: pci::H200,
-        profiles: seven!("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+        profiles: seven!(
+            "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"
+        ),
         balanced: &[("1g.18gb", 2), ("2g.35gb", 1), ("3g.71gb", 1)],
     },
     Group {
         ids: pci::H100_NVL,
-        profiles: seven!("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
+        profiles: seven!(
+            "1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"
+        ),
         balanced: &[("1g.12gb", 2), ("2g.24gb", 1), ("3g.47gb", 1)],
     },
     Group {
         ids: pci::CLASS_80GB,
-        profiles: seven!("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        profiles: seven!(
+            "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"
+        ),
         balanced: &[("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)],
     },
     Group {
         ids: pci::A100_40GB,
-        profiles: seven!("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+        profiles: seven!(
+            "1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"
+        ),
         balanced: &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)],
     },
     Group {
@@ -140,7 +156,9 @@ const GROUPS: &[Group] = &[
     },
     Group {
         ids: pci::CLASS_96GB,
-        profiles: seven!("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+        profiles: seven!(
+            "1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"
+        ),
         balanced: &[("1g.12gb", 2), ("2g.24gb", 1), ("3g.48gb", 1)],
     },
 ];

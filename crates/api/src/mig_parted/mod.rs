@@ -19,12 +19,12 @@ use std::fmt;
 use indexmap::IndexMap;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 pub use defaults::{default_config, default_config_yaml, default_configs_for};
-pub use profile::{parse_known_profile, MigProfile, KNOWN_PROFILES};
+pub use profile::{KNOWN_PROFILES, MigProfile, parse_known_profile};
 
-use crate::problem::{index, join, Problem};
+use crate::problem::{Problem, index, join};
 
 /// A whole mig-parted config file.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -388,10 +388,10 @@ mod tests {
         assert!(
             serde_yaml::from_str::<MigConfigEntry>("{devices: some, mig-enabled: false}").is_err()
         );
-        assert!(serde_yaml::from_str::<MigConfigEntry>(
-            "{devices: all, mig-enabled: false, extra: 1}"
-        )
-        .is_err());
+        assert!(
+            serde_yaml::from_str::<MigConfigEntry>("{devices: all, mig-enabled: false, extra: 1}")
+                .is_err()
+        );
     }
 
     #[test]
@@ -407,12 +407,14 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(cfg.validate().is_empty(), "{:?}", cfg.validate());
-        assert!(cfg
-            .entry_for("c", 1, 0, None)
-            .is_some_and(|e| e.mig_enabled));
-        assert!(cfg
-            .entry_for("c", 0, 0, None)
-            .is_some_and(|e| !e.mig_enabled));
+        assert!(
+            cfg.entry_for("c", 1, 0, None)
+                .is_some_and(|e| e.mig_enabled)
+        );
+        assert!(
+            cfg.entry_for("c", 0, 0, None)
+                .is_some_and(|e| !e.mig_enabled)
+        );
         assert!(cfg.entry_for("nope", 0, 0, None).is_none());
     }
 
@@ -424,9 +426,10 @@ mod tests {
             p.contains(&"devices[1]: duplicate GPU index 0".to_string()),
             "{p:?}"
         );
-        assert!(p
-            .iter()
-            .any(|m| m.starts_with("mig-devices: must be empty")));
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("mig-devices: must be empty"))
+        );
         let e = entry("{devices: all, mig-enabled: true, mig-devices: {1g.7gb: 1, 2g.20gb: -1}}");
         let p: Vec<String> = e.validate().iter().map(ToString::to_string).collect();
         assert!(
@@ -434,9 +437,10 @@ mod tests {
                 .any(|m| m.starts_with("mig-devices[\"1g.7gb\"]: unknown MIG profile")),
             "{p:?}"
         );
-        assert!(p
-            .iter()
-            .any(|m| m.contains("instance count must be >= 0, got -1")));
+        assert!(
+            p.iter()
+                .any(|m| m.contains("instance count must be >= 0, got -1"))
+        );
         assert!(entry("{devices: all, mig-enabled: true}").validate().len() == 1);
     }
 

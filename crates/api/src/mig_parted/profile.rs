@@ -296,11 +296,13 @@ mod tests {
         ] {
             assert!(s.parse::<MigProfile>().is_err(), "{s} parsed");
         }
-        assert!("1g.5gb.me"
-            .parse::<MigProfile>()
-            .err()
-            .unwrap_or_default()
-            .contains("'+'"));
+        assert!(
+            "1g.5gb.me"
+                .parse::<MigProfile>()
+                .err()
+                .unwrap_or_default()
+                .contains("'+'")
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 mod more;
 
-pub use more::{A30, B200, B300, GB200, GH200_144GB, GH200_96GB, H100_NVL, H20, RTX_PRO_6000};
+pub use more::{A30, B200, B300, GB200, GH200_96GB, GH200_144GB, H20, H100_NVL, RTX_PRO_6000};
 
 use crate::types::{Engines, MigProfile};
 

@@ -7,7 +7,7 @@
 //! MIG slices (A30, RTX PRO 6000) are modelled on the same eight memory slices: one of their
 //! slices is two of ours, so placements read `{0,2,4,6}:2` where nvidia-smi says `{0..3}:1`.
 
-use super::{p, Family, GpuModel, MigProfileSpec, ALL_1G, EVEN_3, EVEN_4, FIRST, HALVES};
+use super::{ALL_1G, EVEN_3, EVEN_4, FIRST, Family, GpuModel, HALVES, MigProfileSpec, p};
 use super::{GI_1, GI_1_REV1, GI_1_REV2, GI_2, GI_3, GI_4, GI_7};
 
 // More NVML GI profile enum values (go-nvml const.go).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use gantry_gpu::catalog::{self, GpuModel};
 use gantry_gpu::{Backend, SimBackend, SimConfig};
-use gantry_node::discovery::{self, config, DiscoveryError, DiscoveryOptions, Labels, MigStrategy};
+use gantry_node::discovery::{self, DiscoveryError, DiscoveryOptions, Labels, MigStrategy, config};
 
 fn sim(model: &'static GpuModel, count: u32) -> Arc<SimBackend> {
     Arc::new(SimBackend::new(SimConfig::new(model, count, 7)))

@@ -7,8 +7,8 @@
 use gantry_api::names;
 use gantry_gpu::layout::{self, MigLayout};
 use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{cluster, controllers, nodes, ControlPlane, ControlPlaneOptions};
-use gantry_testkit::{eventually_secs, Look};
+use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
+use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
