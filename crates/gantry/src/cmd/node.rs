@@ -3,6 +3,7 @@
 mod device_plugin;
 mod discovery;
 mod exporter;
+pub mod exporter_compat;
 mod gpu_source;
 mod mig_manager;
 mod toolkit;

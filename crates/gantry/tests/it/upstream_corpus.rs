@@ -60,3 +60,33 @@ fn builtin_default_names_every_upstream_config() {
         ours.mig_configs.len()
     );
 }
+
+/// dcgm-exporter's CSV shapes, the 1.x-compatibility one included: each selects the metrics
+/// Gantry can read, under the CSV's own names (fields it cannot read are skipped with a log).
+#[test]
+fn dcgm_exporter_csvs_select_metrics() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream");
+    for (file, first, skipped) in [
+        (
+            "dcgm-exporter-1.x-compatibility-metrics.csv",
+            "dcgm_sm_clock",
+            0,
+        ),
+        (
+            "dcgm-exporter-dcp-metrics-included.csv",
+            "DCGM_FI_DEV_SM_CLOCK",
+            1,
+        ),
+    ] {
+        let set = gantry_node::exporter::load_metric_set(Some(&dir.join(file)))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(set.metrics[0].name, first, "{file}");
+        assert!(set.metrics.len() >= 10, "{file}: {:?}", set.metrics);
+        assert_eq!(
+            set.unsupported.len(),
+            skipped,
+            "{file}: {:?}",
+            set.unsupported
+        );
+    }
+}
