@@ -16,6 +16,7 @@ pub mod mig_cluster_policy;
 pub mod mig_parted;
 pub mod names;
 pub mod nvidia_driver;
+pub mod pod_check;
 pub mod problem;
 pub mod schema_check;
 pub mod validate;

@@ -30,6 +30,12 @@ pub enum DocKind {
     Pod,
     DevicePluginConfig,
     MigPartedConfig,
+    /// A workload with a pod template (Deployment, DaemonSet, StatefulSet, ReplicaSet, Job,
+    /// CronJob): the template is checked as a Pod.
+    Workload,
+    /// Any other kind (ServiceAccount, Role, Service …): skipped with a note, as kubeconform's
+    /// `-ignore-missing-schemas` does.
+    Unchecked,
 }
 
 /// Manifest kinds Gantry validates: (kind, apiVersion).
@@ -101,6 +107,55 @@ pub fn validate_text(text: &str) -> Vec<Problem> {
     out
 }
 
+/// Notes on every document of a file: what was not checked, and what the file leaves to
+/// flags or the environment. Notes never make a file invalid.
+pub fn notes_text(text: &str) -> Vec<Problem> {
+    let (docs, _) = parse_documents(text);
+    let many = docs.len() > 1;
+    let mut out = Vec::new();
+    for (i, d) in docs.iter().enumerate() {
+        for mut p in notes_value(d) {
+            if many {
+                p.document = Some(i + 1);
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Notes on one document (see [`notes_text`]).
+pub fn notes_value(v: &Value) -> Vec<Problem> {
+    match detect(v) {
+        Ok(DocKind::Unchecked) => {
+            let kind = v.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let api = v
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            vec![Problem::new(
+                "kind",
+                format!(
+                    "{kind} {api} skipped: gantry validates GPU and KAI kinds, ConfigMaps and pod templates"
+                ),
+            )]
+        }
+        Ok(DocKind::DevicePluginConfig) if mps_without_root(v) => vec![Problem::new(
+            "flags.mpsRoot",
+            "unset: the device plugin takes it from MPS_ROOT / --mps-root (the chart sets it)",
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// An MPS config that leaves `flags.mpsRoot` to the flag or env, as upstream's README does.
+fn mps_without_root(v: &Value) -> bool {
+    v.pointer("/sharing/mps").is_some_and(|m| !m.is_null())
+        && v.pointer("/flags/mpsRoot")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+}
+
 /// Decide what a document is.
 pub fn detect(v: &Value) -> Result<DocKind, Problem> {
     let Some(m) = v.as_object() else {
@@ -129,14 +184,10 @@ pub fn detect(v: &Value) -> Result<DocKind, Problem> {
                 ))
             };
         }
-        let known: Vec<&str> = MANIFESTS.iter().map(|(k, _, _)| *k).collect();
-        return Err(Problem::new(
-            "kind",
-            format!(
-                "{kind:?} is not a kind gantry validates ({})",
-                known.join(", ")
-            ),
-        ));
+        if crate::pod_check::template_path(kind).is_some() {
+            return Ok(DocKind::Workload);
+        }
+        return Ok(DocKind::Unchecked);
     }
     if m.contains_key("mig-configs") {
         return Ok(DocKind::MigPartedConfig);
@@ -200,6 +251,11 @@ pub fn validate_value(v: &Value) -> Vec<Problem> {
         Ok(DocKind::Pod) => pod(v),
         Ok(DocKind::DevicePluginConfig) => device_plugin(v),
         Ok(DocKind::MigPartedConfig) => mig_parted_file(v),
+        Ok(DocKind::Workload) => {
+            let kind = v.get("kind").and_then(Value::as_str).unwrap_or_default();
+            crate::pod_check::workload(kind, v)
+        }
+        Ok(DocKind::Unchecked) => Vec::new(),
     }
 }
 
@@ -281,8 +337,14 @@ fn device_plugin(v: &Value) -> Vec<Problem> {
     if !out.is_empty() {
         return out;
     }
+    // Offline, `mpsRoot` may come from MPS_ROOT / --mps-root at run time: a note, not an error
+    // (the device plugin checks it after merging, as upstream does).
     match typed::<DevicePluginConfig>(v, "device plugin config") {
-        Ok(c) => c.validate(),
+        Ok(c) => c
+            .validate()
+            .into_iter()
+            .filter(|p| p.path != "flags.mpsRoot")
+            .collect(),
         Err(p) => vec![p],
     }
 }
@@ -302,41 +364,9 @@ fn mig_parted_file(v: &Value) -> Vec<Problem> {
     }
 }
 
-/// A Pod's GPU-sharing annotations (`gpu-fraction` etc.), checked as the KAI admission
-/// webhook does.
+/// A Pod: see [`crate::pod_check`].
 fn pod(v: &Value) -> Vec<Problem> {
-    let annotations: std::collections::BTreeMap<String, String> = v
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        v.as_str().map_or_else(|| v.to_string(), str::to_string),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let whole = ["containers", "initContainers"].iter().any(|c| {
-        v.pointer(&format!("/spec/{c}"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .any(|ct| {
-                ct.pointer("/resources/limits")
-                    .and_then(|l| l.get(crate::names::RESOURCE_GPU))
-                    .is_some()
-            })
-    });
-    match crate::kai::parse_gpu_sharing(&annotations, whole) {
-        Ok(_) => Vec::new(),
-        Err(errs) => errs
-            .into_iter()
-            .map(|(k, m)| Problem::new(join("metadata.annotations", &k), m))
-            .collect(),
-    }
+    crate::pod_check::pod(v)
 }
 
 /// A ConfigMap whose values are device plugin or mig-parted configs (the form the operator
@@ -361,8 +391,11 @@ fn config_map(v: &Value) -> Vec<Problem> {
         let (docs, syntax) = parse_documents(text);
         if let Some(p) = syntax {
             // Only report syntax errors in values that look like YAML configs.
-            if text.contains("mig-configs") || text.contains("sharing") || text.contains("version")
-            {
+            // (dcgm-exporter's metrics CSV sits in ConfigMaps too: not YAML, not ours to check.)
+            let yaml_like = text.contains("mig-configs")
+                || text.contains("sharing:")
+                || text.contains("version: v1");
+            if yaml_like && !k.ends_with(".csv") {
                 out.push(Problem::new(path, format!("{}: {}", p.path, p.message)));
             }
             continue;
@@ -404,9 +437,12 @@ mod tests {
 
     #[test]
     fn detects_kinds() {
+        let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n";
+        assert!(msgs(svc).is_empty());
         assert!(
-            msgs("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")[0]
-                .starts_with("kind: \"Service\" is not a kind")
+            notes_text(svc)[0]
+                .to_string()
+                .starts_with("kind: Service v1 skipped")
         );
         assert!(
             msgs("apiVersion: scheduling.run.ai/v1\nkind: Queue\n")[0]

@@ -74,7 +74,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // dcgm-exporter's Go-style flags (`-web-config-file`, `-rbmn`) become `--long` first.
+    let cli = Cli::parse_from(cmd::node::exporter_compat::normalize(
+        std::env::args_os().collect(),
+    ));
     init_tracing(&cli.log);
     let result = match cli.command {
         Command::Crds(args) => cmd::crds::run(args),

@@ -231,11 +231,11 @@ mod tests {
         let err = |s: &str| parse(s).unwrap_err().to_string();
         assert_eq!(parse("").unwrap_err(), SpecError::Empty);
         assert!(
-            err("2xB300:8").contains("unknown GPU model \"B300\""),
+            err("2xV100:8").contains("unknown GPU model \"V100\""),
             "{}",
-            err("2xB300:8")
+            err("2xV100:8")
         );
-        assert!(err("2xB300:8").contains("H100-80GB"));
+        assert!(err("2xV100:8").contains("H100-80GB"));
         assert!(err("0xL4:1").contains("at least 1"));
         assert!(err("2xL4:many").contains("\"many\" is not a number"));
         assert!(err("2xL4:0").contains("1–64"));

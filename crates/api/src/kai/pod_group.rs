@@ -126,6 +126,15 @@ pub struct PodGroupSpec {
     /// Go duration a job may stay below its gang size; negative disables stale eviction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness_grace_period: Option<String>,
+    /// Pods that try to run at any instant (KAI's field; set by its pod grouper for Jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<i32>,
+    /// Successful pods that move the PodGroup to the `Successful` phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<i32>,
+    /// Failed pods that move the PodGroup to the `Failed` phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_limit: Option<i32>,
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,

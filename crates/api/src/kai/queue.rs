@@ -227,8 +227,10 @@ impl QueueSpec {
     /// Semantic checks beyond the schema, as (path, message) pairs.
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
+        // KAI's CRD does not require `spec.resources`: a Queue with only `preemptMinRuntime`
+        // is valid (it then budgets nothing of its own).
         match &self.resources {
-            None => out.push(("spec.resources".into(), "is required".into())),
+            None => {}
             Some(r) => {
                 for (kind, res) in [("gpu", &r.gpu), ("cpu", &r.cpu), ("memory", &r.memory)] {
                     let Some(res) = res else { continue };
@@ -373,11 +375,10 @@ mod tests {
         let p = s.validate();
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].0, "spec.resources.gpu.quota");
-        assert!(
-            QueueSpec::default()
-                .validate()
-                .iter()
-                .any(|(p, _)| p == "spec.resources")
-        );
+        let only_runtime = QueueSpec {
+            preempt_min_runtime: Some("5m".into()),
+            ..Default::default()
+        };
+        assert_eq!(only_runtime.validate(), vec![]);
     }
 }

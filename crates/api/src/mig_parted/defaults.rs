@@ -1,7 +1,11 @@
-//! The named MIG configs Gantry ships (the equivalent of mig-parted's default config that
-//! the operator puts in the `default-mig-parted-config` ConfigMap): `all-disabled`,
-//! `all-enabled`, one `all-<profile>` per profile at its maximum count, and `all-balanced`,
-//! with `device-filter`s where a profile exists only on some GPU models.
+//! The named MIG configs Gantry ships (the equivalent of mig-parted's `config-default.yaml`,
+//! which the operator puts in the `default-mig-parted-config` ConfigMap): `all-disabled`,
+//! `all-enabled`, one `all-<profile>` per profile at its maximum count, and `all-balanced`.
+//! Every config upstream's default names is here, with the same counts (but the three for GB200
+//! boards with 189 GB, `all-3g.95gb`, `all-4g.95gb`, `all-7g.189gb`, which the catalog does not
+//! model), plus B300's; unlike upstream, each
+//! `all-<profile>` entry carries the `device-filter` of the GPUs that have the profile, so a
+//! config selected on a GPU without it leaves that GPU alone instead of failing.
 
 use std::collections::BTreeMap;
 
@@ -24,75 +28,145 @@ pub mod pci {
         "0x232410DE",
     ];
     pub const A30: &[&str] = &["0x20B710DE"];
+    /// H100 NVL, H800 NVL.
     pub const H100_NVL: &[&str] = &["0x232110DE", "0x233A10DE"];
+    /// GH200 (96 GB), H100-96GB, PG506-96GB, H20.
+    pub const CLASS_96GB: &[&str] = &["0x234210DE", "0x233D10DE", "0x20B610DE", "0x232910DE"];
     /// H200 141 GB and H200 NVL.
     pub const H200: &[&str] = &["0x233510DE", "0x233B10DE"];
+    pub const GH200_144GB: &[&str] = &["0x234810DE"];
     pub const B200: &[&str] = &["0x290110DE"];
+    pub const GB200: &[&str] = &["0x294110DE"];
+    pub const B300: &[&str] = &["0x318210DE"];
+    pub const RTX_PRO_6000: &[&str] = &["0x2BB510DE"];
 }
-
-/// (config name suffix = profile, GPU group, max count) for the `all-<profile>` configs.
-const SINGLE_PROFILE: &[(&str, &[&str], i64)] = &[
-    ("1g.5gb", pci::A100_40GB, 7),
-    ("1g.5gb+me", pci::A100_40GB, 1),
-    ("2g.10gb", pci::A100_40GB, 3),
-    ("3g.20gb", pci::A100_40GB, 2),
-    ("4g.20gb", pci::A100_40GB, 1),
-    ("7g.40gb", pci::A100_40GB, 1),
-    ("1g.10gb+me", pci::CLASS_80GB, 1),
-    ("1g.20gb", pci::CLASS_80GB, 4),
-    ("2g.20gb", pci::CLASS_80GB, 3),
-    ("3g.40gb", pci::CLASS_80GB, 2),
-    ("4g.40gb", pci::CLASS_80GB, 1),
-    ("7g.80gb", pci::CLASS_80GB, 1),
-    ("1g.6gb", pci::A30, 4),
-    ("1g.6gb+me", pci::A30, 1),
-    ("2g.12gb", pci::A30, 2),
-    ("2g.12gb+me", pci::A30, 1),
-    ("4g.24gb", pci::A30, 1),
-    ("1g.12gb", pci::H100_NVL, 7),
-    ("1g.12gb+me", pci::H100_NVL, 1),
-    ("1g.24gb", pci::H100_NVL, 4),
-    ("2g.24gb", pci::H100_NVL, 3),
-    ("3g.47gb", pci::H100_NVL, 2),
-    ("4g.47gb", pci::H100_NVL, 1),
-    ("7g.94gb", pci::H100_NVL, 1),
-    ("1g.18gb", pci::H200, 7),
-    ("1g.18gb+me", pci::H200, 1),
-    ("1g.35gb", pci::H200, 4),
-    ("2g.35gb", pci::H200, 3),
-    ("3g.71gb", pci::H200, 2),
-    ("4g.71gb", pci::H200, 1),
-    ("7g.141gb", pci::H200, 1),
-    ("1g.23gb", pci::B200, 7),
-    ("1g.23gb+me", pci::B200, 1),
-    ("1g.45gb", pci::B200, 4),
-    ("2g.45gb", pci::B200, 3),
-    ("3g.90gb", pci::B200, 2),
-    ("4g.90gb", pci::B200, 1),
-    ("7g.180gb", pci::B200, 1),
-];
 
 /// (profile, instances per GPU).
 type Layout = &'static [(&'static str, i64)];
 
-/// `all-balanced` per GPU group.
-const BALANCED: &[(&[&str], Layout)] = &[
-    (
-        pci::A100_40GB,
-        &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)],
-    ),
-    (
-        pci::CLASS_80GB,
-        &[("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)],
-    ),
-    (pci::H200, &[("1g.18gb", 2), ("2g.35gb", 1), ("3g.71gb", 1)]),
-    (
-        pci::H100_NVL,
-        &[("1g.12gb", 2), ("2g.24gb", 1), ("3g.47gb", 1)],
-    ),
-    (pci::A30, &[("1g.6gb", 2), ("2g.12gb", 1)]),
-    (pci::B200, &[("1g.23gb", 2), ("2g.45gb", 1), ("3g.90gb", 1)]),
+/// One GPU group: its PCI IDs, every GPU-instance profile with its max count, and its
+/// `all-balanced` layout (empty: the group has no balanced entry).
+struct Group {
+    ids: &'static [&'static str],
+    profiles: Layout,
+    balanced: Layout,
+}
+
+/// The seven-slice profile set: 1g, 1g+me, double-memory 1g, 2g, 3g, 4g, 7g.
+macro_rules! seven {
+    ($g1:literal, $g1x2:literal, $g2:literal, $g3:literal, $g4:literal, $g7:literal) => {
+        &[
+            ($g1, 7),
+            (concat!($g1, "+me"), 1),
+            ($g1x2, 4),
+            ($g2, 3),
+            ($g3, 2),
+            ($g4, 1),
+            ($g7, 1),
+        ]
+    };
+}
+
+/// In upstream's order of `all-balanced` entries (the last matching entry wins, and no two
+/// groups share an ID, so order only matters for reading).
+const GROUPS: &[Group] = &[
+    Group {
+        ids: pci::GB200,
+        profiles: seven!(
+            "1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"
+        ),
+        balanced: &[("1g.23gb", 2), ("2g.47gb", 1), ("3g.93gb", 1)],
+    },
+    Group {
+        ids: pci::RTX_PRO_6000,
+        profiles: &[
+            ("1g.24gb", 4),
+            ("1g.24gb+me", 1),
+            ("1g.24gb+gfx", 4),
+            ("1g.24gb-me", 4),
+            ("1g.24gb+me.all", 1),
+            ("2g.48gb", 2),
+            ("2g.48gb+gfx", 2),
+            ("2g.48gb-me", 2),
+            ("2g.48gb+me.all", 1),
+            ("4g.96gb", 1),
+            ("4g.96gb+gfx", 1),
+        ],
+        balanced: &[("1g.24gb", 2), ("2g.48gb", 1)],
+    },
+    Group {
+        ids: pci::B300,
+        profiles: seven!(
+            "1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"
+        ),
+        balanced: &[("1g.35gb", 2), ("2g.70gb", 1), ("3g.139gb", 1)],
+    },
+    Group {
+        ids: pci::B200,
+        profiles: seven!(
+            "1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"
+        ),
+        balanced: &[("1g.23gb", 2), ("2g.45gb", 1), ("3g.90gb", 1)],
+    },
+    Group {
+        ids: pci::GH200_144GB,
+        profiles: seven!(
+            "1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"
+        ),
+        balanced: &[("1g.18gb", 2), ("2g.36gb", 1), ("3g.72gb", 1)],
+    },
+    Group {
+        ids: pci::H200,
+        profiles: seven!(
+            "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"
+        ),
+        balanced: &[("1g.18gb", 2), ("2g.35gb", 1), ("3g.71gb", 1)],
+    },
+    Group {
+        ids: pci::H100_NVL,
+        profiles: seven!(
+            "1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"
+        ),
+        balanced: &[("1g.12gb", 2), ("2g.24gb", 1), ("3g.47gb", 1)],
+    },
+    Group {
+        ids: pci::CLASS_80GB,
+        profiles: seven!(
+            "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"
+        ),
+        balanced: &[("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)],
+    },
+    Group {
+        ids: pci::A100_40GB,
+        profiles: seven!(
+            "1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"
+        ),
+        balanced: &[("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)],
+    },
+    Group {
+        ids: pci::A30,
+        profiles: &[
+            ("1g.6gb", 4),
+            ("1g.6gb+me", 1),
+            ("2g.12gb", 2),
+            ("2g.12gb+me", 1),
+            ("4g.24gb", 1),
+        ],
+        balanced: &[("1g.6gb", 2), ("2g.12gb", 1)],
+    },
+    Group {
+        ids: pci::CLASS_96GB,
+        profiles: seven!(
+            "1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"
+        ),
+        balanced: &[("1g.12gb", 2), ("2g.24gb", 1), ("3g.48gb", 1)],
+    },
 ];
+
+/// The config name mig-parted uses for a single-profile layout: `+` becomes `.`.
+pub fn config_name(profile: &str) -> String {
+    format!("all-{}", profile.replace('+', "."))
+}
 
 fn filter(ids: &[&str]) -> Option<DeviceFilter> {
     Some(DeviceFilter::Many(
@@ -135,25 +209,24 @@ pub fn default_config() -> MigPartedConfig {
             mig_devices: Some(BTreeMap::new()),
         }],
     );
-    // all-1g.10gb exists on both the 40 GB (4 instances) and the 80 GB class (7).
-    c.insert(
-        "all-1g.10gb".into(),
-        vec![
-            enabled(pci::A100_40GB, &[("1g.10gb", 4)]),
-            enabled(pci::CLASS_80GB, &[("1g.10gb", 7)]),
-        ],
-    );
-    for (profile, ids, max) in SINGLE_PROFILE {
-        let name = format!("all-{}", profile.replace('+', "."));
-        c.entry(name)
-            .or_default()
-            .push(enabled(ids, &[(profile, *max)]));
+    // One entry per group that has the profile, so each GPU gets its own max count.
+    let mut single: IndexMap<String, Vec<MigConfigEntry>> = IndexMap::new();
+    for g in GROUPS {
+        for (profile, max) in g.profiles {
+            single
+                .entry(config_name(profile))
+                .or_default()
+                .push(enabled(g.ids, &[(profile, *max)]));
+        }
     }
+    single.sort_keys();
+    c.extend(single);
     c.insert(
         "all-balanced".into(),
-        BALANCED
+        GROUPS
             .iter()
-            .map(|(ids, devs)| enabled(ids, devs))
+            .filter(|g| !g.balanced.is_empty())
+            .map(|g| enabled(g.ids, g.balanced))
             .collect(),
     );
     MigPartedConfig {

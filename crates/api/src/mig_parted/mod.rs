@@ -165,8 +165,19 @@ impl MigConfigEntry {
             .collect()
     }
 
-    /// Problems with paths relative to the entry (`mig-devices["1g.7gb"]`).
+    /// Problems with paths relative to the entry (`mig-devices["1g.7gb"]`), including profiles
+    /// no known GPU has (the offline check of `gantry validate`).
     pub fn validate(&self) -> Vec<Problem> {
+        self.check(true)
+    }
+
+    /// Shape and profile grammar only: what mig-parted checks when it reads a file. Whether a
+    /// profile exists is decided against the GPUs the entry applies to, when it is planned.
+    pub fn validate_shape(&self) -> Vec<Problem> {
+        self.check(false)
+    }
+
+    fn check(&self, known: bool) -> Vec<Problem> {
         let mut out = Vec::new();
         if let Devices::Indices(v) = &self.devices {
             if v.is_empty() {
@@ -217,7 +228,12 @@ impl MigConfigEntry {
         if let Some(m) = &self.mig_devices {
             for (p, &n) in m {
                 let path = join("mig-devices", p);
-                if let Err(e) = parse_known_profile(p) {
+                let parsed = if known {
+                    parse_known_profile(p).map(drop)
+                } else {
+                    p.parse::<MigProfile>().map(drop)
+                };
+                if let Err(e) = parsed {
                     out.push(Problem::new(path.clone(), e));
                 }
                 if n < 0 {
@@ -256,8 +272,18 @@ impl MigPartedConfig {
             .find(|e| e.applies_to(gpu_index, device_id, subsystem_id))
     }
 
-    /// Every problem with its full path.
+    /// Every problem with its full path, unknown profiles included.
     pub fn validate(&self) -> Vec<Problem> {
+        self.check(true)
+    }
+
+    /// Every shape or grammar problem with its full path; profiles are not looked up (see
+    /// [`MigConfigEntry::validate_shape`]).
+    pub fn validate_shape(&self) -> Vec<Problem> {
+        self.check(false)
+    }
+
+    fn check(&self, known: bool) -> Vec<Problem> {
         let mut out = Vec::new();
         match self.version.as_deref() {
             Some("v1") => {}
@@ -280,7 +306,7 @@ impl MigPartedConfig {
             }
             for (i, e) in entries.iter().enumerate() {
                 let ep = index(&base, i);
-                for p in e.validate() {
+                for p in e.check(known) {
                     out.push(Problem::new(format!("{ep}.{}", p.path), p.message));
                 }
             }

@@ -12,7 +12,7 @@ pub const NEGATIVE_ATTRIBUTES: [&str; 1] = ["me"];
 pub const SLICE_COUNTS: [u32; 7] = [1, 2, 3, 4, 6, 7, 8];
 
 /// GPU-instance profiles that exist on at least one MIG-capable GPU model (A100 40/80 GB,
-/// A30, H100 80 GB, H100 NVL, GH200, H200, B200, RTX PRO 6000). The per-model tables (which
+/// A30, H100 80 GB, H100 NVL, GH200, H20, H200, B200, GB200, B300, RTX PRO 6000). The per-model tables (which
 /// profile fits which GPU, how many) live in the GPU catalog; this is only the name set.
 pub const KNOWN_PROFILES: &[&str] = &[
     // A100 40 GB
@@ -47,6 +47,12 @@ pub const KNOWN_PROFILES: &[&str] = &[
     "3g.48gb",
     "4g.48gb",
     "7g.96gb",
+    // GH200 144 GB HBM3e
+    "1g.36gb",
+    "2g.36gb",
+    "3g.72gb",
+    "4g.72gb",
+    "7g.144gb",
     // H200 141 GB
     "1g.18gb",
     "1g.18gb+me",
@@ -63,6 +69,15 @@ pub const KNOWN_PROFILES: &[&str] = &[
     "3g.90gb",
     "4g.90gb",
     "7g.180gb",
+    // GB200 (186 GB; the 189 GB boards' 3g/4g/7g)
+    "1g.47gb",
+    "2g.47gb",
+    "3g.93gb",
+    "4g.93gb",
+    "7g.186gb",
+    "3g.95gb",
+    "4g.95gb",
+    "7g.189gb",
     // B300 / GB300
     "1g.35gb+me",
     "1g.70gb",

@@ -60,7 +60,7 @@ fn check_file(name: &str) -> Vec<DocKind> {
                 DocKind::PodGroup => drop(round_trip::<PodGroup>(d, &what)),
                 DocKind::DevicePluginConfig => drop(round_trip::<DevicePluginConfig>(d, &what)),
                 DocKind::MigPartedConfig => drop(round_trip::<MigPartedConfig>(d, &what)),
-                DocKind::ConfigMap | DocKind::Pod => {}
+                DocKind::ConfigMap | DocKind::Pod | DocKind::Workload | DocKind::Unchecked => {}
             }
             kind
         })

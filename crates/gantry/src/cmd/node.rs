@@ -3,6 +3,7 @@
 mod device_plugin;
 mod discovery;
 mod exporter;
+pub mod exporter_compat;
 mod gpu_source;
 mod mig_manager;
 mod toolkit;
@@ -28,7 +29,7 @@ pub enum NodeCommand {
     /// GPU Feature Discovery: compute the `nvidia.com/gpu.*` node labels and apply them.
     Discovery(discovery::DiscoveryArgs),
     /// GPU metrics under dcgm-exporter's names and labels, on :9400.
-    Exporter(exporter::ExporterArgs),
+    Exporter(Box<exporter::ExporterArgs>),
     /// MIG manager: plan and apply a named layout of a mig-parted config (`--dry-run` prints it).
     MigManager(mig_manager::MigManagerArgs),
     /// Validate a layer of the node's GPU stack and write its ready file (or wait for one,
@@ -41,7 +42,7 @@ pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
         NodeCommand::Toolkit(args) => toolkit::run(args),
         NodeCommand::DevicePlugin(args) => device_plugin::run(args),
         NodeCommand::Discovery(args) => discovery::run(args),
-        NodeCommand::Exporter(args) => exporter::run(args),
+        NodeCommand::Exporter(args) => exporter::run(*args),
         NodeCommand::MigManager(args) => mig_manager::run(args),
         NodeCommand::Validator(args) => validator::run(args),
     }

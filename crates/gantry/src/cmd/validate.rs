@@ -3,8 +3,10 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Manifests (ClusterPolicy, NVIDIADriver, MigClusterPolicy, Queue, PodGroup) or config
-    /// files (device plugin config v1, mig-parted config v1); `-` reads standard input.
+    /// Manifests (ClusterPolicy, NVIDIADriver, MigClusterPolicy, Queue, PodGroup, ConfigMaps,
+    /// Pods and the pod templates of Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs
+    /// and CronJobs; other kinds are skipped with a note) or config files (device plugin
+    /// config v1, mig-parted config v1); `-` reads standard input.
     #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
     files: Vec<PathBuf>,
 }
@@ -29,6 +31,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
         };
+        for n in gantry_api::validate::notes_text(&text) {
+            println!("{name}: note: {n}");
+        }
         let report = gantry_api::validate::validate_text(&text);
         for p in &report {
             println!("{name}: {p}");

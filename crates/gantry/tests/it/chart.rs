@@ -807,3 +807,36 @@ async fn helm_installs_and_uninstalls_on_the_embedded_cluster() -> Result {
     cp.shutdown().await;
     result
 }
+
+/// `helm template deploy/helm/gantry | gantry validate -f -`: every document is valid or
+/// skipped with a note (ServiceAccount, Role, Service …), the workloads' pod templates are
+/// checked.
+#[test]
+fn helm_template_piped_into_gantry_validate_exits_zero() -> Result {
+    use std::io::Write;
+    let helm = helm_or_skip!();
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let text = run_helm(
+        helm,
+        &["template", "gantry", chart.as_ref(), "-n", "gantry"],
+        &[],
+    )?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["validate", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdin"))?
+        .write_all(text.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("note: document"), "{stdout}");
+    assert!(stdout.contains("ServiceAccount v1 skipped"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("<stdin>: ok"), "{stdout}");
+    Ok(())
+}

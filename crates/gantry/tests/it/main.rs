@@ -5,3 +5,4 @@ mod chart;
 mod cli_api;
 mod observability;
 mod quickstart;
+mod upstream_corpus;

@@ -384,7 +384,7 @@ impl SimGpu {
 
     pub fn profiling(&self, gpu_instance: Option<u32>) -> Result<Profiling> {
         self.alive()?;
-        if !matches!(self.model.family, Family::Hopper) {
+        if !matches!(self.model.family, Family::Hopper | Family::Blackwell) {
             return Err(self.not_supported("GPM profiling metrics"));
         }
         let u = match gpu_instance {

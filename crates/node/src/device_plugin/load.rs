@@ -165,7 +165,7 @@ impl ConfigState {
         let parsed = match content {
             Loaded::Builtin => Ok(Settings::default()),
             Loaded::Inline(settings) => Ok(settings),
-            Loaded::File(path, bytes) => parse_settings(&path, &bytes),
+            Loaded::File(path, bytes) => parse_settings_with(&path, &bytes, &opts.overrides),
         };
         match parsed {
             Ok(mut settings) => {
@@ -367,6 +367,17 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 /// Parses and validates a config file v1 (YAML or JSON; `gantry_api` types and
 /// validation) into settings. An empty file means built-in defaults.
 pub fn parse_settings(path: &Path, bytes: &[u8]) -> Result<Settings, DevicePluginError> {
+    parse_settings_with(path, bytes, &Overrides::default())
+}
+
+/// As [`parse_settings`], with the flags and env folded in before the file is checked, as
+/// upstream does (it validates after merging): `MPS_ROOT` / `--mps-root` satisfies an MPS
+/// config without `flags.mpsRoot`, and `MIG_STRATEGY` counts for the MPS-with-mixed rule.
+pub fn parse_settings_with(
+    path: &Path,
+    bytes: &[u8],
+    overrides: &Overrides,
+) -> Result<Settings, DevicePluginError> {
     let err = |message: String| DevicePluginError::Config {
         path: path.to_path_buf(),
         message,
@@ -375,7 +386,17 @@ pub fn parse_settings(path: &Path, bytes: &[u8]) -> Result<Settings, DevicePlugi
     if text.trim().is_empty() {
         return Ok(Settings::default());
     }
-    let config: DevicePluginConfig = serde_yaml::from_str(text).map_err(|e| err(e.to_string()))?;
+    let mut config: DevicePluginConfig =
+        serde_yaml::from_str(text).map_err(|e| err(e.to_string()))?;
+    if overrides.mps_root.is_some() || overrides.mig_strategy.is_some() {
+        let flags = config.flags.get_or_insert_with(Default::default);
+        if let Some(root) = &overrides.mps_root {
+            flags.mps_root = Some(root.clone());
+        }
+        if let Some(m) = overrides.mig_strategy {
+            flags.mig_strategy = Some(m);
+        }
+    }
     let problems = config.validate();
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -489,6 +510,31 @@ mod tests {
 
     fn parse(text: &str) -> Result<Settings, DevicePluginError> {
         parse_settings(Path::new("/config/config.yaml"), text.as_bytes())
+    }
+
+    /// The device plugin README's MPS example has no `flags.mpsRoot`: the Helm chart passes
+    /// `MPS_ROOT`. Refused alone, accepted once the env/flag is folded in, with its replicas.
+    #[test]
+    fn readme_mps_example_needs_mps_root_from_flag_or_env() {
+        let text = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n";
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.contains("mpsRoot"), "{e}");
+        let o = Overrides {
+            mps_root: Some("/run/nvidia/mps".into()),
+            ..Overrides::default()
+        };
+        let s = parse_settings_with(Path::new("/c.yaml"), text.as_bytes(), &o).unwrap();
+        assert_eq!(s.mps_root.as_deref(), Some("/run/nvidia/mps"));
+        let sh = s.sharing.unwrap();
+        assert_eq!(sh.kind, SharingKind::Mps);
+        assert_eq!(sh.resources[0].replicas, 10);
+        // MIG_STRATEGY=mixed from the env still makes MPS invalid, as upstream says.
+        let o = Overrides {
+            mig_strategy: Some(MigStrategy::Mixed),
+            ..o
+        };
+        let e = parse_settings_with(Path::new("/c.yaml"), text.as_bytes(), &o).unwrap_err();
+        assert!(e.to_string().contains("mixed"), "{e}");
     }
 
     #[test]

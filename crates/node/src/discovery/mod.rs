@@ -6,12 +6,14 @@ pub mod config;
 pub mod facts;
 pub mod labels;
 pub mod sharing;
+mod wake;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::StreamExt;
 use gantry_gpu::{Backend, GpuError};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
@@ -196,8 +198,37 @@ pub async fn apply_labels(
         })
 }
 
+/// Whether the config the source holds now gives other settings than `eff` (a failed read
+/// counts as unchanged: the last good config stays).
+async fn config_changed(
+    opts: &DiscoveryOptions,
+    client: &kube::Client,
+    node: &str,
+    eff: &Effective,
+) -> bool {
+    let from_api = match &opts.config_map {
+        Some((ns, name)) => {
+            match config_from_map(client, node, ns, name, opts.default_config.as_deref()).await {
+                Ok(c) => Some(c),
+                Err(_) => return false,
+            }
+        }
+        None => None,
+    };
+    match effective(opts, eff.label_opts.timestamp.unwrap_or(0), from_api) {
+        Ok(now) => {
+            now.sharing != eff.sharing
+                || now.label_opts.mig_strategy != eff.label_opts.mig_strategy
+                || now.sleep != eff.sleep
+                || now.oneshot != eff.oneshot
+        }
+        Err(_) => false,
+    }
+}
+
 /// Label the node, then (unless oneshot or an infinite interval) again every sleep interval
-/// until `shutdown` completes. The config file is re-read on every pass.
+/// until `shutdown` completes, or at once when the device plugin config changes (see
+/// [`wake`]). The config is re-read on every pass.
 pub async fn run(
     opts: DiscoveryOptions,
     backend: Arc<dyn Backend>,
@@ -210,6 +241,12 @@ pub async fn run(
     // A missing or broken ConfigMap must not take the labels away: keep the last good config
     // (the defaults until there is one) and say what is wrong.
     let mut last_good: Option<config::DiscoveryConfig> = None;
+    let mut changes = wake::changes(
+        &client,
+        &node,
+        opts.config_map.as_ref(),
+        opts.config_file.clone(),
+    );
     loop {
         let from_api = match &opts.config_map {
             Some((ns, name)) => {
@@ -245,14 +282,27 @@ pub async fn run(
         if eff.oneshot {
             return Ok(());
         }
-        let Some(sleep) = eff.sleep else {
-            // `infinite`: labels stay applied; keep running (a DaemonSet pod must not exit).
-            shutdown.await;
-            return Ok(());
+        // Sleep until the interval is up (never when `infinite`: a DaemonSet pod must not exit)
+        // or the config source changes to something else.
+        let until = eff.sleep.map(|s| tokio::time::Instant::now() + s);
+        let interval_up = async move {
+            match until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
         };
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            _ = tokio::time::sleep(sleep) => {}
+        tokio::pin!(interval_up);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = &mut interval_up => break,
+                Some(()) = changes.next() => {
+                    if config_changed(&opts, &client, &node, &eff).await {
+                        tracing::info!(node = %node, "device plugin config changed: relabelling now");
+                        break;
+                    }
+                }
+            }
         }
     }
 }

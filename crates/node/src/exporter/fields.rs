@@ -177,9 +177,108 @@ const NAMES: &[(&str, Known)] = {
     ]
 };
 
-/// Look a CSV field name up.
+/// Look a CSV field name up: a DCGM field name, or a dcgm-exporter 1.x name (its
+/// `1.x-compatibility-metrics.csv`, go-dcgm's old field names: `dcgm_sm_clock`).
 pub fn lookup(name: &str) -> Option<Known> {
+    let name = old_name(name).unwrap_or(name);
     NAMES.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+}
+
+/// The DCGM field a dcgm-exporter 1.x metric name stands for. The metric keeps the CSV's
+/// name, as dcgm-exporter exposes it.
+fn old_name(name: &str) -> Option<&'static str> {
+    const OLD: &[(&str, &str)] = &[
+        ("dcgm_sm_clock", "DCGM_FI_DEV_SM_CLOCK"),
+        ("dcgm_memory_clock", "DCGM_FI_DEV_MEM_CLOCK"),
+        ("dcgm_memory_temp", "DCGM_FI_DEV_MEMORY_TEMP"),
+        ("dcgm_gpu_temp", "DCGM_FI_DEV_GPU_TEMP"),
+        ("dcgm_power_usage", "DCGM_FI_DEV_POWER_USAGE"),
+        (
+            "dcgm_total_energy_consumption",
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        ),
+        ("dcgm_pcie_tx_throughput", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
+        ("dcgm_pcie_rx_throughput", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
+        (
+            "dcgm_pcie_replay_counter",
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        ),
+        ("dcgm_gpu_utilization", "DCGM_FI_DEV_GPU_UTIL"),
+        ("dcgm_mem_copy_utilization", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+        ("dcgm_enc_utilization", "DCGM_FI_DEV_ENC_UTIL"),
+        ("dcgm_dec_utilization", "DCGM_FI_DEV_DEC_UTIL"),
+        ("dcgm_xid_errors", "DCGM_FI_DEV_XID_ERRORS"),
+        ("dcgm_power_violation", "DCGM_FI_DEV_POWER_VIOLATION"),
+        ("dcgm_thermal_violation", "DCGM_FI_DEV_THERMAL_VIOLATION"),
+        (
+            "dcgm_sync_boost_violation",
+            "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+        ),
+        (
+            "dcgm_board_limit_violation",
+            "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+        ),
+        ("dcgm_low_util_violation", "DCGM_FI_DEV_LOW_UTIL_VIOLATION"),
+        (
+            "dcgm_reliability_violation",
+            "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+        ),
+        ("dcgm_fb_free", "DCGM_FI_DEV_FB_FREE"),
+        ("dcgm_fb_used", "DCGM_FI_DEV_FB_USED"),
+        (
+            "dcgm_ecc_sbe_volatile_total",
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        ),
+        (
+            "dcgm_ecc_dbe_volatile_total",
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        ),
+        (
+            "dcgm_ecc_sbe_aggregate_total",
+            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        ),
+        (
+            "dcgm_ecc_dbe_aggregate_total",
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        ),
+        ("dcgm_retired_pages_sbe", "DCGM_FI_DEV_RETIRED_SBE"),
+        ("dcgm_retired_pages_dbe", "DCGM_FI_DEV_RETIRED_DBE"),
+        ("dcgm_retired_pages_pending", "DCGM_FI_DEV_RETIRED_PENDING"),
+        (
+            "dcgm_nvlink_flit_crc_error_count_total",
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        ),
+        (
+            "dcgm_nvlink_data_crc_error_count_total",
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        ),
+        (
+            "dcgm_nvlink_replay_error_count_total",
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        ),
+        (
+            "dcgm_nvlink_recovery_error_count_total",
+            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        ),
+        (
+            "dcgm_nvlink_bandwidth_total",
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        ),
+        (
+            "dcgm_fi_prof_gr_engine_active",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        ),
+        ("dcgm_fi_prof_sm_active", "DCGM_FI_PROF_SM_ACTIVE"),
+        ("dcgm_fi_prof_sm_occupancy", "DCGM_FI_PROF_SM_OCCUPANCY"),
+        (
+            "dcgm_fi_prof_pipe_tensor_active",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        ),
+        ("dcgm_fi_prof_dram_active", "DCGM_FI_PROF_DRAM_ACTIVE"),
+        ("dcgm_fi_prof_pcie_tx_bytes", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+        ("dcgm_fi_prof_pcie_rx_bytes", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+    ];
+    OLD.iter().find(|(o, _)| *o == name).map(|(_, n)| *n)
 }
 
 /// A selected series: its exposed name (as the CSV spells it), TYPE and HELP.
@@ -329,6 +428,24 @@ mod tests {
                 "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
             ]
         );
+    }
+
+    /// dcgm-exporter's `1.x-compatibility-metrics.csv` names fields the 1.x way; each row maps
+    /// to its DCGM field and keeps its own metric name.
+    #[test]
+    fn one_x_compatibility_names() {
+        let set = parse_csv("# Clocks\ndcgm_sm_clock,     gauge, SM clock frequency (in MHz).\ndcgm_fi_prof_dram_active, gauge, DRAM.\ndcgm_nvlink_bandwidth_total, counter, NVLink.\n").unwrap();
+        let names: Vec<_> = set.metrics.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "dcgm_sm_clock",
+                "dcgm_fi_prof_dram_active",
+                "dcgm_nvlink_bandwidth_total"
+            ]
+        );
+        assert_eq!(set.metrics[0].field, default_set().metrics[0].field);
+        assert!(set.unsupported.is_empty());
     }
 
     #[test]

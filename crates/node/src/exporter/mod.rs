@@ -96,7 +96,9 @@ pub fn load_metric_set(path: Option<&Path>) -> Result<MetricSet, ExporterError> 
         tracing::warn!(file = %path.display(), fields = ?set.unsupported, "metrics CSV names fields this exporter cannot read; skipping them");
     }
     if set.metrics.is_empty() {
-        return Err(err("selects no metric this exporter can read".into()));
+        // dcgm-exporter would serve it (NvSwitch/CPU-only sets, say): serve an empty set and
+        // say so instead of stopping the pod.
+        tracing::warn!(file = %path.display(), "metrics CSV selects no metric this exporter can read; /metrics will carry no GPU series");
     }
     Ok(set)
 }

@@ -1,6 +1,10 @@
 //! The pure core: from a mig-parted config, the selected config name and what each GPU looks
 //! like now, decide per GPU what to do. Layouts a GPU cannot hold are refused here, for every
 //! GPU, before any step is carried out.
+//!
+//! As mig-parted does, the file is checked for shape and profile grammar only; a profile is
+//! looked up in the profile table of each GPU an entry of the selected config applies to, so
+//! entries for GPUs the node does not have (or other configs) never fail a node.
 
 use gantry_api::mig_parted::MigPartedConfig;
 use gantry_gpu::layout::{self, MigLayout, PlannedInstance};
@@ -102,7 +106,7 @@ pub fn plan(
     config_name: &str,
     gpus: &[GpuFacts],
 ) -> Result<MigPlan, PlanError> {
-    let problems = config.validate();
+    let problems = config.validate_shape();
     if !problems.is_empty() {
         let text = problems
             .iter()
@@ -317,6 +321,60 @@ mod tests {
     fn filtered_entries_leave_other_models_alone() {
         let p = plan(&default_config(), "all-1g.18gb", &[facts("H100-80GB", 0)]).unwrap();
         assert_eq!(p.gpus[0].action, GpuAction::NotSelected);
+    }
+
+    /// mig-parted checks profiles only where an entry meets a GPU: an unknown (but well-formed)
+    /// profile in an entry for a B200 or in another config does not fail an H100 node.
+    #[test]
+    fn unknown_profiles_elsewhere_are_ignored_and_fail_only_where_they_apply() {
+        let yaml = r#"version: v1
+mig-configs:
+  mine:
+    - device-filter: ["0x290110DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.99gb": 7}
+    - device-filter: "0x233010DE"
+      devices: all
+      mig-enabled: true
+      mig-devices: {"2g.20gb": 3}
+  other:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"6g.123gb": 1}
+"#;
+        let cfg: MigPartedConfig = serde_yaml::from_str(yaml).unwrap();
+        assert!(!cfg.validate().is_empty(), "offline check still names them");
+        let p = plan(&cfg, "mine", &[facts("H100-80GB", 0)]).unwrap();
+        assert_eq!(p.gpus[0].wanted, Some(MigLayout::enabled([("2g.20gb", 3)])));
+        let err = plan(&cfg, "mine", &[facts("B200", 1)]).unwrap_err();
+        assert!(err.to_string().contains("1g.99gb"), "{err}");
+        let err = plan(&cfg, "other", &[facts("H100-80GB", 0)]).unwrap_err();
+        assert!(err.to_string().contains("6g.123gb"), "{err}");
+        // Grammar is still checked everywhere, as mig-parted does when it reads the file.
+        let bad = yaml.replace("1g.99gb", "one-gig");
+        let cfg: MigPartedConfig = serde_yaml::from_str(&bad).unwrap();
+        assert!(matches!(
+            plan(&cfg, "mine", &[facts("H100-80GB", 0)]),
+            Err(PlanError::InvalidConfig(_))
+        ));
+    }
+
+    /// Every `all-<profile>` and `all-balanced` entry of the default config fits every catalog
+    /// GPU it applies to.
+    #[test]
+    fn every_default_config_fits_every_catalog_gpu_it_selects() {
+        let cfg = default_config();
+        for m in catalog::MODELS.iter().filter(|m| m.mig_capable()) {
+            let mut selected = 0;
+            for name in cfg.mig_configs.keys() {
+                let p = plan(&cfg, name, &[facts(m.key, 0)])
+                    .unwrap_or_else(|e| panic!("{} {name}: {e}", m.key));
+                selected += usize::from(p.gpus[0].wanted.is_some());
+            }
+            // all-disabled, all-enabled, all-balanced, and one per profile of the model.
+            assert_eq!(selected, 3 + m.mig.len(), "{}", m.key);
+        }
     }
 
     #[test]

@@ -57,6 +57,7 @@ fn expected_family(model: &GpuModel) -> &'static str {
         (8, 0) => "ampere",
         (8, 9) => "ada-lovelace",
         (9, _) => "hopper",
+        (10 | 12, _) => "blackwell",
         (7, 5) => "turing",
         other => panic!("catalog model with unexpected compute capability {other:?}"),
     }

@@ -6,6 +6,8 @@ mod discovery_labels;
 mod exporter_metrics;
 mod mig_apply;
 mod mig_e2e;
+mod mig_upstream;
+mod sharing_follow;
 mod toolkit_cdi;
 mod toolkit_golden;
 mod toolkit_props;

@@ -65,6 +65,10 @@ pub fn device_plugin_options(ctx: &AgentContext) -> Result<device_plugin::Option
     if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {
         opts.overrides.mig_strategy = Some(mig_strategy(&s)?);
     }
+    // The operator passes `devicePlugin.mps.root` as MPS_ROOT; an MPS config needs it.
+    if let Some(root) = setting(&ctx.args, &ctx.env, "mps-root", "MPS_ROOT") {
+        opts.overrides.mps_root = Some(root);
+    }
     // Named configs from a ConfigMap (the operator's `devicePlugin.config`): the node label
     // picks the key, `--default-config` / DEFAULT_CONFIG when it is empty.
     if let Some(cm) = setting(&ctx.args, &ctx.env, "config-map", "CONFIG_MAP") {

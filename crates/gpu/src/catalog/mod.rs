@@ -5,6 +5,10 @@
 //! agree with NVIDIA's MIG user guide and published `nvidia-smi` output; H100 MIG memory is
 //! `nvidia-smi mig -lgip`'s GiB column × 1024. Placements are in memory slices (8 per GPU).
 
+mod more;
+
+pub use more::{A30, B200, B300, GB200, GH200_96GB, GH200_144GB, H20, H100_NVL, RTX_PRO_6000};
+
 use crate::types::{Engines, MigProfile};
 
 /// Static description of one MIG GPU-instance profile.
@@ -56,6 +60,7 @@ pub enum Family {
     Ampere,
     AdaLovelace,
     Hopper,
+    Blackwell,
 }
 
 /// One GPU model.
@@ -366,7 +371,23 @@ pub const T4: GpuModel = GpuModel {
 };
 
 /// Every model the simulator knows.
-pub const MODELS: &[GpuModel] = &[A100_SXM4_40GB, A100_SXM4_80GB, H100_SXM5_80GB, H200, L4, T4];
+pub const MODELS: &[GpuModel] = &[
+    A100_SXM4_40GB,
+    A100_SXM4_80GB,
+    H100_SXM5_80GB,
+    H200,
+    L4,
+    T4,
+    A30,
+    H100_NVL,
+    GH200_96GB,
+    GH200_144GB,
+    H20,
+    B200,
+    GB200,
+    B300,
+    RTX_PRO_6000,
+];
 
 /// Find a model by key, alias or NVML name (case-insensitive; spaces and dashes equivalent).
 pub fn find(name: &str) -> Option<&'static GpuModel> {
@@ -443,9 +464,13 @@ mod tests {
                     assert_eq!(s % p.memory_slices, 0, "{} {} aligned", m.key, p.name);
                 }
             }
-            // The whole-GPU profile exists on every MIG model and owns all memory slices.
+            // The whole-GPU profile (7g, or 4g on four-slice parts) owns all memory slices.
             if m.mig_capable() {
-                let full = m.mig.iter().find(|p| p.slices == 7).expect("7g profile");
+                let full = m
+                    .mig
+                    .iter()
+                    .find(|p| p.memory_slices == 8)
+                    .expect("whole-GPU profile");
                 assert_eq!(
                     (full.id, full.memory_slices, full.starts),
                     (0, 8, &[0u32][..])
