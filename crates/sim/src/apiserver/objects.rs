@@ -5,7 +5,8 @@ use super::patch::{self, PatchType, apply as ssa, strategic::ListKind};
 use super::resources::ResourceInfo;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::{ApiServer, defaults, now};
+use super::schema::Checks;
+use super::{ApiServer, defaults, now, validate};
 use crate::store::{Mutation, ObjKey};
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -161,7 +162,13 @@ impl ApiServer {
     }
 
     /// Fills in server-set metadata of a new object and checks it.
-    fn prepare_create(&self, t: &Target, mut obj: Value, manager: &str) -> Result<Value, ApiError> {
+    fn prepare_create(
+        &self,
+        t: &Target,
+        mut obj: Value,
+        manager: &str,
+        checks: &mut Checks,
+    ) -> Result<Value, ApiError> {
         let info = &t.info;
         if !obj.is_object() {
             return Err(ApiError::bad_request(format!(
@@ -177,6 +184,8 @@ impl ApiServer {
                 info.plural, info.kind
             )));
         }
+        validate::api_version(info, &t.version, &obj)?;
+        validate::metadata(info, &t.version, &obj)?;
         obj["apiVersion"] = json!(t.api_version());
         obj["kind"] = json!(info.kind);
         if !obj.get("metadata").is_some_and(Value::is_object) {
@@ -198,7 +207,7 @@ impl ApiServer {
                 }
             }
         }
-        defaults::validate_name(info, &name)?;
+        validate::name(info, &name)?;
         let body_ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
         let now = now();
         let meta = obj["metadata"]
@@ -229,6 +238,7 @@ impl ApiServer {
             meta.remove(k);
         }
         defaults::on_create(info, &mut obj)?;
+        self.check_object(t, &mut obj, checks)?;
         let lk = t.list_kinds();
         let writer = ssa::Writer {
             manager,
@@ -248,6 +258,7 @@ impl ApiServer {
         mut new: Value,
         sub: &str,
         manager: Option<&str>,
+        checks: &mut Checks,
     ) -> Result<Mutation, ApiError> {
         let info = &t.info;
         let name = meta_str(cur, "name").unwrap_or_default().to_string();
@@ -257,6 +268,7 @@ impl ApiServer {
                 info.kind
             )));
         }
+        validate::api_version(info, &t.version, &new)?;
         if let Some(rv) = meta_str(&new, "resourceVersion")
             && !rv.is_empty()
             && rv != rv_of(cur)
@@ -368,6 +380,7 @@ impl ApiServer {
             }
             new
         };
+        self.check_object(t, &mut out, checks)?;
         if spec_part(info, cur) != spec_part(info, &out) {
             let g = cur
                 .pointer("/metadata/generation")
@@ -393,8 +406,19 @@ impl ApiServer {
     }
 
     pub fn create(&self, t: &Target, body: Value, manager: &str) -> Result<Value, ApiError> {
+        self.create_checked(t, body, manager, &mut Checks::default())
+    }
+
+    /// Create with the request's `fieldValidation`, collecting its warnings.
+    pub fn create_checked(
+        &self,
+        t: &Target,
+        body: Value,
+        manager: &str,
+        checks: &mut Checks,
+    ) -> Result<Value, ApiError> {
         self.ensure_namespace(t)?;
-        let obj = self.prepare_create(t, body, manager)?;
+        let obj = self.prepare_create(t, body, manager, checks)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = t.key(&name);
         let out = self.store.mutate(&key, |cur, _| match cur {
@@ -488,9 +512,22 @@ impl ApiServer {
         body: Value,
         manager: &str,
     ) -> Result<Value, ApiError> {
+        self.update_checked(t, name, sub, body, manager, &mut Checks::default())
+    }
+
+    /// Update with the request's `fieldValidation`, collecting its warnings.
+    pub fn update_checked(
+        &self,
+        t: &Target,
+        name: &str,
+        sub: &str,
+        body: Value,
+        manager: &str,
+        checks: &mut Checks,
+    ) -> Result<Value, ApiError> {
         let out = self.store.mutate(&t.key(name), |cur, _| match cur {
             None => Err(t.not_found(name)),
-            Some(cur) => self.prepare_update(t, cur, body, sub, Some(manager)),
+            Some(cur) => self.prepare_update(t, cur, body, sub, Some(manager), checks),
         })?;
         self.after_write(t);
         Ok(t.present(&out.unwrap_or_default()))
@@ -509,6 +546,23 @@ impl ApiServer {
         manager: Option<&str>,
         force: bool,
     ) -> Result<(Value, bool), ApiError> {
+        let mut checks = Checks::default();
+        self.patch_checked(t, name, sub, kind, body, manager, force, &mut checks)
+    }
+
+    /// Patch with the request's `fieldValidation`, collecting its warnings.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_checked(
+        &self,
+        t: &Target,
+        name: &str,
+        sub: &str,
+        kind: PatchType,
+        body: &[u8],
+        manager: Option<&str>,
+        force: bool,
+        checks: &mut Checks,
+    ) -> Result<(Value, bool), ApiError> {
         let what = format!("{} {name}", t.info.kind);
         if kind == PatchType::Strategic && !t.info.builtin {
             return Err(ApiError::unsupported_media_type(
@@ -516,7 +570,7 @@ impl ApiServer {
             ));
         }
         if kind == PatchType::Apply {
-            return self.server_side_apply(t, name, sub, body, manager, force, &what);
+            return self.server_side_apply(t, name, sub, body, manager, force, &what, checks);
         }
         let out = self.store.mutate(&t.key(name), |cur, _| {
             let Some(cur) = cur else {
@@ -524,7 +578,7 @@ impl ApiServer {
             };
             let patched = patch::apply_simple(kind, cur, body, &what)?;
             let manager = manager.unwrap_or("unknown");
-            self.prepare_update(t, cur, patched, sub, Some(manager))
+            self.prepare_update(t, cur, patched, sub, Some(manager), checks)
         })?;
         self.after_write(t);
         Ok((t.present(&out.unwrap_or_default()), false))
@@ -540,15 +594,15 @@ impl ApiServer {
         manager: Option<&str>,
         force: bool,
         what: &str,
+        checks: &mut Checks,
     ) -> Result<(Value, bool), ApiError> {
         let Some(manager) = manager.filter(|m| !m.is_empty()) else {
             return Err(ApiError::bad_request(
                 "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
             ));
         };
-        let applied: Value = serde_yaml::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("invalid apply configuration for {what}: {e}"))
-        })?;
+        let applied = super::decode::yaml(body, "apply")
+            .map_err(|e| ApiError::bad_request(format!("invalid apply configuration for {what}: {}", e.message)))?;
         if !applied.is_object() {
             return Err(ApiError::bad_request(format!(
                 "the apply configuration for {what} must be an object"
@@ -583,7 +637,7 @@ impl ApiServer {
                 let mut obj = ssa::apply(None, &applied, &writer, force, &lk)?;
                 obj["metadata"]["name"] = json!(name);
                 let mf = obj.pointer("/metadata/managedFields").cloned();
-                let mut obj = self.prepare_create(t, obj, manager)?;
+                let mut obj = self.prepare_create(t, obj, manager, checks)?;
                 if let Some(mf) = mf {
                     obj["metadata"]["managedFields"] = mf;
                 }
@@ -597,7 +651,7 @@ impl ApiServer {
                 }
                 let merged = ssa::apply(Some(cur), &applied, &writer, force, &lk)?;
                 let mf = merged.pointer("/metadata/managedFields").cloned();
-                let mut m = self.prepare_update(t, cur, merged, sub, None)?;
+                let mut m = self.prepare_update(t, cur, merged, sub, None, checks)?;
                 if let Mutation::Put(obj) | Mutation::Delete(obj) = &mut m {
                     match mf {
                         Some(mf) => obj["metadata"]["managedFields"] = mf,

@@ -9,3 +9,4 @@ mod kubelet_agents;
 mod kubelet_e2e;
 mod kubelet_init;
 mod probe;
+mod strictness;
