@@ -418,6 +418,7 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<Value, ApiError> {
         self.ensure_namespace(t)?;
+        checks.schema = self.crd_schema(t);
         let obj = self.prepare_create(t, body, manager, checks)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = t.key(&name);
@@ -525,6 +526,7 @@ impl ApiServer {
         manager: &str,
         checks: &mut Checks,
     ) -> Result<Value, ApiError> {
+        checks.schema = self.crd_schema(t);
         let out = self.store.mutate(&t.key(name), |cur, _| match cur {
             None => Err(t.not_found(name)),
             Some(cur) => self.prepare_update(t, cur, body, sub, Some(manager), checks),
@@ -564,6 +566,7 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<(Value, bool), ApiError> {
         let what = format!("{} {name}", t.info.kind);
+        checks.schema = self.crd_schema(t);
         if kind == PatchType::Strategic && !t.info.builtin {
             return Err(ApiError::unsupported_media_type(
                 "application/strategic-merge-patch+json (custom resources take merge, JSON or apply patches)",

@@ -29,19 +29,20 @@ impl FieldValidation {
     }
 }
 
-/// What one request's writes found beside errors: the mode and the warnings to send back
-/// as `Warning` headers.
+/// One request's checking state: the mode, the warnings to send back as `Warning` headers,
+/// and the custom resource's schema (read before the store is locked for the write).
 #[derive(Debug, Default)]
 pub struct Checks {
     pub mode: FieldValidation,
     pub warnings: Vec<String>,
+    pub schema: Option<Value>,
 }
 
 impl Checks {
     pub fn new(mode: FieldValidation) -> Self {
         Self {
             mode,
-            warnings: Vec::new(),
+            ..Default::default()
         }
     }
 }
@@ -319,7 +320,7 @@ mod tests {
         assert!(o["spec"]["devicePlugin"].get("config").is_none(), "non-nullable null dropped");
         assert_eq!(o["spec"]["extra"]["anything"], json!([1]));
         assert_eq!(o["metadata"]["name"], "n");
-        assert_eq!(w.unknown, vec!["spec.devicePlugin.enabeld".to_string(), "bogus".into()]);
+        assert_eq!(w.unknown, vec!["bogus".to_string(), "spec.devicePlugin.enabeld".into()]);
     }
 
     #[test]

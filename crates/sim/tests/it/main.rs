@@ -8,5 +8,6 @@ mod kubectl;
 mod kubelet_agents;
 mod kubelet_e2e;
 mod kubelet_init;
+mod kubelet_volumes;
 mod probe;
 mod strictness;

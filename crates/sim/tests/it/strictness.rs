@@ -13,6 +13,12 @@ type Result<T = ()> = anyhow::Result<T>;
 
 const KUBECTL: &str = "/usr/bin/kubectl";
 const NS: &str = "/api/v1/namespaces/default";
+/// The spec keys the ClusterPolicy CRD requires (as upstream's), empty.
+const REQUIRED: &str = r#""operator":{},"daemonsets":{},"driver":{},"toolkit":{},"dcgmExporter":{},"dcgm":{},"nodeStatusExporter":{},"gfd":{}"#;
+
+fn policy(name: &str, spec: &str) -> Vec<u8> {
+    format!(r#"{{"apiVersion":"nvidia.com/v1","kind":"ClusterPolicy","metadata":{{"name":"{name}"}},"spec":{{{REQUIRED},{spec}}}}}"#).into_bytes()
+}
 
 /// One bad request: what upstream does, and what must come back.
 struct Case {
@@ -82,9 +88,9 @@ fn cases() -> Vec<Case> {
         case("fieldValidation takes Ignore, Warn or Strict", "POST", format!("{cms}?fieldValidation=Sometimes"), cm("fv", ""), 400, "BadRequest", "fieldValidation"),
         Case { content_type: "text/plain", ..case("unknown content types are 415", "POST", cms.clone(), cm("ct", ""), 415, "UnsupportedMediaType", "") },
         // 4. CRD structural schemas (the ClusterPolicy CRD is installed first)
-        case("CRD enum", "POST", "/apis/nvidia.com/v1/clusterpolicies", r#"{"apiVersion":"nvidia.com/v1","kind":"ClusterPolicy","metadata":{"name":"p1"},"spec":{"mig":{"strategy":"sometimes"}}}"#, 422, "Invalid", "spec.mig.strategy: Unsupported value: \"sometimes\""),
-        case("CRD types", "POST", "/apis/nvidia.com/v1/clusterpolicies", r#"{"apiVersion":"nvidia.com/v1","kind":"ClusterPolicy","metadata":{"name":"p2"},"spec":{"devicePlugin":{"enabled":"yes"}}}"#, 422, "Invalid", "spec.devicePlugin.enabled"),
-        case("fieldValidation=Strict: unknown fields are errors", "POST", "/apis/nvidia.com/v1/clusterpolicies?fieldValidation=Strict", r#"{"apiVersion":"nvidia.com/v1","kind":"ClusterPolicy","metadata":{"name":"p3"},"spec":{"devicePlugin":{"enabeld":true}}}"#, 400, "BadRequest", "strict decoding error: unknown field \"spec.devicePlugin.enabeld\""),
+        case("CRD enum", "POST", "/apis/nvidia.com/v1/clusterpolicies", policy("p1", r#""devicePlugin":{},"mig":{"strategy":"sometimes"}"#), 422, "Invalid", "spec.mig.strategy: Unsupported value: \"sometimes\""),
+        case("CRD types", "POST", "/apis/nvidia.com/v1/clusterpolicies", policy("p2", r#""devicePlugin":{"enabled":"yes"}"#), 422, "Invalid", "spec.devicePlugin.enabled"),
+        case("fieldValidation=Strict: unknown fields are errors", "POST", "/apis/nvidia.com/v1/clusterpolicies?fieldValidation=Strict", policy("p3", r#""devicePlugin":{"enabeld":true}"#), 400, "BadRequest", "strict decoding error: unknown field \"spec.devicePlugin.enabeld\""),
     ]
 }
 
@@ -120,11 +126,14 @@ async fn bad_requests_get_upstream_answers() -> Result {
     let client = cp.client()?;
     install_crds(&client).await?;
     for c in cases() {
+        let t = Instant::now();
         let (code, status) = send(&client, c.method, &c.path, c.content_type, c.body).await?;
         let msg = status["message"].as_str().unwrap_or_default();
         assert_eq!((code, status["reason"].as_str().unwrap_or_default()), (c.code, c.reason), "{}: {msg}", c.mirrors);
         assert!(msg.contains(c.says), "{}: {msg:?} should say {:?}", c.mirrors, c.says);
-        ready_in(&client).await.map_err(|e| anyhow::anyhow!("{}: unhealthy afterwards: {e}", c.mirrors))?;
+        // A new connection each time: a 413 closes the connection its body came on.
+        let ready = ready_in(&cp.client()?).await.map_err(|e| anyhow::anyhow!("{}: unhealthy afterwards: {e}", c.mirrors))?;
+        println!("{:>3} {:<22} {:>9.1?} then /readyz {ready:?}: {}", c.code, c.reason, t.elapsed(), c.mirrors);
     }
     // Nothing bad was stored, and the valid forms still work.
     let (code, list) = send(&client, "GET", &format!("{NS}/configmaps"), "application/json", vec![]).await?;
@@ -132,8 +141,8 @@ async fn bad_requests_get_upstream_answers() -> Result {
     assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "{list}");
     let (code, _) = send(&client, "POST", &format!("{NS}/configmaps"), "application/yaml", b"metadata:\n  name: from-yaml\n".to_vec()).await?;
     assert_eq!(code, 200, "YAML under a YAML content type");
-    let body = br#"{"apiVersion":"nvidia.com/v1","kind":"ClusterPolicy","metadata":{"name":"ok"},"spec":{"mig":{"strategy":"mixed"},"devicePlugin":{"enabeld":true}}}"#;
-    let (code, cp_obj) = send(&client, "POST", "/apis/nvidia.com/v1/clusterpolicies", "application/json", body.to_vec()).await?;
+    let body = policy("ok", r#""mig":{"strategy":"mixed"},"devicePlugin":{"enabeld":true}"#);
+    let (code, cp_obj) = send(&client, "POST", "/apis/nvidia.com/v1/clusterpolicies", "application/json", body).await?;
     assert_eq!(code, 200, "{cp_obj}");
     assert!(cp_obj.pointer("/spec/devicePlugin/enabeld").is_none(), "unknown field pruned: {cp_obj}");
     Ok(())
@@ -157,7 +166,7 @@ async fn kubectl_sees_schema_errors_and_warnings() -> Result {
         }
     };
     let file = dir.path().join("cp.yaml");
-    std::fs::write(&file, "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata:\n  name: cluster-policy\nspec:\n  devicePlugin:\n    enabeld: true\n")?;
+    std::fs::write(&file, "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata:\n  name: cluster-policy\nspec:\n  devicePlugin:\n    enabeld: true\n  operator: {}\n  daemonsets: {}\n  driver: {}\n  toolkit: {}\n  dcgmExporter: {}\n  dcgm: {}\n  nodeStatusExporter: {}\n  gfd: {}\n")?;
     let f = file.display().to_string();
     let (ok, err) = run(vec!["apply".into(), "--validate=strict".into(), "-f".into(), f.clone()]).await?;
     assert!(!ok && err.contains("unknown field \"spec.devicePlugin.enabeld\""), "strict: {err}");
@@ -196,7 +205,7 @@ async fn readyz_answers_during_nesting_and_idle_connection_attacks() -> Result {
         idle.push(tokio::net::TcpStream::connect(cp.addr()).await?);
     }
     let fresh = cp.client()?;
-    let took = eventually_secs("/readyz with 500 idle connections open", 30, || async { ready_in(&fresh).await }).await?;
+    let took = eventually_secs("/readyz with 500 idle connections open", 30, || async { ready_in(&fresh).await.map(Some) }).await?;
     println!("/readyz on a new connection with 500 idle connections open: {took:?}");
     drop(idle);
     Ok(())
