@@ -79,7 +79,10 @@ pub fn write_private(path: &Path, data: &str) -> Result<(), SimError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let tmp = path.with_file_name(format!(
+        ".{file_name}.{}.tmp",
+        uuid::Uuid::new_v4().simple()
+    ));
     let written = open_private(&tmp, true).and_then(|mut f| {
         f.write_all(data.as_bytes())?;
         f.sync_all()

@@ -142,9 +142,7 @@ pub fn check_object_size(obj: &Value) -> Result<(), ApiError> {
         return Err(ApiError::new(
             413,
             "RequestEntityTooLarge",
-            format!(
-                "etcdserver: request is too large ({size} bytes; limit is {MAX_OBJECT_BYTES})"
-            ),
+            format!("etcdserver: request is too large ({size} bytes; limit is {MAX_OBJECT_BYTES})"),
         ));
     }
     Ok(())
@@ -156,7 +154,10 @@ mod tests {
 
     #[test]
     fn depth_is_counted_outside_strings() {
-        assert_eq!(nesting_depth(br#"{"a":{"b":[1,{"c":"{{{["}]}}"#, 100, false), 4);
+        assert_eq!(
+            nesting_depth(br#"{"a":{"b":[1,{"c":"{{{["}]}}"#, 100, false),
+            4
+        );
         assert_eq!(nesting_depth(br#"{"a":"\"{{"}"#, 100, false), 1);
         assert_eq!(nesting_depth(b"a: '{{{'\nb: [1]", 100, true), 1);
         let deep = "{\"a\":".repeat(100_000);
@@ -194,7 +195,10 @@ mod tests {
     #[test]
     fn sizes() {
         let big = vec![b' '; MAX_REQUEST_BYTES + 1];
-        assert_eq!(body(&big, Format::Json, "create").expect_err("big").code, 413);
+        assert_eq!(
+            body(&big, Format::Json, "create").expect_err("big").code,
+            413
+        );
         let obj = serde_json::json!({"data": {"a": "x".repeat(MAX_OBJECT_BYTES)}});
         assert_eq!(check_object_size(&obj).expect_err("object").code, 413);
         assert!(check_object_size(&serde_json::json!({"a": 1})).is_ok());

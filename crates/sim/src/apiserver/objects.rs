@@ -1,15 +1,17 @@
 //! The verbs on objects: create, get, list, update, patch, delete, plus the pod
 //! subresources binding and eviction. HTTP-free so controllers can call them too.
 
+pub use super::deletion::delete_decision;
+use super::deletion::finish;
+use super::paging::{decode_continue, encode_continue};
 use super::patch::{self, PatchType, apply as ssa, strategic::ListKind};
 use super::resources::ResourceInfo;
+use super::schema::Checks;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::schema::Checks;
 use super::{ApiServer, defaults, now, validate};
 use crate::store::{Mutation, ObjKey};
-use base64::Engine;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Which resource, in which version and namespace ("" for cluster scope) a verb acts on.
@@ -112,7 +114,7 @@ fn generate_suffix() -> String {
 }
 
 /// Compares two objects ignoring resourceVersion and managedFields timestamps.
-fn same_content(a: &Value, b: &Value) -> bool {
+pub(crate) fn same_content(a: &Value, b: &Value) -> bool {
     fn scrub(v: &Value) -> Value {
         let mut v = v.clone();
         if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -604,8 +606,12 @@ impl ApiServer {
                 "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
             ));
         };
-        let applied = super::decode::yaml(body, "apply")
-            .map_err(|e| ApiError::bad_request(format!("invalid apply configuration for {what}: {}", e.message)))?;
+        let applied = super::decode::yaml(body, "apply").map_err(|e| {
+            ApiError::bad_request(format!(
+                "invalid apply configuration for {what}: {}",
+                e.message
+            ))
+        })?;
         if !applied.is_object() {
             return Err(ApiError::bad_request(format!(
                 "the apply configuration for {what} must be an object"
@@ -766,123 +772,4 @@ impl ApiServer {
             self.refresh_crds();
         }
     }
-}
-
-/// What a delete does to `cur`: mark it deleting (finalizers, graceful pods,
-/// namespaces) or remove it.
-pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> Mutation {
-    let mut obj = cur.clone();
-    let mut finalizers: Vec<Value> = cur
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    match opts.propagation.as_deref() {
-        Some("Foreground") if !finalizers.contains(&json!(crate::gc::FOREGROUND)) => {
-            finalizers.push(json!(crate::gc::FOREGROUND))
-        }
-        Some("Orphan") if !finalizers.contains(&json!(crate::gc::ORPHAN)) => {
-            finalizers.push(json!(crate::gc::ORPHAN))
-        }
-        _ => {}
-    }
-    let deleting = cur.pointer("/metadata/deletionTimestamp").is_some();
-    let is_pod = info.builtin && info.plural == "pods";
-    let phase = cur
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let bound = cur
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    let grace = opts
-        .grace_seconds
-        .or_else(|| {
-            cur.pointer("/spec/terminationGracePeriodSeconds")
-                .and_then(Value::as_i64)
-        })
-        .unwrap_or(30);
-    let graceful = is_pod && bound && grace > 0 && phase != "Succeeded" && phase != "Failed";
-    let is_ns = info.builtin && info.plural == "namespaces";
-    if finalizers.is_empty() && !graceful && !is_ns {
-        return Mutation::Delete(obj);
-    }
-    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Mutation::Delete(obj);
-    };
-    if !finalizers.is_empty() {
-        meta.insert("finalizers".into(), Value::Array(finalizers));
-    }
-    if !deleting {
-        let when = chrono::Utc::now() + chrono::Duration::seconds(if graceful { grace } else { 0 });
-        meta.insert(
-            "deletionTimestamp".into(),
-            json!(when.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
-        );
-        meta.insert(
-            "deletionGracePeriodSeconds".into(),
-            json!(if graceful { grace } else { 0 }),
-        );
-    } else if graceful {
-        // A second delete may only shorten the grace period.
-        let cur_grace = meta
-            .get("deletionGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(grace);
-        if grace < cur_grace {
-            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-        }
-    }
-    if is_ns {
-        obj["status"]["phase"] = json!("Terminating");
-    }
-    if same_content(cur, &obj) {
-        Mutation::Unchanged
-    } else {
-        Mutation::Put(obj)
-    }
-}
-
-/// An update of an object being deleted whose last finalizer went away removes it.
-fn finish(obj: Value) -> Mutation {
-    let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
-    let finalizers = obj
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| !f.is_empty());
-    let is_ns = obj.get("kind").and_then(Value::as_str) == Some("Namespace")
-        && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
-    let graceful_pod = obj.get("kind").and_then(Value::as_str) == Some("Pod")
-        && obj
-            .pointer("/metadata/deletionGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            > 0;
-    if deleting && !finalizers && !is_ns && !graceful_pod {
-        Mutation::Delete(obj)
-    } else {
-        Mutation::Put(obj)
-    }
-}
-
-fn encode_continue(key: &(String, String), rv: u64) -> String {
-    let raw = json!({"ns": key.0, "name": key.1, "rv": rv}).to_string();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
-}
-
-/// The last key of the previous page and the list's resourceVersion (absent in old tokens).
-fn decode_continue(tok: &str) -> Result<((String, String), Option<u64>), ApiError> {
-    let bad = || ApiError::bad_request(format!("invalid continue token {tok:?}"));
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(tok)
-        .map_err(|_| bad())?;
-    let v: Map<String, Value> = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(bad)
-    };
-    Ok(((s("ns")?, s("name")?), v.get("rv").and_then(Value::as_u64)))
 }

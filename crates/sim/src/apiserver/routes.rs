@@ -1,12 +1,12 @@
 //! HTTP routing: parses Kubernetes REST paths and query parameters and calls the verbs.
 
+use super::decode::{self, Format};
 use super::objects::{DeleteOpts, ListOpts, Target};
 use super::patch::PatchType;
+use super::schema::{Checks, FieldValidation};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{ApiError, json_response, success_status};
 use super::watch::{self, WatchOpts};
-use super::decode::{self, Format};
-use super::schema::{Checks, FieldValidation};
 use super::{ApiServer, discovery, openapi};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
@@ -312,9 +312,11 @@ async fn resource(
             // Decoding, validation and storage are CPU and disk work: off the async workers,
             // so a hostile body cannot stall `/readyz` or other clients.
             let headers = headers.clone();
-            tokio::task::spawn_blocking(move || write(&srv, method, t, p, &sub, &q, &headers, &body))
-                .await
-                .map_err(|e| ApiError::internal(format!("the request's worker failed: {e}")))?
+            tokio::task::spawn_blocking(move || {
+                write(&srv, method, t, p, &sub, &q, &headers, &body)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("the request's worker failed: {e}")))?
         }
     }
 }
@@ -490,7 +492,10 @@ async fn watch_response(
             format!("{fields},metadata.name={n}")
         };
     }
-    if let Some(rv) = q.get("resourceVersion").filter(|rv| !rv.is_empty() && *rv != "0") {
+    if let Some(rv) = q
+        .get("resourceVersion")
+        .filter(|rv| !rv.is_empty() && *rv != "0")
+    {
         fresh_enough(&srv, rv).await?;
     }
     let opts = WatchOpts {

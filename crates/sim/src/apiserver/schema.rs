@@ -89,16 +89,32 @@ fn flag(schema: &Value, key: &str) -> bool {
 /// `mutate`: prune and default (false inside `allOf`/`anyOf`/`oneOf`, which only constrain).
 fn walk(schema: &Value, v: &mut Value, path: &str, root: bool, w: &mut Walk, mutate: bool) {
     let shown = if path.is_empty() { "<root>" } else { path };
-    let ty = schema.get("type").and_then(Value::as_str).unwrap_or_default();
+    let ty = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if flag(schema, "x-kubernetes-int-or-string") {
         if !(v.is_string() || type_name(v) == "integer") {
-            w.errors.push(FieldError::type_invalid(shown, v, &format!("{shown} in body must be of type integer-or-string: {:?}", type_name(v))));
+            w.errors.push(FieldError::type_invalid(
+                shown,
+                v,
+                &format!(
+                    "{shown} in body must be of type integer-or-string: {:?}",
+                    type_name(v)
+                ),
+            ));
         }
     } else if !ty.is_empty() {
         let actual = type_name(v);
-        let ok = actual == ty || (ty == "number" && actual == "integer") || (v.is_null() && flag(schema, "nullable"));
+        let ok = actual == ty
+            || (ty == "number" && actual == "integer")
+            || (v.is_null() && flag(schema, "nullable"));
         if !ok {
-            w.errors.push(FieldError::type_invalid(shown, v, &format!("{shown} in body must be of type {ty}: {actual:?}")));
+            w.errors.push(FieldError::type_invalid(
+                shown,
+                v,
+                &format!("{shown} in body must be of type {ty}: {actual:?}"),
+            ));
             return;
         }
     }
@@ -110,7 +126,9 @@ fn walk(schema: &Value, v: &mut Value, path: &str, root: bool, w: &mut Walk, mut
     }
     scalar_bounds(schema, v, shown, w);
     for (key, need) in [("allOf", usize::MAX), ("anyOf", 1), ("oneOf", 0)] {
-        let Some(subs) = schema.get(key).and_then(Value::as_array) else { continue };
+        let Some(subs) = schema.get(key).and_then(Value::as_array) else {
+            continue;
+        };
         let mut passing = 0;
         let mut first_errors = Vec::new();
         for s in subs {
@@ -126,7 +144,11 @@ fn walk(schema: &Value, v: &mut Value, path: &str, root: bool, w: &mut Walk, mut
         match key {
             "allOf" => w.errors.extend(first_errors),
             "anyOf" if passing == 0 => w.errors.extend(first_errors),
-            "oneOf" if passing != 1 => w.errors.push(FieldError::invalid(shown, v, &format!("must validate one and only one schema (oneOf); {passing} matched"))),
+            "oneOf" if passing != 1 => w.errors.push(FieldError::invalid(
+                shown,
+                v,
+                &format!("must validate one and only one schema (oneOf); {passing} matched"),
+            )),
             _ => {}
         }
     }
@@ -143,16 +165,27 @@ fn walk(schema: &Value, v: &mut Value, path: &str, root: bool, w: &mut Walk, mut
     }
 }
 
-fn object(schema: &Value, map: &mut Map<String, Value>, path: &str, root: bool, w: &mut Walk, mutate: bool) {
+fn object(
+    schema: &Value,
+    map: &mut Map<String, Value>,
+    path: &str,
+    root: bool,
+    w: &mut Walk,
+    mutate: bool,
+) {
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
-    let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields") || additional == Some(&Value::Bool(true));
+    let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields")
+        || additional == Some(&Value::Bool(true));
     let embedded = flag(schema, "x-kubernetes-embedded-resource");
-    let server_owned = |k: &str| (root || embedded) && matches!(k, "apiVersion" | "kind" | "metadata");
+    let server_owned =
+        |k: &str| (root || embedded) && matches!(k, "apiVersion" | "kind" | "metadata");
     if mutate {
         let keys: Vec<String> = map.keys().cloned().collect();
         for k in keys {
-            let sub = props.and_then(|p| p.get(&k)).or(additional.filter(|a| a.is_object()));
+            let sub = props
+                .and_then(|p| p.get(&k))
+                .or(additional.filter(|a| a.is_object()));
             match sub {
                 Some(s) => {
                     if map.get(&k).is_some_and(Value::is_null) && !flag(s, "nullable") {
@@ -178,12 +211,18 @@ fn object(schema: &Value, map: &mut Map<String, Value>, path: &str, root: bool, 
         if server_owned(k) {
             continue;
         }
-        let sub = props.and_then(|p| p.get(k)).or(additional.filter(|a| a.is_object()));
+        let sub = props
+            .and_then(|p| p.get(k))
+            .or(additional.filter(|a| a.is_object()));
         if let Some(s) = sub {
             walk(s, v, &join(path, k), false, w, mutate);
         }
     }
-    let required = schema.get("required").and_then(Value::as_array).into_iter().flatten();
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
     for r in required.filter_map(Value::as_str) {
         if !map.contains_key(r) {
             w.errors.push(FieldError::required(join(path, r)));
@@ -191,18 +230,37 @@ fn object(schema: &Value, map: &mut Map<String, Value>, path: &str, root: bool, 
     }
     if embedded {
         for r in ["apiVersion", "kind"] {
-            if !map.get(r).is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty())) {
+            if !map
+                .get(r)
+                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            {
                 w.errors.push(FieldError::required(join(path, r)));
             }
         }
     }
     let count = map.len() as u64;
     let shown = if path.is_empty() { "<root>" } else { path };
-    if let Some(min) = schema.get("minProperties").and_then(Value::as_u64).filter(|m| count < *m) {
-        w.errors.push(FieldError::invalid(shown, &Value::from(count), &format!("{shown} in body should have at least {min} properties")));
+    if let Some(min) = schema
+        .get("minProperties")
+        .and_then(Value::as_u64)
+        .filter(|m| count < *m)
+    {
+        w.errors.push(FieldError::invalid(
+            shown,
+            &Value::from(count),
+            &format!("{shown} in body should have at least {min} properties"),
+        ));
     }
-    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64).filter(|m| count > *m) {
-        w.errors.push(FieldError::invalid(shown, &Value::from(count), &format!("{shown} in body should have at most {max} properties")));
+    if let Some(max) = schema
+        .get("maxProperties")
+        .and_then(Value::as_u64)
+        .filter(|m| count > *m)
+    {
+        w.errors.push(FieldError::invalid(
+            shown,
+            &Value::from(count),
+            &format!("{shown} in body should have at most {max} properties"),
+        ));
     }
 }
 
@@ -237,16 +295,24 @@ fn scalar_bounds(schema: &Value, v: &Value, path: &str, w: &mut Walk) {
             if let Some(m) = num("minimum") {
                 let excl = flag(schema, "exclusiveMinimum");
                 if x < m || (excl && x == m) {
-                    bad(format!("{path} in body should be greater than {}{m}", if excl { "" } else { "or equal to " }));
+                    bad(format!(
+                        "{path} in body should be greater than {}{m}",
+                        if excl { "" } else { "or equal to " }
+                    ));
                 }
             }
             if let Some(m) = num("maximum") {
                 let excl = flag(schema, "exclusiveMaximum");
                 if x > m || (excl && x == m) {
-                    bad(format!("{path} in body should be less than {}{m}", if excl { "" } else { "or equal to " }));
+                    bad(format!(
+                        "{path} in body should be less than {}{m}",
+                        if excl { "" } else { "or equal to " }
+                    ));
                 }
             }
-            if schema.get("format").and_then(Value::as_str) == Some("int32") && n.as_i64().is_none_or(|i| i32::try_from(i).is_err()) {
+            if schema.get("format").and_then(Value::as_str) == Some("int32")
+                && n.as_i64().is_none_or(|i| i32::try_from(i).is_err())
+            {
                 bad(format!("{path} in body must be of type int32"));
             }
         }
@@ -311,16 +377,24 @@ mod tests {
 
     #[test]
     fn defaults_prunes_and_keeps_metadata() {
-        let (o, w) = run(json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n"},
+        let (o, w) = run(
+            json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n"},
             "spec": {"mig": {}, "devicePlugin": {"enabeld": false, "config": null},
-                     "extra": {"anything": [1]}, "labels": {"a": "b"}}, "bogus": 1}));
+                     "extra": {"anything": [1]}, "labels": {"a": "b"}}, "bogus": 1}),
+        );
         assert!(w.errors.is_empty(), "{:?}", w.errors);
         assert_eq!(o["spec"]["mig"]["strategy"], "single");
         assert_eq!(o["spec"]["devicePlugin"]["enabled"], true);
-        assert!(o["spec"]["devicePlugin"].get("config").is_none(), "non-nullable null dropped");
+        assert!(
+            o["spec"]["devicePlugin"].get("config").is_none(),
+            "non-nullable null dropped"
+        );
         assert_eq!(o["spec"]["extra"]["anything"], json!([1]));
         assert_eq!(o["metadata"]["name"], "n");
-        assert_eq!(w.unknown, vec!["bogus".to_string(), "spec.devicePlugin.enabeld".into()]);
+        assert_eq!(
+            w.unknown,
+            vec!["bogus".to_string(), "spec.devicePlugin.enabeld".into()]
+        );
     }
 
     #[test]
@@ -329,14 +403,29 @@ mod tests {
         assert_eq!(w.errors.len(), 1);
         assert_eq!(w.errors[0].field, "spec.mig.strategy");
         assert_eq!(w.errors[0].reason, "FieldValueNotSupported");
-        assert!(w.errors[0].message.contains("\"none\", \"single\", \"mixed\""));
+        assert!(
+            w.errors[0]
+                .message
+                .contains("\"none\", \"single\", \"mixed\"")
+        );
         let (_, w) = run(json!({"spec": {}}));
         assert_eq!(w.errors[0].field, "spec.mig");
         assert_eq!(w.errors[0].reason, "FieldValueRequired");
         let (_, w) = run(json!({"spec": {"mig": {}, "replicas": "3", "port": 1.5,
             "since": "yesterday", "labels": {"a": 1}, "template": {"kind": "Pod"}}}));
         let fields: Vec<&str> = w.errors.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["spec.replicas", "spec.port", "spec.since", "spec.labels.a", "spec.template.apiVersion"], "{:?}", w.errors);
+        assert_eq!(
+            fields,
+            [
+                "spec.replicas",
+                "spec.port",
+                "spec.since",
+                "spec.labels.a",
+                "spec.template.apiVersion"
+            ],
+            "{:?}",
+            w.errors
+        );
         let (_, w) = run(json!({"spec": {"mig": {}, "replicas": -1, "port": "http"}}));
         assert_eq!(w.errors.len(), 1, "{:?}", w.errors);
         assert!(w.errors[0].message.contains("greater than or equal to 0"));
@@ -344,8 +433,19 @@ mod tests {
 
     #[test]
     fn modes() {
-        assert_eq!(FieldValidation::parse(None).expect("default"), FieldValidation::Warn);
-        assert_eq!(FieldValidation::parse(Some("Strict")).expect("strict"), FieldValidation::Strict);
-        assert_eq!(FieldValidation::parse(Some("strict")).expect_err("case").code, 400);
+        assert_eq!(
+            FieldValidation::parse(None).expect("default"),
+            FieldValidation::Warn
+        );
+        assert_eq!(
+            FieldValidation::parse(Some("Strict")).expect("strict"),
+            FieldValidation::Strict
+        );
+        assert_eq!(
+            FieldValidation::parse(Some("strict"))
+                .expect_err("case")
+                .code,
+            400
+        );
     }
 }

@@ -137,15 +137,22 @@ impl ApiError {
             [one] => one.to_string(),
             many => format!(
                 "[{}]",
-                many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                many.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         let causes: Vec<Value> = errs
             .iter()
             .map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field}))
             .collect();
-        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {list}"))
-            .with_details(json!({"name": name, "kind": kind, "causes": causes}))
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {list}"),
+        )
+        .with_details(json!({"name": name, "kind": kind, "causes": causes}))
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

@@ -7,7 +7,9 @@
 use super::resources::ResourceInfo;
 use super::status::{ApiError, FieldError};
 use gantry_k8s_rules::Quantity;
-use gantry_k8s_rules::names::{dns_label_problem, dns_subdomain_problem, label_key_problem, label_value_problem};
+use gantry_k8s_rules::names::{
+    dns_label_problem, dns_subdomain_problem, label_key_problem, label_value_problem,
+};
 use serde_json::Value;
 
 /// Upstream's total size limit of a ConfigMap's or Secret's data (1 MiB).
@@ -43,7 +45,11 @@ pub fn name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
         Some(why) => Err(ApiError::invalid_fields(
             &qualified_kind(info),
             name,
-            &[FieldError::invalid("metadata.name", &Value::String(name.into()), &why)],
+            &[FieldError::invalid(
+                "metadata.name",
+                &Value::String(name.into()),
+                &why,
+            )],
         )),
         None => Ok(()),
     }
@@ -65,7 +71,11 @@ pub fn metadata(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), A
             continue;
         };
         let Some(map) = map.as_object() else {
-            return Err(decode_error(info, version, format!("metadata.{field} must be a map of strings")));
+            return Err(decode_error(
+                info,
+                version,
+                format!("metadata.{field} must be a map of strings"),
+            ));
         };
         for (k, v) in map {
             let Some(v) = v.as_str() else {
@@ -89,12 +99,20 @@ pub fn metadata(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), A
     if let Some(f) = meta.get("finalizers").filter(|v| !v.is_null())
         && !f.as_array().is_some_and(|a| a.iter().all(Value::is_string))
     {
-        return Err(decode_error(info, version, "metadata.finalizers must be a list of strings"));
+        return Err(decode_error(
+            info,
+            version,
+            "metadata.finalizers must be a list of strings",
+        ));
     }
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::invalid_fields(&qualified_kind(info), obj_name, &errs))
+        Err(ApiError::invalid_fields(
+            &qualified_kind(info),
+            obj_name,
+            &errs,
+        ))
     }
 }
 
@@ -112,8 +130,15 @@ fn typed<T: serde::de::DeserializeOwned>(
             let inner = e.into_inner().to_string();
             if let Some(field) = inner.strip_prefix("missing field `") {
                 let field = field.trim_end_matches('`');
-                let full = if path == "." { field.to_string() } else { format!("{path}.{field}") };
-                let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+                let full = if path == "." {
+                    field.to_string()
+                } else {
+                    format!("{path}.{field}")
+                };
+                let name = obj
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 return Err(ApiError::invalid_fields(
                     &qualified_kind(info),
                     name,
@@ -174,7 +199,13 @@ fn quantity(
     let s = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
-        other => return Err(decode_error(info, version, format!("{path}: quantity {other} must be a string or number"))),
+        other => {
+            return Err(decode_error(
+                info,
+                version,
+                format!("{path}: quantity {other} must be a string or number"),
+            ));
+        }
     };
     let q = Quantity::parse(&s).map_err(|e| {
         decode_error(
@@ -184,31 +215,55 @@ fn quantity(
         )
     })?;
     if q.is_negative() {
-        errs.push(FieldError::invalid(path, &Value::String(s), "must be greater than or equal to 0"));
+        errs.push(FieldError::invalid(
+            path,
+            &Value::String(s),
+            "must be greater than or equal to 0",
+        ));
         return Ok(());
     }
     let extended = resource.contains('/') && !resource.contains("kubernetes.io/");
     if extended && q.milli_value().is_none_or(|m| m % 1000 != 0) {
-        errs.push(FieldError::invalid(path, &Value::String(s), "must be an integer"));
+        errs.push(FieldError::invalid(
+            path,
+            &Value::String(s),
+            "must be an integer",
+        ));
     }
     Ok(())
 }
 
 /// A pod spec at `at` (`spec`, `spec.template.spec`): containers required and named,
 /// resources well-formed and non-negative, extended resources whole and not overcommitted.
-fn pod_spec(info: &ResourceInfo, version: &str, at: &str, spec: &Value, errs: &mut Vec<FieldError>) -> Result<(), ApiError> {
+fn pod_spec(
+    info: &ResourceInfo,
+    version: &str,
+    at: &str,
+    spec: &Value,
+    errs: &mut Vec<FieldError>,
+) -> Result<(), ApiError> {
     let containers = spec.get("containers").and_then(Value::as_array);
     if containers.is_none_or(Vec::is_empty) {
         errs.push(FieldError::required(format!("{at}.containers")));
     }
     for list in ["initContainers", "containers"] {
-        for (i, c) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (i, c) in spec
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             let cp = format!("{at}.{list}[{i}]");
             match c.get("name").and_then(Value::as_str) {
                 None | Some("") => errs.push(FieldError::required(format!("{cp}.name"))),
                 Some(n) => {
                     if let Some(p) = dns_label_problem(n) {
-                        errs.push(FieldError::invalid(format!("{cp}.name"), &Value::String(n.into()), &p));
+                        errs.push(FieldError::invalid(
+                            format!("{cp}.name"),
+                            &Value::String(n.into()),
+                            &p,
+                        ));
                     }
                 }
             }
@@ -216,7 +271,14 @@ fn pod_spec(info: &ResourceInfo, version: &str, at: &str, spec: &Value, errs: &m
             let map = |k: &str| res.and_then(|r| r.get(k)).and_then(Value::as_object);
             for kind in ["requests", "limits"] {
                 for (r, q) in map(kind).into_iter().flatten() {
-                    quantity(info, version, &format!("{cp}.resources.{kind}[{r}]"), r, q, errs)?;
+                    quantity(
+                        info,
+                        version,
+                        &format!("{cp}.resources.{kind}[{r}]"),
+                        r,
+                        q,
+                        errs,
+                    )?;
                 }
             }
             for (r, req) in map("requests").into_iter().flatten() {
@@ -233,11 +295,18 @@ fn pod_spec(info: &ResourceInfo, version: &str, at: &str, spec: &Value, errs: &m
                         path,
                         "Limit must be set for non overcommitable resources",
                     )),
-                    (Some(q), Some(l)) if extended && q.milli_value() != l.milli_value() => {
-                        errs.push(FieldError::invalid(path, req, &format!("must be equal to {r} limit of {}", l)))
-                    }
+                    (Some(q), Some(l)) if extended && q.milli_value() != l.milli_value() => errs
+                        .push(FieldError::invalid(
+                            path,
+                            req,
+                            &format!("must be equal to {r} limit of {}", l),
+                        )),
                     (Some(q), Some(l)) if q.to_f64() > l.to_f64() => {
-                        errs.push(FieldError::invalid(path, req, &format!("must be less than or equal to {r} limit of {l}")))
+                        errs.push(FieldError::invalid(
+                            path,
+                            req,
+                            &format!("must be less than or equal to {r} limit of {l}"),
+                        ))
                     }
                     _ => {}
                 }
@@ -262,7 +331,11 @@ fn pod_spec_path(info: &ResourceInfo) -> Option<&'static [&'static str]> {
 /// The body's `apiVersion` must be the URL's (or another served version of its group);
 /// upstream refuses the mismatch instead of rewriting it.
 pub fn api_version(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
-    let Some(av) = obj.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty()) else {
+    let Some(av) = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    else {
         return Ok(());
     };
     let (group, ver) = av.rsplit_once('/').unwrap_or(("", av));
@@ -282,13 +355,19 @@ pub fn builtin(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), Ap
         return Ok(());
     }
     decode_builtin(info, version, obj)?;
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let mut errs = Vec::new();
     if let Some(path) = pod_spec_path(info) {
         let spec = path.iter().try_fold(obj, |v, k| v.get(*k));
         match spec {
             Some(spec) => pod_spec(info, version, &path.join("."), spec, &mut errs)?,
-            None => errs.push(FieldError::required(format!("{}.containers", path.join(".")))),
+            None => errs.push(FieldError::required(format!(
+                "{}.containers",
+                path.join(".")
+            ))),
         }
     }
     if matches!(info.kind.as_str(), "ConfigMap" | "Secret") && info.group.is_empty() {
@@ -344,25 +423,57 @@ mod tests {
 
     #[test]
     fn pod_specs() {
-        assert!(check(res(json!({"cpu": "1", "nvidia.com/gpu": 2}), json!({"nvidia.com/gpu": "2"}))).is_ok());
+        assert!(
+            check(res(
+                json!({"cpu": "1", "nvidia.com/gpu": 2}),
+                json!({"nvidia.com/gpu": "2"})
+            ))
+            .is_ok()
+        );
         let e = check(json!({"containers": []})).expect_err("no containers");
         assert_eq!((e.code, e.reason), (422, "Invalid"));
-        assert!(e.message.contains("spec.containers: Required value"), "{}", e.message);
+        assert!(
+            e.message.contains("spec.containers: Required value"),
+            "{}",
+            e.message
+        );
         let e = check(res(json!({"cpu": "-32"}), json!({}))).expect_err("negative");
         assert_eq!(e.code, 422);
-        assert!(e.message.contains("spec.containers[0].resources.requests[cpu]: Invalid value: \"-32\""), "{}", e.message);
+        assert!(
+            e.message
+                .contains("spec.containers[0].resources.requests[cpu]: Invalid value: \"-32\""),
+            "{}",
+            e.message
+        );
         let e = check(res(json!({"memory": "lots"}), json!({}))).expect_err("malformed");
         assert_eq!((e.code, e.reason), (400, "BadRequest"));
-        assert!(e.message.contains("cannot be handled as a Pod"), "{}", e.message);
+        assert!(
+            e.message.contains("cannot be handled as a Pod"),
+            "{}",
+            e.message
+        );
         for gpu in ["1.5", "-1"] {
-            let e = check(res(json!({"nvidia.com/gpu": gpu}), json!({"nvidia.com/gpu": gpu}))).expect_err(gpu);
+            let e = check(res(
+                json!({"nvidia.com/gpu": gpu}),
+                json!({"nvidia.com/gpu": gpu}),
+            ))
+            .expect_err(gpu);
             assert_eq!(e.code, 422, "{gpu}: {}", e.message);
         }
         let e = check(res(json!({"nvidia.com/gpu": "1"}), json!({}))).expect_err("no limit");
         assert!(e.message.contains("non overcommitable"), "{}", e.message);
         let e = check(res(json!({"cpu": "2"}), json!({"cpu": "1"}))).expect_err("over limit");
-        assert!(e.message.contains("less than or equal to cpu limit"), "{}", e.message);
-        let e = builtin(&info("", "pods", "Pod"), "v1", &json!({"metadata": {"name": "p"}, "spec": "x"})).expect_err("spec string");
+        assert!(
+            e.message.contains("less than or equal to cpu limit"),
+            "{}",
+            e.message
+        );
+        let e = builtin(
+            &info("", "pods", "Pod"),
+            "v1",
+            &json!({"metadata": {"name": "p"}, "spec": "x"}),
+        )
+        .expect_err("spec string");
         assert_eq!(e.code, 400, "{}", e.message);
     }
 
@@ -372,15 +483,36 @@ mod tests {
         assert_eq!(name(&cm, "dots..dots").expect_err("dots").code, 422);
         assert!(name(&cm, "a.b-c").is_ok());
         assert!(name(&info("", "namespaces", "Namespace"), "a.b").is_err());
-        assert!(name(&info("rbac.authorization.k8s.io", "roles", "Role"), "system:x").is_ok());
-        let e = builtin(&cm, "v1", &json!({"metadata": {"name": "c", "labels": {"a": 1}}})).expect_err("number label");
+        assert!(
+            name(
+                &info("rbac.authorization.k8s.io", "roles", "Role"),
+                "system:x"
+            )
+            .is_ok()
+        );
+        let e = builtin(
+            &cm,
+            "v1",
+            &json!({"metadata": {"name": "c", "labels": {"a": 1}}}),
+        )
+        .expect_err("number label");
         assert_eq!(e.code, 400);
-        let e = builtin(&cm, "v1", &json!({"metadata": {"name": "c", "labels": {"bad key": "x"}}})).expect_err("bad key");
+        let e = builtin(
+            &cm,
+            "v1",
+            &json!({"metadata": {"name": "c", "labels": {"bad key": "x"}}}),
+        )
+        .expect_err("bad key");
         assert_eq!(e.code, 422);
         let big = json!({"metadata": {"name": "c"}, "data": {"a": "x".repeat(MAX_CONFIG_BYTES)}});
         assert_eq!(builtin(&cm, "v1", &big).expect_err("big").code, 422);
         let ev = info("", "events", "Event");
-        let e = builtin(&ev, "v1", &json!({"metadata": {"name": "e"}, "count": "many"})).expect_err("count");
+        let e = builtin(
+            &ev,
+            "v1",
+            &json!({"metadata": {"name": "e"}, "count": "many"}),
+        )
+        .expect_err("count");
         assert!(e.message.contains("count"), "{}", e.message);
     }
 }

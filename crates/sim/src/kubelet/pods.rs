@@ -396,7 +396,9 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         message: String::new(),
     };
     // ---- admission: the node, then volumes (waiting, as the kubelet does) ----
-    if let Ok(n) = Api::<Node>::all(ctx.env.client.clone()).get(&node.name).await
+    if let Ok(n) = Api::<Node>::all(ctx.env.client.clone())
+        .get(&node.name)
+        .await
         && let Some((reason, message)) = volumes::node_refuses(&spec, &n)
     {
         ctx.patch_status("Failed", &waiting, None, 0, Some((&reason, &message)))
@@ -496,8 +498,14 @@ async fn mount_volumes(ctx: &mut Ctx, spec: &PodSpec, waiting: &CState) -> bool 
         else {
             return true;
         };
-        volumes::warn_event(&ctx.env.client, &ctx.r, &ctx.node.name, "FailedMount", &message)
-            .await;
+        volumes::warn_event(
+            &ctx.env.client,
+            &ctx.r,
+            &ctx.node.name,
+            "FailedMount",
+            &message,
+        )
+        .await;
         ctx.patch_status("Pending", waiting, None, 0, None).await;
         let stopped = tokio::select! {
             _ = tokio::time::sleep(delay) => false,

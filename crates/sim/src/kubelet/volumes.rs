@@ -4,8 +4,10 @@
 //! never passed through a scheduler for), and every ConfigMap and Secret the pod's volumes
 //! name exists (else the pod stays `ContainerCreating` with `FailedMount` events).
 
-use gantry_k8s_rules::taints::{TaintEffect, taints_from_k8s, tolerations_from_k8s, untolerated_taint};
 use gantry_k8s_rules::RequiredNodeAffinity;
+use gantry_k8s_rules::taints::{
+    TaintEffect, taints_from_k8s, tolerations_from_k8s, untolerated_taint,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, PodSpec, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -18,13 +20,19 @@ pub fn node_refuses(spec: &PodSpec, node: &Node) -> Option<(String, String)> {
     if !required.matches(&name, &labels) {
         return Some((
             "NodeAffinity".into(),
-            "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector".into(),
+            "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+                .into(),
         ));
     }
-    let taints: Vec<_> = taints_from_k8s(node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default())
-        .into_iter()
-        .filter(|t| t.effect == TaintEffect::NoExecute)
-        .collect();
+    let taints: Vec<_> = taints_from_k8s(
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default(),
+    )
+    .into_iter()
+    .filter(|t| t.effect == TaintEffect::NoExecute)
+    .collect();
     let tolerations = tolerations_from_k8s(spec.tolerations.as_deref().unwrap_or_default());
     untolerated_taint(&taints, &tolerations).map(|t| {
         (
@@ -53,7 +61,11 @@ pub fn required_sources(spec: &PodSpec) -> Vec<Source> {
             if optional != Some(true)
                 && let Some(n) = name
             {
-                out.push(Source { volume: v.name.clone(), kind, name: n.clone() });
+                out.push(Source {
+                    volume: v.name.clone(),
+                    kind,
+                    name: n.clone(),
+                });
             }
         };
         if let Some(cm) = &v.config_map {
@@ -75,14 +87,27 @@ pub fn required_sources(spec: &PodSpec) -> Vec<Source> {
 }
 
 /// The first required source that does not exist, as the kubelet's mount error.
-pub async fn first_missing(client: &kube::Client, namespace: &str, spec: &PodSpec) -> Option<(Source, String)> {
+pub async fn first_missing(
+    client: &kube::Client,
+    namespace: &str,
+    spec: &PodSpec,
+) -> Option<(Source, String)> {
     for s in required_sources(spec) {
         let found = match s.kind {
-            "configmap" => Api::<ConfigMap>::namespaced(client.clone(), namespace).get_opt(&s.name).await.map(|o| o.is_some()),
-            _ => Api::<Secret>::namespaced(client.clone(), namespace).get_opt(&s.name).await.map(|o| o.is_some()),
+            "configmap" => Api::<ConfigMap>::namespaced(client.clone(), namespace)
+                .get_opt(&s.name)
+                .await
+                .map(|o| o.is_some()),
+            _ => Api::<Secret>::namespaced(client.clone(), namespace)
+                .get_opt(&s.name)
+                .await
+                .map(|o| o.is_some()),
         };
         if !matches!(found, Ok(true)) {
-            let msg = format!("MountVolume.SetUp failed for volume {:?} : {} {:?} not found", s.volume, s.kind, s.name);
+            let msg = format!(
+                "MountVolume.SetUp failed for volume {:?} : {} {:?} not found",
+                s.volume, s.kind, s.name
+            );
             return Some((s, msg));
         }
     }
@@ -90,7 +115,13 @@ pub async fn first_missing(client: &kube::Client, namespace: &str, spec: &PodSpe
 }
 
 /// Records a `Warning` event on the pod from this node's kubelet.
-pub async fn warn_event(client: &kube::Client, pod: &crate::kubelet::PodRef, node: &str, reason: &str, message: &str) {
+pub async fn warn_event(
+    client: &kube::Client,
+    pod: &crate::kubelet::PodRef,
+    node: &str,
+    reason: &str,
+    message: &str,
+) {
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let ev: Event = match serde_json::from_value(json!({
         "metadata": {"generateName": format!("{}.", pod.name), "namespace": pod.namespace},
@@ -102,7 +133,10 @@ pub async fn warn_event(client: &kube::Client, pod: &crate::kubelet::PodRef, nod
         Ok(e) => e,
         Err(_) => return,
     };
-    if let Err(e) = Api::<Event>::namespaced(client.clone(), &pod.namespace).create(&PostParams::default(), &ev).await {
+    if let Err(e) = Api::<Event>::namespaced(client.clone(), &pod.namespace)
+        .create(&PostParams::default(), &ev)
+        .await
+    {
         tracing::debug!(pod = %pod.name, error = %e, "event not recorded");
     }
 }
@@ -126,20 +160,39 @@ mod tests {
             .into_iter()
             .map(|s| (s.kind, s.name))
             .collect();
-        assert_eq!(got, vec![("configmap", "cm".to_string()), ("secret", "p".to_string())]);
+        assert_eq!(
+            got,
+            vec![("configmap", "cm".to_string()), ("secret", "p".to_string())]
+        );
     }
 
     #[test]
     fn affinity_and_no_execute_taints() {
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "labels": {"gpu": "yes"}},
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": "n1", "labels": {"gpu": "yes"}},
             "spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoExecute"},
-                                {"key": "soft", "effect": "NoSchedule"}]}})).expect("node");
+                                {"key": "soft", "effect": "NoSchedule"}]}}))
+            .expect("node");
         let tolerating = json!([{"key": "dedicated", "operator": "Exists"}]);
-        let ok = spec(json!({"containers": [], "nodeSelector": {"gpu": "yes"}, "tolerations": tolerating}));
-        assert_eq!(node_refuses(&ok, &node), None, "NoSchedule taints do not matter to the kubelet");
-        let wrong = spec(json!({"containers": [], "nodeSelector": {"gpu": "no"}, "tolerations": tolerating}));
-        assert_eq!(node_refuses(&wrong, &node).expect("affinity").0, "NodeAffinity");
+        let ok = spec(
+            json!({"containers": [], "nodeSelector": {"gpu": "yes"}, "tolerations": tolerating}),
+        );
+        assert_eq!(
+            node_refuses(&ok, &node),
+            None,
+            "NoSchedule taints do not matter to the kubelet"
+        );
+        let wrong = spec(
+            json!({"containers": [], "nodeSelector": {"gpu": "no"}, "tolerations": tolerating}),
+        );
+        assert_eq!(
+            node_refuses(&wrong, &node).expect("affinity").0,
+            "NodeAffinity"
+        );
         let untolerated = spec(json!({"containers": []}));
-        assert_eq!(node_refuses(&untolerated, &node).expect("taint").0, "TaintToleration");
+        assert_eq!(
+            node_refuses(&untolerated, &node).expect("taint").0,
+            "TaintToleration"
+        );
     }
 }

@@ -148,7 +148,11 @@ pub fn host_allowed(host: Option<&str>, port: u16) -> bool {
         _ => (host, None),
     };
     let port_ok = p.is_none_or(|p| p.parse::<u16>() == Ok(port));
-    port_ok && matches!(name.to_ascii_lowercase().as_str(), "127.0.0.1" | "localhost" | "[::1]")
+    port_ok
+        && matches!(
+            name.to_ascii_lowercase().as_str(),
+            "127.0.0.1" | "localhost" | "[::1]"
+        )
 }
 
 /// Serve the page on `127.0.0.1:port` (0 = any free port). Loopback only: the page shows
@@ -167,7 +171,11 @@ pub async fn serve(collector: Collector, port: u16) -> std::io::Result<UiServer>
             next.run(req).await
         } else {
             use axum::response::IntoResponse;
-            (http::StatusCode::FORBIDDEN, "forbidden: unexpected Host header").into_response()
+            (
+                http::StatusCode::FORBIDDEN,
+                "forbidden: unexpected Host header",
+            )
+                .into_response()
         }
     };
     let app = axum::Router::new()
@@ -196,10 +204,21 @@ mod tests {
 
     #[test]
     fn only_loopback_hosts() {
-        for ok in ["127.0.0.1:8080", "localhost:8080", "LOCALHOST", "[::1]:8080", "127.0.0.1"] {
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "127.0.0.1",
+        ] {
             assert!(host_allowed(Some(ok), 8080), "{ok}");
         }
-        for bad in ["evil.example:8080", "127.0.0.1:9090", "127.0.0.1.evil.example:8080", ""] {
+        for bad in [
+            "evil.example:8080",
+            "127.0.0.1:9090",
+            "127.0.0.1.evil.example:8080",
+            "",
+        ] {
             assert!(!host_allowed(Some(bad), 8080), "{bad}");
         }
         assert!(!host_allowed(None, 8080));
