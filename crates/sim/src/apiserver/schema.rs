@@ -230,10 +230,7 @@ fn object(
     }
     if embedded {
         for r in ["apiVersion", "kind"] {
-            if !map
-                .get(r)
-                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
-            {
+            if map.get(r).and_then(Value::as_str).is_none_or(str::is_empty) {
                 w.errors.push(FieldError::required(join(path, r)));
             }
         }
