@@ -167,9 +167,33 @@ pub fn crd_files() -> Result<Vec<(String, String)>, CrdError> {
                 name: name.clone(),
                 source,
             })?;
-            Ok((format!("{name}.yaml"), format!("---\n{body}")))
+            Ok((
+                format!("{name}.yaml"),
+                format!("---\n{}", quote_yaml11_booleans(&body)),
+            ))
         })
         .collect()
+}
+
+/// Quotes plain scalars YAML 1.1 reads as booleans (`on`, `off`, `yes`, `no`, `y`, `n`):
+/// the serializer writes YAML 1.2, but Helm and kubectl read YAML 1.1, where the enum
+/// `[on, off]` would become `[true, false]` and the string `"off"` fail validation.
+fn quote_yaml11_booleans(yaml: &str) -> String {
+    const WORDS: [&str; 6] = ["on", "off", "yes", "no", "y", "n"];
+    let mut out = String::with_capacity(yaml.len());
+    for line in yaml.lines() {
+        let (head, word) = match line.rsplit_once(' ') {
+            Some((h, w)) if h.trim_end().ends_with(['-', ':']) => (h, w),
+            _ => (line, ""),
+        };
+        if WORDS.contains(&word.to_ascii_lowercase().as_str()) {
+            out.push_str(&format!("{head} \"{word}\""));
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The OpenAPI v3 schema of a kind served at `apiVersion`, for offline validation.
@@ -279,6 +303,18 @@ fn structural(v: &Value, at: &str, in_junctor: bool, out: &mut Vec<String>) {
     }
     if let Some(a) = m.get("additionalProperties").filter(|a| a.is_object()) {
         structural(a, &format!("{at}/additionalProperties"), in_junctor, out);
+    }
+}
+
+#[cfg(test)]
+mod yaml11_tests {
+    #[test]
+    fn yaml11_booleans_are_quoted() {
+        let y = "enum:\n- on\n- off\n- devtools\nmode: yes\nname: nope\n";
+        assert_eq!(
+            super::quote_yaml11_booleans(y),
+            "enum:\n- \"on\"\n- \"off\"\n- devtools\nmode: \"yes\"\nname: nope\n"
+        );
     }
 }
 

@@ -39,6 +39,21 @@ pub fn dns_subdomain_problem(s: &str) -> Option<String> {
     }
 }
 
+/// A lowercase RFC 1123 label (`my-name`), as namespace names must be.
+pub fn dns_label_problem(s: &str) -> Option<String> {
+    if s.len() > NAME_MAX {
+        return Some(format!("must be no more than {NAME_MAX} characters"));
+    }
+    if s.contains('.') || dns_subdomain_problem(s).is_some() {
+        return Some(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or \
+             '-', and must start and end with an alphanumeric character"
+                .into(),
+        );
+    }
+    None
+}
+
 /// What is wrong with a label key (`[prefix/]name`), or `None` when it is valid.
 pub fn label_key_problem(key: &str) -> Option<String> {
     let parts: Vec<&str> = key.split('/').collect();
@@ -131,6 +146,18 @@ mod tests {
             &"a".repeat(64),
         ] {
             assert!(!is_label_key(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(dns_subdomain_problem("a.b-c.d").is_none());
+        for bad in ["dots..dots", ".a", "a.", "A", "a_b", ""] {
+            assert!(dns_subdomain_problem(bad).is_some(), "{bad:?}");
+        }
+        assert!(dns_label_problem("kube-system").is_none());
+        for bad in ["a.b", "-a", &"a".repeat(64)] {
+            assert!(dns_label_problem(bad).is_some(), "{bad:?}");
         }
     }
 

@@ -5,8 +5,6 @@
 use crate::apiserver::ApiServer;
 use crate::store::{SqliteBackend, Store};
 use crate::{SimError, gc, kubeconfig, tls};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,7 +102,13 @@ impl ControlPlane {
         )?;
         let (stop, stop_rx) = watch::channel(false);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&material)?);
-        let serve = tokio::spawn(serve(listener, acceptor, api.clone(), stop_rx.clone()));
+        let serve = tokio::spawn(crate::serve::serve(
+            listener,
+            acceptor,
+            api.clone(),
+            stop_rx.clone(),
+            crate::serve::connection_limit(),
+        ));
         let collector = tokio::spawn(gc::run(api.clone(), stop_rx));
         Ok(Self {
             api,
@@ -187,48 +191,4 @@ impl Drop for ControlPlane {
             t.abort();
         }
     }
-}
-
-async fn serve(
-    listener: TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-    api: Arc<ApiServer>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let router = api.router();
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.changed() => break,
-            a = listener.accept() => a,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a connection");
-                continue;
-            }
-        };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(router.clone());
-        conns.spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-            };
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended");
-            }
-        });
-        while conns.try_join_next().is_some() {}
-    }
-    conns.abort_all();
 }

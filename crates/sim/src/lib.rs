@@ -10,6 +10,7 @@ pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod nodes;
+pub mod serve;
 pub mod store;
 pub mod tls;
 pub mod ui;

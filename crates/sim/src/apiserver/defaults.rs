@@ -1,39 +1,8 @@
-//! Per-type behaviour on create and update: defaults, name rules, CRD status.
+//! Per-type behaviour on create and update: defaults and CRD status.
 
 use super::resources::ResourceInfo;
 use super::status::ApiError;
 use serde_json::{Value, json};
-
-/// Checks an object name the way the real server does for the type.
-pub fn validate_name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
-    let bad = |why: &str| Err(ApiError::invalid(&info.kind, name, "metadata.name", why));
-    if info.group == "rbac.authorization.k8s.io" {
-        if name == "." || name == ".." || name.contains('/') || name.contains('%') {
-            return bad("may not be '.', '..' or contain '/' or '%'");
-        }
-        return Ok(());
-    }
-    let max = if info.plural == "namespaces" { 63 } else { 253 };
-    let allowed = |c: char| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && max == 253)
-    };
-    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if name.len() > max
-        || !name.chars().all(allowed)
-        || !edge_ok(name.chars().next())
-        || !edge_ok(name.chars().last())
-    {
-        return bad(&format!(
-            "a lowercase RFC 1123 {} must consist of lower case alphanumeric characters{}, and must start and end with an alphanumeric character (at most {max} characters)",
-            if max == 63 { "label" } else { "subdomain" },
-            if max == 63 { " or '-'" } else { ", '-' or '.'" }
-        ));
-    }
-    if info.plural == "customresourcedefinitions" {
-        return Ok(());
-    }
-    Ok(())
-}
 
 /// Type-specific state on create (after generic metadata is set).
 pub fn on_create(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {

@@ -2,17 +2,23 @@
 //! [`Store`]. `router()` gives the axum service the control plane serves over HTTPS.
 
 pub mod bench;
+mod checks;
+pub mod decode;
 pub mod defaults;
+mod deletion;
 pub mod discovery;
 pub mod objects;
 pub mod openapi;
+mod paging;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;
 pub mod routes;
+pub mod schema;
 pub mod selectors;
 pub mod status;
 pub mod table;
+pub mod validate;
 pub mod watch;
 
 use crate::store::Store;
@@ -23,9 +29,6 @@ use resources::Registry;
 use serde_json::json;
 use status::ApiError;
 use std::sync::{Arc, OnceLock};
-
-/// Largest request body accepted.
-const MAX_BODY: usize = 64 << 20;
 
 /// The current time as Kubernetes writes it (RFC 3339, seconds).
 pub fn now() -> String {
@@ -112,8 +115,17 @@ impl ApiServer {
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| t.trim() == token)
+            .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()))
     }
+}
+
+/// Compares secrets in time that depends only on their lengths, not on where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
@@ -121,19 +133,25 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
         return ApiError::unauthorized().into_response();
     }
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+    let body = match axum::body::to_bytes(body, decode::MAX_REQUEST_BYTES).await {
         Ok(b) => b,
         Err(e) => {
-            return ApiError::new(
-                413,
-                "RequestEntityTooLarge",
-                format!("reading the request body: {e}"),
-            )
-            .into_response();
+            tracing::debug!(error = %e, "request body refused");
+            return decode::too_large(decode::MAX_REQUEST_BYTES).into_response();
         }
     };
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or_default().to_string();
     tracing::debug!(method = %parts.method, %path, %query, "request");
     routes::handle(srv, parts.method, &path, &query, parts.headers, body).await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn constant_time_eq_compares() {
+        assert!(super::constant_time_eq(b"abc", b"abc"));
+        assert!(!super::constant_time_eq(b"abc", b"abd"));
+        assert!(!super::constant_time_eq(b"abc", b"ab"));
+    }
 }

@@ -1,14 +1,17 @@
 //! The verbs on objects: create, get, list, update, patch, delete, plus the pod
 //! subresources binding and eviction. HTTP-free so controllers can call them too.
 
+pub use super::deletion::delete_decision;
+use super::deletion::finish;
+use super::paging::{decode_continue, encode_continue};
 use super::patch::{self, PatchType, apply as ssa, strategic::ListKind};
 use super::resources::ResourceInfo;
+use super::schema::Checks;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use super::{ApiServer, defaults, now};
+use super::{ApiServer, defaults, now, validate};
 use crate::store::{Mutation, ObjKey};
-use base64::Engine;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Which resource, in which version and namespace ("" for cluster scope) a verb acts on.
@@ -111,7 +114,7 @@ fn generate_suffix() -> String {
 }
 
 /// Compares two objects ignoring resourceVersion and managedFields timestamps.
-fn same_content(a: &Value, b: &Value) -> bool {
+pub(crate) fn same_content(a: &Value, b: &Value) -> bool {
     fn scrub(v: &Value) -> Value {
         let mut v = v.clone();
         if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -161,7 +164,13 @@ impl ApiServer {
     }
 
     /// Fills in server-set metadata of a new object and checks it.
-    fn prepare_create(&self, t: &Target, mut obj: Value, manager: &str) -> Result<Value, ApiError> {
+    fn prepare_create(
+        &self,
+        t: &Target,
+        mut obj: Value,
+        manager: &str,
+        checks: &mut Checks,
+    ) -> Result<Value, ApiError> {
         let info = &t.info;
         if !obj.is_object() {
             return Err(ApiError::bad_request(format!(
@@ -177,6 +186,8 @@ impl ApiServer {
                 info.plural, info.kind
             )));
         }
+        validate::api_version(info, &t.version, &obj)?;
+        validate::metadata(info, &t.version, &obj)?;
         obj["apiVersion"] = json!(t.api_version());
         obj["kind"] = json!(info.kind);
         if !obj.get("metadata").is_some_and(Value::is_object) {
@@ -198,7 +209,7 @@ impl ApiServer {
                 }
             }
         }
-        defaults::validate_name(info, &name)?;
+        validate::name(info, &name)?;
         let body_ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
         let now = now();
         let meta = obj["metadata"]
@@ -229,6 +240,7 @@ impl ApiServer {
             meta.remove(k);
         }
         defaults::on_create(info, &mut obj)?;
+        self.check_object(t, &mut obj, checks)?;
         let lk = t.list_kinds();
         let writer = ssa::Writer {
             manager,
@@ -248,6 +260,7 @@ impl ApiServer {
         mut new: Value,
         sub: &str,
         manager: Option<&str>,
+        checks: &mut Checks,
     ) -> Result<Mutation, ApiError> {
         let info = &t.info;
         let name = meta_str(cur, "name").unwrap_or_default().to_string();
@@ -257,6 +270,7 @@ impl ApiServer {
                 info.kind
             )));
         }
+        validate::api_version(info, &t.version, &new)?;
         if let Some(rv) = meta_str(&new, "resourceVersion")
             && !rv.is_empty()
             && rv != rv_of(cur)
@@ -368,6 +382,7 @@ impl ApiServer {
             }
             new
         };
+        self.check_object(t, &mut out, checks)?;
         if spec_part(info, cur) != spec_part(info, &out) {
             let g = cur
                 .pointer("/metadata/generation")
@@ -393,8 +408,20 @@ impl ApiServer {
     }
 
     pub fn create(&self, t: &Target, body: Value, manager: &str) -> Result<Value, ApiError> {
+        self.create_checked(t, body, manager, &mut Checks::default())
+    }
+
+    /// Create with the request's `fieldValidation`, collecting its warnings.
+    pub fn create_checked(
+        &self,
+        t: &Target,
+        body: Value,
+        manager: &str,
+        checks: &mut Checks,
+    ) -> Result<Value, ApiError> {
         self.ensure_namespace(t)?;
-        let obj = self.prepare_create(t, body, manager)?;
+        checks.schema = self.crd_schema(t);
+        let obj = self.prepare_create(t, body, manager, checks)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = t.key(&name);
         let out = self.store.mutate(&key, |cur, _| match cur {
@@ -488,9 +515,23 @@ impl ApiServer {
         body: Value,
         manager: &str,
     ) -> Result<Value, ApiError> {
+        self.update_checked(t, name, sub, body, manager, &mut Checks::default())
+    }
+
+    /// Update with the request's `fieldValidation`, collecting its warnings.
+    pub fn update_checked(
+        &self,
+        t: &Target,
+        name: &str,
+        sub: &str,
+        body: Value,
+        manager: &str,
+        checks: &mut Checks,
+    ) -> Result<Value, ApiError> {
+        checks.schema = self.crd_schema(t);
         let out = self.store.mutate(&t.key(name), |cur, _| match cur {
             None => Err(t.not_found(name)),
-            Some(cur) => self.prepare_update(t, cur, body, sub, Some(manager)),
+            Some(cur) => self.prepare_update(t, cur, body, sub, Some(manager), checks),
         })?;
         self.after_write(t);
         Ok(t.present(&out.unwrap_or_default()))
@@ -509,14 +550,32 @@ impl ApiServer {
         manager: Option<&str>,
         force: bool,
     ) -> Result<(Value, bool), ApiError> {
+        let mut checks = Checks::default();
+        self.patch_checked(t, name, sub, kind, body, manager, force, &mut checks)
+    }
+
+    /// Patch with the request's `fieldValidation`, collecting its warnings.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_checked(
+        &self,
+        t: &Target,
+        name: &str,
+        sub: &str,
+        kind: PatchType,
+        body: &[u8],
+        manager: Option<&str>,
+        force: bool,
+        checks: &mut Checks,
+    ) -> Result<(Value, bool), ApiError> {
         let what = format!("{} {name}", t.info.kind);
+        checks.schema = self.crd_schema(t);
         if kind == PatchType::Strategic && !t.info.builtin {
             return Err(ApiError::unsupported_media_type(
                 "application/strategic-merge-patch+json (custom resources take merge, JSON or apply patches)",
             ));
         }
         if kind == PatchType::Apply {
-            return self.server_side_apply(t, name, sub, body, manager, force, &what);
+            return self.server_side_apply(t, name, sub, body, manager, force, &what, checks);
         }
         let out = self.store.mutate(&t.key(name), |cur, _| {
             let Some(cur) = cur else {
@@ -524,7 +583,7 @@ impl ApiServer {
             };
             let patched = patch::apply_simple(kind, cur, body, &what)?;
             let manager = manager.unwrap_or("unknown");
-            self.prepare_update(t, cur, patched, sub, Some(manager))
+            self.prepare_update(t, cur, patched, sub, Some(manager), checks)
         })?;
         self.after_write(t);
         Ok((t.present(&out.unwrap_or_default()), false))
@@ -540,14 +599,18 @@ impl ApiServer {
         manager: Option<&str>,
         force: bool,
         what: &str,
+        checks: &mut Checks,
     ) -> Result<(Value, bool), ApiError> {
         let Some(manager) = manager.filter(|m| !m.is_empty()) else {
             return Err(ApiError::bad_request(
                 "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
             ));
         };
-        let applied: Value = serde_yaml::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("invalid apply configuration for {what}: {e}"))
+        let applied = super::decode::yaml(body, "apply").map_err(|e| {
+            ApiError::bad_request(format!(
+                "invalid apply configuration for {what}: {}",
+                e.message
+            ))
         })?;
         if !applied.is_object() {
             return Err(ApiError::bad_request(format!(
@@ -583,7 +646,7 @@ impl ApiServer {
                 let mut obj = ssa::apply(None, &applied, &writer, force, &lk)?;
                 obj["metadata"]["name"] = json!(name);
                 let mf = obj.pointer("/metadata/managedFields").cloned();
-                let mut obj = self.prepare_create(t, obj, manager)?;
+                let mut obj = self.prepare_create(t, obj, manager, checks)?;
                 if let Some(mf) = mf {
                     obj["metadata"]["managedFields"] = mf;
                 }
@@ -597,7 +660,7 @@ impl ApiServer {
                 }
                 let merged = ssa::apply(Some(cur), &applied, &writer, force, &lk)?;
                 let mf = merged.pointer("/metadata/managedFields").cloned();
-                let mut m = self.prepare_update(t, cur, merged, sub, None)?;
+                let mut m = self.prepare_update(t, cur, merged, sub, None, checks)?;
                 if let Mutation::Put(obj) | Mutation::Delete(obj) = &mut m {
                     match mf {
                         Some(mf) => obj["metadata"]["managedFields"] = mf,
@@ -709,123 +772,4 @@ impl ApiServer {
             self.refresh_crds();
         }
     }
-}
-
-/// What a delete does to `cur`: mark it deleting (finalizers, graceful pods,
-/// namespaces) or remove it.
-pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> Mutation {
-    let mut obj = cur.clone();
-    let mut finalizers: Vec<Value> = cur
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    match opts.propagation.as_deref() {
-        Some("Foreground") if !finalizers.contains(&json!(crate::gc::FOREGROUND)) => {
-            finalizers.push(json!(crate::gc::FOREGROUND))
-        }
-        Some("Orphan") if !finalizers.contains(&json!(crate::gc::ORPHAN)) => {
-            finalizers.push(json!(crate::gc::ORPHAN))
-        }
-        _ => {}
-    }
-    let deleting = cur.pointer("/metadata/deletionTimestamp").is_some();
-    let is_pod = info.builtin && info.plural == "pods";
-    let phase = cur
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let bound = cur
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    let grace = opts
-        .grace_seconds
-        .or_else(|| {
-            cur.pointer("/spec/terminationGracePeriodSeconds")
-                .and_then(Value::as_i64)
-        })
-        .unwrap_or(30);
-    let graceful = is_pod && bound && grace > 0 && phase != "Succeeded" && phase != "Failed";
-    let is_ns = info.builtin && info.plural == "namespaces";
-    if finalizers.is_empty() && !graceful && !is_ns {
-        return Mutation::Delete(obj);
-    }
-    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Mutation::Delete(obj);
-    };
-    if !finalizers.is_empty() {
-        meta.insert("finalizers".into(), Value::Array(finalizers));
-    }
-    if !deleting {
-        let when = chrono::Utc::now() + chrono::Duration::seconds(if graceful { grace } else { 0 });
-        meta.insert(
-            "deletionTimestamp".into(),
-            json!(when.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
-        );
-        meta.insert(
-            "deletionGracePeriodSeconds".into(),
-            json!(if graceful { grace } else { 0 }),
-        );
-    } else if graceful {
-        // A second delete may only shorten the grace period.
-        let cur_grace = meta
-            .get("deletionGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(grace);
-        if grace < cur_grace {
-            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-        }
-    }
-    if is_ns {
-        obj["status"]["phase"] = json!("Terminating");
-    }
-    if same_content(cur, &obj) {
-        Mutation::Unchanged
-    } else {
-        Mutation::Put(obj)
-    }
-}
-
-/// An update of an object being deleted whose last finalizer went away removes it.
-fn finish(obj: Value) -> Mutation {
-    let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
-    let finalizers = obj
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| !f.is_empty());
-    let is_ns = obj.get("kind").and_then(Value::as_str) == Some("Namespace")
-        && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
-    let graceful_pod = obj.get("kind").and_then(Value::as_str) == Some("Pod")
-        && obj
-            .pointer("/metadata/deletionGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            > 0;
-    if deleting && !finalizers && !is_ns && !graceful_pod {
-        Mutation::Delete(obj)
-    } else {
-        Mutation::Put(obj)
-    }
-}
-
-fn encode_continue(key: &(String, String), rv: u64) -> String {
-    let raw = json!({"ns": key.0, "name": key.1, "rv": rv}).to_string();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
-}
-
-/// The last key of the previous page and the list's resourceVersion (absent in old tokens).
-fn decode_continue(tok: &str) -> Result<((String, String), Option<u64>), ApiError> {
-    let bad = || ApiError::bad_request(format!("invalid continue token {tok:?}"));
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(tok)
-        .map_err(|_| bad())?;
-    let v: Map<String, Value> = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(bad)
-    };
-    Ok(((s("ns")?, s("name")?), v.get("rv").and_then(Value::as_u64)))
 }

@@ -1,7 +1,9 @@
 //! HTTP routing: parses Kubernetes REST paths and query parameters and calls the verbs.
 
+use super::decode::{self, Format};
 use super::objects::{DeleteOpts, ListOpts, Target};
 use super::patch::PatchType;
+use super::schema::{Checks, FieldValidation};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{ApiError, json_response, success_status};
 use super::watch::{self, WatchOpts};
@@ -97,21 +99,17 @@ fn ok_json(code: StatusCode, v: &Value) -> Response {
     json_response(code, v)
 }
 
-fn body_json(body: &Bytes, what: &str) -> Result<Value, ApiError> {
-    if body.is_empty() {
-        return Ok(json!({}));
-    }
-    // client-go's typed clients send built-in kinds as protobuf.
-    if body.starts_with(super::protobuf::MAGIC) {
-        return super::protobuf::decode(body);
-    }
-    serde_json::from_slice(body)
-        .or_else(|_| serde_yaml::from_slice(body))
-        .map_err(|e| {
-            ApiError::bad_request(format!(
-                "the body of the {what} request is not valid JSON: {e}"
-            ))
-        })
+/// Decodes a request body with the decoder its `Content-Type` names (JSON by default).
+fn body_json(headers: &HeaderMap, body: &Bytes, what: &str) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let format = if body.is_empty() {
+        Format::Json
+    } else {
+        Format::from_content_type(ct)?
+    };
+    decode::body(body, format, what)
 }
 
 /// The field manager of a write: the query parameter, else the user agent's program name.
@@ -218,11 +216,15 @@ fn list_opts(q: &HashMap<String, String>) -> Result<ListOpts, ApiError> {
     })
 }
 
-fn delete_opts(q: &HashMap<String, String>, body: &Bytes) -> Result<DeleteOpts, ApiError> {
+fn delete_opts(
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<DeleteOpts, ApiError> {
     let mut o = if body.is_empty() {
         DeleteOpts::default()
     } else {
-        DeleteOpts::from_body(&body_json(body, "delete")?)
+        DeleteOpts::from_body(&body_json(headers, body, "delete")?)
     };
     if let Some(p) = q.get("propagationPolicy") {
         o.propagation = Some(p.clone());
@@ -294,13 +296,16 @@ async fn resource(
             ),
         ));
     }
-    let mgr = manager(&q, headers);
     let is_watch = p.watch || truthy(q.get("watch"));
     match (method.clone(), p.name.as_deref()) {
-        (Method::GET, None) if is_watch => watch_response(srv, t, &q, None),
-        (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, Some(name)),
+        (Method::GET, None) if is_watch => watch_response(srv, t, &q, None).await,
+        (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, Some(name)).await,
         (Method::GET, None) => {
-            let list = srv.list(&t, &list_opts(&q)?)?;
+            let opts = list_opts(&q)?;
+            if let Some(rv) = q.get("resourceVersion") {
+                fresh_enough(&srv, rv).await?;
+            }
+            let list = srv.list(&t, &opts)?;
             Ok(ok_json(
                 StatusCode::OK,
                 &printed(&srv, &t, headers, &q, list),
@@ -313,14 +318,56 @@ async fn resource(
                 &printed(&srv, &t, headers, &q, obj),
             ))
         }
+        _ => {
+            // Decoding, validation and storage are CPU and disk work: off the async workers,
+            // so a hostile body cannot stall `/readyz` or other clients.
+            let headers = headers.clone();
+            tokio::task::spawn_blocking(move || {
+                write(&srv, method, t, p, &sub, &q, &headers, &body)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("the request's worker failed: {e}")))?
+        }
+    }
+}
+
+/// A response with one `Warning: 299 - "..."` header per warning, as upstream sends them.
+fn with_warnings(mut r: Response, checks: &Checks) -> Response {
+    for w in &checks.warnings {
+        let v = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = http::HeaderValue::from_str(&v) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
+}
+
+/// The verbs that write: create, bindings, evictions, update, patch, delete.
+#[allow(clippy::too_many_arguments)]
+fn write(
+    srv: &ApiServer,
+    method: Method,
+    t: Target,
+    p: ResPath,
+    sub: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let info = t.info.clone();
+    let mgr = manager(q, headers);
+    let mut checks = Checks::new(FieldValidation::parse(
+        q.get("fieldValidation").map(String::as_str),
+    )?);
+    match (method, p.name.as_deref()) {
         (Method::POST, None) if info.plural == "bindings" => {
-            let b = body_json(&body, "binding")?;
+            let b = body_json(headers, body, "binding")?;
             let pod = b
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
-            let pods = pods_target(&srv, &t)?;
+            let pods = pods_target(srv, &t)?;
             srv.bind(&pods, &pod, &b)?;
             Ok(ok_json(
                 StatusCode::CREATED,
@@ -328,18 +375,19 @@ async fn resource(
             ))
         }
         (Method::POST, None) => {
-            let obj = srv.create(&t, body_json(&body, "create")?, &mgr)?;
-            Ok(ok_json(StatusCode::CREATED, &obj))
+            let body = body_json(headers, body, "create")?;
+            let obj = srv.create_checked(&t, body, &mgr, &mut checks)?;
+            Ok(with_warnings(ok_json(StatusCode::CREATED, &obj), &checks))
         }
         (Method::POST, Some(name)) if sub == "binding" => {
-            srv.bind(&t, name, &body_json(&body, "binding")?)?;
+            srv.bind(&t, name, &body_json(headers, body, "binding")?)?;
             Ok(ok_json(
                 StatusCode::CREATED,
                 &success_status(json!({"name": name, "kind": "pods"})),
             ))
         }
         (Method::POST, Some(name)) if sub == "eviction" => {
-            let ev = body_json(&body, "eviction")?;
+            let ev = body_json(headers, body, "eviction")?;
             let opts = ev
                 .get("deleteOptions")
                 .map(DeleteOpts::from_body)
@@ -351,9 +399,10 @@ async fn resource(
             ))
         }
         (Method::PUT, Some(name)) => {
-            let sub = if sub == "finalize" { "" } else { sub.as_str() };
-            let obj = srv.update(&t, name, sub, body_json(&body, "update")?, &mgr)?;
-            Ok(ok_json(StatusCode::OK, &obj))
+            let sub = if sub == "finalize" { "" } else { sub };
+            let body = body_json(headers, body, "update")?;
+            let obj = srv.update_checked(&t, name, sub, body, &mgr, &mut checks)?;
+            Ok(with_warnings(ok_json(StatusCode::OK, &obj), &checks))
         }
         (Method::PATCH, Some(name)) => {
             let ct = headers
@@ -361,35 +410,37 @@ async fn resource(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
             let kind = PatchType::from_content_type(ct)?;
+            if body.len() > decode::MAX_REQUEST_BYTES {
+                return Err(decode::too_large(decode::MAX_REQUEST_BYTES));
+            }
             let manager = q
                 .get("fieldManager")
                 .cloned()
                 .or_else(|| (kind != PatchType::Apply).then_some(mgr));
-            let (obj, created) = srv.patch(
+            let (obj, created) = srv.patch_checked(
                 &t,
                 name,
-                &sub,
+                sub,
                 kind,
-                &body,
+                body,
                 manager.as_deref(),
                 truthy(q.get("force")),
+                &mut checks,
             )?;
-            Ok(ok_json(
-                if created {
-                    StatusCode::CREATED
-                } else {
-                    StatusCode::OK
-                },
-                &obj,
-            ))
+            let code = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(with_warnings(ok_json(code, &obj), &checks))
         }
         (Method::DELETE, Some(name)) => Ok(ok_json(
             StatusCode::OK,
-            &srv.delete(&t, name, &delete_opts(&q, &body)?)?,
+            &srv.delete(&t, name, &delete_opts(q, headers, body)?)?,
         )),
         (Method::DELETE, None) => Ok(ok_json(
             StatusCode::OK,
-            &srv.delete_collection(&t, &list_opts(&q)?, &delete_opts(&q, &body)?)?,
+            &srv.delete_collection(&t, &list_opts(q)?, &delete_opts(q, headers, body)?)?,
         )),
         (m, _) => Err(ApiError::method_not_allowed(format!(
             "{m} is not supported on {}",
@@ -424,6 +475,33 @@ fn printed(
     )
 }
 
+/// Upstream waits up to 3 s for a resourceVersion newer than its own to appear, then answers
+/// 504 "Too large resource version" instead of serving stale data as if it were newer.
+async fn fresh_enough(srv: &ApiServer, rv: &str) -> Result<(), ApiError> {
+    let Ok(want) = rv.parse::<u64>() else {
+        return Ok(());
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let current = srv.store.current_rv();
+        if want <= current {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::new(
+                504,
+                "Timeout",
+                format!("Too large resource version: {want}, current: {current}"),
+            )
+            .with_details(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1
+            })));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn pods_target(srv: &ApiServer, t: &Target) -> Result<Target, ApiError> {
     let info = srv
         .registry
@@ -436,7 +514,7 @@ fn pods_target(srv: &ApiServer, t: &Target) -> Result<Target, ApiError> {
     })
 }
 
-fn watch_response(
+async fn watch_response(
     srv: Arc<ApiServer>,
     t: Target,
     q: &HashMap<String, String>,
@@ -449,6 +527,12 @@ fn watch_response(
         } else {
             format!("{fields},metadata.name={n}")
         };
+    }
+    if let Some(rv) = q
+        .get("resourceVersion")
+        .filter(|rv| !rv.is_empty() && *rv != "0")
+    {
+        fresh_enough(&srv, rv).await?;
     }
     let opts = WatchOpts {
         resource_version: q.get("resourceVersion").cloned(),

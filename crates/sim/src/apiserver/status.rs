@@ -4,6 +4,81 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde_json::{Value, json};
 
+/// One field's problem, as apimachinery's `field.Error`: the Status cause `reason`, the
+/// field path (`spec.containers[0].name`) and the detail (`Required value`, `Invalid value: ...`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub reason: &'static str,
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn required(field: impl Into<String>) -> Self {
+        Self {
+            reason: "FieldValueRequired",
+            field: field.into(),
+            message: "Required value".into(),
+        }
+    }
+    pub fn invalid(field: impl Into<String>, value: &Value, why: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {}: {why}", show(value)),
+        }
+    }
+    pub fn not_supported(field: impl Into<String>, value: &Value, allowed: &[Value]) -> Self {
+        let allowed: Vec<String> = allowed.iter().map(show).collect();
+        Self {
+            reason: "FieldValueNotSupported",
+            field: field.into(),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                show(value),
+                allowed.join(", ")
+            ),
+        }
+    }
+    pub fn type_invalid(field: impl Into<String>, value: &Value, why: &str) -> Self {
+        Self {
+            reason: "FieldValueTypeInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {}: {why}", show(value)),
+        }
+    }
+    pub fn too_long(field: impl Into<String>, max: usize) -> Self {
+        Self {
+            reason: "FieldValueTooLong",
+            field: field.into(),
+            message: format!("Too long: must have at most {max} bytes"),
+        }
+    }
+    pub fn forbidden(field: impl Into<String>, why: &str) -> Self {
+        Self {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            message: format!("Forbidden: {why}"),
+        }
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// A value as Go's `%#v`-ish rendering in field errors: strings quoted, the rest as JSON.
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        Value::Object(_) => "\"object\"".into(),
+        Value::Array(_) => "\"array\"".into(),
+        other => other.to_string(),
+    }
+}
+
 /// An error answered to a client: HTTP code, `reason` and a message naming the object.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{reason} ({code}): {message}")]
@@ -55,6 +130,29 @@ impl ApiError {
         Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {field}: {why}")).with_details(
             json!({"name": name, "kind": kind, "causes": [{"reason": "FieldValueInvalid", "message": why, "field": field}]}),
         )
+    }
+    /// 422 Invalid with every field error as a cause; the message lists them as upstream.
+    pub fn invalid_fields(kind: &str, name: &str, errs: &[FieldError]) -> Self {
+        let list = match errs {
+            [one] => one.to_string(),
+            many => format!(
+                "[{}]",
+                many.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let causes: Vec<Value> = errs
+            .iter()
+            .map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field}))
+            .collect();
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {list}"),
+        )
+        .with_details(json!({"name": name, "kind": kind, "causes": causes}))
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

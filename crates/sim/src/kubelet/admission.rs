@@ -35,6 +35,10 @@ fn container_requests(c: &Container) -> Result<Requests, String> {
     for src in [&res.limits, &res.requests].into_iter().flatten() {
         for (k, q) in src {
             let v = base_units(k, q).map_err(|e| format!("container {}: {k}: {e}", c.name))?;
+            // The API refuses these; a stored one must never free capacity for other pods.
+            if v < 0 {
+                return Err(format!("container {}: {k}: {:?} is negative", c.name, q.0));
+            }
             out.insert(k.clone(), v);
         }
     }

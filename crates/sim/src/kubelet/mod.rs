@@ -15,6 +15,7 @@ pub mod podresources;
 pub mod pods;
 pub mod probe;
 pub mod runners;
+pub mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use gantry_api::names;
 use gantry_gpu::{Backend, SimProcess};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::agents::{AgentContext, AgentRegistry, DRIVER, agent_command, driver_image};
-use super::{NodeShared, PodRef, admission, lock, plugins};
+use super::{NodeShared, PodRef, admission, lock, plugins, volumes};
 
 /// How long an in-process agent gets to stop after its pod is deleted.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -395,7 +395,19 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         reason: "ContainerCreating".into(),
         message: String::new(),
     };
-    // ---- admission ----
+    // ---- admission: the node, then volumes (waiting, as the kubelet does) ----
+    if let Ok(n) = Api::<Node>::all(ctx.env.client.clone())
+        .get(&node.name)
+        .await
+        && let Some((reason, message)) = volumes::node_refuses(&spec, &n)
+    {
+        ctx.patch_status("Failed", &waiting, None, 0, Some((&reason, &message)))
+            .await;
+        return;
+    }
+    if !mount_volumes(ctx, &spec, &waiting).await {
+        return;
+    }
     let wanted = match admission::pod_requests(&spec) {
         Ok(w) => w,
         Err(e) => {
@@ -473,6 +485,37 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     let pids = start_gpu_load(&node, &gpu_ids);
     run_containers_with_restarts(ctx, pod, &spec).await;
     release(&node, &ctx.r.uid, &pids);
+}
+
+/// Waits until every ConfigMap and Secret the pod mounts exists, leaving the pod Pending
+/// in `ContainerCreating` with a `FailedMount` event per failed attempt (retried with
+/// back-off). False: the pod began stopping first.
+async fn mount_volumes(ctx: &mut Ctx, spec: &PodSpec, waiting: &CState) -> bool {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let Some((_, message)) =
+            volumes::first_missing(&ctx.env.client, &ctx.r.namespace, spec).await
+        else {
+            return true;
+        };
+        volumes::warn_event(
+            &ctx.env.client,
+            &ctx.r,
+            &ctx.node.name,
+            "FailedMount",
+            &message,
+        )
+        .await;
+        ctx.patch_status("Pending", waiting, None, 0, None).await;
+        let stopped = tokio::select! {
+            _ = tokio::time::sleep(delay) => false,
+            _ = wait_stopping(&mut ctx.rx) => true,
+        };
+        if stopped {
+            return false;
+        }
+        delay = (delay * 2).min(Duration::from_secs(8));
+    }
 }
 
 async fn allocate_all(

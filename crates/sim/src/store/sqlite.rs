@@ -16,11 +16,17 @@ pub struct SqliteBackend {
 impl SqliteBackend {
     /// Opens (creating if needed) `dir/state.db`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        // It holds Secrets: the directory 0700 and the database 0600 from the start (SQLite
+        // gives the WAL and shared-memory files the database file's mode).
+        crate::kubeconfig::create_private_dir(dir).map_err(|source| StoreError::Io {
             path: dir.display().to_string(),
             source,
         })?;
         let path = dir.join("state.db");
+        crate::kubeconfig::open_private(&path, false).map_err(|source| StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
         let conn = Connection::open(&path).map_err(|source| StoreError::Sqlite {
             path: path.display().to_string(),
             source,

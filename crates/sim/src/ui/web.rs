@@ -138,9 +138,46 @@ impl Drop for UiServer {
     }
 }
 
+/// Whether a request's `Host` names this loopback server. A page on another site whose
+/// name an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name, so only
+/// `127.0.0.1`, `localhost` and `[::1]` (with our port, or none) are served.
+pub fn host_allowed(host: Option<&str>, port: u16) -> bool {
+    let Some(host) = host else { return false };
+    let (name, p) = match host.rsplit_once(':') {
+        Some((n, p)) if !p.contains(']') => (n, Some(p)),
+        _ => (host, None),
+    };
+    let port_ok = p.is_none_or(|p| p.parse::<u16>() == Ok(port));
+    port_ok
+        && matches!(
+            name.to_ascii_lowercase().as_str(),
+            "127.0.0.1" | "localhost" | "[::1]"
+        )
+}
+
 /// Serve the page on `127.0.0.1:port` (0 = any free port). Loopback only: the page shows
-/// the whole cluster without authentication.
+/// the whole cluster without authentication, and requests for other host names are refused.
 pub async fn serve(collector: Collector, port: u16) -> std::io::Result<UiServer> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    let check_host = move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+        let host = req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_string)
+            .or_else(|| req.uri().authority().map(|a| a.to_string()));
+        if host_allowed(host.as_deref(), addr.port()) {
+            next.run(req).await
+        } else {
+            use axum::response::IntoResponse;
+            (
+                http::StatusCode::FORBIDDEN,
+                "forbidden: unexpected Host header",
+            )
+                .into_response()
+        }
+    };
     let app = axum::Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route(
@@ -151,13 +188,39 @@ pub async fn serve(collector: Collector, port: u16) -> std::io::Result<UiServer>
             "/api/history",
             get(|State(c): State<Collector>| async move { Json(c.history()) }),
         )
-        .with_state(collector);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    let addr = listener.local_addr()?;
+        .with_state(collector)
+        .layer(axum::middleware::from_fn(check_host));
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!(error = %e, "ui server stopped");
         }
     });
     Ok(UiServer { addr, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn only_loopback_hosts() {
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "127.0.0.1",
+        ] {
+            assert!(host_allowed(Some(ok), 8080), "{ok}");
+        }
+        for bad in [
+            "evil.example:8080",
+            "127.0.0.1:9090",
+            "127.0.0.1.evil.example:8080",
+            "",
+        ] {
+            assert!(!host_allowed(Some(bad), 8080), "{bad}");
+        }
+        assert!(!host_allowed(None, 8080));
+    }
 }

@@ -255,7 +255,8 @@ async fn kubectl_applies_gantry_crds_then_instances() -> Result {
     .await?;
     let cp_yaml = k.write(
         "cp.yaml",
-        "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata:\n  name: cluster-policy\nspec:\n  driver:\n    enabled: true\n",
+        // The CRD requires these nine spec keys, as upstream's does.
+        "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata:\n  name: cluster-policy\nspec:\n  driver:\n    enabled: true\n  operator: {}\n  daemonsets: {}\n  toolkit: {}\n  devicePlugin: {}\n  dcgmExporter: {}\n  dcgm: {}\n  nodeStatusExporter: {}\n  gfd: {}\n",
     )?;
     assert!(
         k.run(&["apply", "-f", &cp_yaml])

@@ -1,0 +1,104 @@
+//! What a delete does to a stored object: finalizers, graceful pod deletion, namespaces.
+
+use super::objects::{DeleteOpts, same_content};
+use super::resources::ResourceInfo;
+use crate::store::Mutation;
+use serde_json::{Value, json};
+
+/// What a delete does to `cur`: mark it deleting (finalizers, graceful pods,
+/// namespaces) or remove it.
+pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> Mutation {
+    let mut obj = cur.clone();
+    let mut finalizers: Vec<Value> = cur
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    match opts.propagation.as_deref() {
+        Some("Foreground") if !finalizers.contains(&json!(crate::gc::FOREGROUND)) => {
+            finalizers.push(json!(crate::gc::FOREGROUND))
+        }
+        Some("Orphan") if !finalizers.contains(&json!(crate::gc::ORPHAN)) => {
+            finalizers.push(json!(crate::gc::ORPHAN))
+        }
+        _ => {}
+    }
+    let deleting = cur.pointer("/metadata/deletionTimestamp").is_some();
+    let is_pod = info.builtin && info.plural == "pods";
+    let phase = cur
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let bound = cur
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let grace = opts
+        .grace_seconds
+        .or_else(|| {
+            cur.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(30);
+    let graceful = is_pod && bound && grace > 0 && phase != "Succeeded" && phase != "Failed";
+    let is_ns = info.builtin && info.plural == "namespaces";
+    if finalizers.is_empty() && !graceful && !is_ns {
+        return Mutation::Delete(obj);
+    }
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return Mutation::Delete(obj);
+    };
+    if !finalizers.is_empty() {
+        meta.insert("finalizers".into(), Value::Array(finalizers));
+    }
+    if !deleting {
+        let when = chrono::Utc::now() + chrono::Duration::seconds(if graceful { grace } else { 0 });
+        meta.insert(
+            "deletionTimestamp".into(),
+            json!(when.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        );
+        meta.insert(
+            "deletionGracePeriodSeconds".into(),
+            json!(if graceful { grace } else { 0 }),
+        );
+    } else if graceful {
+        // A second delete may only shorten the grace period.
+        let cur_grace = meta
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(grace);
+        if grace < cur_grace {
+            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+        }
+    }
+    if is_ns {
+        obj["status"]["phase"] = json!("Terminating");
+    }
+    if same_content(cur, &obj) {
+        Mutation::Unchanged
+    } else {
+        Mutation::Put(obj)
+    }
+}
+
+/// An update of an object being deleted whose last finalizer went away removes it.
+pub(crate) fn finish(obj: Value) -> Mutation {
+    let deleting = obj.pointer("/metadata/deletionTimestamp").is_some();
+    let finalizers = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty());
+    let is_ns = obj.get("kind").and_then(Value::as_str) == Some("Namespace")
+        && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
+    let graceful_pod = obj.get("kind").and_then(Value::as_str) == Some("Pod")
+        && obj
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            > 0;
+    if deleting && !finalizers && !is_ns && !graceful_pod {
+        Mutation::Delete(obj)
+    } else {
+        Mutation::Put(obj)
+    }
+}

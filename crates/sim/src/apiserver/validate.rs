@@ -1,0 +1,518 @@
+//! Validation of built-in objects before they are stored, as kube-apiserver does it:
+//! decoding into the typed object first (a wrong type, such as `spec: "x"` or a label that
+//! is not a string, is `400 BadRequest ... cannot be handled as a Pod`), then the field
+//! rules (`422 Invalid` naming every field path): metadata, names, pod spec basics,
+//! resource quantities, ConfigMap/Secret sizes. Quantities and names are `gantry_k8s_rules`.
+
+use super::resources::ResourceInfo;
+use super::status::{ApiError, FieldError};
+use gantry_k8s_rules::Quantity;
+use gantry_k8s_rules::names::{
+    dns_label_problem, dns_subdomain_problem, label_key_problem, label_value_problem,
+};
+use serde_json::Value;
+
+/// Upstream's total size limit of a ConfigMap's or Secret's data (1 MiB).
+const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+/// The kind as upstream names it in errors: `Pod`, `ClusterPolicy.nvidia.com`.
+pub fn qualified_kind(info: &ResourceInfo) -> String {
+    if info.group.is_empty() {
+        info.kind.clone()
+    } else {
+        format!("{}.{}", info.kind, info.group)
+    }
+}
+
+fn decode_error(info: &ResourceInfo, version: &str, why: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!(
+        "{kind} in version {version:?} cannot be handled as a {kind}: {why}",
+        kind = info.kind
+    ))
+}
+
+/// Checks a name the way the real server does for the type (422 on `metadata.name`).
+pub fn name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
+    let problem = if info.group == "rbac.authorization.k8s.io" {
+        (name == "." || name == ".." || name.contains('/') || name.contains('%'))
+            .then(|| "may not be '.', '..' or contain '/' or '%'".to_string())
+    } else if info.plural == "namespaces" {
+        dns_label_problem(name)
+    } else {
+        dns_subdomain_problem(name)
+    };
+    match problem {
+        Some(why) => Err(ApiError::invalid_fields(
+            &qualified_kind(info),
+            name,
+            &[FieldError::invalid(
+                "metadata.name",
+                &Value::String(name.into()),
+                &why,
+            )],
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `metadata` of any object: labels and annotations are maps of strings (else the object
+/// cannot be decoded: 400), label keys and values are valid (else 422).
+pub fn metadata(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+    let Some(meta) = obj.get("metadata") else {
+        return Ok(());
+    };
+    if !meta.is_object() {
+        return Err(decode_error(info, version, "metadata must be an object"));
+    }
+    let obj_name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+    let mut errs = Vec::new();
+    for field in ["labels", "annotations"] {
+        let Some(map) = meta.get(field).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let Some(map) = map.as_object() else {
+            return Err(decode_error(
+                info,
+                version,
+                format!("metadata.{field} must be a map of strings"),
+            ));
+        };
+        for (k, v) in map {
+            let Some(v) = v.as_str() else {
+                return Err(decode_error(
+                    info,
+                    version,
+                    format!("metadata.{field}: the value of {k:?} is {v}, expected a string"),
+                ));
+            };
+            if field == "labels" {
+                let path = "metadata.labels";
+                if let Some(p) = label_key_problem(k) {
+                    errs.push(FieldError::invalid(path, &Value::String(k.clone()), &p));
+                }
+                if let Some(p) = label_value_problem(v) {
+                    errs.push(FieldError::invalid(path, &Value::String(v.into()), &p));
+                }
+            }
+        }
+    }
+    if let Some(f) = meta.get("finalizers").filter(|v| !v.is_null())
+        && !f.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+    {
+        return Err(decode_error(
+            info,
+            version,
+            "metadata.finalizers must be a list of strings",
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields(
+            &qualified_kind(info),
+            obj_name,
+            &errs,
+        ))
+    }
+}
+
+/// Decodes `obj` as the typed built-in `T`; a type mismatch is upstream's decode error
+/// (400), a missing required field its `Required value` (422).
+fn typed<T: serde::de::DeserializeOwned>(
+    info: &ResourceInfo,
+    version: &str,
+    obj: &Value,
+) -> Result<(), ApiError> {
+    match serde_path_to_error::deserialize::<_, T>(obj) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            if let Some(field) = inner.strip_prefix("missing field `") {
+                let field = field.trim_end_matches('`');
+                let full = if path == "." {
+                    field.to_string()
+                } else {
+                    format!("{path}.{field}")
+                };
+                let name = obj
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                return Err(ApiError::invalid_fields(
+                    &qualified_kind(info),
+                    name,
+                    &[FieldError::required(full)],
+                ));
+            }
+            Err(decode_error(info, version, format!("{path}: {inner}")))
+        }
+    }
+}
+
+/// The typed decode of built-in kinds the sim serves.
+fn decode_builtin(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, core::v1 as core};
+    use k8s_openapi::api::{coordination::v1 as coord, policy::v1 as policy, rbac::v1 as rbac};
+    use k8s_openapi::api::{scheduling::v1 as sched, storage::v1 as storage};
+    macro_rules! kinds {
+        ($($group:literal $kind:literal => $ty:ty),* $(,)?) => {
+            match (info.group.as_str(), info.kind.as_str()) {
+                $(($group, $kind) => typed::<$ty>(info, version, obj),)*
+                _ => Ok(()),
+            }
+        };
+    }
+    kinds! {
+        "" "Pod" => core::Pod, "" "Node" => core::Node, "" "Namespace" => core::Namespace,
+        "" "ConfigMap" => core::ConfigMap, "" "Secret" => core::Secret,
+        "" "Service" => core::Service, "" "Endpoints" => core::Endpoints,
+        "" "ServiceAccount" => core::ServiceAccount, "" "Event" => core::Event,
+        "" "PersistentVolumeClaim" => core::PersistentVolumeClaim,
+        "" "PersistentVolume" => core::PersistentVolume, "" "LimitRange" => core::LimitRange,
+        "" "ResourceQuota" => core::ResourceQuota,
+        "apps" "DaemonSet" => apps::DaemonSet, "apps" "Deployment" => apps::Deployment,
+        "apps" "ReplicaSet" => apps::ReplicaSet, "apps" "StatefulSet" => apps::StatefulSet,
+        "apps" "ControllerRevision" => apps::ControllerRevision,
+        "batch" "Job" => batch::Job, "batch" "CronJob" => batch::CronJob,
+        "coordination.k8s.io" "Lease" => coord::Lease,
+        "policy" "PodDisruptionBudget" => policy::PodDisruptionBudget,
+        "rbac.authorization.k8s.io" "Role" => rbac::Role,
+        "rbac.authorization.k8s.io" "RoleBinding" => rbac::RoleBinding,
+        "rbac.authorization.k8s.io" "ClusterRole" => rbac::ClusterRole,
+        "rbac.authorization.k8s.io" "ClusterRoleBinding" => rbac::ClusterRoleBinding,
+        "scheduling.k8s.io" "PriorityClass" => sched::PriorityClass,
+        "storage.k8s.io" "StorageClass" => storage::StorageClass,
+    }
+}
+
+/// A quantity field: malformed is a decode error (400), negative a field error (422), an
+/// extended resource (`vendor/name`) must be a whole number.
+fn quantity(
+    info: &ResourceInfo,
+    version: &str,
+    path: &str,
+    resource: &str,
+    v: &Value,
+    errs: &mut Vec<FieldError>,
+) -> Result<(), ApiError> {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        other => {
+            return Err(decode_error(
+                info,
+                version,
+                format!("{path}: quantity {other} must be a string or number"),
+            ));
+        }
+    };
+    let q = Quantity::parse(&s).map_err(|e| {
+        decode_error(
+            info,
+            version,
+            format!("{path}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' ({e})"),
+        )
+    })?;
+    if q.is_negative() {
+        errs.push(FieldError::invalid(
+            path,
+            &Value::String(s),
+            "must be greater than or equal to 0",
+        ));
+        return Ok(());
+    }
+    let extended = resource.contains('/') && !resource.contains("kubernetes.io/");
+    if extended && q.milli_value().is_none_or(|m| m % 1000 != 0) {
+        errs.push(FieldError::invalid(
+            path,
+            &Value::String(s),
+            "must be an integer",
+        ));
+    }
+    Ok(())
+}
+
+/// A pod spec at `at` (`spec`, `spec.template.spec`): containers required and named,
+/// resources well-formed and non-negative, extended resources whole and not overcommitted.
+fn pod_spec(
+    info: &ResourceInfo,
+    version: &str,
+    at: &str,
+    spec: &Value,
+    errs: &mut Vec<FieldError>,
+) -> Result<(), ApiError> {
+    let containers = spec.get("containers").and_then(Value::as_array);
+    if containers.is_none_or(Vec::is_empty) {
+        errs.push(FieldError::required(format!("{at}.containers")));
+    }
+    for list in ["initContainers", "containers"] {
+        for (i, c) in spec
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let cp = format!("{at}.{list}[{i}]");
+            match c.get("name").and_then(Value::as_str) {
+                None | Some("") => errs.push(FieldError::required(format!("{cp}.name"))),
+                Some(n) => {
+                    if let Some(p) = dns_label_problem(n) {
+                        errs.push(FieldError::invalid(
+                            format!("{cp}.name"),
+                            &Value::String(n.into()),
+                            &p,
+                        ));
+                    }
+                }
+            }
+            let res = c.get("resources");
+            let map = |k: &str| res.and_then(|r| r.get(k)).and_then(Value::as_object);
+            for kind in ["requests", "limits"] {
+                for (r, q) in map(kind).into_iter().flatten() {
+                    quantity(
+                        info,
+                        version,
+                        &format!("{cp}.resources.{kind}[{r}]"),
+                        r,
+                        q,
+                        errs,
+                    )?;
+                }
+            }
+            for (r, req) in map("requests").into_iter().flatten() {
+                let extended = r.contains('/') && !r.contains("kubernetes.io/");
+                let lim = map("limits").and_then(|l| l.get(r));
+                let parse = |v: &Value| match v {
+                    Value::String(s) => Quantity::parse(s).ok(),
+                    Value::Number(n) => Quantity::parse(&n.to_string()).ok(),
+                    _ => None,
+                };
+                let path = format!("{cp}.resources.requests[{r}]");
+                match (parse(req), lim.and_then(parse)) {
+                    (Some(_), None) if extended => errs.push(FieldError::forbidden(
+                        path,
+                        "Limit must be set for non overcommitable resources",
+                    )),
+                    (Some(q), Some(l)) if extended && q.milli_value() != l.milli_value() => errs
+                        .push(FieldError::invalid(
+                            path,
+                            req,
+                            &format!("must be equal to {r} limit of {}", l),
+                        )),
+                    (Some(q), Some(l)) if q.to_f64() > l.to_f64() => {
+                        errs.push(FieldError::invalid(
+                            path,
+                            req,
+                            &format!("must be less than or equal to {r} limit of {l}"),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where a kind carries a pod spec.
+fn pod_spec_path(info: &ResourceInfo) -> Option<&'static [&'static str]> {
+    Some(match (info.group.as_str(), info.kind.as_str()) {
+        ("", "Pod") => &["spec"],
+        ("apps", "Deployment" | "DaemonSet" | "ReplicaSet" | "StatefulSet") | ("batch", "Job") => {
+            &["spec", "template", "spec"]
+        }
+        ("batch", "CronJob") => &["spec", "jobTemplate", "spec", "template", "spec"],
+        _ => return None,
+    })
+}
+
+/// The body's `apiVersion` must be the URL's (or another served version of its group);
+/// upstream refuses the mismatch instead of rewriting it.
+pub fn api_version(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+    let Some(av) = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    else {
+        return Ok(());
+    };
+    let (group, ver) = av.rsplit_once('/').unwrap_or(("", av));
+    if group == info.group && info.serves(ver) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "the API version in the data ({av}) does not match the expected API version ({})",
+        info.api_version(version)
+    )))
+}
+
+/// Every check of a built-in object about to be stored (create, update, patch).
+pub fn builtin(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+    metadata(info, version, obj)?;
+    if !info.builtin {
+        return Ok(());
+    }
+    decode_builtin(info, version, obj)?;
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut errs = Vec::new();
+    if let Some(path) = pod_spec_path(info) {
+        let spec = path.iter().try_fold(obj, |v, k| v.get(*k));
+        match spec {
+            Some(spec) => pod_spec(info, version, &path.join("."), spec, &mut errs)?,
+            None => errs.push(FieldError::required(format!(
+                "{}.containers",
+                path.join(".")
+            ))),
+        }
+    }
+    if matches!(info.kind.as_str(), "ConfigMap" | "Secret") && info.group.is_empty() {
+        let size: usize = ["data", "binaryData", "stringData"]
+            .iter()
+            .filter_map(|k| obj.get(*k).and_then(Value::as_object))
+            .flatten()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if size > MAX_CONFIG_BYTES {
+            errs.push(FieldError::too_long("[]", MAX_CONFIG_BYTES));
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields(&qualified_kind(info), name, &errs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn info(group: &str, plural: &str, kind: &str) -> ResourceInfo {
+        ResourceInfo {
+            group: group.into(),
+            versions: vec!["v1".into()],
+            plural: plural.into(),
+            singular: kind.to_lowercase(),
+            kind: kind.into(),
+            namespaced: true,
+            short_names: vec![],
+            categories: vec![],
+            subresources: vec![],
+            builtin: true,
+            crd: None,
+        }
+    }
+
+    fn pod(spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+    }
+
+    fn check(spec: Value) -> Result<(), ApiError> {
+        builtin(&info("", "pods", "Pod"), "v1", &pod(spec))
+    }
+
+    fn res(req: Value, lim: Value) -> Value {
+        json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": req, "limits": lim}}]})
+    }
+
+    #[test]
+    fn pod_specs() {
+        assert!(
+            check(res(
+                json!({"cpu": "1", "nvidia.com/gpu": 2}),
+                json!({"nvidia.com/gpu": "2"})
+            ))
+            .is_ok()
+        );
+        let e = check(json!({"containers": []})).expect_err("no containers");
+        assert_eq!((e.code, e.reason), (422, "Invalid"));
+        assert!(
+            e.message.contains("spec.containers: Required value"),
+            "{}",
+            e.message
+        );
+        let e = check(res(json!({"cpu": "-32"}), json!({}))).expect_err("negative");
+        assert_eq!(e.code, 422);
+        assert!(
+            e.message
+                .contains("spec.containers[0].resources.requests[cpu]: Invalid value: \"-32\""),
+            "{}",
+            e.message
+        );
+        let e = check(res(json!({"memory": "lots"}), json!({}))).expect_err("malformed");
+        assert_eq!((e.code, e.reason), (400, "BadRequest"));
+        assert!(
+            e.message.contains("cannot be handled as a Pod"),
+            "{}",
+            e.message
+        );
+        for gpu in ["1.5", "-1"] {
+            let e = check(res(
+                json!({"nvidia.com/gpu": gpu}),
+                json!({"nvidia.com/gpu": gpu}),
+            ))
+            .expect_err(gpu);
+            assert_eq!(e.code, 422, "{gpu}: {}", e.message);
+        }
+        let e = check(res(json!({"nvidia.com/gpu": "1"}), json!({}))).expect_err("no limit");
+        assert!(e.message.contains("non overcommitable"), "{}", e.message);
+        let e = check(res(json!({"cpu": "2"}), json!({"cpu": "1"}))).expect_err("over limit");
+        assert!(
+            e.message.contains("less than or equal to cpu limit"),
+            "{}",
+            e.message
+        );
+        let e = builtin(
+            &info("", "pods", "Pod"),
+            "v1",
+            &json!({"metadata": {"name": "p"}, "spec": "x"}),
+        )
+        .expect_err("spec string");
+        assert_eq!(e.code, 400, "{}", e.message);
+    }
+
+    #[test]
+    fn metadata_and_names() {
+        let cm = info("", "configmaps", "ConfigMap");
+        assert_eq!(name(&cm, "dots..dots").expect_err("dots").code, 422);
+        assert!(name(&cm, "a.b-c").is_ok());
+        assert!(name(&info("", "namespaces", "Namespace"), "a.b").is_err());
+        assert!(
+            name(
+                &info("rbac.authorization.k8s.io", "roles", "Role"),
+                "system:x"
+            )
+            .is_ok()
+        );
+        let e = builtin(
+            &cm,
+            "v1",
+            &json!({"metadata": {"name": "c", "labels": {"a": 1}}}),
+        )
+        .expect_err("number label");
+        assert_eq!(e.code, 400);
+        let e = builtin(
+            &cm,
+            "v1",
+            &json!({"metadata": {"name": "c", "labels": {"bad key": "x"}}}),
+        )
+        .expect_err("bad key");
+        assert_eq!(e.code, 422);
+        let big = json!({"metadata": {"name": "c"}, "data": {"a": "x".repeat(MAX_CONFIG_BYTES)}});
+        assert_eq!(builtin(&cm, "v1", &big).expect_err("big").code, 422);
+        let ev = info("", "events", "Event");
+        let e = builtin(
+            &ev,
+            "v1",
+            &json!({"metadata": {"name": "e"}, "count": "many"}),
+        )
+        .expect_err("count");
+        assert!(e.message.contains("count"), "{}", e.message);
+    }
+}

@@ -1,0 +1,87 @@
+//! The kubelet's pre-start checks on a simulated node: a pod mounting a ConfigMap that does
+//! not exist stays `ContainerCreating` with `FailedMount` events and starts once it exists;
+//! a pod bound with `spec.nodeName` to a node its affinity excludes fails `NodeAffinity`.
+
+use gantry_sim::kubelet::AgentRegistry;
+use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, nodes};
+use gantry_testkit::eventually_secs;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+type Result<T = ()> = anyhow::Result<T>;
+
+fn phase(p: &Pod) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_configmap_blocks_start_until_created() -> Result {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+    let client = cp.client()?;
+    let tmp = tempfile::Builder::new().prefix("gk").tempdir_in("/tmp")?;
+    let _sim = cluster::start(
+        client.clone(),
+        tmp.path(),
+        nodes::plan("1xcpu")?,
+        AgentRegistry::new(),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "needs-cm"},
+        "spec": {"nodeName": "cpu-0", "containers": [{"name": "c", "image": "busybox",
+                 "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+                 "volumes": [{"name": "cfg", "configMap": {"name": "late"}}]}}))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let events: Api<Event> = Api::default_namespaced(client.clone());
+    let msg = eventually_secs("a FailedMount event for needs-cm", 30, || async {
+        let l = events.list(&ListParams::default()).await?;
+        anyhow::Ok(
+            l.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedMount"))
+                .and_then(|e| e.message),
+        )
+    })
+    .await?;
+    assert!(msg.contains("configmap \"late\" not found"), "{msg}");
+    let p = pods.get("needs-cm").await?;
+    assert_eq!(phase(&p), "Pending");
+    let waiting = p
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.state)
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.reason);
+    assert_eq!(waiting.as_deref(), Some("ContainerCreating"));
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "late"}, "data": {"a": "1"}}))?;
+    Api::<ConfigMap>::default_namespaced(client.clone())
+        .create(&PostParams::default(), &cm)
+        .await?;
+    eventually_secs("needs-cm runs once its ConfigMap exists", 60, || async {
+        let p = pods.get("needs-cm").await?;
+        anyhow::Ok(phase(&p) == "Running")
+    })
+    .await?;
+
+    let wrong: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "wrong-node"},
+        "spec": {"nodeName": "cpu-0", "nodeSelector": {"gpu": "yes"},
+                 "containers": [{"name": "c", "image": "busybox"}]}}))?;
+    pods.create(&PostParams::default(), &wrong).await?;
+    let reason = eventually_secs("wrong-node fails admission", 30, || async {
+        let p = pods.get("wrong-node").await?;
+        anyhow::Ok(
+            (phase(&p) == "Failed").then(|| p.status.and_then(|s| s.reason).unwrap_or_default()),
+        )
+    })
+    .await?;
+    assert_eq!(reason, "NodeAffinity");
+    Ok(())
+}
