@@ -18,9 +18,9 @@ pub mod bench;
 pub mod check;
 mod error;
 pub mod health;
-pub mod health_report;
 #[cfg(test)]
 mod health_props;
+pub mod health_report;
 pub mod inventory;
 pub mod load;
 pub mod manager;
