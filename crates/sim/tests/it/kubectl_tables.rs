@@ -83,12 +83,9 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
     };
 
     // Nodes: STATUS, ROLES, AGE, VERSION.
-    let out = eventually_secs("the node Ready in kubectl get nodes", 60, || {
-        let k = k.clone();
-        async move {
-            let out = k(&["get", "nodes"]).await?;
-            anyhow::Ok(out.contains(" Ready ").then_some(out))
-        }
+    let out = eventually_secs("the node Ready in kubectl get nodes", 60, || async move {
+        let out = k(&["get", "nodes"]).await?;
+        anyhow::Ok(out.contains(" Ready ").then_some(out))
     })
     .await?;
     assert_eq!(
@@ -106,16 +103,13 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: l4-0\n  containers:\n  - name: web\n    image: nginx\n",
     )?;
     k(&["apply", "-f", pod.to_str().unwrap_or_default()]).await?;
-    let out = eventually_secs("pod web Running in kubectl get pods", 60, || {
-        let k = k.clone();
-        async move {
-            let out = k(&["get", "pods"]).await?;
-            anyhow::Ok(
-                row(&out, "web")
-                    .is_some_and(|r| r.get(2) == Some(&"Running"))
-                    .then_some(out),
-            )
-        }
+    let out = eventually_secs("pod web Running in kubectl get pods", 60, || async move {
+        let out = k(&["get", "pods"]).await?;
+        anyhow::Ok(
+            row(&out, "web")
+                .is_some_and(|r| r.get(2) == Some(&"Running"))
+                .then_some(out),
+        )
     })
     .await?;
     assert_eq!(
