@@ -571,6 +571,6 @@ fn kai_action_tests_ported_as_data() {
         passed + differs + failed.len(),
         files.len()
     );
-    assert!(passed >= 74, "too few ported cases pass: {passed}");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert!(passed >= 74, "too few ported cases pass: {passed}");
 }
