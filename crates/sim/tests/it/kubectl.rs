@@ -12,11 +12,12 @@ use tokio::process::Command;
 
 type Result<T = ()> = anyhow::Result<T>;
 
-const KUBECTL: &str = "/usr/bin/kubectl";
+pub(crate) const KUBECTL: &str = "/usr/bin/kubectl";
 
-struct Kubectl<'a> {
-    kubeconfig: &'a Path,
-    dir: &'a Path,
+/// The real kubectl with the sim's kubeconfig and its own HOME (the other kubectl tests use it).
+pub(crate) struct Kubectl<'a> {
+    pub kubeconfig: &'a Path,
+    pub dir: &'a Path,
 }
 
 impl Kubectl<'_> {
@@ -31,7 +32,7 @@ impl Kubectl<'_> {
     }
 
     /// Runs kubectl; fails with its stderr unless it exits 0.
-    async fn run(&self, args: &[&str]) -> Result<String> {
+    pub async fn run(&self, args: &[&str]) -> Result<String> {
         let out = tokio::time::timeout(Duration::from_secs(60), self.cmd(args).output()).await??;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         anyhow::ensure!(
@@ -42,7 +43,7 @@ impl Kubectl<'_> {
         Ok(stdout)
     }
 
-    fn write(&self, name: &str, content: &str) -> Result<String> {
+    pub fn write(&self, name: &str, content: &str) -> Result<String> {
         let p = self.dir.join(name);
         std::fs::write(&p, content)?;
         Ok(p.display().to_string())

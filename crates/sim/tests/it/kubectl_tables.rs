@@ -2,37 +2,14 @@
 //! the server answers the `Table` form, so pods show READY / STATUS / RESTARTS, nodes STATUS /
 //! ROLES / VERSION, events their OBJECT, and custom resources their CRD's printer columns.
 
+use crate::kubectl::{KUBECTL, Kubectl};
 use gantry_sim::cluster;
 use gantry_sim::kubelet::AgentRegistry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
 use gantry_testkit::eventually_secs;
 use std::path::Path;
-use std::time::Duration;
-use tokio::process::Command;
 
 type Result<T = ()> = anyhow::Result<T>;
-
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-async fn kubectl(kubeconfig: &Path, home: &Path, args: &[&str]) -> Result<String> {
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        Command::new(KUBECTL)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(args)
-            .env("HOME", home)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await??;
-    anyhow::ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// The header line's column names.
 fn header(out: &str) -> Vec<String> {
@@ -71,20 +48,14 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
         AgentRegistry::new(),
     )
     .await?;
-    let kc = cp.kubeconfig_path().to_path_buf();
-    let home = tmp.path().to_path_buf();
-    let k = |args: &[&str]| {
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let (kc, home) = (kc.clone(), home.clone());
-        async move {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            kubectl(&kc, &home, &args).await
-        }
+    let k = Kubectl {
+        kubeconfig: cp.kubeconfig_path(),
+        dir: tmp.path(),
     };
 
     // Nodes: STATUS, ROLES, AGE, VERSION.
-    let out = eventually_secs("the node Ready in kubectl get nodes", 60, || async move {
-        let out = k(&["get", "nodes"]).await?;
+    let out = eventually_secs("the node Ready in kubectl get nodes", 60, || async {
+        let out = k.run(&["get", "nodes"]).await?;
         anyhow::Ok(out.contains(" Ready ").then_some(out))
     })
     .await?;
@@ -93,18 +64,17 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
         ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
         "{out}"
     );
-    let wide = k(&["get", "nodes", "-o", "wide"]).await?;
+    let wide = k.run(&["get", "nodes", "-o", "wide"]).await?;
     assert!(header(&wide).contains(&"INTERNAL-IP".to_string()), "{wide}");
 
     // Pods: READY, STATUS, RESTARTS, AGE; -o wide adds IP and NODE.
-    let pod = tmp.path().join("pod.yaml");
-    std::fs::write(
-        &pod,
+    let pod = k.write(
+        "pod.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: l4-0\n  containers:\n  - name: web\n    image: nginx\n",
     )?;
-    k(&["apply", "-f", pod.to_str().unwrap_or_default()]).await?;
-    let out = eventually_secs("pod web Running in kubectl get pods", 60, || async move {
-        let out = k(&["get", "pods"]).await?;
+    k.run(&["apply", "-f", &pod]).await?;
+    let out = eventually_secs("pod web Running in kubectl get pods", 60, || async {
+        let out = k.run(&["get", "pods"]).await?;
         anyhow::Ok(
             row(&out, "web")
                 .is_some_and(|r| r.get(2) == Some(&"Running"))
@@ -122,7 +92,7 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
         Some("1/1"),
         "{out}"
     );
-    let wide = k(&["get", "pods", "-o", "wide"]).await?;
+    let wide = k.run(&["get", "pods", "-o", "wide"]).await?;
     let h = header(&wide);
     assert!(
         h.contains(&"IP".to_string()) && h.contains(&"NODE".to_string()),
@@ -131,13 +101,13 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
     assert!(wide.contains("l4-0"), "{wide}");
 
     // Namespaces and ConfigMaps.
-    let ns = k(&["get", "namespaces"]).await?;
+    let ns = k.run(&["get", "namespaces"]).await?;
     assert_eq!(header(&ns), ["NAME", "STATUS", "AGE"], "{ns}");
     assert_eq!(
         row(&ns, "default").and_then(|r| r.get(1).copied()),
         Some("Active")
     );
-    k(&[
+    k.run(&[
         "create",
         "configmap",
         "two",
@@ -145,28 +115,26 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
         "--from-literal=b=2",
     ])
     .await?;
-    let cms = k(&["get", "configmap", "two"]).await?;
+    let cms = k.run(&["get", "configmap", "two"]).await?;
     assert_eq!(header(&cms), ["NAME", "DATA", "AGE"], "{cms}");
     assert_eq!(row(&cms, "two").and_then(|r| r.get(1).copied()), Some("2"));
 
     // Custom resources: the CRD's printer columns (KAI's Queue: PRIORITY, PARENT …).
-    let crds = tmp.path().join("crds.yaml");
-    std::fs::write(&crds, gantry_api::crds::all_crds_yaml()?)?;
-    k(&["apply", "-f", crds.to_str().unwrap_or_default()]).await?;
-    k(&[
+    let crds = k.write("crds.yaml", &gantry_api::crds::all_crds_yaml()?)?;
+    k.run(&["apply", "-f", &crds]).await?;
+    k.run(&[
         "wait",
         "--for=condition=Established",
         "crd/queues.scheduling.run.ai",
         "--timeout=30s",
     ])
     .await?;
-    let q = tmp.path().join("q.yaml");
-    std::fs::write(
-        &q,
+    let q = k.write(
+        "q.yaml",
         "apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata:\n  name: team-a\nspec:\n  parentQueue: research\n  priority: 7\n  resources:\n    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}\n    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}\n    memory: {quota: -1, limit: -1, overQuotaWeight: 1}\n",
     )?;
-    k(&["apply", "-f", q.to_str().unwrap_or_default()]).await?;
-    let out = k(&["get", "queues"]).await?;
+    k.run(&["apply", "-f", &q]).await?;
+    let out = k.run(&["get", "queues"]).await?;
     assert_eq!(
         header(&out),
         ["NAME", "PRIORITY", "PARENT", "CHILDREN", "DISPLAYNAME"],
@@ -179,13 +147,12 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
     );
 
     // Events: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE.
-    let ev = tmp.path().join("ev.yaml");
-    std::fs::write(
-        &ev,
+    let ev = k.write(
+        "ev.yaml",
         "apiVersion: v1\nkind: Event\nmetadata:\n  name: web.1\ntype: Warning\nreason: BackOff\nmessage: restarting failed container\ninvolvedObject:\n  kind: Pod\n  name: web\n  namespace: default\nsource:\n  component: kubelet\n  host: l4-0\ncount: 3\n",
     )?;
-    k(&["apply", "-f", ev.to_str().unwrap_or_default()]).await?;
-    let ev = k(&["get", "events"]).await?;
+    k.run(&["apply", "-f", &ev]).await?;
+    let ev = k.run(&["get", "events"]).await?;
     assert_eq!(
         header(&ev),
         ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],

@@ -96,7 +96,9 @@ pub fn convert(
     include: Include,
     now: DateTime<Utc>,
 ) -> Value {
-    let columns = columns_for(t, crd);
+    // A CRD's printer columns are read once per answer, not once per row.
+    let printer = crd.map(|c| printer_columns(c, &t.version));
+    let columns = columns_for(t, printer.as_deref());
     let items: Vec<&Value> = match body.get("items").and_then(Value::as_array) {
         Some(items) => items.iter().collect(),
         None => vec![body],
@@ -104,7 +106,7 @@ pub fn convert(
     let rows: Vec<Value> = items
         .into_iter()
         .map(|o| {
-            let cells = cells_for(t, crd, &columns, o, now);
+            let cells = cells_for(t, printer.as_deref(), o, now);
             let mut row = Map::new();
             row.insert("cells".into(), Value::Array(cells));
             match include {
@@ -145,9 +147,13 @@ pub fn convert(
     })
 }
 
-fn columns_for(t: &Target, crd: Option<&Value>) -> Vec<Column> {
-    if let Some(c) = crd {
-        return crd_columns(c, &t.version);
+fn columns_for(t: &Target, printer: Option<&[(Column, String)]>) -> Vec<Column> {
+    if let Some(p) = printer {
+        let mut name = Column::new("Name", "string", 0);
+        name.description = "Name must be unique within a namespace.".into();
+        return std::iter::once(name)
+            .chain(p.iter().map(|(c, _)| c.clone()))
+            .collect();
     }
     builtin::columns(&t.info.group, &t.info.plural)
         .unwrap_or_else(|| vec![Column::new("Name", "string", 0), age_column()])
@@ -155,18 +161,14 @@ fn columns_for(t: &Target, crd: Option<&Value>) -> Vec<Column> {
 
 fn cells_for(
     t: &Target,
-    crd: Option<&Value>,
-    columns: &[Column],
+    printer: Option<&[(Column, String)]>,
     o: &Value,
     now: DateTime<Utc>,
 ) -> Vec<Value> {
-    if let Some(c) = crd {
-        let paths = crd_paths(c, &t.version);
-        let mut cells = vec![name_of(o)];
-        for (col, path) in columns.iter().skip(1).zip(paths) {
-            cells.push(crd_cell(col, &path, o, now));
-        }
-        return cells;
+    if let Some(p) = printer {
+        return std::iter::once(name_of(o))
+            .chain(p.iter().map(|(col, path)| crd_cell(col, path, o, now)))
+            .collect();
     }
     builtin::cells(&t.info.group, &t.info.plural, o, now)
         .unwrap_or_else(|| vec![name_of(o), age_of(o, now)])
@@ -219,21 +221,6 @@ fn printer_columns(crd: &Value, version: &str) -> Vec<(Column, String)> {
                 .to_string();
             Some((col, path.to_string()))
         })
-        .collect()
-}
-
-fn crd_columns(crd: &Value, version: &str) -> Vec<Column> {
-    let mut name = Column::new("Name", "string", 0);
-    name.description = "Name must be unique within a namespace.".into();
-    std::iter::once(name)
-        .chain(printer_columns(crd, version).into_iter().map(|(c, _)| c))
-        .collect()
-}
-
-fn crd_paths(crd: &Value, version: &str) -> Vec<String> {
-    printer_columns(crd, version)
-        .into_iter()
-        .map(|(_, p)| p)
         .collect()
 }
 
