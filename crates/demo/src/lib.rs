@@ -5,8 +5,11 @@
 
 pub mod apply;
 pub mod components;
+pub mod frames;
 pub mod manifests;
 pub mod scenario;
+mod steps;
+mod story;
 pub mod summary;
 pub mod view;
 pub mod wait;

@@ -78,7 +78,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(cmd::node::exporter_compat::normalize(
         std::env::args_os().collect(),
     ));
-    init_tracing(&cli.log);
+    let log_file = match &cli.command {
+        Command::Demo(args) => args.log_file(),
+        _ => None,
+    };
+    cmd::logging::init(&cli.log, log_file.as_deref());
     let result = match cli.command {
         Command::Crds(args) => cmd::crds::run(args),
         Command::Validate(args) => cmd::validate::run(args),
@@ -98,13 +102,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_tracing(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use gantry_api::names;
+use gantry_demo::frames::{self, Frame};
+use gantry_demo::view;
+use gantry_sim::cluster::Fault;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -28,6 +31,144 @@ fn gpu_limit(p: &Pod) -> i64 {
         })
         .filter_map(|q| q.0.parse::<i64>().ok())
         .sum()
+}
+
+/// Every frame the plain output printed shows what its sentence claims, counted off the
+/// frame's own text.
+fn frames_match_their_sentences(frames: &[Frame]) {
+    let frame = |caption: &str| -> (&Frame, Vec<String>) {
+        let f = frames
+            .iter()
+            .find(|f| f.caption.starts_with(caption))
+            .unwrap_or_else(|| panic!("a frame {caption:?}: {:?}", captions(frames)));
+        (f, view::frame_lines(&f.snapshot))
+    };
+    let cells = |lines: &[String], prefix: &str, cell: &str| -> usize {
+        lines
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .map(|l| l.matches(cell).count())
+            .sum()
+    };
+    // Team B borrows 24 whole H100s: 24 full cells on the H100 rows, all team B's.
+    let (f, lines) = frame("done: team B");
+    assert_eq!(cells(&lines, "h100", "██"), 24, "{lines:#?}");
+    assert_eq!(frames::held(&f.snapshot, "team-b", "whole"), 24);
+    assert_eq!(frames::held(&f.snapshot, "team-b", "mig"), 4);
+    assert!(
+        frames::queue_allocated(&f.snapshot, "team-b") >= 24.0,
+        "the queue line agrees: {lines:#?}"
+    );
+    // Team A's fractions share H100s; its three L4 pods share one time-sliced L4.
+    let (f, lines) = frame("done: team A inference");
+    assert_eq!(frames::held(&f.snapshot, "team-a", "fraction"), 4);
+    assert_eq!(frames::held(&f.snapshot, "team-a", "replica"), 3);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("l4-") && l.contains("▒3")),
+        "{lines:#?}"
+    );
+    // The gang holds 8 whole H100s; the whole cells are the gang's plus team B's.
+    let (f, lines) = frame("done: gang + reclaim");
+    assert_eq!(frames::held(&f.snapshot, "team-a", "whole"), 8);
+    assert_eq!(
+        cells(&lines, "h100", "██"),
+        8 + frames::held(&f.snapshot, "team-b", "whole"),
+        "{lines:#?}"
+    );
+    // After the re-slice every A100 GPU is seven 1g.10gb slices.
+    let (f, _) = frame("done: MIG re-slice");
+    for n in f
+        .snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.name.starts_with("a100"))
+    {
+        for g in &n.gpus {
+            assert_eq!(
+                g.mig,
+                vec!["1g.10gb".to_string(); 7],
+                "{} GPU {}",
+                n.name,
+                g.index
+            );
+        }
+    }
+    // After "8/8 nodes done" no node is drawn cordoned or NotReady.
+    let (_, lines) = frame("done: driver upgrade");
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains("(cordoned)") && !l.contains("(NotReady)")),
+        "{lines:#?}"
+    );
+    // The fault: the withdrawn GPU is drawn XX, and the next frame shows it back.
+    let (_, lines) = frame("h100-80gb-0 GPU 0 withdrawn");
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with("h100-80gb-0"))
+        .expect("h100-80gb-0 row");
+    assert!(row.contains("XX"), "{row}");
+    let (_, lines) = frame("done: GPU fault");
+    assert!(lines.iter().all(|l| !l.contains("XX")), "{lines:#?}");
+}
+
+fn captions(frames: &[Frame]) -> Vec<&str> {
+    frames.iter().map(|f| f.caption.as_str()).collect()
+}
+
+/// The web view's operator, health and MIG panels, namespaced pod names, and legends whose
+/// items never overlap.
+fn web_view_panels(dom: &str) {
+    assert!(
+        dom.contains("id=\"policy\" data-state=\"ready\""),
+        "the ClusterPolicy state is shown"
+    );
+    assert!(
+        dom.contains("data-operand=\"device-plugin\" data-status=\"Running\""),
+        "per-node operand state"
+    );
+    assert!(dom.contains("data-mig=\"1g.10gb×7\""), "MIG layout per GPU");
+    assert!(
+        dom.contains("data-healthy=\"false\""),
+        "the faulted GPU is shown"
+    );
+    assert!(dom.contains("XX unhealthy"), "…and says so");
+    assert!(
+        dom.contains("id=\"upgrade\" data-done=\"8\" data-total=\"8\""),
+        "upgrade progress: {}",
+        dom.find("id=\"upgrade\"")
+            .map(|i| &dom[i..(i + 200).min(dom.len())])
+            .unwrap_or("none")
+    );
+    assert!(
+        dom.contains(">team-a/train-a-"),
+        "holders carry their namespace"
+    );
+    for legend in ["grid-legend", "chart-legend"] {
+        let at = dom
+            .find(&format!("id=\"{legend}\""))
+            .unwrap_or_else(|| panic!("{legend} drawn"));
+        let rest = &dom[at..];
+        let boxes = rest
+            .split("data-boxes=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_else(|| panic!("{legend} has its item boxes"))
+            .replace("&quot;", "\"");
+        let boxes: Vec<[f64; 4]> = serde_json::from_str(&boxes).expect("boxes are JSON");
+        assert!(boxes.len() >= 4, "{legend}: {boxes:?}");
+        for (i, a) in boxes.iter().enumerate() {
+            for b in &boxes[i + 1..] {
+                let apart = a[0] + a[2] <= b[0] + 0.5
+                    || b[0] + b[2] <= a[0] + 0.5
+                    || a[1] + a[3] <= b[1] + 0.5
+                    || b[1] + b[3] <= a[1] + 0.5;
+                assert!(apart, "{legend}: {a:?} overlaps {b:?}");
+            }
+        }
+    }
 }
 
 fn chromium() -> Option<String> {
@@ -72,6 +213,7 @@ async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
         .expect("the demo runs to the end");
     println!("{summary}");
     let client = demo.client.clone();
+    frames_match_their_sentences(&demo.frames);
 
     // Nodes and GPUs.
     let nodes = Api::<Node>::all(client.clone())
@@ -238,7 +380,29 @@ async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
         );
     }
 
-    // The web view, in a real browser.
+    // The web view, in a real browser, with a GPU faulted so the health panel has something
+    // to show.
+    demo.up
+        .cluster
+        .fault("h100-80gb-1", &Fault::OffBus { gpu: 3 })
+        .await
+        .expect("fault injected");
+    gantry_testkit::eventually_secs(
+        "the picture to show h100-80gb-1 GPU 3 unhealthy",
+        30,
+        || {
+            let s = demo.collector.latest();
+            std::future::ready(
+                s.nodes
+                    .iter()
+                    .find(|n| n.name == "h100-80gb-1")
+                    .and_then(|n| n.gpus.get(3))
+                    .is_some_and(|g| !g.healthy),
+            )
+        },
+    )
+    .await
+    .unwrap();
     let url = demo
         .ui
         .as_ref()
@@ -274,6 +438,7 @@ async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
             );
             assert!(dom.contains("k-fraction"), "fractional holders are drawn");
             assert!(dom.contains("data-queue=\"team-b\""));
+            web_view_panels(&dom);
             let shot =
                 std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-web-view.png");
             let profile = tempfile::tempdir().unwrap();
@@ -296,5 +461,10 @@ async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
             println!("web view screenshot: {}", shot.display());
         }
     }
+    demo.up
+        .cluster
+        .fault("h100-80gb-1", &Fault::Clear { gpu: 3 })
+        .await
+        .expect("fault cleared");
     demo.shutdown().await;
 }

@@ -35,6 +35,35 @@ pub struct Args {
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Where the components' log goes (`-`: stderr). The terminal shows the story; the log
+    /// (filtered by `--log`) keeps what the operator, scheduler and node agents said.
+    #[arg(long, default_value = "gantry-demo.log")]
+    log_file: PathBuf,
+}
+
+impl Args {
+    /// The log file, or `None` for stderr.
+    pub fn log_file(&self) -> Option<PathBuf> {
+        (self.log_file.as_os_str() != "-").then(|| self.log_file.clone())
+    }
+}
+
+/// `log: gantry-demo.log (1 warning, 0 errors)`.
+fn log_line(file: &std::path::Path) -> String {
+    let (w, e) = super::logging::counts();
+    let plural = |n: usize, one: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {one}s")
+        }
+    };
+    format!(
+        "log: {} ({}, {})",
+        file.display(),
+        plural(w, "warning"),
+        plural(e, "error")
+    )
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -48,7 +77,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ui_port: (!args.no_ui).then_some(args.ui_port),
             phase_timeout: std::time::Duration::from_secs(args.phase_timeout),
         };
-        let (demo, summary) = gantry_demo::run(opts).await.context("the demo failed")?;
+        let log_hint = args
+            .log_file()
+            .map(|f| format!(" (the log is in {})", f.display()))
+            .unwrap_or_default();
+        let (demo, summary) = gantry_demo::run(opts)
+            .await
+            .with_context(|| format!("the demo failed{log_hint}"))?;
         println!("\n{summary}");
         if let Some(path) = &args.summary_json {
             let text = serde_json::to_string_pretty(&summary)?;
@@ -71,6 +106,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         }
         demo.shutdown().await;
+        if let Some(file) = args.log_file() {
+            println!("{}", log_line(&file));
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

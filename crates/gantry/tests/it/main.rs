@@ -3,6 +3,7 @@
 
 mod chart;
 mod cli_api;
+mod demo_cli;
 mod observability;
 mod quickstart;
 mod upstream_corpus;

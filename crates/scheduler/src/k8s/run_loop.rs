@@ -347,7 +347,9 @@ async fn lead(
     }
     let (tx, mut rx) = mpsc::channel::<Msg>(4096);
     let (status_tx, status_rx) = mpsc::unbounded_channel();
-    let mut tasks = vec![
+    // Aborted when `lead` returns or is dropped (`run` drops it on shutdown): a detached
+    // reflector would outlive the scheduler and complain when the API server goes away.
+    let mut tasks = AbortOnDrop(vec![
         reflect(Api::<Node>::all(client.clone()), tx.clone(), |e| {
             Msg::Node(Box::new(e))
         }),
@@ -363,8 +365,10 @@ async fn lead(
         reflect(Api::<PriorityClass>::all(client.clone()), tx.clone(), |e| {
             Msg::Class(Box::new(e))
         }),
-    ];
-    tasks.push(tokio::spawn(status_task(client.clone(), status_rx)));
+    ]);
+    tasks
+        .0
+        .push(tokio::spawn(status_task(client.clone(), status_rx)));
     let mut lp = Loop {
         cache: Cache::new(&opts.scheduler_name, &opts.reservation_namespace),
         bind_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
@@ -409,10 +413,19 @@ async fn lead(
             lp.metrics.set_ready(true);
         }
     };
-    for t in tasks {
-        t.abort();
-    }
+    drop(tasks);
     res
+}
+
+/// Tasks that end with their owner.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
 }
 
 impl Loop {

@@ -2,6 +2,7 @@
 //! or fraction, utilisation) and queues (fair share vs allocated, over time). Served on
 //! loopback by `gantry up` and `gantry demo`; the terminal view draws the same [`Snapshot`].
 
+pub mod cluster_state;
 pub mod snapshot;
 pub mod web;
 

@@ -25,6 +25,8 @@ pub struct GpuReading {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
+    /// The ClusterPolicy in charge, once there is one.
+    pub cluster_policy: Option<super::cluster_state::PolicyView>,
     pub nodes: Vec<NodeView>,
     pub queues: Vec<QueueView>,
     /// Physical GPUs on Ready nodes.
@@ -43,6 +45,13 @@ pub struct NodeView {
     /// `nvidia.com/*` allocatable, as the node reports it.
     pub allocatable: BTreeMap<String, String>,
     pub gpus: Vec<GpuView>,
+    /// Operand (`driver`, `device-plugin`, …) → its pod's status on this node.
+    pub operands: BTreeMap<String, String>,
+    /// `nvidia.com/gpu-driver-upgrade-state`, while the operator manages upgrades.
+    pub upgrade_state: Option<String>,
+    /// `nvidia.com/mig.config` and `nvidia.com/mig.config.state`.
+    pub mig_config: Option<String>,
+    pub mig_config_state: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -53,6 +62,8 @@ pub struct GpuView {
     pub mem_used_mib: u64,
     pub memory_mib: u64,
     pub healthy: bool,
+    /// MIG profiles of the GPU's MIG devices (empty: MIG off or no instances).
+    pub mig: Vec<String>,
     pub holders: Vec<Holder>,
 }
 
@@ -239,6 +250,7 @@ pub fn build(
                 mem_used_mib: g.mem_used_mib,
                 memory_mib: g.memory_mib,
                 healthy: g.healthy,
+                mig: g.mig.iter().map(|(_, p)| p.clone()).collect(),
                 holders: Vec::new(),
             })
             .collect();
@@ -304,6 +316,7 @@ pub fn build(
         if ready {
             total += readings.len() as u32;
         }
+        let node_name = name.clone();
         views.push(NodeView {
             name,
             product: node
@@ -321,6 +334,10 @@ pub fn build(
                 .unwrap_or(false),
             allocatable,
             gpus: gpu_views,
+            operands: super::cluster_state::operands(pods, &node_name),
+            upgrade_state: super::cluster_state::node_label(node, names::LABEL_UPGRADE_STATE),
+            mig_config: super::cluster_state::node_label(node, names::LABEL_MIG_CONFIG),
+            mig_config_state: super::cluster_state::node_label(node, names::LABEL_MIG_CONFIG_STATE),
         });
     }
     for p in pods {
@@ -361,6 +378,7 @@ pub fn build(
         })
         .collect();
     Snapshot {
+        cluster_policy: None,
         nodes: views,
         queues,
         gpus_total: total,

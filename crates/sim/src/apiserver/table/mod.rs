@@ -8,6 +8,14 @@
 mod builtin;
 mod jsonpath;
 
+/// A pod's STATUS as `kubectl get pods` prints it (`Running`, `ContainerCreating`,
+/// `CrashLoopBackOff`, `Init:0/1` …), for views that show a pod's state in one word.
+pub fn pod_status(pod: &Value) -> String {
+    builtin::cells("", "pods", pod, Utc::now())
+        .and_then(|c| c.get(2).and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default()
+}
+
 use super::objects::Target;
 use chrono::{DateTime, Utc};
 use http::{HeaderMap, header};
