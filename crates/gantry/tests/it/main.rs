@@ -4,6 +4,7 @@
 mod chart;
 mod cli_api;
 mod demo_cli;
+mod image;
 mod observability;
 mod quickstart;
 mod upstream_corpus;
