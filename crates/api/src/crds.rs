@@ -8,6 +8,7 @@ use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 use crate::cluster_policy::ClusterPolicy;
+use crate::crd_defaults;
 use crate::kai::{PodGroup, Queue};
 use crate::mig_cluster_policy::MigClusterPolicy;
 use crate::nvidia_driver::NVIDIADriver;
@@ -24,6 +25,8 @@ pub enum CrdError {
         name: String,
         source: serde_json::Error,
     },
+    #[error("CRD {name}: upstream's schema defaults name fields the schema lacks: {paths:?}")]
+    DefaultsWithoutField { name: String, paths: Vec<String> },
 }
 
 /// Every CRD, in a stable order: ClusterPolicy, NVIDIADriver, MigClusterPolicy, Queue, PodGroup.
@@ -53,8 +56,17 @@ fn fix_up(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition, Crd
         for ver in versions {
             if let Some(schema) = ver.pointer_mut("/schema/openAPIV3Schema") {
                 clean(schema);
-                if name == "nvidiadrivers.nvidia.com" {
-                    add_driver_rules(schema);
+                let defaults = match name.as_str() {
+                    "clusterpolicies.nvidia.com" => crd_defaults::cluster_policy(),
+                    "nvidiadrivers.nvidia.com" => {
+                        add_driver_rules(schema);
+                        crd_defaults::nvidia_driver()
+                    }
+                    _ => Vec::new(),
+                };
+                let paths = crd_defaults::apply(schema, &defaults);
+                if !paths.is_empty() {
+                    return Err(CrdError::DefaultsWithoutField { name, paths });
                 }
             }
         }
@@ -125,18 +137,10 @@ fn add_driver_rules(schema: &mut Value) {
         json!([{"rule": "!(self.default && has(self.nodeSelector) && size(self.nodeSelector) > 0)",
                 "message": "nodeSelector must not be set when default is true"}]),
     );
-    // Upstream's schema defaults: the API server fills them in, so manifests (upstream's
-    // sample among them) may leave `default` and `image` out though both are required.
-    spec.insert("required".into(), json!(["default", "image"]));
+    // Required as upstream, each with a schema default (crd_defaults) the API server fills
+    // in, so manifests (upstream's sample among them) may leave them out.
+    spec.insert("required".into(), json!(["default", "driverType", "image"]));
     if let Some(props) = spec.get_mut("properties").and_then(Value::as_object_mut) {
-        for (field, value) in [
-            ("default", json!(false)),
-            ("image", json!(crate::nvidia_driver::DEFAULT_DRIVER_IMAGE)),
-        ] {
-            if let Some(f) = props.get_mut(field).and_then(Value::as_object_mut) {
-                f.insert("default".into(), value);
-            }
-        }
         for field in ["driverType", "usePrecompiled"] {
             if let Some(f) = props.get_mut(field).and_then(Value::as_object_mut) {
                 f.insert(

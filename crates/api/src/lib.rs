@@ -8,6 +8,7 @@
 
 pub mod cluster_policy;
 pub mod common;
+pub mod crd_defaults;
 pub mod crds;
 pub mod device_plugin_config;
 pub mod gofloat;

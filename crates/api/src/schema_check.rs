@@ -168,8 +168,15 @@ fn object(
         .into_iter()
         .flatten()
     {
+        // A required key with a schema default is filled in by the API server first.
+        let defaulted = |r: &str| {
+            props
+                .and_then(|p| p.get(r))
+                .is_some_and(|p| p.get("default").is_some())
+        };
         if let Some(r) = req.as_str()
             && !m.contains_key(r)
+            && !defaulted(r)
         {
             out.push(Problem::new(join(path, r), "is required"));
         }
@@ -289,6 +296,19 @@ mod tests {
         assert!(msgs.iter().any(|m| m.starts_with("bb: unknown field")));
         let neg = check(&json!({"a":-1}), &s, R);
         assert_eq!(neg[0].to_string(), "a: must be >= 0, got -1");
+    }
+
+    #[test]
+    fn a_required_key_with_a_default_may_be_left_out() {
+        let s = json!({"type":"object","required":["a","b"],"properties":{
+            "a":{"type":"boolean","default":false},
+            "b":{"type":"string"}
+        }});
+        let msgs: Vec<String> = check(&json!({}), &s, R)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(msgs, ["b: is required"]);
     }
 
     #[test]

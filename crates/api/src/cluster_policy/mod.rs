@@ -249,12 +249,10 @@ impl ClusterPolicySpec {
             .and_then(|c| nonempty(&c.name))
             .unwrap_or(defaults::DEFAULT_MIG_PARTED_CONFIG_MAP)
     }
-    /// Whether a custom mig-parted ConfigMap is named.
+    /// Whether a custom mig-parted ConfigMap is named (the CRD's default name, which the API
+    /// server fills in, is the operator's own).
     pub fn mig_manager_has_custom_config(&self) -> bool {
-        self.mig_manager
-            .as_ref()
-            .and_then(|m| m.config.as_ref())
-            .is_some_and(|c| nonempty(&c.name).is_some())
+        self.mig_manager_config_name() != defaults::DEFAULT_MIG_PARTED_CONFIG_MAP
     }
     /// `migManager.config.default`: `Some("all-disabled")` (the default) or `None` for `""`.
     pub fn mig_manager_default_config(&self) -> Option<&'static str> {

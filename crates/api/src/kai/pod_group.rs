@@ -439,6 +439,18 @@ pub struct PodGroupStatus {
     pub scheduling_conditions: Option<Vec<SchedulingCondition>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources_status: Option<PodGroupResourcesStatus>,
+    /// KAI's phase and pod counts (its pod-group controller writes them; Gantry keeps them so
+    /// the API server does not prune them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<i32>,
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,

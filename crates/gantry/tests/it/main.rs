@@ -2,6 +2,7 @@
 //! instead of one per file (docs/testing.md).
 
 mod chart;
+mod chart_upstream;
 mod cli_api;
 mod demo_cli;
 mod image;

@@ -12,3 +12,4 @@ mod kubelet_init;
 mod kubelet_volumes;
 mod probe;
 mod strictness;
+mod upstream_defaults;
