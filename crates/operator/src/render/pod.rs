@@ -189,7 +189,12 @@ impl<'a> Container<'a> {
             m.insert("volumeMounts".into(), Value::Array(self.mounts));
         }
         if self.privileged {
-            m.insert("securityContext".into(), json!({ "privileged": true }));
+            // Root explicitly: a privileged agent reaches host paths (kubelet sockets, driver
+            // files), and Gantry's own image runs as a non-root user by default.
+            m.insert(
+                "securityContext".into(),
+                json!({ "privileged": true, "runAsUser": 0 }),
+            );
         }
         m.extend(self.extra);
         Ok(Value::Object(m))
