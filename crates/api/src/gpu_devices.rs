@@ -37,7 +37,9 @@ pub fn parse(value: &str) -> Result<Vec<GpuDevice>, String> {
         let (Some(index), Some(uuid), Some(state), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err(format!("entry {entry:?}: expected INDEX:UUID:Healthy|Unhealthy"));
+            return Err(format!(
+                "entry {entry:?}: expected INDEX:UUID:Healthy|Unhealthy"
+            ));
         };
         let index: u32 = index
             .parse()
@@ -94,6 +96,10 @@ mod tests {
         assert!(parse("x:GPU-a:Healthy").unwrap_err().contains("\"x\""));
         assert!(parse("0:GPU-a:Sick").unwrap_err().contains("Sick"));
         assert!(parse("0:GPU-a").unwrap_err().contains("expected"));
-        assert!(parse("0:GPU-a:Healthy,0:GPU-b:Healthy").unwrap_err().contains("twice"));
+        assert!(
+            parse("0:GPU-a:Healthy,0:GPU-b:Healthy")
+                .unwrap_err()
+                .contains("twice")
+        );
     }
 }

@@ -17,7 +17,10 @@ use super::resources::{Physical, ResourceSet};
 
 /// The whole GPUs advertised under `nvidia.com/gpu` (one entry per GPU, replicas folded),
 /// Healthy unless a fault covers them. Pure.
-pub fn devices<'a>(sets: impl IntoIterator<Item = &'a ResourceSet>, faults: &Faults) -> Vec<GpuDevice> {
+pub fn devices<'a>(
+    sets: impl IntoIterator<Item = &'a ResourceSet>,
+    faults: &Faults,
+) -> Vec<GpuDevice> {
     let mut out: BTreeMap<u32, GpuDevice> = BTreeMap::new();
     for set in sets.into_iter().filter(|s| s.name == names::RESOURCE_GPU) {
         for d in &set.devices {
@@ -45,7 +48,10 @@ pub fn spawn_publisher(client: kube::Client, node: String) -> watch::Sender<Opti
             if let Some(v) = want.filter(|v| written.as_ref() != Some(v)) {
                 let patch = serde_json::json!({"metadata": {"annotations": {
                     names::ANNOTATION_GPU_DEVICES: v}}});
-                match api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                match api
+                    .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
                     Ok(_) => written = Some(v),
                     Err(e) => {
                         tracing::warn!(error = %e, %node, "cannot publish the GPU devices on the Node; retrying");
@@ -94,17 +100,19 @@ mod tests {
     fn one_entry_per_gpu_with_its_health() {
         let set = ResourceSet::new(
             names::RESOURCE_GPU.into(),
-            vec![gpu(1, Some(0)), gpu(1, Some(1)), gpu(0, Some(0)), gpu(0, Some(1))],
+            vec![
+                gpu(1, Some(0)),
+                gpu(1, Some(1)),
+                gpu(0, Some(0)),
+                gpu(0, Some(1)),
+            ],
             None,
         );
         let other = ResourceSet::new("nvidia.com/gpu.shared".into(), vec![gpu(7, None)], None);
         let mut faults = Faults::default();
         faults.record(Target::Gpu(1), FaultKind::Lost, None, Instant::now());
         let d = devices([&set, &other], &faults);
-        assert_eq!(
-            value(&d).unwrap(),
-            "0:GPU-0:Healthy,1:GPU-1:Unhealthy"
-        );
+        assert_eq!(value(&d).unwrap(), "0:GPU-0:Healthy,1:GPU-1:Unhealthy");
         assert_eq!(value(&devices([&other], &faults)), None);
     }
 }

@@ -156,8 +156,12 @@ mod tests {
             t.contains(r#"gpu_operator_node_device_plugin_devices_withdrawn_total{reason="xid",xid="119"} 2"#),
             "{t}"
         );
-        assert!(t.contains(r#"gpu_operator_node_device_plugin_devices_withdrawn_total{reason="lost",xid="79"} 1"#));
-        assert!(t.contains(r#"gpu_operator_node_device_plugin_devices_recovered_total{reason="xid",xid="119"} 2"#));
+        assert!(t.contains(
+            r#"gpu_operator_node_device_plugin_devices_withdrawn_total{reason="lost",xid="79"} 1"#
+        ));
+        assert!(t.contains(
+            r#"gpu_operator_node_device_plugin_devices_recovered_total{reason="xid",xid="119"} 2"#
+        ));
         assert!(t.contains("gpu_operator_node_device_plugin_devices_unhealthy 1"));
     }
 }

@@ -865,7 +865,9 @@ async fn http_get(address: std::net::SocketAddr, path: &str) -> String {
         .unwrap();
     let mut out = String::new();
     conn.read_to_string(&mut out).await.unwrap();
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(out)
 }
 
 /// Issue #24: withdrawn and recovered devices on the plugin's `/metrics`.

@@ -404,8 +404,11 @@ fn gpu_devices(n: &Node) -> Vec<gantry_api::gpu_devices::GpuDevice> {
         return Vec::new();
     };
     gantry_api::gpu_devices::parse(v).unwrap_or_else(|e| {
-        tracing::warn!(node = n.metadata.name.as_deref().unwrap_or(""),
-            "annotation {}: {e}; GPUs taken as slots", names::ANNOTATION_GPU_DEVICES);
+        tracing::warn!(
+            node = n.metadata.name.as_deref().unwrap_or(""),
+            "annotation {}: {e}; GPUs taken as slots",
+            names::ANNOTATION_GPU_DEVICES
+        );
         Vec::new()
     })
 }

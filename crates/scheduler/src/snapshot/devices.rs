@@ -32,8 +32,14 @@ pub fn physical(n: &NodeInput) -> Option<Slots> {
         return None;
     }
     let healthy = |i: u32| n.gpu_devices.iter().any(|d| d.index == i && d.healthy);
-    let mut withdrawn: Vec<u8> = (0..count).filter(|&i| !healthy(i)).map(|i| i as u8).collect();
-    let mut usable: Vec<u8> = (0..count).filter(|&i| healthy(i)).map(|i| i as u8).collect();
+    let mut withdrawn: Vec<u8> = (0..count)
+        .filter(|&i| !healthy(i))
+        .map(|i| i as u8)
+        .collect();
+    let mut usable: Vec<u8> = (0..count)
+        .filter(|&i| healthy(i))
+        .map(|i| i as u8)
+        .collect();
     while usable.len() > n.gpus as usize {
         withdrawn.extend(usable.pop());
     }

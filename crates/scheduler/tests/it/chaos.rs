@@ -114,7 +114,11 @@ async fn check(c: &Cluster, failed_seen: &mut BTreeSet<String>) -> Seen {
         if phase.as_deref() == Some("Failed") && failed_seen.insert(name.clone()) {
             let why = p.status.as_ref().and_then(|s| s.message.clone());
             let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            seen.failed.push((name.clone(), node.unwrap_or_default(), why.unwrap_or_default()));
+            seen.failed.push((
+                name.clone(),
+                node.unwrap_or_default(),
+                why.unwrap_or_default(),
+            ));
         }
         if phase.as_deref() != Some("Running") {
             continue;
@@ -169,7 +173,10 @@ async fn plugin_pod(c: &Cluster, node: &str) -> Option<String> {
         .await
         .into_iter()
         .find(|p| {
-            p.metadata.name.as_deref().is_some_and(|n| n.starts_with("device-plugin"))
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("device-plugin"))
                 && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
                 && p.metadata.deletion_timestamp.is_none()
         })
@@ -236,7 +243,13 @@ async fn chaos_faults_churn_and_restarts_overcommit_nothing_and_recover() -> Res
                     .await
                     .iter()
                     .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
-                    .filter_map(|p| p.metadata.labels.as_ref()?.get(names::LABEL_GPU_GROUP).cloned())
+                    .filter_map(|p| {
+                        p.metadata
+                            .labels
+                            .as_ref()?
+                            .get(names::LABEL_GPU_GROUP)
+                            .cloned()
+                    })
                     .collect();
                 let res: Vec<Pod> = list::<Pod>(&c, RES_NS)
                     .await
@@ -299,7 +312,11 @@ async fn chaos_faults_churn_and_restarts_overcommit_nothing_and_recover() -> Res
                 .get(&node)
                 .is_some_and(|at| at.elapsed().as_secs_f64() < RACE_SECS);
             let line = format!("round {round}: {pod} on {node:?} Failed: {why}");
-            if recent { raced.push(line) } else { t.violations.push(line) }
+            if recent {
+                raced.push(line)
+            } else {
+                t.violations.push(line)
+            }
         }
     }
 
@@ -314,67 +331,85 @@ async fn chaos_faults_churn_and_restarts_overcommit_nothing_and_recover() -> Res
         let _ = pods.delete(&name, &DeleteParams::default()).await;
     }
     let settle = std::time::Instant::now();
-    eventually_secs("every GPU advertised and published Healthy", SETTLE_SECS, || async {
-        let all = Api::<Node>::all(c.client.clone())
-            .list(&ListParams::default())
-            .await?;
-        let mut seen = Vec::new();
-        let mut ok = true;
-        for n in &all.items {
-            let alloc = n
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .and_then(|a| a.get(names::RESOURCE_GPU))
-                .map(|q| q.0.clone())
-                .unwrap_or_default();
-            let healthy = n
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(names::ANNOTATION_GPU_DEVICES))
-                .and_then(|v| gpu_devices::parse(v).ok())
-                .map_or(0, |d| d.iter().filter(|g| g.healthy).count());
-            ok &= alloc == GPUS_PER_NODE.to_string() && healthy == GPUS_PER_NODE as usize;
-            seen.push(format!("{:?}: allocatable {alloc}, {healthy} published Healthy",
-                n.metadata.name));
-        }
-        Ok::<_, kube::Error>(if ok { Look::Done(()) } else { Look::Seen(seen.join("; ")) })
-    })
+    eventually_secs(
+        "every GPU advertised and published Healthy",
+        SETTLE_SECS,
+        || async {
+            let all = Api::<Node>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await?;
+            let mut seen = Vec::new();
+            let mut ok = true;
+            for n in &all.items {
+                let alloc = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocatable.as_ref())
+                    .and_then(|a| a.get(names::RESOURCE_GPU))
+                    .map(|q| q.0.clone())
+                    .unwrap_or_default();
+                let healthy = n
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(names::ANNOTATION_GPU_DEVICES))
+                    .and_then(|v| gpu_devices::parse(v).ok())
+                    .map_or(0, |d| d.iter().filter(|g| g.healthy).count());
+                ok &= alloc == GPUS_PER_NODE.to_string() && healthy == GPUS_PER_NODE as usize;
+                seen.push(format!(
+                    "{:?}: allocatable {alloc}, {healthy} published Healthy",
+                    n.metadata.name
+                ));
+            }
+            Ok::<_, kube::Error>(if ok {
+                Look::Done(())
+            } else {
+                Look::Seen(seen.join("; "))
+            })
+        },
+    )
     .await?;
     let total = nodes.len() as u32 * GPUS_PER_NODE;
     for i in 0..total {
         let p: Pod = serde_json::from_value(workload(&format!("final{i}"), 0))?;
         pods.create(&PostParams::default(), &p).await?;
     }
-    let final_gpus = eventually_secs("a whole-GPU pod Running on every GPU", SETTLE_SECS, || async {
-        let mut gpus = BTreeSet::new();
-        let mut running = 0;
-        for i in 0..total {
-            if let Some(p) = c.pod("default", &format!("final{i}")).await
-                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            {
-                running += 1;
-                gpus.extend(allocated_uuids(&p));
+    let final_gpus = eventually_secs(
+        "a whole-GPU pod Running on every GPU",
+        SETTLE_SECS,
+        || async {
+            let mut gpus = BTreeSet::new();
+            let mut running = 0;
+            for i in 0..total {
+                if let Some(p) = c.pod("default", &format!("final{i}")).await
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                {
+                    running += 1;
+                    gpus.extend(allocated_uuids(&p));
+                }
             }
-        }
-        if running == total {
-            Look::Done(gpus)
-        } else {
-            Look::Seen(format!("{running} of {total} Running"))
-        }
-    })
+            if running == total {
+                Look::Done(gpus)
+            } else {
+                Look::Seen(format!("{running} of {total} Running"))
+            }
+        },
+    )
     .await?;
     let settle_s = settle.elapsed().as_secs_f64();
     let seen = check(&c, &mut failed_seen).await;
-    t.violations.extend(seen.overcommit.into_iter().map(|x| format!("end: {x}")));
+    t.violations
+        .extend(seen.overcommit.into_iter().map(|x| format!("end: {x}")));
     t.violations.extend(
         seen.failed
             .into_iter()
             .map(|(p, n, why)| format!("end: {p} on {n:?} Failed: {why}")),
     );
     if final_gpus.len() != total as usize {
-        t.violations.push(format!("final pods on {} distinct GPUs of {total}", final_gpus.len()));
+        t.violations.push(format!(
+            "final pods on {} distinct GPUs of {total}",
+            final_gpus.len()
+        ));
     }
     println!(
         "chaos seed {seed}: {} rounds, {} pods, {} faults, {} resets, {} reservation deletions, \

@@ -31,7 +31,14 @@ fn node_with(gpus: u32) -> Node {
     .unwrap()
 }
 
-pub(crate) fn pod(name: &str, ns: &str, node: Option<&str>, ann: Value, labels: Value, gpu: bool) -> Value {
+pub(crate) fn pod(
+    name: &str,
+    ns: &str,
+    node: Option<&str>,
+    ann: Value,
+    labels: Value,
+    gpu: bool,
+) -> Value {
     let mut spec = json!({"schedulerName": "kai-scheduler",
         "containers": [{"name": "c", "resources": {}}]});
     if gpu {

@@ -8,8 +8,8 @@
 use crate::cluster::{Cluster, Look, Result, annotation, eventually_secs, node_of};
 use gantry_api::gpu_devices;
 use gantry_api::names;
-use gantry_sim::cluster::Fault;
 use gantry_scheduler::k8s::cache::Cache;
+use gantry_sim::cluster::Fault;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 
@@ -55,7 +55,14 @@ fn share(name: &str, group: u32, fraction: &str, bound: bool) -> serde_json::Val
 }
 
 fn whole_pending() -> serde_json::Value {
-    pod("w", "ns", None, json!({"pod-group-name": "gw"}), json!({}), true)
+    pod(
+        "w",
+        "ns",
+        None,
+        json!({"pod-group-name": "gw"}),
+        json!({}),
+        true,
+    )
 }
 
 /// The binds of one cycle: (pod, GPU binding) for those the shell would send now.
@@ -103,7 +110,13 @@ fn withdrawn_gpu_takes_no_work_and_its_holders_keep_the_kubelets_count() {
     assert_eq!(
         got,
         vec![
-            ("f2".into(), GpuBinding::Fraction { indices: vec![0], milli: 250 }),
+            (
+                "f2".into(),
+                GpuBinding::Fraction {
+                    indices: vec![0],
+                    milli: 250
+                }
+            ),
             ("w".into(), GpuBinding::Whole { indices: vec![0] }),
         ]
     );
@@ -196,10 +209,14 @@ async fn off_bus_gpu_takes_no_share_and_a_whole_pod_runs_on_the_healthy_gpu() ->
         .name
         .clone()
         .unwrap_or_default();
-    eventually_secs("the device plugin publishes two healthy GPUs", 60, || async {
-        let (d, _) = node_gpus(&c, &node).await.ok()?;
-        (d.len() == 2 && d.iter().all(|g| g.healthy)).then_some(())
-    })
+    eventually_secs(
+        "the device plugin publishes two healthy GPUs",
+        60,
+        || async {
+            let (d, _) = node_gpus(&c, &node).await.ok()?;
+            (d.len() == 2 && d.iter().all(|g| g.healthy)).then_some(())
+        },
+    )
     .await?;
 
     // A fraction: its reservation pod holds one GPU, whichever the kubelet picks.
@@ -226,19 +243,25 @@ async fn off_bus_gpu_takes_no_share_and_a_whole_pod_runs_on_the_healthy_gpu() ->
         bad.index, bad.uuid, good.index, good.uuid
     );
 
-    c.sim.fault(&node, &Fault::OffBus { gpu: bad.index }).await?;
-    eventually_secs("GPU withdrawn: published Unhealthy, allocatable 1", 60, || async {
-        let (d, alloc) = match node_gpus(&c, &node).await {
-            Ok(x) => x,
-            Err(e) => return Look::Seen(e.to_string()),
-        };
-        let withdrawn = d.iter().any(|g| g.index == bad.index && !g.healthy);
-        if withdrawn && alloc == "1" {
-            Look::Done(())
-        } else {
-            Look::Seen(format!("{d:?}, allocatable {alloc}"))
-        }
-    })
+    c.sim
+        .fault(&node, &Fault::OffBus { gpu: bad.index })
+        .await?;
+    eventually_secs(
+        "GPU withdrawn: published Unhealthy, allocatable 1",
+        60,
+        || async {
+            let (d, alloc) = match node_gpus(&c, &node).await {
+                Ok(x) => x,
+                Err(e) => return Look::Seen(e.to_string()),
+            };
+            let withdrawn = d.iter().any(|g| g.index == bad.index && !g.healthy);
+            if withdrawn && alloc == "1" {
+                Look::Done(())
+            } else {
+                Look::Seen(format!("{d:?}, allocatable {alloc}"))
+            }
+        },
+    )
     .await?;
 
     // A new share must not join the dead GPU's group; a whole-GPU pod must not be bound
@@ -250,7 +273,11 @@ async fn off_bus_gpu_takes_no_share_and_a_whole_pod_runs_on_the_healthy_gpu() ->
     println!("f2 pending: {why_f2}\nwhole pending: {why_whole}");
     for name in ["f2", "whole"] {
         let p = c.pod("default", name).await.expect("pod");
-        assert_eq!(node_of(&p), None, "{name} bound while the node has no GPU free");
+        assert_eq!(
+            node_of(&p),
+            None,
+            "{name} bound while the node has no GPU free"
+        );
     }
 
     // The fraction leaves: its reservation is collected, and the whole-GPU pod runs on the
@@ -265,9 +292,18 @@ async fn off_bus_gpu_takes_no_share_and_a_whole_pod_runs_on_the_healthy_gpu() ->
         "the scheduler chose the healthy GPU"
     );
     let allocated = gantry_scheduler::k8s::convert::allocated_uuids(&whole);
-    assert_eq!(allocated, vec![good.uuid.clone()], "the kubelet allocated the healthy GPU");
+    assert_eq!(
+        allocated,
+        vec![good.uuid.clone()],
+        "the kubelet allocated the healthy GPU"
+    );
     let failed = failed_pods(&c).await;
-    println!("2-GPU off-bus: whole-GPU pod on GPU {} ({}), {} pods Failed", good.index, good.uuid, failed.len());
+    println!(
+        "2-GPU off-bus: whole-GPU pod on GPU {} ({}), {} pods Failed",
+        good.index,
+        good.uuid,
+        failed.len()
+    );
     assert!(failed.is_empty(), "{failed:?}");
     stop.send(true)?;
     let _ = handle.await;
