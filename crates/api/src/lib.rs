@@ -12,6 +12,7 @@ pub mod crd_defaults;
 pub mod crds;
 pub mod device_plugin_config;
 pub mod gofloat;
+pub mod gpu_devices;
 pub mod kai;
 pub mod mig_cluster_policy;
 pub mod mig_parted;

@@ -177,6 +177,9 @@ pub const DEFAULT_RESERVATION_NAMESPACE: &str = "gantry-reservation";
 pub const RESERVATION_APP: &str = "kai-resource-reservation";
 /// Scheduler bookkeeping on a bound pod: the node's GPU indices it was given (comma list).
 pub const ANNOTATION_SCHEDULER_GPU_INDICES: &str = "scheduler.gantry.dev/gpu-indices";
+/// Node agents on a Node: its physical GPUs behind `nvidia.com/gpu`, by NVML index, and
+/// whether the device plugin advertises each Healthy (format: [`crate::gpu_devices`]).
+pub const ANNOTATION_GPU_DEVICES: &str = "node.gantry.dev/gpu-devices";
 /// Scheduler Lease name (leader election).
 pub const SCHEDULER_LEASE: &str = "gantry-scheduler";
 /// Finalizer the operator puts on objects whose deletion needs cleanup.

@@ -37,7 +37,8 @@ pub enum GpuBinding {
     Whole {
         indices: Vec<u32>,
     },
-    /// `Fraction`: this share (milli) on each listed device.
+    /// `Fraction`: this share (milli) in each listed GPU group (its index names the group's
+    /// reservation; on nodes that publish their GPUs it need not be the GPU's index).
     Fraction {
         indices: Vec<u32>,
         milli: u32,
@@ -50,14 +51,33 @@ pub enum GpuBinding {
 }
 
 impl GpuBinding {
-    pub fn from_placement(s: &Snapshot<'_>, g: &GpuPlacement) -> GpuBinding {
+    /// The binding for a placement on `node`. Shares are bound under their GPU's fraction
+    /// group; `groups` starts as the node's and gains the groups this cycle opens (so two
+    /// new groups never get one index).
+    pub fn from_placement(
+        s: &Snapshot<'_>,
+        node: NodeId,
+        g: &GpuPlacement,
+        groups: &mut Vec<(u32, u32)>,
+    ) -> GpuBinding {
         match g {
             GpuPlacement::None => GpuBinding::None,
             GpuPlacement::Whole(i) => GpuBinding::Whole {
                 indices: i.iter().map(|&x| u32::from(x)).collect(),
             },
             GpuPlacement::Shared { gpus, milli } => GpuBinding::Fraction {
-                indices: gpus.iter().map(|&x| u32::from(x)).collect(),
+                indices: gpus
+                    .iter()
+                    .map(|&x| {
+                        let gpu = u32::from(x);
+                        let slots = s.nodes[node as usize].gpus;
+                        let g = crate::snapshot::devices::group_for(groups, slots, gpu);
+                        if !groups.contains(&(g, gpu)) {
+                            groups.push((g, gpu));
+                        }
+                        g
+                    })
+                    .collect(),
                 milli: u32::from(*milli),
             },
             GpuPlacement::Mig { profile, count } => GpuBinding::Mig {

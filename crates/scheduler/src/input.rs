@@ -31,6 +31,10 @@ pub struct NodeInput {
     pub gpus: u32,
     /// Allocatable `nvidia.com/mig-<profile>` resources, keyed by full resource name.
     pub mig: BTreeMap<String, u32>,
+    /// The node's physical GPUs as its device plugin publishes them (annotation
+    /// `node.gantry.dev/gpu-devices`); empty: unknown, GPUs are slots `0..gpus-1`.
+    #[serde(default)]
+    pub gpu_devices: Vec<gantry_api::gpu_devices::GpuDevice>,
 }
 
 // Taints, tolerations and node affinity are the shared Kubernetes rules' own types, so the
@@ -131,8 +135,16 @@ pub struct PodInput {
     pub tolerations: Vec<Toleration>,
     pub phase: PodPhase,
     pub node: Option<String>,
-    /// GPU indices on `node` the pod holds (whole GPUs, or the shared GPUs of a fraction).
+    /// GPU indices on `node` the pod holds: the physical GPUs of whole-GPU pods, the GPU
+    /// groups (reservations) of fractions.
     pub gpu_indices: Vec<u32>,
+    /// UUIDs of the GPUs the node reports the pod holds (a reservation pod's report, the
+    /// kubelet's allocation record); they win over `gpu_indices` where the node names them.
+    #[serde(default)]
+    pub gpu_uuids: Vec<String>,
+    /// A GPU reservation pod (holds the GPU of the fraction group in `gpu_indices`).
+    #[serde(default)]
+    pub reservation: bool,
     pub creation: i64,
     /// Label `kai.scheduler/task-priority`.
     pub task_priority: i32,

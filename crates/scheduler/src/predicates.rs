@@ -92,6 +92,8 @@ mod tests {
             gpu_memory_mib: None,
             mig: vec![],
             mig_enabled: false,
+            withdrawn: vec![],
+            groups: vec![],
         }
     }
 

@@ -188,6 +188,7 @@ mod tests {
             whole: false,
             shared_milli: used,
             shared_pods: pods,
+            withdrawn: false,
         }
     }
 

@@ -2,13 +2,14 @@
 //! dense `u32` ids; strings are only kept for output and are borrowed from the cache
 //! (`ClusterInput`), so building a snapshot copies no names. Built once per cycle.
 
-use crate::input::{ClusterInput, NodeSelector, PodPhase, Taint, Toleration};
+use crate::input::{ClusterInput, NodeInput, NodeSelector, PodInput, PodPhase, Taint, Toleration};
 use crate::request::{GpuRequest, gpu_memory_mib, memory_to_milli, parse_gpu_request};
 use gantry_api::names;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
+pub(crate) mod devices;
 mod index;
 pub use index::{FastHasher, FastMap};
 use index::{GroupIndex, fast_map};
@@ -73,6 +74,18 @@ pub struct Node<'a> {
     pub mig: Vec<(u16, u32)>,
     /// MIG nodes never host fractions.
     pub mig_enabled: bool,
+    /// GPU slots that take no new work (see [`devices::Slots`]); only on nodes that publish
+    /// their GPUs, where slot `i` is GPU `i`.
+    pub withdrawn: Vec<u8>,
+    /// Fraction groups on the node: (group index, GPU), where the node says.
+    pub groups: Vec<(u32, u32)>,
+}
+
+impl Node<'_> {
+    /// GPUs that can take new work.
+    pub fn usable_gpus(&self) -> u32 {
+        self.gpus.saturating_sub(self.withdrawn.len() as u32)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -158,7 +171,8 @@ pub struct Pod<'a> {
     /// Bound and terminating: holds `node` until gone; never pending, never a victim.
     pub releasing: bool,
     pub node: Option<NodeId>,
-    pub gpu_indices: &'a [u32],
+    /// The GPUs it holds (physical where the node publishes its GPUs).
+    pub gpu_indices: Cow<'a, [u32]>,
     pub creation: i64,
     pub task_priority: i32,
     /// Why this pod can never be scheduled as given (bad annotation, missing group ...).
@@ -233,7 +247,7 @@ impl<'a> Snapshot<'a> {
                 .map(|&(p, c)| i64::from(self.mig_profile_gpus[p as usize]) * i64::from(c))
                 .sum();
             t.add(&Res([
-                (i64::from(n.gpus) + mig) * 1000,
+                (i64::from(n.usable_gpus()) + mig) * 1000,
                 n.cpu_milli,
                 n.memory_bytes,
             ]));
@@ -261,6 +275,8 @@ impl<'a> Snapshot<'a> {
         s.sub_groups.reserve(input.pod_groups.len() + 16);
         s.pods.reserve_exact(input.pods.len());
         let mut node_ids: FastMap<&str, NodeId> = fast_map(input.nodes.len());
+        // Per snapshot node: its input and, when it publishes its GPUs, its slots.
+        let mut physical: Vec<(&NodeInput, Option<devices::Slots>)> = Vec::new();
         for n in &input.nodes {
             if node_ids.insert(&n.name, s.nodes.len() as NodeId).is_some() {
                 s.issues.push(format!(
@@ -285,6 +301,12 @@ impl<'a> Snapshot<'a> {
             let mig_enabled = !mig.is_empty()
                 || label("node-role.kubernetes.io/mig-enabled") == Some("true")
                 || single_mig;
+            let slots = devices::physical(n);
+            let (gpus, withdrawn) = match &slots {
+                Some(sl) => (sl.count, sl.withdrawn.clone()),
+                None => (n.gpus.min(255), Vec::new()),
+            };
+            physical.push((n, slots));
             s.nodes.push(Node {
                 name: &n.name,
                 labels: &n.labels,
@@ -293,7 +315,7 @@ impl<'a> Snapshot<'a> {
                 cpu_milli: n.cpu_milli.max(0),
                 memory_bytes: n.memory_bytes.max(0),
                 pods: n.pods,
-                gpus: n.gpus.min(255),
+                gpus,
                 gpu_model: n
                     .labels
                     .get(names::LABEL_GPU_PRODUCT)
@@ -301,7 +323,22 @@ impl<'a> Snapshot<'a> {
                 gpu_memory_mib: gpu_memory_mib(n.labels.get(names::LABEL_GPU_MEMORY)),
                 mig,
                 mig_enabled,
+                withdrawn,
+                groups: Vec::new(),
             });
+        }
+        let mut bound_to: Vec<Vec<&PodInput>> = vec![Vec::new(); s.nodes.len()];
+        for p in input.pods.iter().filter(|p| p.phase == PodPhase::Running) {
+            if let Some(&id) = p.node.as_deref().and_then(|n| node_ids.get(n))
+                && physical[id as usize].1.is_some()
+            {
+                bound_to[id as usize].push(p);
+            }
+        }
+        for (id, (n, slots)) in physical.iter().enumerate() {
+            if let Some(sl) = slots {
+                s.nodes[id].groups = devices::groups(n, sl, bound_to[id].iter().copied());
+            }
         }
         build_queues(input, &mut s);
         let queue_ids: FastMap<&str, QueueId> = s
@@ -528,7 +565,13 @@ impl<'a> Snapshot<'a> {
                 running,
                 releasing,
                 node: if bound { node } else { None },
-                gpu_indices: if bound { &p.gpu_indices } else { &[] },
+                gpu_indices: match (bound, node) {
+                    (true, Some(id)) if physical[id as usize].1.is_some() => {
+                        devices::pod_gpus(p, physical[id as usize].0, &s.nodes[id as usize].groups)
+                    }
+                    (true, _) => Cow::Borrowed(&p.gpu_indices),
+                    _ => Cow::Borrowed(&[]),
+                },
                 creation: p.creation,
                 task_priority: p.task_priority,
                 invalid: if bound { None } else { invalid },

@@ -12,15 +12,18 @@ pub struct GpuSlot {
     /// Milli-GPU in use by fractions.
     pub shared_milli: u16,
     pub shared_pods: u16,
+    /// Takes no new work: the GPU is withdrawn (Unhealthy), or the kubelet's count of the
+    /// node's GPUs is used up by holders of withdrawn ones. What runs there stays counted.
+    pub withdrawn: bool,
 }
 
 impl GpuSlot {
     pub fn is_idle(&self) -> bool {
-        !self.whole && self.shared_pods == 0
+        !self.whole && self.shared_pods == 0 && !self.withdrawn
     }
     /// Milli-GPU still free on this device.
     pub fn free_milli(&self) -> u32 {
-        if self.whole {
+        if self.whole || self.withdrawn {
             0
         } else {
             1000u32.saturating_sub(u32::from(self.shared_milli))
@@ -117,6 +120,11 @@ impl State {
             sub_base,
             sub_placed: vec![0; subs as usize],
         };
+        for (n, node) in s.nodes.iter().enumerate() {
+            for &i in &node.withdrawn {
+                st.withdraw(n, i);
+            }
+        }
         for (id, p) in s.pods.iter().enumerate() {
             let (true, Some(node)) = (p.running, p.node) else {
                 continue;
@@ -124,7 +132,60 @@ impl State {
             let gpu = st.running_gpu(s, id as PodId, node, issues);
             st.apply(s, id as PodId, Placement { node, gpu });
         }
+        st.hold_count_of_withdrawn(s);
         st
+    }
+
+    fn withdraw(&mut self, n: usize, i: u8) {
+        let base = self.gpu_base[n] as usize;
+        if let Some(slot) = self.gpus.get_mut(base + usize::from(i))
+            && !slot.withdrawn
+        {
+            if slot.is_idle() {
+                self.idle_gpus[n] = self.idle_gpus[n].saturating_sub(1);
+            }
+            if !slot.whole {
+                self.free_gpu[n] -= 1000 - i64::from(slot.shared_milli.min(1000));
+            }
+            slot.withdrawn = true;
+        }
+    }
+
+    /// The kubelet admits by count: a pod on a withdrawn GPU (a whole-GPU pod, a reservation
+    /// with or without its fractions) still counts against the node's allocatable GPUs,
+    /// which no longer include that GPU. So each such GPU takes one idle healthy one out of
+    /// use (the highest), or a whole-GPU pod bound there would be refused.
+    fn hold_count_of_withdrawn(&mut self, s: &Snapshot<'_>) {
+        for (n, node) in s.nodes.iter().enumerate() {
+            if node.withdrawn.is_empty() {
+                continue;
+            }
+            let reserved = |i: u8| {
+                s.pods.iter().any(|p| {
+                    p.node == Some(n as NodeId)
+                        && matches!(p.gpu, GpuRequest::None)
+                        && p.gpu_indices.contains(&u32::from(i))
+                })
+            };
+            let slots = self.node_gpus(n as NodeId);
+            let held = node
+                .withdrawn
+                .iter()
+                .filter(|&&i| {
+                    slots
+                        .get(usize::from(i))
+                        .is_some_and(|g| g.whole || g.shared_pods > 0 || reserved(i))
+                })
+                .count();
+            let idle: Vec<u8> = (0..slots.len() as u8)
+                .rev()
+                .filter(|&i| slots[usize::from(i)].is_idle())
+                .take(held)
+                .collect();
+            for i in idle {
+                self.withdraw(n, i);
+            }
+        }
     }
 
     /// GPU placement of a running pod from its reported indices, or the first devices that
@@ -217,11 +278,13 @@ impl State {
         match &pl.gpu {
             GpuPlacement::None => {}
             GpuPlacement::Whole(idx) => {
+                // A withdrawn GPU's capacity was never counted free.
+                let mut k = 0u16;
                 for &i in idx {
                     let slot = &mut self.gpus[base + i as usize];
                     slot.whole = sign > 0;
+                    k += u16::from(!slot.withdrawn);
                 }
-                let k = idx.len() as u16;
                 self.free_gpu[n] -= sign * i64::from(k) * 1000;
                 self.idle_gpus[n] = if sign > 0 {
                     self.idle_gpus[n].saturating_sub(k)
@@ -230,9 +293,11 @@ impl State {
                 };
             }
             GpuPlacement::Shared { gpus, milli } => {
-                self.free_gpu[n] -= sign * i64::from(*milli) * gpus.len() as i64;
                 for &i in gpus {
                     let slot = &mut self.gpus[base + i as usize];
+                    if !slot.withdrawn {
+                        self.free_gpu[n] -= sign * i64::from(*milli);
+                    }
                     let was_idle = slot.is_idle();
                     if sign > 0 {
                         slot.shared_milli += milli;

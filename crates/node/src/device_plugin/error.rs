@@ -57,6 +57,8 @@ pub enum DevicePluginError {
     // ---- runtime ----
     #[error("GPU backend: {0}")]
     Gpu(#[from] gantry_gpu::GpuError),
+    #[error("{0}")]
+    Metrics(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

@@ -19,8 +19,10 @@ use super::allocate::MigMinors;
 use super::error::DevicePluginError;
 use super::health::{Cleared, FaultKind, Faults, HealthPolicy, Probe, Target};
 use super::health_report::{self, Change};
+use super::identity;
 use super::inventory::Inventory;
 use super::load::{ConfigSource, ConfigState, Overrides};
+use super::metrics::{self, Metrics};
 use super::preferred::Topology;
 use super::server::{PluginService, ResourceContext, device_list};
 use super::uds;
@@ -49,6 +51,9 @@ pub struct Options {
     pub status: Option<watch::Sender<PluginStatus>>,
     /// The kubelet's PodResources socket: which pods hold a withdrawn device (for events).
     pub pod_resources_socket: Option<PathBuf>,
+    /// Serve `/metrics`, `/healthz`, `/readyz` here (port 0: any free port; the status says
+    /// which).
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl Options {
@@ -71,6 +76,7 @@ impl Options {
             mig_minors_file: Some(PathBuf::from("/proc/driver/nvidia-caps/mig-minors")),
             status: None,
             pod_resources_socket: pod_resources,
+            metrics_address: None,
         }
     }
 }
@@ -92,6 +98,37 @@ pub struct PluginStatus {
     /// (each device counted once per fault).
     pub withdrawn_total: u64,
     pub recovered_total: u64,
+    /// Where `/metrics` is served, once bound.
+    pub metrics_address: Option<std::net::SocketAddr>,
+}
+
+/// Where the plugin's state goes besides the kubelet: metrics, and the Node annotation with
+/// the GPUs' identities and health (for the scheduler).
+struct Outputs {
+    metrics: Metrics,
+    devices: Option<watch::Sender<Option<String>>>,
+}
+
+impl Outputs {
+    fn update(&self, generation: &Generation, faults: &Faults) {
+        let sets = generation.servers.iter().map(|s| &s.ctx.set);
+        let unhealthy = sets
+            .clone()
+            .flat_map(|s| &s.devices)
+            .filter(|d| faults.unhealthy(&d.physical))
+            .count();
+        self.metrics.set_unhealthy(unhealthy);
+        if let Some(tx) = &self.devices {
+            let v = identity::value(&identity::devices(sets, faults));
+            tx.send_if_modified(|cur| {
+                let changed = v.is_some() && *cur != v;
+                if changed {
+                    cur.clone_from(&v);
+                }
+                changed
+            });
+        }
+    }
 }
 
 struct Running {
@@ -127,6 +164,30 @@ pub async fn run(
         spawn_event_reader(backend.clone(), ev_tx, stop_events.clone());
     }
     let mut status = PluginStatus::default();
+    let (metrics_stop, metrics_stopped) = watch::channel(false);
+    let outputs = Outputs {
+        metrics: Metrics::default(),
+        devices: match (&opts.kube, &opts.node_name) {
+            (Some(c), Some(n)) => Some(identity::spawn_publisher(c.clone(), n.clone())),
+            _ => None,
+        },
+    };
+    if let Some(address) = opts.metrics_address {
+        let listener = metrics::bind(address)
+            .await
+            .map_err(DevicePluginError::Metrics)?;
+        status.metrics_address = listener.local_addr().ok();
+        let m = outputs.metrics.clone();
+        let stop = async move {
+            let mut rx = metrics_stopped;
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(listener, m, stop).await {
+                tracing::error!(error = %e, "device plugin metrics server stopped");
+            }
+        });
+    }
     let mut config = ConfigState::new(&opts);
     config.refresh(&opts, None).await;
     let mut faults = Faults::default();
@@ -138,6 +199,7 @@ pub async fn run(
         let mut generation = start(&opts, backend.as_ref(), &mut config, &faults).await;
         generation.register_pending(&opts).await;
         publish(&opts, &mut status, &generation, &config, &faults);
+        outputs.update(&generation, &faults);
         let reason = loop {
             tokio::select! {
                 _ = &mut shutdown => {
@@ -151,8 +213,10 @@ pub async fn run(
                         generation.push(&faults);
                         let change = generation.change(target, kind, None);
                         status.withdrawn_total += change.devices.len() as u64;
+                        outputs.metrics.withdrawn(kind, change.devices.len());
                         report(&opts, change);
                         publish(&opts, &mut status, &generation, &config, &faults);
+                        outputs.update(&generation, &faults);
                     }
                 }
                 _ = ticker.tick() => {
@@ -163,6 +227,7 @@ pub async fn run(
                     for c in cleared {
                         let change = generation.change(c.target, c.kind, Some(c.withdrawn_for));
                         status.recovered_total += change.devices.len() as u64;
+                        outputs.metrics.recovered(c.kind, change.devices.len());
                         report(&opts, change);
                     }
                     if let Some(reason) = generation.needs_restart(&opts, backend.as_ref()) {
@@ -173,6 +238,7 @@ pub async fn run(
                     }
                     generation.register_pending(&opts).await;
                     publish(&opts, &mut status, &generation, &config, &faults);
+                    outputs.update(&generation, &faults);
                 }
             }
         };
@@ -180,6 +246,7 @@ pub async fn run(
         generation.stop().await;
     };
     stop_events.store(true, Ordering::Relaxed);
+    let _ = metrics_stop.send(true);
     result
 }
 

@@ -21,9 +21,11 @@ pub mod health;
 #[cfg(test)]
 mod health_props;
 pub mod health_report;
+pub mod identity;
 pub mod inventory;
 pub mod load;
 pub mod manager;
+pub mod metrics;
 pub mod named;
 mod node_api;
 pub mod preferred;

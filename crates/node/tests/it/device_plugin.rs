@@ -192,12 +192,22 @@ struct Plugin {
 
 impl Plugin {
     fn start(dir: &Path, config: ConfigSource, backend: Arc<dyn Backend>) -> Self {
+        Self::start_with(dir, config, backend, |_| {})
+    }
+
+    fn start_with(
+        dir: &Path,
+        config: ConfigSource,
+        backend: Arc<dyn Backend>,
+        tweak: impl FnOnce(&mut Options),
+    ) -> Self {
         let mut opts = Options::new(dir);
         opts.config = config;
         opts.poll_interval = Duration::from_millis(50);
         opts.mig_minors_file = None;
         let (tx, status) = watch::channel(PluginStatus::default());
         opts.status = Some(tx);
+        tweak(&mut opts);
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(device_plugin::run(opts, backend, async {
             let _ = stopped.await;
@@ -843,5 +853,85 @@ async fn named_configs_from_a_directory() {
                 .is_some_and(|d| d.len() == 3)
         })
         .await;
+    plugin.stop().await;
+}
+
+/// `GET path` on a plain HTTP/1.0 server; the body.
+async fn http_get(address: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(address).await.unwrap();
+    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).await.unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(out)
+}
+
+/// Issue #24: withdrawn and recovered devices on the plugin's `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn withdrawn_and_recovered_devices_are_counted_on_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim("H100-80GB", 2);
+    let mut kubelet = TestKubelet::start(dir.path());
+    let mut plugin = Plugin::start_with(
+        dir.path(),
+        inline(time_sliced(4, None)),
+        backend.clone(),
+        |o| o.metrics_address = Some("127.0.0.1:0".parse().unwrap()),
+    );
+    kubelet
+        .wait("8 replicas", |s| s.healthy("nvidia.com/gpu") == 8)
+        .await;
+    let address = plugin
+        .wait_status("metrics bound", |s| s.metrics_address.is_some())
+        .await
+        .metrics_address
+        .unwrap();
+    let before = http_get(address, "/metrics").await;
+    assert!(
+        before.contains("gpu_operator_node_device_plugin_devices_unhealthy 0"),
+        "{before}"
+    );
+    assert_eq!(http_get(address, "/healthz").await, "ok");
+
+    health_watching(&backend).await;
+    backend.inject_fallen_off_bus(1).unwrap();
+    kubelet
+        .wait("GPU 1 unhealthy", |s| s.healthy("nvidia.com/gpu") == 4)
+        .await;
+    gantry_testkit::eventually_secs("withdrawn devices on /metrics", 60, || async {
+        let t = http_get(address, "/metrics").await;
+        if t.contains(
+            r#"gpu_operator_node_device_plugin_devices_withdrawn_total{reason="lost",xid="79"} 4"#,
+        ) && t.contains("gpu_operator_node_device_plugin_devices_unhealthy 4")
+        {
+            gantry_testkit::Look::Done(())
+        } else {
+            gantry_testkit::Look::Seen(t)
+        }
+    })
+    .await
+    .unwrap();
+
+    backend.reset_gpu(1).unwrap();
+    kubelet
+        .wait("GPU 1 healthy again", |s| s.healthy("nvidia.com/gpu") == 8)
+        .await;
+    gantry_testkit::eventually_secs("recovered devices on /metrics", 60, || async {
+        let t = http_get(address, "/metrics").await;
+        if t.contains(
+            r#"gpu_operator_node_device_plugin_devices_recovered_total{reason="lost",xid="79"} 4"#,
+        ) && t.contains("gpu_operator_node_device_plugin_devices_unhealthy 0")
+        {
+            gantry_testkit::Look::Done(())
+        } else {
+            gantry_testkit::Look::Seen(t)
+        }
+    })
+    .await
+    .unwrap();
     plugin.stop().await;
 }

@@ -17,7 +17,7 @@ use crate::decisions::{
 };
 use crate::fairshare::FairShare;
 use crate::placement::Placer;
-use crate::snapshot::{GroupId, PodId, QueueId, Res, Snapshot};
+use crate::snapshot::{GroupId, NodeId, PodId, QueueId, Res, Snapshot};
 use crate::state::State;
 use crate::statement::{Op, Statement};
 use std::collections::BTreeMap;
@@ -304,18 +304,22 @@ impl<'a> Session<'a> {
             });
         }
         let waits = releasing::nodes_waiting(s, &self.st, &self.evicted);
+        let mut groups: BTreeMap<NodeId, Vec<(u32, u32)>> = BTreeMap::new();
         for (i, p) in s.pods.iter().enumerate() {
             if p.running {
                 continue;
             }
             if let Some(pl) = &self.st.placement[i] {
+                let node_groups = groups
+                    .entry(pl.node)
+                    .or_insert_with(|| s.nodes[pl.node as usize].groups.clone());
                 d.binds.push(Bind {
                     pod: i as PodId,
                     namespace: p.namespace.to_string(),
                     name: p.name.to_string(),
                     node: s.nodes[pl.node as usize].name.to_string(),
                     node_id: pl.node,
-                    gpu: GpuBinding::from_placement(s, &pl.gpu),
+                    gpu: GpuBinding::from_placement(s, pl.node, &pl.gpu, node_groups),
                     pipelined: self.pipelined[i] || waits[pl.node as usize],
                 });
             } else if let Some(msg) = self.unschedulable.get(&(i as PodId)) {

@@ -67,13 +67,13 @@ pub fn nodes_waiting(
             // A GPU reservation pod: it holds its device for fractions, which may join
             // it; only a whole-GPU placement on that device must wait.
             GpuRequest::None if !p.gpu_indices.is_empty() => {
-                h.reserved.extend_from_slice(p.gpu_indices);
+                h.reserved.extend_from_slice(&p.gpu_indices);
                 Some(0)
             }
             GpuRequest::None => None,
         };
         if let Some(m) = per_device {
-            for &i in p.gpu_indices {
+            for &i in p.gpu_indices.iter() {
                 *h.devices.entry(i).or_default() += m;
             }
         }

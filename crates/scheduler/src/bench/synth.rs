@@ -88,6 +88,7 @@ pub fn node(i: usize, gpus: u32) -> NodeInput {
         pods: 110,
         gpus,
         mig: BTreeMap::new(),
+        gpu_devices: Vec::new(),
     }
 }
 

@@ -300,6 +300,7 @@ pub fn node_input(n: TraceNode) -> NodeInput {
         pods: 256,
         gpus: n.gpu,
         mig: BTreeMap::new(),
+        gpu_devices: Vec::new(),
     }
 }
 

@@ -321,6 +321,8 @@ impl Cache {
                 name: c.input.name.clone(),
                 node: c.input.node.clone(),
                 gpu_indices: c.input.gpu_indices.clone(),
+                gpu_uuids: c.reserved_uuid.clone().into_iter().collect(),
+                reservation: true,
                 phase: PodPhase::Running,
                 creation: c.input.creation,
                 releasing: true,

@@ -164,20 +164,49 @@ pub fn reserved_uuid(pod: &Pod) -> Option<String> {
     {
         return Some(u.clone());
     }
-    let rec: serde_json::Value =
-        serde_json::from_str(ann.get(names::ANNOTATION_SIM_ALLOCATED)?).ok()?;
-    rec.as_object()?.values().find_map(|c| {
-        let gpu = c.get(names::RESOURCE_GPU)?;
-        if let Some(env) = gpu
+    allocated_uuids(pod).into_iter().next()
+}
+
+/// The GPUs (`nvidia.com/gpu`) the node allocated to the pod's containers, by UUID, from
+/// the sim kubelet's allocation record (replica suffixes `::n` dropped). Empty when the node
+/// does not say (a real kubelet keeps this in its PodResources API, node-local).
+pub fn allocated_uuids(pod: &Pod) -> Vec<String> {
+    let Some(rec) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_SIM_ALLOCATED))
+        .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for c in rec.as_object().into_iter().flat_map(|o| o.values()) {
+        let Some(gpu) = c.get(names::RESOURCE_GPU) else {
+            continue;
+        };
+        let ids: Vec<String> = match gpu
             .get("envs")
             .and_then(|e| e.get("NVIDIA_VISIBLE_DEVICES"))
             .and_then(|v| v.as_str())
         {
-            return Some(env.to_string());
+            Some(env) => env.split(',').map(str::to_string).collect(),
+            None => gpu
+                .get("deviceIDs")
+                .and_then(|d| d.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .map(|id| id.split("::").next().unwrap_or(id).to_string())
+                .collect(),
+        };
+        for id in ids {
+            if !id.is_empty() && !out.contains(&id) {
+                out.push(id);
+            }
         }
-        let id = gpu.get("deviceIDs")?.as_array()?.first()?.as_str()?;
-        Some(id.split("::").next().unwrap_or(id).to_string())
-    })
+    }
+    out
 }
 
 /// Strip a pod to its cache entry. Never fails: problems land in `problem`.
@@ -287,6 +316,12 @@ pub fn pod(pod: &Pod, scheduler_name: &str, reservation_ns: &str) -> CachedPod {
         } else {
             PodPhase::Pending
         },
+        gpu_uuids: if node.is_some() {
+            allocated_uuids(pod)
+        } else {
+            Vec::new()
+        },
+        reservation: false,
         node,
         gpu_indices,
         creation: time_secs(meta.creation_timestamp.as_ref()),
@@ -353,7 +388,29 @@ pub fn node(n: &Node) -> NodeInput {
             .filter(|(k, _)| k.starts_with(names::RESOURCE_MIG_PREFIX))
             .filter_map(|(k, q)| Some((k.clone(), quantity(q)? as u32)))
             .collect(),
+        gpu_devices: gpu_devices(n),
     }
+}
+
+/// The node's published GPU identities; a value that does not parse is logged and ignored
+/// (the node's GPUs are then slots, as without it).
+fn gpu_devices(n: &Node) -> Vec<gantry_api::gpu_devices::GpuDevice> {
+    let Some(v) = n
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_GPU_DEVICES))
+    else {
+        return Vec::new();
+    };
+    gantry_api::gpu_devices::parse(v).unwrap_or_else(|e| {
+        tracing::warn!(
+            node = n.metadata.name.as_deref().unwrap_or(""),
+            "annotation {}: {e}; GPUs taken as slots",
+            names::ANNOTATION_GPU_DEVICES
+        );
+        Vec::new()
+    })
 }
 
 /// A Queue as the core sees it (KAI's omitted-value rules).

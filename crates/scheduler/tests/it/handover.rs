@@ -31,7 +31,14 @@ fn node_with(gpus: u32) -> Node {
     .unwrap()
 }
 
-fn pod(name: &str, ns: &str, node: Option<&str>, ann: Value, labels: Value, gpu: bool) -> Value {
+pub(crate) fn pod(
+    name: &str,
+    ns: &str,
+    node: Option<&str>,
+    ann: Value,
+    labels: Value,
+    gpu: bool,
+) -> Value {
     let mut spec = json!({"schedulerName": "kai-scheduler",
         "containers": [{"name": "c", "resources": {}}]});
     if gpu {
@@ -45,12 +52,12 @@ fn pod(name: &str, ns: &str, node: Option<&str>, ann: Value, labels: Value, gpu:
            "spec": spec})
 }
 
-fn terminating(mut p: Value) -> Value {
+pub(crate) fn terminating(mut p: Value) -> Value {
     p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:10Z");
     p
 }
 
-fn apply(c: &mut Cache, p: &Value) {
+pub(crate) fn apply(c: &mut Cache, p: &Value) {
     let p: Pod = serde_json::from_value(p.clone()).unwrap();
     c.apply_pod(&p);
 }
@@ -62,7 +69,7 @@ fn cycle_binds_whole(c: &mut Cache, cfg: &Config) -> bool {
     d.binds.iter().any(|b| b.name == "w" && !b.pipelined)
 }
 
-fn cache(n: Node) -> Cache {
+pub(crate) fn cache(n: Node) -> Cache {
     let mut c = Cache::new("kai-scheduler", RES_NS);
     c.apply_node(&n);
     let q: Queue = serde_json::from_value(json!({"apiVersion": "scheduling.run.ai/v2",

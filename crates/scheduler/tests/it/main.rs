@@ -1,11 +1,13 @@
 //! The crate's integration tests, one module per former test binary: one link step
 //! instead of one per file (docs/testing.md).
 
+mod chaos;
 mod cluster;
 mod common;
 mod conformance;
 mod fairshare;
 mod handover;
+mod identity;
 mod invariants;
 mod k8s_affinity;
 mod k8s_e2e;

@@ -732,7 +732,7 @@ impl ApiServer {
         Ok(out)
     }
 
-    /// pods/binding: sets spec.nodeName once.
+    /// pods/binding: sets spec.nodeName once (and merges the Binding's annotations).
     pub fn bind(&self, t: &Target, pod: &str, binding: &Value) -> Result<(), ApiError> {
         let node = binding
             .pointer("/target/name")
@@ -756,6 +756,15 @@ impl ApiServer {
             }
             let mut obj = (**cur).clone();
             obj["spec"]["nodeName"] = json!(node);
+            // As the API server does: the Binding's annotations are merged into the pod's.
+            if let Some(ann) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+                if !obj["metadata"]["annotations"].is_object() {
+                    obj["metadata"]["annotations"] = json!({});
+                }
+                for (k, v) in ann {
+                    obj["metadata"]["annotations"][k] = v.clone();
+                }
+            }
             let cond = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now()});
             let conds = obj["status"]["conditions"].as_array().cloned().unwrap_or_default();
             let mut conds: Vec<Value> = conds.into_iter().filter(|c| c["type"] != "PodScheduled").collect();

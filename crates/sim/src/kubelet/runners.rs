@@ -60,6 +60,12 @@ pub fn device_plugin_options(ctx: &AgentContext) -> Result<device_plugin::Option
     opts.node_name = Some(ctx.node_name.clone());
     opts.kube = Some(ctx.client.clone());
     opts.poll_interval = SIM_PLUGIN_POLL;
+    if let Some(a) = setting(&ctx.args, &ctx.env, "metrics-address", "METRICS_ADDRESS") {
+        opts.metrics_address = Some(
+            a.parse()
+                .map_err(|_| format!("--metrics-address {a:?}: expected HOST:PORT"))?,
+        );
+    }
     // The sim has no driver: MIG minors come from the fixed layout.
     opts.mig_minors_file = None;
     if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {

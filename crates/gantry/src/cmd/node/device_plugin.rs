@@ -87,6 +87,9 @@ pub struct DevicePluginArgs {
     /// the plugin's health logic, print each GPU's verdict and exit (1 if any is unhealthy).
     #[arg(long, value_name = "SECONDS")]
     health_check: Option<u64>,
+    /// Serve /metrics (devices withdrawn and recovered, Unhealthy now), /healthz and /readyz.
+    #[arg(long, value_name = "ADDRESS")]
+    metrics_address: Option<std::net::SocketAddr>,
     /// How often to check the kubelet socket, config, inventory and faulted GPUs (ms).
     #[arg(long, default_value_t = 500)]
     poll_interval_ms: u64,
@@ -174,6 +177,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     }
     opts.health = policy;
     opts.node_name = args.node_name.clone();
+    opts.metrics_address = args.metrics_address;
     opts.poll_interval = Duration::from_millis(args.poll_interval_ms.max(50));
 
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;

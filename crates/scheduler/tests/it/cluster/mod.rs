@@ -60,6 +60,11 @@ impl Cluster {
     /// Nodes per `spec` (e.g. `2xH100-80GB:2`), with the device plugin and GFD running, and
     /// every GPU allocatable.
     pub async fn start(spec: &str) -> Result<Cluster> {
+        Self::start_with_plugin_args(spec, &[]).await
+    }
+
+    /// [`Cluster::start`] with extra device-plugin flags.
+    pub async fn start_with_plugin_args(spec: &str, plugin_args: &[&str]) -> Result<Cluster> {
         let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
         let client = cp.client()?;
         let dir = tempfile::Builder::new().prefix("gs").tempdir_in("/tmp")?;
@@ -81,7 +86,10 @@ impl Cluster {
         let ds: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
         ds.create(
             &PostParams::default(),
-            &daemonset("device-plugin", &["gantry", "node", "device-plugin"]),
+            &daemonset(
+                "device-plugin",
+                &[&["gantry", "node", "device-plugin"][..], plugin_args].concat(),
+            ),
         )
         .await?;
         ds.create(

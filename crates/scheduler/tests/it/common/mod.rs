@@ -24,6 +24,7 @@ pub fn gpu_node(name: &str, gpus: u32) -> NodeInput {
         pods: 110,
         gpus,
         mig: BTreeMap::new(),
+        gpu_devices: Vec::new(),
     }
 }
 
