@@ -5,4 +5,5 @@ mod chart;
 mod cli_api;
 mod observability;
 mod quickstart;
+mod up_cli;
 mod upstream_corpus;
