@@ -119,13 +119,14 @@ impl ContainerLog {
         self.bump();
     }
 
-    /// The lines of the current (or previous) run; None if there is no such run.
+    /// The lines of the current run, or with `previous` of the last run that ended (the
+    /// current one while a crashed container waits to restart); None if there is none.
     pub fn snapshot(&self, previous: bool) -> Option<Snapshot> {
         let r = lock(&self.runs);
-        let run = if previous {
-            r.previous.as_ref()
-        } else {
-            r.current.as_ref()
+        let run = match (&r.current, previous) {
+            (Some(c), true) if c.ended => Some(c),
+            (_, true) => r.previous.as_ref(),
+            (c, false) => c.as_ref(),
         }?;
         Some(Snapshot {
             generation: r.generation,
@@ -335,7 +336,10 @@ mod tests {
             "{:?}",
             s.lines[0]
         );
+        assert!(log.snapshot(true).is_none(), "running, never restarted");
         log.end_run();
+        // Crashed, waiting to restart: its run is the previous one already.
+        assert_eq!(log.snapshot(true).map(|s| s.lines.len()), Some(1));
         let restarted = start(&uid, "agent");
         assert!(Arc::ptr_eq(&log, &restarted));
         assert_eq!(restarted.snapshot(true).map(|s| s.lines.len()), Some(1));

@@ -36,14 +36,24 @@ fn ticker(mut ctx: AgentContext) -> AgentFuture {
     })
 }
 
-fn pod(name: &str, extra_env: &str, volume: bool) -> String {
-    let vol = if volume {
-        "    volumeMounts:\n    - {name: cfg, mountPath: /cfg}\n  volumes:\n  - name: cfg\n    configMap: {name: not-there}\n"
+/// A pod on l4-0 whose `main` container is the ticker; `side` adds a plain container (the
+/// sim restarts a pod's containers together, so a crashing pod has no side container).
+fn pod(name: &str, extra_env: &str, volume: bool, side: bool) -> String {
+    let (mounts, volumes) = if volume {
+        (
+            "    volumeMounts:\n    - {name: cfg, mountPath: /cfg}\n",
+            "  volumes:\n  - name: cfg\n    configMap: {name: not-there}\n",
+        )
     } else {
-        ""
+        ("", "")
     };
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: l4-0\n  containers:\n  - name: main\n    image: gantry\n    command: [gantry, node, validator]\n    env: [{extra_env}]\n{vol}  - name: side\n    image: busybox\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: l4-0\n  containers:\n  - name: main\n    image: gantry\n    command: [gantry, node, validator]\n    env: [{extra_env}]\n{mounts}{side}{volumes}",
+        side = if side {
+            "  - name: side\n    image: busybox\n"
+        } else {
+            ""
+        }
     )
 }
 
@@ -64,7 +74,7 @@ async fn kubectl_logs_reads_follows_and_refuses_like_a_real_server() -> Result {
         dir: tmp.path(),
     };
 
-    let f = k.write("ticker.yaml", &pod("ticker", "", false))?;
+    let f = k.write("ticker.yaml", &pod("ticker", "", false, true))?;
     k.run(&["apply", "-f", &f]).await?;
     let out = eventually_secs("ticker's tick 3 in kubectl logs", 60, || async {
         let out = k
@@ -140,7 +150,7 @@ async fn kubectl_logs_reads_follows_and_refuses_like_a_real_server() -> Result {
         err.to_string().contains("pods \"ghost\" not found"),
         "{err}"
     );
-    let f = k.write("stuck.yaml", &pod("stuck", "", true))?;
+    let f = k.write("stuck.yaml", &pod("stuck", "", true, true))?;
     k.run(&["apply", "-f", &f]).await?;
     let err = eventually_secs("stuck's container waiting", 60, || async {
         let e = k.run(&["logs", "stuck", "-c", "main"]).await.err();
@@ -156,7 +166,7 @@ async fn kubectl_logs_reads_follows_and_refuses_like_a_real_server() -> Result {
     // --previous: the run before a restart, with the error the agent exited with.
     let f = k.write(
         "crasher.yaml",
-        &pod("crasher", "{name: TICKS, value: \"2\"}", false),
+        &pod("crasher", "{name: TICKS, value: \"2\"}", false, false),
     )?;
     k.run(&["apply", "-f", &f]).await?;
     let prev = eventually_secs("crasher restarted", 60, || async {
