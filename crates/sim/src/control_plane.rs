@@ -67,7 +67,7 @@ impl ControlPlane {
                 let tmp = tempfile::tempdir().map_err(|source| SimError::Io {
                     what: "creating temporary directory",
                     path: "$TMPDIR".into(),
-                    source,
+                    error: source,
                 })?;
                 (
                     Store::memory(opts.watch_history),
@@ -87,11 +87,11 @@ impl ControlPlane {
             .await
             .map_err(|source| SimError::Bind {
                 port: opts.port,
-                source,
+                error: source,
             })?;
         let addr = listener.local_addr().map_err(|source| SimError::Bind {
             port: opts.port,
-            source,
+            error: source,
         })?;
         let api = ApiServer::new(store, Some(token.clone()));
         api.set_address(addr.to_string());

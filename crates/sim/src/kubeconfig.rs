@@ -68,7 +68,7 @@ pub fn write_private(path: &Path, data: &str) -> Result<(), SimError> {
     let io = |source| SimError::Io {
         what: "writing",
         path: path.display().to_string(),
-        source,
+        error: source,
     };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.exists()

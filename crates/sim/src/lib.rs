@@ -9,6 +9,7 @@ pub mod controllers;
 pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
+pub mod logs;
 pub mod nodes;
 pub mod serve;
 pub mod store;
@@ -25,14 +26,15 @@ pub enum SimError {
     Store(#[from] store::StoreError),
     #[error("TLS material in {path}: {message}")]
     Tls { path: String, message: String },
-    #[error("{what} {path}: {source}")]
+    // The io::Error is part of the message, not a `source`: shown once in `{:#}` chains.
+    #[error("{what} {path}: {error}")]
     Io {
         what: &'static str,
         path: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("binding 127.0.0.1:{port}: {source}")]
-    Bind { port: u16, source: std::io::Error },
+    #[error("binding 127.0.0.1:{port}: {error}")]
+    Bind { port: u16, error: std::io::Error },
     #[error("building a client for {url}: {message}")]
     Client { url: String, message: String },
 }

@@ -61,7 +61,7 @@ pub fn load_or_generate(dir: &Path) -> Result<TlsMaterial, SimError> {
             std::fs::read_to_string(p).map_err(|source| SimError::Io {
                 what: "reading",
                 path: p.display().to_string(),
-                source,
+                error: source,
             })
         };
         return Ok(TlsMaterial {

@@ -89,9 +89,70 @@ pub struct FaultArgs {
     /// GPU index on the node (for --xid, --off-bus, --ecc-dbe, --clear).
     #[arg(long)]
     gpu: Option<u32>,
-    /// `--data-dir` of the running `gantry up` (none: the in-memory sim's `$TMPDIR/gantry-sim`).
-    #[arg(long)]
+    /// `--data-dir` of the running `gantry up` (none: the one in-memory `gantry up` running here).
+    #[arg(long, conflicts_with = "sim_dir")]
     data_dir: Option<PathBuf>,
+    /// The sim directory `gantry up` printed (holds `sim-control.sock`), to pick one of several.
+    #[arg(long)]
+    sim_dir: Option<PathBuf>,
+}
+
+/// The API server URL of the kubeconfig kubectl would use (`$KUBECONFIG`, else
+/// `./gantry.kubeconfig` as `gantry up` writes it).
+fn kubeconfig_server() -> Option<String> {
+    let path = std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("gantry.kubeconfig"));
+    let text = std::fs::read_to_string(&path).ok()?;
+    let kc: serde_json::Value = serde_yaml::from_str(&text).ok()?;
+    let named = |list: &str, name: &str| {
+        kc.get(list)?
+            .as_array()?
+            .iter()
+            .find(|e| e.get("name").and_then(|n| n.as_str()) == Some(name))
+            .cloned()
+    };
+    let context = kc.get("current-context")?.as_str()?;
+    let ctx = named("contexts", context)?;
+    let cluster = ctx.pointer("/context/cluster")?.as_str()?;
+    named("clusters", cluster)?
+        .pointer("/cluster/server")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The directory of the sim to talk to: named; else the in-memory one whose API server the
+/// kubeconfig points at; else the only one running here.
+fn target_sim(args: &FaultArgs) -> anyhow::Result<PathBuf> {
+    if let Some(d) = &args.sim_dir {
+        return Ok(d.clone());
+    }
+    if let Some(d) = &args.data_dir {
+        return Ok(cluster::sim_dir(d));
+    }
+    let running = cluster::running_temp_sims();
+    if let Some(server) = kubeconfig_server()
+        && let Some(s) = running
+            .iter()
+            .find(|s| s.server.as_deref() == Some(&server))
+    {
+        return Ok(s.dir.clone());
+    }
+    match running.as_slice() {
+        [] => anyhow::bail!(
+            "no in-memory `gantry up --nodes …` is running here; for one started with --data-dir, pass the same --data-dir"
+        ),
+        [one] => Ok(one.dir.clone()),
+        many => anyhow::bail!(
+            "{} in-memory sims are running and none serves $KUBECONFIG's cluster ({}); pick one with --sim-dir",
+            many.len(),
+            many.iter()
+                .map(|s| s.dir.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn fault(args: &FaultArgs) -> anyhow::Result<Fault> {
@@ -128,10 +189,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let msg = rt.block_on(control::send(
-                &cluster::sim_dir(args.data_dir.as_deref()),
-                &req,
-            ))?;
+            let msg = rt.block_on(control::send(&target_sim(&args)?, &req))?;
             println!("{msg}");
             Ok(ExitCode::SUCCESS)
         }

@@ -36,6 +36,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Bad input fails before anything starts (and before anything says "serving").
+    if let Some(spec) = &args.nodes {
+        gantry_sim::nodes::plan(spec).with_context(|| format!("--nodes {spec:?}"))?;
+    }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
         let opts = ControlPlaneOptions {
@@ -62,10 +66,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let up = gantry_sim::cluster::up(&cp, args.data_dir.as_deref(), spec)
                     .await
                     .context("starting the simulated nodes")?;
+                let target = match &args.data_dir {
+                    Some(d) => format!("--data-dir {}", d.display()),
+                    None => format!("--sim-dir {}", up.cluster.root().display()),
+                };
                 println!(
-                    "simulated nodes: {} (faults: gantry sim fault NODE ..., control socket {})",
+                    "simulated nodes: {} (faults: gantry sim fault NODE {target} ...)",
                     up.cluster.nodes().count(),
-                    up.cluster.control_socket().display()
                 );
                 Some(up)
             }

@@ -8,4 +8,5 @@ mod demo_cli;
 mod image;
 mod observability;
 mod quickstart;
+mod up_cli;
 mod upstream_corpus;

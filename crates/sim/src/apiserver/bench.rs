@@ -157,7 +157,7 @@ pub async fn run(o: &BenchOpts) -> Result<Vec<BenchRow>, BenchError> {
     let dir = tempfile::tempdir().map_err(|source| SimError::Io {
         what: "creating temporary directory",
         path: "$TMPDIR".into(),
-        source,
+        error: source,
     })?;
     let sql = bench_one("sqlite", Some(dir.path().to_path_buf()), o).await?;
     Ok(vec![mem, sql])

@@ -52,13 +52,19 @@ fn groups(srv: &ApiServer) -> Vec<(String, Vec<String>)> {
             }
         }
     }
-    order
+    let mut out: Vec<(String, Vec<String>)> = order
         .into_iter()
         .map(|g| {
             let v = versions.remove(&g).unwrap_or_default();
             (g, v)
         })
-        .collect()
+        .collect();
+    // Served beside the stored resources, like metrics-server's aggregated API.
+    out.push((
+        super::metrics::GROUP.to_string(),
+        vec![super::metrics::VERSION.to_string()],
+    ));
+    out
 }
 
 fn group_doc(name: &str, versions: &[String]) -> Value {
@@ -96,6 +102,7 @@ fn entries(r: &Arc<ResourceInfo>) -> Vec<Value> {
                 "binding" => ("Binding", None, None, &["create"]),
                 "eviction" => ("Eviction", Some("policy"), Some("v1"), &["create"]),
                 "finalize" => (&r.kind, None, None, &["update"]),
+                "log" => ("Pod", None, None, &["get"]),
                 _ => continue,
             };
         let mut e = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
@@ -112,6 +119,9 @@ fn entries(r: &Arc<ResourceInfo>) -> Vec<Value> {
 
 /// The APIResourceList of one group/version, if anything is served there.
 pub fn resource_list(srv: &ApiServer, group: &str, version: &str) -> Option<Value> {
+    if group == super::metrics::GROUP {
+        return (version == super::metrics::VERSION).then(super::metrics::resource_list);
+    }
     let rs: Vec<Value> = srv
         .registry
         .all()

@@ -7,6 +7,8 @@ pub mod decode;
 pub mod defaults;
 mod deletion;
 pub mod discovery;
+pub mod logs;
+pub mod metrics;
 pub mod objects;
 pub mod openapi;
 mod paging;

@@ -72,7 +72,7 @@ const BUILTINS: &[Row] = &[
         "Pod",
         true,
         &["po"],
-        &["status", "binding", "eviction"],
+        &["status", "binding", "eviction", "log"],
     ),
     ("", "v1", "bindings", "Binding", true, &[], &[]),
     ("", "v1", "configmaps", "ConfigMap", true, &["cm"], &[]),

@@ -7,7 +7,7 @@ use super::schema::{Checks, FieldValidation};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{ApiError, json_response, success_status};
 use super::watch::{self, WatchOpts};
-use super::{ApiServer, discovery, openapi, table};
+use super::{ApiServer, discovery, metrics, openapi, table};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
@@ -187,6 +187,12 @@ async fn route(
         ["openapi", "v3", rest @ ..] if get => openapi::v3_doc(&srv, &rest.join("/"))
             .map(|v| ok_json(StatusCode::OK, &v))
             .ok_or_else(not_found),
+        ["apis", metrics::GROUP, metrics::VERSION, rest @ ..] if get => {
+            Ok(ok_json(StatusCode::OK, &metrics::get(&srv, rest, &q)?))
+        }
+        ["apis", metrics::GROUP, metrics::VERSION, ..] => Err(ApiError::method_not_allowed(
+            format!("{method} is not supported on {}", metrics::GROUP),
+        )),
         ["api", "v1", rest @ ..] => {
             let p = parse_resource_path("", "v1", rest).ok_or_else(not_found)?;
             resource(srv, method, p, q, headers, body).await
@@ -296,6 +302,11 @@ async fn resource(
             ),
         ));
     }
+    if sub == "log" && method != Method::GET {
+        return Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on pods/log"
+        )));
+    }
     let is_watch = p.watch || truthy(q.get("watch"));
     match (method.clone(), p.name.as_deref()) {
         (Method::GET, None) if is_watch => watch_response(srv, t, &q, None).await,
@@ -311,6 +322,7 @@ async fn resource(
                 &printed(&srv, &t, headers, &q, list),
             ))
         }
+        (Method::GET, Some(name)) if sub == "log" => super::logs::pod_log(&srv, &t, name, &q),
         (Method::GET, Some(name)) => {
             let obj = srv.get(&t, name)?;
             Ok(ok_json(

@@ -65,13 +65,47 @@ pub enum Fault {
     DriverOk,
 }
 
-/// Where a sim keeps its nodes' host directories and its control socket: `<data-dir>/sim`,
-/// or `$TMPDIR/gantry-sim` for an in-memory control plane.
-pub fn sim_dir(data_dir: Option<&Path>) -> PathBuf {
-    match data_dir {
-        Some(d) => d.join("sim"),
-        None => std::env::temp_dir().join("gantry-sim"),
-    }
+/// Where a sim keeps its nodes' host directories and its control socket: `<data-dir>/sim`.
+/// An in-memory `gantry up` uses a fresh `$TMPDIR/gantry-sim-XXXXXX` instead (see [`up`]),
+/// so any number of them run side by side.
+pub fn sim_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("sim")
+}
+
+/// Name prefix of the temporary directories of in-memory sims.
+pub const TEMP_PREFIX: &str = "gantry-sim-";
+
+/// In an in-memory sim's directory: the URL of its API server (`gantry sim fault` matches it
+/// against the kubeconfig's server to find the sim kubectl is talking to).
+pub const SERVER_FILE: &str = "api-server";
+
+/// An in-memory sim running on this machine (its control socket answers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TempSim {
+    pub dir: PathBuf,
+    /// Its API server's URL, from [`SERVER_FILE`].
+    pub server: Option<String>,
+}
+
+/// The in-memory sims running on this machine, for `gantry sim fault` without `--data-dir`.
+pub fn running_temp_sims() -> Vec<TempSim> {
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<TempSim> = dir
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(TEMP_PREFIX))
+        .map(|e| e.path())
+        .filter(|root| std::os::unix::net::UnixStream::connect(control::socket_path(root)).is_ok())
+        .map(|dir| TempSim {
+            server: std::fs::read_to_string(dir.join(SERVER_FILE))
+                .ok()
+                .map(|s| s.trim().to_string()),
+            dir,
+        })
+        .collect();
+    out.sort_by(|a, b| a.dir.cmp(&b.dir));
+    out
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,27 +116,51 @@ pub enum UpError {
     Sim(#[from] crate::SimError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error("the sim's temporary directory {dir}: {error}")]
+    TempDir { dir: PathBuf, error: std::io::Error },
 }
 
 /// Simulated nodes plus the controllers they need, started for a running control plane.
 pub struct Up {
     pub cluster: SimCluster,
     _controllers: crate::controllers::Controllers,
+    /// The in-memory sim's own directory, removed after the cluster stops (fields drop in
+    /// order).
+    _temp: Option<tempfile::TempDir>,
 }
 
 /// `gantry up --nodes SPEC`: the DaemonSet/Job controllers and one kubelet per node of `spec`,
-/// with every agent runner the sim has.
+/// with every agent runner the sim has. State lives under `<data_dir>/sim`, or without a
+/// data dir in a fresh temporary directory of its own.
 pub async fn up(
     cp: &crate::ControlPlane,
     data_dir: Option<&Path>,
     spec: &str,
 ) -> Result<Up, UpError> {
     let plan = crate::nodes::plan(spec)?;
+    let (root, temp) = match data_dir {
+        Some(d) => (sim_dir(d), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix(TEMP_PREFIX)
+                .tempdir()
+                .map_err(|error| UpError::TempDir {
+                    dir: std::env::temp_dir(),
+                    error,
+                })?;
+            let server = t.path().join(SERVER_FILE);
+            std::fs::write(&server, cp.base_url()).map_err(|error| UpError::TempDir {
+                dir: server.clone(),
+                error,
+            })?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
     let client = cp.client()?;
     let controllers = crate::controllers::start(client.clone());
     let cluster = start(
         client,
-        &sim_dir(data_dir),
+        &root,
         plan,
         crate::kubelet::runners::default_registry(),
     )
@@ -110,6 +168,7 @@ pub async fn up(
     Ok(Up {
         cluster,
         _controllers: controllers,
+        _temp: temp,
     })
 }
 

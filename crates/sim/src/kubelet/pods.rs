@@ -347,6 +347,8 @@ async fn pod_task(
     r: PodRef,
     rx: watch::Receiver<Option<Arc<Pod>>>,
 ) {
+    // The pod's container logs go when the pod leaves the node (or the task is aborted).
+    let _logs = crate::logs::PodLogs(r.uid.clone());
     let host_ip = node.resources.internal_ip();
     let Some(pod) = rx.borrow().clone() else {
         return;
@@ -916,16 +918,28 @@ fn container_run(
         None => agent_command(c)
             .and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r))),
     };
+    // Each run of the container has a log (`kubectl logs`): an agent's tracing events.
+    let log = crate::logs::start(&ctx.r.uid, &c.name);
     if let Some((name, args, runner)) = agent {
-        let fut = runner.run(agent_context(ctx, pod, c, args, stop));
+        let fut = crate::logs::capture(
+            log.clone(),
+            runner.run(agent_context(ctx, pod, c, args, stop)),
+        );
         return Box::pin(async move {
-            match fut.await {
+            let r = match fut.await {
                 Ok(()) => (0, String::new()),
-                Err(e) => (1, format!("agent {name}: {e}")),
-            }
+                Err(e) => {
+                    // What the process would print on its way out.
+                    log.push(format!("Error: {e}"));
+                    (1, format!("agent {name}: {e}"))
+                }
+            };
+            log.end_run();
+            r
         });
     }
     if let PlainRun::Immediate = plain {
+        log.end_run();
         return Box::pin(async { (0, String::new()) });
     }
     let run_time = annotation(pod, names::ANNOTATION_SIM_RUN_TIME).map(|d| {
@@ -958,10 +972,12 @@ fn container_run(
                 }
             }
         };
-        tokio::select! {
+        let r = tokio::select! {
             r = run => r,
             () = stopped => (0, String::new()),
-        }
+        };
+        log.end_run();
+        r
     })
 }
 

@@ -21,7 +21,7 @@ pub(crate) struct Kubectl<'a> {
 }
 
 impl Kubectl<'_> {
-    fn cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(KUBECTL);
         c.arg("--kubeconfig")
             .arg(self.kubeconfig)

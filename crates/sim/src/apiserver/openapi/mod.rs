@@ -1,8 +1,12 @@
-//! A minimal OpenAPI v3 surface. kubectl reads it to learn that every kind accepts
-//! `fieldValidation` on PATCH (so it leaves validation to the server instead of
-//! downloading schemas). Schemas themselves are not published: kubectl then builds
-//! client-side apply patches from its compiled-in types (strategic merge) or as JSON
-//! merge patches for custom resources, which is what it does against a real server too.
+//! OpenAPI v3, per group/version as the real server publishes it. kubectl reads it to learn
+//! that every kind accepts `fieldValidation` on PATCH (so it leaves validation to the
+//! server), and `kubectl explain` reads the kinds' schemas: built-ins from k8s-openapi,
+//! custom resources from their CRDs' structural schemas. The PATCH operations do not offer
+//! strategic merge, so kubectl's client-side apply keeps building patches from its compiled-in
+//! types (built-ins) or as JSON merge patches (custom resources), as against a real server.
+
+mod builtin;
+mod crd;
 
 use super::ApiServer;
 use serde_json::{Map, Value, json};
@@ -74,12 +78,32 @@ pub fn v3_doc(srv: &ApiServer, gv: &str) -> Option<Value> {
                 "x-kubernetes-group-version-kind": gvk,
             }}),
         );
-        let id = format!(
-            "{}.{version}.{}",
-            if group.is_empty() { "core" } else { &group },
-            r.kind
-        );
-        schemas.insert(id, json!({"type": "object", "x-kubernetes-group-version-kind": [gvk], "x-kubernetes-preserve-unknown-fields": true}));
+        match &r.crd {
+            None => {
+                let b = builtin::builtins();
+                let root = b
+                    .roots
+                    .iter()
+                    .find(|x| x.group == group && x.version == version && x.kind == r.kind);
+                if let Some(root) = root
+                    && let Some(s) = b.definitions.get(&root.id)
+                {
+                    builtin::add_referenced(s, &b.definitions, &mut schemas);
+                    schemas.insert(root.id.clone(), s.clone());
+                }
+            }
+            Some(name) => {
+                let stored =
+                    srv.store
+                        .get("apiextensions.k8s.io/customresourcedefinitions", "", name);
+                let meta = builtin::object_meta_id();
+                if let Some(s) = stored.and_then(|c| crd::schema(&c, &version, &meta)) {
+                    let b = builtin::builtins();
+                    builtin::add_referenced(&s, &b.definitions, &mut schemas);
+                    schemas.insert(crd::schema_id(&group, &version, &r.kind), s);
+                }
+            }
+        }
     }
     if paths.is_empty() {
         return None;
