@@ -91,6 +91,10 @@ pub struct SubGroup {
     shortname = "pg",
     namespaced,
     status = "PodGroupStatus",
+    // KAI's CRD has none; these make `kubectl get podgroups` say which queue and gang size.
+    printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
+    printcolumn = r#"{"name":"MinMember","type":"integer","jsonPath":".spec.minMember"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     doc = "PodGroup is a gang of pods the KAI scheduler places together."
 )]
 #[serde(rename_all = "camelCase")]
