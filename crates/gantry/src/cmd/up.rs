@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "try: KUBECONFIG={} kubectl get namespaces",
             cp.kubeconfig_path().display()
         );
-        let _sim = match &args.nodes {
+        let sim = match &args.nodes {
             Some(spec) => {
                 let up = gantry_sim::cluster::up(&cp, args.data_dir.as_deref(), spec)
                     .await
@@ -78,10 +78,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             None => None,
         };
-        let _ui = if args.no_ui {
+        let ui = if args.no_ui {
             None
         } else {
-            let nodes = _sim
+            let nodes = sim
                 .as_ref()
                 .map(|u| u.cluster.nodes().cloned().collect())
                 .unwrap_or_default();
@@ -149,6 +149,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(s) = scheduler {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s).await;
         }
+        // Every client before the API server, so no watch sees it go away: a quiet stop.
+        if let Some((server, task)) = ui {
+            task.abort();
+            let _ = task.await;
+            drop(server);
+        }
+        drop(sim);
         cp.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })

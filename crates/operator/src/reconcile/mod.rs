@@ -169,6 +169,8 @@ pub async fn run(
 ) {
     let cp = cluster_policy_resource();
     let policies_api: Api<DynamicObject> = Api::all_with(client.clone(), &cp);
+    // One signal, two listeners: the controller's graceful shutdown, and the bound on it below.
+    let shutdown = shutdown.boxed().shared();
 
     let mut triggers: Vec<Trigger> = Vec::new();
     let mut waits = Vec::new();
@@ -231,7 +233,7 @@ pub async fn run(
     let controller = Controller::new_with(policies_api, watcher::Config::default(), cp)
         .with_config(controller::Config::default().concurrency(1))
         .reconcile_all_on(futures::stream::select_all(triggers))
-        .graceful_shutdown_on(shutdown);
+        .graceful_shutdown_on(shutdown.clone());
     let ctx = Arc::new(Ctx {
         client,
         opts,
@@ -253,15 +255,26 @@ pub async fn run(
             sync_ctx.metrics.set_ready(true);
         }
     });
-    controller
+    let run = controller
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "ClusterPolicy controller");
             }
-        })
-        .await;
+        });
+    // The controller's stream can outlive the signal while its trigger watches stay open; a
+    // reconcile in flight gets a short grace, then the stream and every watch are dropped.
+    tokio::select! {
+        () = run => {}
+        () = async {
+            shutdown.await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::debug!("ClusterPolicy controller stopped after its shutdown grace"),
+    }
 }
+
+/// How long a reconcile in flight may finish after shutdown is asked for.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Failures are already counted and written to the status by `reconcile`; retry soon.
 fn error_policy(_: Arc<DynamicObject>, e: &Error, _: Arc<Ctx>) -> Action {
