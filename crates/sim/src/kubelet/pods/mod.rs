@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
+use gantry_api::lenient::Lenient;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, Preconditions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -90,6 +93,38 @@ pub fn on_pod_deleted(node: &Arc<NodeShared>, uid: &str) {
     if let Some(h) = lock(&node.pods).get(uid) {
         h.tx.send_replace(None);
     }
+}
+
+/// A pod of this node that cannot be decoded (stored before the API server checked it): it is
+/// not run (what runs of it stops), and once it is being deleted the kubelet removes it, so it
+/// never stays Terminating.
+pub fn on_undecodable(node: &Arc<NodeShared>, env: &PodEnv, meta: &ObjectMeta, error: &str) {
+    let (Some(uid), Some(name)) = (meta.uid.clone(), meta.name.clone()) else {
+        return;
+    };
+    on_pod_deleted(node, &uid);
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    if meta.deletion_timestamp.is_none() {
+        tracing::warn!(node = %node.name, pod = %name, %namespace, %error, "pod cannot be decoded; not running it");
+        return;
+    }
+    let api: Api<Lenient<Pod>> = Api::namespaced(env.client.clone(), &namespace);
+    tokio::spawn(async move {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&name, &dp).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => {
+                tracing::debug!(pod = %name, error = %e, "final delete of an undecodable pod failed")
+            }
+        }
+    });
 }
 
 /// Uids of the pods this node runs.
