@@ -19,7 +19,7 @@ pub enum Lenient<K> {
     Decoded(K),
     Undecodable {
         /// The identity fields that could be read; everything else is left empty.
-        meta: ObjectMeta,
+        meta: Box<ObjectMeta>,
         /// The object as stored.
         raw: Value,
         /// Why it does not decode, with the field path.
@@ -61,7 +61,7 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
         match serde_path_to_error::deserialize::<_, K>(&raw) {
             Ok(k) => Ok(Lenient::Decoded(k)),
             Err(e) => Ok(Lenient::Undecodable {
-                meta: salvage_meta(&raw),
+                meta: Box::new(salvage_meta(&raw)),
                 error: format!("{}: {}", e.path(), e.inner()),
                 raw,
             }),
