@@ -5,6 +5,7 @@
 //! - [`kai::Queue`] (scheduling.run.ai/v2) and [`kai::PodGroup`] (scheduling.run.ai/v2alpha2)
 //! - config files: [`device_plugin_config::DevicePluginConfig`], [`mig_parted::MigPartedConfig`]
 //! - [`crds`] (the CRDs with structural schemas), [`validate`] (offline checks), [`names`]
+//! - [`lenient::Lenient`]: a typed object a list or watch never fails on
 
 pub mod cluster_policy;
 pub mod common;
@@ -14,6 +15,7 @@ pub mod device_plugin_config;
 pub mod gofloat;
 pub mod gpu_devices;
 pub mod kai;
+pub mod lenient;
 pub mod mig_cluster_policy;
 pub mod mig_parted;
 pub mod names;

@@ -130,6 +130,13 @@ pub struct NodesArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
+    /// Keep the API server's state in SQLite in this directory (a new or empty one) instead of
+    /// in memory.
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// Print where the run stands every this many seconds (0: only the result).
+    #[arg(long, default_value_t = 5)]
+    progress: u64,
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -157,11 +164,20 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let r = rt.block_on(gantry_sim::cluster::bench::nodes_bench(
-                &args.nodes,
-                Duration::from_secs(args.timeout),
-            ))?;
+            use gantry_sim::cluster::bench::{NodesBenchOpts, nodes_bench};
+            let opts = NodesBenchOpts {
+                spec: args.nodes.clone(),
+                timeout: Duration::from_secs(args.timeout),
+                data_dir: args.data_dir.clone(),
+                progress: (args.progress > 0).then(|| Duration::from_secs(args.progress)),
+            };
+            let r = rt.block_on(nodes_bench(&opts))?;
             println!("{:<28} {}", "spec", args.nodes);
+            let store = args.data_dir.as_ref().map_or_else(
+                || "memory".to_string(),
+                |d| format!("sqlite in {}", d.display()),
+            );
+            println!("{:<28} {store}", "store");
             println!("{:<28} {}/{}", "ready nodes", r.ready_nodes, r.nodes);
             println!(
                 "{:<28} {}/{}",

@@ -35,7 +35,13 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<(), ApiError> {
         let info = &t.info;
-        validate::builtin(info, &t.version, obj)?;
+        validate::builtin(info, &t.version, obj, |unknown, obj| {
+            let list: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+            unknown_fields(t, &list, checks)?;
+            // As upstream's typed decode, which has nowhere to keep them.
+            unknown.iter().for_each(|f| f.prune(obj));
+            Ok(())
+        })?;
         if !info.builtin
             && let Some(schema) = &checks.schema
         {
@@ -44,25 +50,7 @@ impl ApiServer {
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            if !walk.unknown.is_empty() {
-                let list: Vec<String> = walk
-                    .unknown
-                    .iter()
-                    .map(|f| format!("unknown field {f:?}"))
-                    .collect();
-                match checks.mode {
-                    FieldValidation::Strict => {
-                        return Err(ApiError::bad_request(format!(
-                            "{kind} in version {v:?} cannot be handled as a {kind}: strict decoding error: {}",
-                            list.join(", "),
-                            kind = info.kind,
-                            v = t.version,
-                        )));
-                    }
-                    FieldValidation::Warn => checks.warnings.extend(list),
-                    FieldValidation::Ignore => {}
-                }
-            }
+            unknown_fields(t, &walk.unknown, checks)?;
             if !walk.errors.is_empty() {
                 return Err(ApiError::invalid_fields(
                     &validate::qualified_kind(info),
@@ -72,5 +60,27 @@ impl ApiServer {
             }
         }
         decode::check_object_size(obj)
+    }
+}
+
+/// Unknown fields per `fieldValidation`: `Strict` refuses the object (400, upstream's strict
+/// decoding error), `Warn` sends a `Warning` per field, `Ignore` drops them silently.
+fn unknown_fields(t: &Target, unknown: &[String], checks: &mut Checks) -> Result<(), ApiError> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let list = unknown.iter().map(|f| format!("unknown field {f:?}"));
+    match checks.mode {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "{kind} in version {v:?} cannot be handled as a {kind}: strict decoding error: {}",
+            list.collect::<Vec<_>>().join(", "),
+            kind = t.info.kind,
+            v = t.version,
+        ))),
+        FieldValidation::Warn => {
+            checks.warnings.extend(list);
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
     }
 }

@@ -116,18 +116,90 @@ pub fn metadata(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), A
     }
 }
 
+/// One step of a field path: a key of an object or an index into a list.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// A field the typed decode did not know (upstream's strict decoder reports these).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnknownField(pub Vec<Step>);
+
+impl std::fmt::Display for UnknownField {
+    /// Upstream's form: `spec.containers[0].foo`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, s) in self.0.iter().enumerate() {
+            match s {
+                Step::Key(k) if i == 0 => write!(f, "{k}")?,
+                Step::Key(k) => write!(f, ".{k}")?,
+                Step::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl UnknownField {
+    fn of(p: &serde_ignored::Path<'_>) -> Self {
+        use serde_ignored::Path as P;
+        let mut steps = Vec::new();
+        let mut at = p;
+        loop {
+            at = match at {
+                P::Root => break,
+                P::Seq { parent, index } => {
+                    steps.push(Step::Index(*index));
+                    parent
+                }
+                P::Map { parent, key } => {
+                    steps.push(Step::Key(key.clone()));
+                    parent
+                }
+                P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+                    parent
+                }
+            };
+        }
+        steps.reverse();
+        UnknownField(steps)
+    }
+
+    /// Removes the field from `obj` (what upstream's typed decode drops).
+    pub fn prune(&self, obj: &mut Value) {
+        let Some((last, parents)) = self.0.split_last() else {
+            return;
+        };
+        let mut at = Some(obj);
+        for s in parents {
+            at = at.and_then(|v| match s {
+                Step::Key(k) => v.get_mut(k.as_str()),
+                Step::Index(n) => v.get_mut(*n),
+            });
+        }
+        if let (Some(Value::Object(m)), Step::Key(k)) = (at, last) {
+            m.remove(k);
+        }
+    }
+}
+
 /// Decodes `obj` as the typed built-in `T`; a type mismatch is upstream's decode error
-/// (400), a missing required field its `Required value` (422).
+/// (400), a missing required field its `Required value` (422). Returns the fields `T` does
+/// not have.
 fn typed<T: serde::de::DeserializeOwned>(
     info: &ResourceInfo,
     version: &str,
     obj: &Value,
-) -> Result<(), ApiError> {
-    match serde_path_to_error::deserialize::<_, T>(obj) {
-        Ok(_) => Ok(()),
+) -> Result<Vec<UnknownField>, ApiError> {
+    let mut track = serde_path_to_error::Track::new();
+    let mut unknown = Vec::new();
+    let de = serde_path_to_error::Deserializer::new(obj, &mut track);
+    match serde_ignored::deserialize::<_, _, T>(de, |p| unknown.push(UnknownField::of(&p))) {
+        Ok(_) => Ok(unknown),
         Err(e) => {
-            let path = e.path().to_string();
-            let inner = e.into_inner().to_string();
+            let path = track.path().to_string();
+            let inner = e.to_string();
             if let Some(field) = inner.strip_prefix("missing field `") {
                 let field = field.trim_end_matches('`');
                 let full = if path == "." {
@@ -151,7 +223,11 @@ fn typed<T: serde::de::DeserializeOwned>(
 }
 
 /// The typed decode of built-in kinds the sim serves.
-fn decode_builtin(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+fn decode_builtin(
+    info: &ResourceInfo,
+    version: &str,
+    obj: &Value,
+) -> Result<Vec<UnknownField>, ApiError> {
     use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, core::v1 as core};
     use k8s_openapi::api::{coordination::v1 as coord, policy::v1 as policy, rbac::v1 as rbac};
     use k8s_openapi::api::{scheduling::v1 as sched, storage::v1 as storage};
@@ -159,7 +235,7 @@ fn decode_builtin(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(),
         ($($group:literal $kind:literal => $ty:ty),* $(,)?) => {
             match (info.group.as_str(), info.kind.as_str()) {
                 $(($group, $kind) => typed::<$ty>(info, version, obj),)*
-                _ => Ok(()),
+                _ => Ok(Vec::new()),
             }
         };
     }
@@ -349,12 +425,21 @@ pub fn api_version(info: &ResourceInfo, version: &str, obj: &Value) -> Result<()
 }
 
 /// Every check of a built-in object about to be stored (create, update, patch).
-pub fn builtin(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+pub fn builtin(
+    info: &ResourceInfo,
+    version: &str,
+    obj: &mut Value,
+    on_unknown: impl FnOnce(&[UnknownField], &mut Value) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
     metadata(info, version, obj)?;
     if !info.builtin {
         return Ok(());
     }
-    decode_builtin(info, version, obj)?;
+    let unknown = decode_builtin(info, version, obj)?;
+    if !unknown.is_empty() {
+        on_unknown(&unknown, obj)?;
+    }
+    let obj = &*obj;
     let name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -409,12 +494,44 @@ mod tests {
         }
     }
 
+    /// Every check, unknown fields ignored.
+    fn b(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
+        builtin(info, version, &mut obj.clone(), |_, _| Ok(()))
+    }
+
+    #[test]
+    fn unknown_fields_of_builtin_kinds_are_found_and_pruned() {
+        let mut obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labelz": {}},
+            "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyy": "Always"}], "bogus": 1}});
+        let mut seen = Vec::new();
+        builtin(&info("", "pods", "Pod"), "v1", &mut obj, |unknown, obj| {
+            seen = unknown.iter().map(ToString::to_string).collect();
+            unknown.iter().for_each(|f| f.prune(obj));
+            Ok(())
+        })
+        .expect("valid apart from unknown fields");
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                "metadata.labelz",
+                "spec.bogus",
+                "spec.containers[0].imagePullPolicyy"
+            ]
+        );
+        assert_eq!(
+            obj,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}})
+        );
+    }
+
     fn pod(spec: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
     }
 
     fn check(spec: Value) -> Result<(), ApiError> {
-        builtin(&info("", "pods", "Pod"), "v1", &pod(spec))
+        b(&info("", "pods", "Pod"), "v1", &pod(spec))
     }
 
     fn res(req: Value, lim: Value) -> Value {
@@ -468,7 +585,7 @@ mod tests {
             "{}",
             e.message
         );
-        let e = builtin(
+        let e = b(
             &info("", "pods", "Pod"),
             "v1",
             &json!({"metadata": {"name": "p"}, "spec": "x"}),
@@ -490,14 +607,14 @@ mod tests {
             )
             .is_ok()
         );
-        let e = builtin(
+        let e = b(
             &cm,
             "v1",
             &json!({"metadata": {"name": "c", "labels": {"a": 1}}}),
         )
         .expect_err("number label");
         assert_eq!(e.code, 400);
-        let e = builtin(
+        let e = b(
             &cm,
             "v1",
             &json!({"metadata": {"name": "c", "labels": {"bad key": "x"}}}),
@@ -505,9 +622,9 @@ mod tests {
         .expect_err("bad key");
         assert_eq!(e.code, 422);
         let big = json!({"metadata": {"name": "c"}, "data": {"a": "x".repeat(MAX_CONFIG_BYTES)}});
-        assert_eq!(builtin(&cm, "v1", &big).expect_err("big").code, 422);
+        assert_eq!(b(&cm, "v1", &big).expect_err("big").code, 422);
         let ev = info("", "events", "Event");
-        let e = builtin(
+        let e = b(
             &ev,
             "v1",
             &json!({"metadata": {"name": "e"}, "count": "many"}),

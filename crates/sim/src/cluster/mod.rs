@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::StreamExt;
+use gantry_api::lenient::Lenient;
 use gantry_gpu::{SimBackend, SimConfig};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Resource;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
@@ -266,33 +268,43 @@ pub async fn start(
     })
 }
 
-/// One watch over all pods, routed to the kubelet of `spec.nodeName`.
+/// One watch over all pods, routed to the kubelet of `spec.nodeName`. Pods are read as
+/// [`Lenient`], so one stored pod that does not decode (written before the API server checked
+/// it) neither fails the relist nor is lost: its kubelet still finishes its deletion.
 async fn watch_pods(
     client: kube::Client,
     nodes: Arc<BTreeMap<String, Arc<NodeShared>>>,
     env: PodEnv,
 ) {
-    let api: Api<Pod> = Api::all(client);
+    let api: Api<Lenient<Pod>> = Api::all(client);
     let mut stream = watcher(api, watcher::Config::default()).boxed();
     let mut seen_in_init: HashSet<String> = HashSet::new();
-    let node_of = |p: &Pod| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .and_then(|n| nodes.get(&n).cloned())
+    let node_of = |p: &Lenient<Pod>| {
+        let name = match p {
+            Lenient::Decoded(p) => p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            Lenient::Undecodable { raw, .. } => raw
+                .pointer("/spec/nodeName")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
+        };
+        name.and_then(|n| nodes.get(&n).cloned())
     };
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
-                if let Some(uid) = &p.metadata.uid {
+                if let Some(uid) = &p.meta().uid {
                     seen_in_init.insert(uid.clone());
                 }
-                if let Some(n) = node_of(&p) {
-                    pods::on_pod(&n, &env, p);
+                let Some(n) = node_of(&p) else { continue };
+                match p {
+                    Lenient::Decoded(p) => pods::on_pod(&n, &env, p),
+                    Lenient::Undecodable { meta, error, .. } => {
+                        pods::on_undecodable(&n, &env, &meta, &error)
+                    }
                 }
             }
             Ok(watcher::Event::Delete(p)) => {
-                if let (Some(n), Some(uid)) = (node_of(&p), &p.metadata.uid) {
+                if let (Some(n), Some(uid)) = (node_of(&p), &p.meta().uid) {
                     pods::on_pod_deleted(&n, uid);
                 }
             }

@@ -12,6 +12,7 @@ mod kubectl_top;
 mod kubelet_agents;
 mod kubelet_e2e;
 mod kubelet_init;
+mod kubelet_strict;
 mod kubelet_volumes;
 mod probe;
 mod strictness;

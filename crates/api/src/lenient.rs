@@ -1,0 +1,144 @@
+//! [`Lenient`]: a typed object that a list or watch never fails on. A typed client decodes a
+//! whole list at once, so one stored object it cannot decode (written before the API server
+//! checked it, e.g. a label that is not a string) would fail every relist and leave the
+//! component stuck; through `Lenient<K>` that object arrives as [`Lenient::Undecodable`] with
+//! its identity (name, namespace, uid, deletion state) and the reason, and everything else
+//! decodes as usual.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// An object of kind `K`, or what can be read of it when it does not decode as `K`.
+#[derive(Debug, Clone)]
+pub enum Lenient<K> {
+    Decoded(K),
+    Undecodable {
+        /// The identity fields that could be read; everything else is left empty.
+        meta: Box<ObjectMeta>,
+        /// The object as stored.
+        raw: Value,
+        /// Why it does not decode, with the field path.
+        error: String,
+    },
+}
+
+impl<K> Lenient<K> {
+    /// The decoded object, if it decoded.
+    pub fn decoded(&self) -> Option<&K> {
+        match self {
+            Lenient::Decoded(k) => Some(k),
+            Lenient::Undecodable { .. } => None,
+        }
+    }
+}
+
+/// The identity of an object that did not decode: each field on its own, a bad one skipped.
+fn salvage_meta(raw: &Value) -> ObjectMeta {
+    let m = raw.get("metadata");
+    let field = |k: &str| m.and_then(|m| m.get(k)).cloned().unwrap_or(Value::Null);
+    let string = |k: &str| field(k).as_str().map(str::to_string);
+    ObjectMeta {
+        name: string("name"),
+        namespace: string("namespace"),
+        uid: string("uid"),
+        resource_version: string("resourceVersion"),
+        generation: field("generation").as_i64(),
+        deletion_timestamp: serde_json::from_value(field("deletionTimestamp")).ok(),
+        deletion_grace_period_seconds: field("deletionGracePeriodSeconds").as_i64(),
+        creation_timestamp: serde_json::from_value(field("creationTimestamp")).ok(),
+        ..Default::default()
+    }
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(d)?;
+        match serde_path_to_error::deserialize::<_, K>(&raw) {
+            Ok(k) => Ok(Lenient::Decoded(k)),
+            Err(e) => Ok(Lenient::Undecodable {
+                meta: Box::new(salvage_meta(&raw)),
+                error: format!("{}: {}", e.path(), e.inner()),
+                raw,
+            }),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        K::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Lenient::Decoded(k) => k.meta(),
+            Lenient::Undecodable { meta, .. } => meta,
+        }
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Lenient::Decoded(k) => k.meta_mut(),
+            Lenient::Undecodable { meta, .. } => meta,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::core::ObjectList;
+    use serde_json::json;
+
+    #[test]
+    fn one_bad_object_does_not_fail_the_list() {
+        let list = json!({
+            "apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"},
+            "items": [
+                {"metadata": {"name": "good", "uid": "u1"}, "spec": {"containers": [{"name": "c"}]}},
+                {"metadata": {"name": "bad", "namespace": "ns", "uid": "u2", "labels": {"a": 1},
+                              "deletionTimestamp": "2026-12-03T10:00:00Z"},
+                 "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}},
+            ]
+        });
+        assert!(serde_json::from_value::<ObjectList<Pod>>(list.clone()).is_err());
+        let l: ObjectList<Lenient<Pod>> = serde_json::from_value(list).unwrap();
+        assert_eq!(l.items.len(), 2);
+        assert_eq!(
+            l.items[0].decoded().unwrap().meta().name.as_deref(),
+            Some("good")
+        );
+        let Lenient::Undecodable { meta, raw, error } = &l.items[1] else {
+            panic!("the bad pod decoded");
+        };
+        assert_eq!(meta.name.as_deref(), Some("bad"));
+        assert_eq!(meta.namespace.as_deref(), Some("ns"));
+        assert_eq!(meta.uid.as_deref(), Some("u2"));
+        assert!(meta.deletion_timestamp.is_some());
+        assert!(error.starts_with("metadata.labels.a: "), "{error}");
+        assert_eq!(raw["spec"]["nodeName"], "n1");
+        assert_eq!(
+            Lenient::<Pod>::url_path(&(), Some("ns")),
+            "/api/v1/namespaces/ns/pods"
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! One pod's task: admission (node, volumes, resources), device allocation, the run with
+//! restarts, release, and the kubelet's final delete.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use gantry_api::names;
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::allocation::{allocate_all, release, start_gpu_load};
+use super::restarts::run_containers_with_restarts;
+use super::status::{CState, InitStatus, StatusView, status_patch};
+use super::{NEXT_PID, PodEnv, now, stopping, wait_stopping};
+use crate::kubelet::{NodeShared, PodRef, admission, lock, volumes};
+
+pub(super) struct Ctx {
+    pub(super) node: Arc<NodeShared>,
+    pub(super) env: PodEnv,
+    pub(super) r: PodRef,
+    pub(super) rx: watch::Receiver<Option<Arc<Pod>>>,
+    pub(super) host_ip: String,
+    pub(super) pod_ip: String,
+    pub(super) started: String,
+    /// Init container statuses, and whether all of them have completed.
+    pub(super) inits: std::sync::Mutex<(Vec<InitStatus>, bool)>,
+}
+
+impl Ctx {
+    fn api(&self) -> Api<Pod> {
+        Api::namespaced(self.env.client.clone(), &self.r.namespace)
+    }
+
+    pub(super) async fn patch_status(
+        &self,
+        phase: &str,
+        state: &CState,
+        last: Option<&CState>,
+        restarts: u32,
+        reason: Option<(&str, &str)>,
+    ) {
+        let Some(pod) = self.rx.borrow().clone() else {
+            return;
+        };
+        let n = now();
+        let (inits, initialized) = lock(&self.inits).clone();
+        let patch = status_patch(&StatusView {
+            pod: &pod,
+            phase,
+            state,
+            last,
+            restarts,
+            inits: &inits,
+            initialized,
+            host_ip: &self.host_ip,
+            pod_ip: &self.pod_ip,
+            started: &self.started,
+            reason,
+            now: &n,
+        });
+        if let Err(e) = self
+            .api()
+            .patch_status(&self.r.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(node = %self.node.name, pod = %self.r.name, error = %e, "pod status patch failed");
+        }
+    }
+
+    /// Remove a pod that is being deleted: the kubelet's final delete with grace 0.
+    async fn finalize(&self) {
+        if self.rx.borrow().is_none() {
+            return;
+        }
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(self.r.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match self.api().delete(&self.r.name, &dp).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => tracing::debug!(pod = %self.r.name, error = %e, "final pod delete failed"),
+        }
+    }
+}
+
+pub(super) async fn pod_task(
+    node: Arc<NodeShared>,
+    env: PodEnv,
+    r: PodRef,
+    rx: watch::Receiver<Option<Arc<Pod>>>,
+) {
+    // The pod's container logs go when the pod leaves the node (or the task is aborted).
+    let _logs = crate::logs::PodLogs(r.uid.clone());
+    let host_ip = node.resources.internal_ip();
+    let Some(pod) = rx.borrow().clone() else {
+        return;
+    };
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let pod_ip = if host_network {
+        host_ip.clone()
+    } else {
+        let n = NEXT_PID.fetch_add(1, Ordering::Relaxed);
+        format!("10.244.{}.{}", node.resources.index % 256, 2 + n % 250)
+    };
+    let mut ctx = Ctx {
+        node,
+        env,
+        r,
+        rx,
+        host_ip,
+        pod_ip,
+        started: now(),
+        inits: std::sync::Mutex::new((Vec::new(), false)),
+    };
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    if !stopping(&Some(pod.clone())) && phase != "Succeeded" && phase != "Failed" {
+        run_pod(&mut ctx, &pod).await;
+    }
+    wait_stopping(&mut ctx.rx).await;
+    ctx.finalize().await;
+    // Drop our own handle (unless a new pod with the same uid replaced it: impossible).
+    lock(&ctx.node.pods).remove(&ctx.r.uid);
+}
+
+/// Admit, allocate, run (with restarts), and release. Returns when the pod is terminal or
+/// stopping.
+async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
+    let Some(spec) = pod.spec.clone() else { return };
+    let node = ctx.node.clone();
+    let waiting = CState::Waiting {
+        reason: "ContainerCreating".into(),
+        message: String::new(),
+    };
+    // ---- admission: the node, then volumes (waiting, as the kubelet does) ----
+    if let Ok(n) = Api::<Node>::all(ctx.env.client.clone())
+        .get(&node.name)
+        .await
+        && let Some((reason, message)) = volumes::node_refuses(&spec, &n)
+    {
+        ctx.patch_status("Failed", &waiting, None, 0, Some((&reason, &message)))
+            .await;
+        return;
+    }
+    if !mount_volumes(ctx, &spec, &waiting).await {
+        return;
+    }
+    let wanted = match admission::pod_requests(&spec) {
+        Ok(w) => w,
+        Err(e) => {
+            ctx.patch_status(
+                "Failed",
+                &waiting,
+                None,
+                0,
+                Some(("InvalidResourceRequests", &e)),
+            )
+            .await;
+            return;
+        }
+    };
+    let rejection = {
+        let (_, ext) = node.extended();
+        let mut alloc = node.resources.native();
+        alloc.extend(ext.into_iter().map(|(k, v)| (k, v as i128)));
+        let mut admitted = lock(&node.admitted);
+        let r = admission::admit(&wanted, &alloc, admitted.values());
+        if r.is_ok() {
+            admitted.insert(ctx.r.uid.clone(), wanted.clone());
+        }
+        r.err()
+    };
+    if let Some(rej) = rejection {
+        ctx.patch_status(
+            "Failed",
+            &waiting,
+            None,
+            0,
+            Some((&rej.reason, &rej.message)),
+        )
+        .await;
+        return;
+    }
+    // ---- devices ----
+    let mut record = serde_json::Map::new();
+    let mut gpu_ids: Vec<String> = Vec::new();
+    let alloc_result = {
+        let _guard = node.alloc_lock.lock().await;
+        let containers: Vec<(String, bool)> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| (c.name.clone(), true))
+            .chain(spec.containers.iter().map(|c| (c.name.clone(), false)))
+            .collect();
+        lock(&node.devices).track(&ctx.r.uid, &ctx.r.name, &ctx.r.namespace, &containers);
+        allocate_all(&node, &ctx.r, &spec, &mut record, &mut gpu_ids).await
+    };
+    if let Err(e) = alloc_result {
+        release(&node, &ctx.r.uid, &[]);
+        ctx.patch_status(
+            "Failed",
+            &waiting,
+            None,
+            0,
+            Some(("UnexpectedAdmissionError", &e)),
+        )
+        .await;
+        return;
+    }
+    if !record.is_empty() {
+        let body = Value::Object(record).to_string();
+        let patch = json!({"metadata": {"annotations": {names::ANNOTATION_SIM_ALLOCATED: body}}});
+        if let Err(e) = ctx
+            .api()
+            .patch(&ctx.r.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(pod = %ctx.r.name, error = %e, "allocation annotation patch failed");
+        }
+    }
+    let pids = start_gpu_load(&node, &gpu_ids);
+    run_containers_with_restarts(ctx, pod, &spec).await;
+    release(&node, &ctx.r.uid, &pids);
+}
+
+/// Waits until every ConfigMap and Secret the pod mounts exists, leaving the pod Pending
+/// in `ContainerCreating` with a `FailedMount` event per failed attempt (retried with
+/// back-off). False: the pod began stopping first.
+async fn mount_volumes(ctx: &mut Ctx, spec: &PodSpec, waiting: &CState) -> bool {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let Some((_, message)) =
+            volumes::first_missing(&ctx.env.client, &ctx.r.namespace, spec).await
+        else {
+            return true;
+        };
+        volumes::warn_event(
+            &ctx.env.client,
+            &ctx.r,
+            &ctx.node.name,
+            "FailedMount",
+            &message,
+        )
+        .await;
+        ctx.patch_status("Pending", waiting, None, 0, None).await;
+        let stopped = tokio::select! {
+            _ = tokio::time::sleep(delay) => false,
+            _ = wait_stopping(&mut ctx.rx) => true,
+        };
+        if stopped {
+            return false;
+        }
+        delay = (delay * 2).min(Duration::from_secs(8));
+    }
+}

@@ -1,0 +1,159 @@
+//! Lifecycle of the pods bound to a node, one tokio task per pod: admission, device allocation
+//! through the plugins, Pending → Running → Succeeded/Failed, restarts per restartPolicy,
+//! in-process agents for operand pods, graceful deletion, and GPU load on the SimBackend.
+//!
+//! - [`lifecycle`]: the pod task (admission, volumes, allocation, final delete);
+//! - [`allocation`]: device allocation through the plugins and GPU load on the backend;
+//! - [`restarts`]: init and main containers run with restarts and back-off;
+//! - [`containers`]: what one container run is (in-process agent or plain);
+//! - [`status`]: the pod status patch, pure.
+
+mod allocation;
+mod containers;
+mod lifecycle;
+mod restarts;
+mod status;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use gantry_api::lenient::Lenient;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, Preconditions};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::agents::AgentRegistry;
+use super::{NodeShared, PodRef, lock};
+
+pub use status::{CState, InitStatus, StatusView, status_patch};
+
+/// How long an in-process agent gets to stop after its pod is deleted.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+static NEXT_PID: AtomicU32 = AtomicU32::new(10_000);
+
+/// What the pod tasks share beyond their node.
+#[derive(Clone)]
+pub struct PodEnv {
+    pub client: kube::Client,
+    pub agents: Arc<AgentRegistry>,
+}
+
+/// A running pod task: the latest object (None = gone from the API) and the task.
+pub struct PodHandle {
+    tx: watch::Sender<Option<Arc<Pod>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for PodHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn pod_ref(pod: &Pod) -> Option<PodRef> {
+    Some(PodRef {
+        uid: pod.metadata.uid.clone()?,
+        name: pod.metadata.name.clone()?,
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+    })
+}
+
+/// A pod bound to this node was added or changed.
+pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
+    let Some(r) = pod_ref(&pod) else { return };
+    let pod = Arc::new(pod);
+    let mut pods = lock(&node.pods);
+    if let Some(h) = pods.get(&r.uid)
+        && !h.task.is_finished()
+    {
+        h.tx.send_replace(Some(pod));
+        return;
+    }
+    tracing::debug!(node = %node.name, pod = %r.name, "pod arrived");
+    let (tx, rx) = watch::channel(Some(pod));
+    let task = tokio::spawn(lifecycle::pod_task(
+        node.clone(),
+        env.clone(),
+        r.clone(),
+        rx,
+    ));
+    pods.insert(r.uid, PodHandle { tx, task });
+}
+
+/// A pod of this node is gone from the API.
+pub fn on_pod_deleted(node: &Arc<NodeShared>, uid: &str) {
+    if let Some(h) = lock(&node.pods).get(uid) {
+        h.tx.send_replace(None);
+    }
+}
+
+/// A pod of this node that cannot be decoded (stored before the API server checked it): it is
+/// not run (what runs of it stops), and once it is being deleted the kubelet removes it, so it
+/// never stays Terminating.
+pub fn on_undecodable(node: &Arc<NodeShared>, env: &PodEnv, meta: &ObjectMeta, error: &str) {
+    let (Some(uid), Some(name)) = (meta.uid.clone(), meta.name.clone()) else {
+        return;
+    };
+    on_pod_deleted(node, &uid);
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    if meta.deletion_timestamp.is_none() {
+        tracing::warn!(node = %node.name, pod = %name, %namespace, %error, "pod cannot be decoded; not running it");
+        return;
+    }
+    let api: Api<Lenient<Pod>> = Api::namespaced(env.client.clone(), &namespace);
+    tokio::spawn(async move {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&name, &dp).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => {
+                tracing::debug!(pod = %name, error = %e, "final delete of an undecodable pod failed")
+            }
+        }
+    });
+}
+
+/// Uids of the pods this node runs.
+pub fn known_pods(node: &NodeShared) -> Vec<String> {
+    lock(&node.pods).keys().cloned().collect()
+}
+
+fn stopping(p: &Option<Arc<Pod>>) -> bool {
+    p.as_ref()
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+/// Wait until the pod is being deleted (or gone).
+async fn wait_stopping(rx: &mut watch::Receiver<Option<Arc<Pod>>>) {
+    while !stopping(&rx.borrow_and_update()) {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
