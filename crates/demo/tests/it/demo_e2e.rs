@@ -121,9 +121,15 @@ fn captions(frames: &[Frame]) -> Vec<&str> {
 /// The web view's operator, health and MIG panels, namespaced pod names, and legends whose
 /// items never overlap.
 fn web_view_panels(dom: &str) {
+    let around = |key: &str| {
+        dom.find(key)
+            .map(|i| dom[i..(i + 300).min(dom.len())].to_string())
+            .unwrap_or_else(|| format!("{key} not in the page"))
+    };
     assert!(
         dom.contains("id=\"policy\" data-state=\"ready\""),
-        "the ClusterPolicy state is shown"
+        "the ClusterPolicy state is shown: {}",
+        around("id=\"policy\"")
     );
     assert!(
         dom.contains("data-operand=\"device-plugin\" data-status=\"Running\""),
@@ -388,17 +394,25 @@ async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
         .await
         .expect("fault injected");
     gantry_testkit::eventually_secs(
-        "the picture to show h100-80gb-1 GPU 3 unhealthy",
-        30,
+        "the picture to show h100-80gb-1 GPU 3 unhealthy and the ClusterPolicy ready",
+        60,
         || {
+            // …with the ClusterPolicy's state read back (it is polled apart from the GPUs).
             let s = demo.collector.latest();
-            std::future::ready(
-                s.nodes
-                    .iter()
-                    .find(|n| n.name == "h100-80gb-1")
-                    .and_then(|n| n.gpus.get(3))
-                    .is_some_and(|g| !g.healthy),
-            )
+            let faulted = s
+                .nodes
+                .iter()
+                .find(|n| n.name == "h100-80gb-1")
+                .and_then(|n| n.gpus.get(3))
+                .is_some_and(|g| !g.healthy);
+            let policy = s.cluster_policy.map(|p| p.state).unwrap_or_default();
+            std::future::ready(if faulted && policy == "ready" {
+                Ok(true)
+            } else {
+                Err(format!(
+                    "GPU 3 faulted: {faulted}, ClusterPolicy {policy:?}"
+                ))
+            })
         },
     )
     .await
