@@ -105,6 +105,27 @@ pub struct ClusterPolicyStatus {
     pub extra: Extra,
 }
 
+/// The ClusterPolicy in charge among `all` (the operator acts on it; the others are
+/// `ignored`): not being deleted, oldest `creationTimestamp` (one without a timestamp after
+/// those with one), ties broken by the lowest name.
+pub fn active<T>(
+    all: &[T],
+    meta: impl Fn(&T) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&T> {
+    all.iter()
+        .filter(|p| meta(p).deletion_timestamp.is_none())
+        .min_by(|a, b| {
+            let (a, b) = (meta(a), meta(b));
+            let by_name = a.name.cmp(&b.name);
+            match (&a.creation_timestamp, &b.creation_timestamp) {
+                (Some(x), Some(y)) => x.0.cmp(&y.0).then(by_name),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => by_name,
+            }
+        })
+}
+
 /// Condition types and reasons the operator writes on a ClusterPolicy.
 pub mod condition {
     pub const READY: &str = "Ready";

@@ -284,25 +284,7 @@ fn error_policy(_: Arc<DynamicObject>, e: &Error, _: Arc<Ctx>) -> Action {
 
 /// The active policy: oldest creationTimestamp, ties broken by lowest name.
 pub fn active_name(all: &[Arc<DynamicObject>]) -> Option<String> {
-    all.iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .min_by(|a, b| {
-            let key = |p: &DynamicObject| {
-                (
-                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    p.metadata.name.clone().unwrap_or_default(),
-                )
-            };
-            let (ta, na) = key(a);
-            let (tb, nb) = key(b);
-            match (ta, tb) {
-                (Some(x), Some(y)) => x.cmp(&y).then(na.cmp(&nb)),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => na.cmp(&nb),
-            }
-        })
-        .and_then(|p| p.metadata.name.clone())
+    gantry_api::cluster_policy::active(all, |p| &p.metadata).and_then(|p| p.metadata.name.clone())
 }
 
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Error> {

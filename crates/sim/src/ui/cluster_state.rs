@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use gantry_api::names;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::core::DynamicObject;
 use serde::{Deserialize, Serialize};
 
 /// The ClusterPolicy in charge, as its status reports it.
@@ -18,21 +19,11 @@ pub struct PolicyView {
     pub message: String,
 }
 
-/// The oldest ClusterPolicy (the one the operator acts on), from raw objects.
-pub fn policy_view(policies: &[serde_json::Value]) -> Option<PolicyView> {
-    let p = policies.iter().min_by(|a, b| {
-        let key = |o: &serde_json::Value| {
-            (
-                o["metadata"]["creationTimestamp"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                o["metadata"]["name"].as_str().unwrap_or("").to_string(),
-            )
-        };
-        key(a).cmp(&key(b))
-    })?;
-    let conditions = p["status"]["conditions"].as_array();
+/// The ClusterPolicy the operator acts on ([`gantry_api::cluster_policy::active`]).
+pub fn policy_view(policies: &[DynamicObject]) -> Option<PolicyView> {
+    let p = gantry_api::cluster_policy::active(policies, |p| &p.metadata)?;
+    let status = &p.data["status"];
+    let conditions = status["conditions"].as_array();
     let message = conditions
         .into_iter()
         .flatten()
@@ -46,8 +37,8 @@ pub fn policy_view(policies: &[serde_json::Value]) -> Option<PolicyView> {
         .unwrap_or("")
         .to_string();
     Some(PolicyView {
-        name: p["metadata"]["name"].as_str().unwrap_or("").to_string(),
-        state: p["status"]["state"].as_str().unwrap_or("").to_string(),
+        name: p.metadata.name.clone().unwrap_or_default(),
+        state: status["state"].as_str().unwrap_or("").to_string(),
         message,
     })
 }
@@ -120,11 +111,14 @@ mod tests {
 
     #[test]
     fn the_oldest_policy_and_why_it_is_not_ready() {
-        let p = |name: &str, ts: &str, state: &str| {
-            json!({"metadata": {"name": name, "creationTimestamp": ts},
-                   "status": {"state": state, "conditions": [
-                       {"type": "Ready", "status": "False", "message": format!("{name} waits")},
-                       {"type": "Error", "status": "False"}]}})
+        let p = |name: &str, ts: &str, state: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": name, "creationTimestamp": ts},
+                "status": {"state": state, "conditions": [
+                    {"type": "Ready", "status": "False", "message": format!("{name} waits")},
+                    {"type": "Error", "status": "False"}]}}))
+            .unwrap()
         };
         let v = policy_view(&[
             p("b", "2026-01-02T00:00:00Z", "ignored"),

@@ -88,17 +88,11 @@ impl Collector {
             &kube::core::GroupVersionKind::gvk("nvidia.com", "v1", "ClusterPolicy"),
             "clusterpolicies",
         );
-        let policies: Vec<serde_json::Value> =
-            Api::<kube::core::DynamicObject>::all_with(client.clone(), &ar)
-                .list(&lp)
-                .await
-                .map(|l| {
-                    l.items
-                        .iter()
-                        .filter_map(|o| serde_json::to_value(o).ok())
-                        .collect()
-                })
-                .unwrap_or_default();
+        let policies = Api::<kube::core::DynamicObject>::all_with(client.clone(), &ar)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
         let readings: BTreeMap<String, Vec<GpuReading>> = super::readings(nodes);
         let mut s = snapshot::build(&node_list, &pods, &queues, &readings);
         s.cluster_policy = super::cluster_state::policy_view(&policies);
