@@ -219,30 +219,24 @@ const KINDS: usize = 5;
 /// Grace for deleting an idle reservation pod: short, but not 0 (see `collect_reservations`).
 const RESERVATION_GRACE_SECONDS: u32 = 1;
 
-fn reflect<K>(
-    api: Api<K>,
-    tx: mpsc::Sender<Msg>,
-    wrap: fn(watcher::Event<K>) -> Msg,
-) -> tokio::task::JoinHandle<()>
+async fn reflect<K>(api: Api<K>, tx: mpsc::Sender<Msg>, wrap: fn(watcher::Event<K>) -> Msg)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    tokio::spawn(async move {
-        let mut s = watcher(api, watcher::Config::default()).boxed();
-        while let Some(ev) = s.next().await {
-            match ev {
-                Ok(ev) => {
-                    if tx.send(wrap(ev)).await.is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "watch error (retrying)");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut s = watcher(api, watcher::Config::default()).boxed();
+    while let Some(ev) = s.next().await {
+        match ev {
+            Ok(ev) => {
+                if tx.send(wrap(ev)).await.is_err() {
+                    return;
                 }
             }
+            Err(e) => {
+                tracing::debug!(error = %e, "watch error (retrying)");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
-    })
+    }
 }
 
 /// Per-kind bookkeeping of a (re)list: keys seen between Init and InitDone.
@@ -347,28 +341,32 @@ async fn lead(
     }
     let (tx, mut rx) = mpsc::channel::<Msg>(4096);
     let (status_tx, status_rx) = mpsc::unbounded_channel();
-    // Aborted when `lead` returns or is dropped (`run` drops it on shutdown): a detached
-    // reflector would outlive the scheduler and complain when the API server goes away.
-    let mut tasks = AbortOnDrop(vec![
-        reflect(Api::<Node>::all(client.clone()), tx.clone(), |e| {
-            Msg::Node(Box::new(e))
-        }),
-        reflect(Api::<Pod>::all(client.clone()), tx.clone(), |e| {
-            Msg::Pod(Box::new(e))
-        }),
-        reflect(Api::<Queue>::all(client.clone()), tx.clone(), |e| {
-            Msg::Queue(Box::new(e))
-        }),
-        reflect(Api::<PodGroup>::all(client.clone()), tx.clone(), |e| {
-            Msg::Group(Box::new(e))
-        }),
-        reflect(Api::<PriorityClass>::all(client.clone()), tx.clone(), |e| {
-            Msg::Class(Box::new(e))
-        }),
-    ]);
-    tasks
-        .0
-        .push(tokio::spawn(status_task(client.clone(), status_rx)));
+    // A JoinSet aborts its tasks when dropped, so they end when `lead` returns or is dropped
+    // (`run` drops it on shutdown): a detached reflector would outlive the scheduler and
+    // complain when the API server goes away.
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(reflect(Api::<Node>::all(client.clone()), tx.clone(), |e| {
+        Msg::Node(Box::new(e))
+    }));
+    tasks.spawn(reflect(Api::<Pod>::all(client.clone()), tx.clone(), |e| {
+        Msg::Pod(Box::new(e))
+    }));
+    tasks.spawn(reflect(
+        Api::<Queue>::all(client.clone()),
+        tx.clone(),
+        |e| Msg::Queue(Box::new(e)),
+    ));
+    tasks.spawn(reflect(
+        Api::<PodGroup>::all(client.clone()),
+        tx.clone(),
+        |e| Msg::Group(Box::new(e)),
+    ));
+    tasks.spawn(reflect(
+        Api::<PriorityClass>::all(client.clone()),
+        tx.clone(),
+        |e| Msg::Class(Box::new(e)),
+    ));
+    tasks.spawn(status_task(client.clone(), status_rx));
     let mut lp = Loop {
         cache: Cache::new(&opts.scheduler_name, &opts.reservation_namespace),
         bind_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
@@ -415,17 +413,6 @@ async fn lead(
     };
     drop(tasks);
     res
-}
-
-/// Tasks that end with their owner.
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
 }
 
 impl Loop {
