@@ -240,29 +240,6 @@ impl Run<'_> {
         .await
     }
 
-    /// Wait until `node` advertises exactly `want` `nvidia.com/gpu`.
-    pub(crate) async fn wait_gpus(
-        &self,
-        node: &str,
-        want: i64,
-        note: &str,
-    ) -> Result<(), DemoError> {
-        let what = format!("{node} to advertise {want} GPUs{note}");
-        until(&what, self.timeout, || async {
-            let n = self.nodes().await?;
-            let have = n
-                .get(node)
-                .map(|n| alloc(n, names::RESOURCE_GPU))
-                .unwrap_or(0);
-            Ok(if have == want {
-                Progress::Done(())
-            } else {
-                Progress::NotYet(format!("{have}"))
-            })
-        })
-        .await
-    }
-
     pub(crate) fn dynamic(
         &self,
         group: &str,

@@ -405,7 +405,6 @@ pub(crate) async fn story(run: &mut Run<'_>, up: &Up) -> Result<Duration, DemoEr
             .await
             .map_err(|e| DemoError::Start(format!("injecting the fault: {e}")))?;
         run.step(format!("{} GPU 0: XID 79 (fallen off the bus)", p.name));
-        run.wait_gpus(&p.name, full - 1, "").await?;
         let node = p.name.clone();
         run.show(
             &format!(
@@ -421,7 +420,6 @@ pub(crate) async fn story(run: &mut Run<'_>, up: &Up) -> Result<Duration, DemoEr
             .await
             .map_err(|e| DemoError::Start(format!("resetting the GPU: {e}")))?;
         run.step(format!("{} GPU 0 reset", p.name));
-        run.wait_gpus(&p.name, full, " again").await?;
         let node = p.name.clone();
         run.end(
             "GPU fault",
