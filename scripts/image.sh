@@ -10,6 +10,7 @@
 #             the chart's default image at its appVersion)
 #   --smoke   run `gantry --version`, `gantry node discovery --print --sim-model H100-80GB` and
 #             `gantry validate` inside the image before writing it
+#   --ensure-buildah  only install buildah if it is missing (scripts/test.sh uses this)
 #
 # The image: the binary at /usr/local/bin/gantry (entrypoint; symbol table stripped), the shared libraries it links
 # (glibc, libgcc_s: copied from the Debian packages installed here, named in a label), Debian's
@@ -18,14 +19,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-binary="" output="" tag="" smoke=0
+binary="" output="" tag="" smoke=0 ensure_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --binary) binary="$2"; shift 2 ;;
         --output) output="$2"; shift 2 ;;
         --tag) tag="$2"; shift 2 ;;
         --smoke) smoke=1; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        --ensure-buildah) ensure_only=1; shift ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "image.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -36,10 +38,11 @@ if ! command -v buildah >/dev/null 2>&1; then
             (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null)) ||
             { echo "image.sh: could not install buildah with apt-get" >&2; exit 3; }
     else
-        echo "image.sh: buildah is not installed (Debian: apt-get install buildah)" >&2
+        echo "image.sh: buildah is not installed and this is not root (Debian: apt-get install buildah)" >&2
         exit 3
     fi
 fi
+[ "$ensure_only" = 1 ] && exit 0
 
 if [ -z "$binary" ]; then
     cargo build --release --locked -p gantry

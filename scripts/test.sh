@@ -37,15 +37,7 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
 fi
 
 # Debian's buildah, for the image test (crates/gantry/tests/it/image.rs, scripts/image.sh).
-if ! command -v buildah >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-        (apt-get install -y -qq buildah >/dev/null 2>&1 ||
-            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null)) \
-            || echo "could not install buildah: the image test will say it skips" >&2
-    else
-        echo "buildah missing and not root: the image test will say it skips" >&2
-    fi
-fi
+scripts/image.sh --ensure-buildah || echo "no buildah: the image test will say it skips" >&2
 
 # cargo-nextest runs each test in its own process and keeps going past failures.
 if ! cargo nextest --version >/dev/null 2>&1; then
