@@ -75,7 +75,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // dcgm-exporter's Go-style flags (`-web-config-file`, `-rbmn`) become `--long` first.
-    let cli = Cli::parse_from(cmd::node::exporter_compat::normalize(
+    let cli = Cli::parse_from(gantry_node::exporter::args::normalize(
         std::env::args_os().collect(),
     ));
     let log_file = match &cli.command {

@@ -1,5 +1,6 @@
 //! Gantry node agents: device plugin, discovery, exporter, MIG manager, toolkit, validator.
 
+pub mod args;
 pub mod device_plugin;
 pub mod discovery;
 pub mod exporter;

@@ -1,9 +1,10 @@
-//! `gantry node <agent>`: the node agents, one subcommand each.
+//! `gantry node <agent>`: the node agents, one subcommand each. Each agent's flags and env are
+//! its library `args` type (`gantry_node::<agent>::args`), which the simulated kubelet parses
+//! from a container's command line too.
 
 mod device_plugin;
 mod discovery;
 mod exporter;
-pub mod exporter_compat;
 mod gpu_source;
 mod mig_manager;
 mod toolkit;
@@ -11,30 +12,23 @@ mod validator;
 
 use std::process::ExitCode;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
-use gantry_k8s_rules::MigStrategy;
-
-/// `--mig-strategy` / `MIG_STRATEGY` for every agent: the shared type, its names in `--help`.
-fn mig_strategy_parser() -> impl TypedValueParser<Value = MigStrategy> {
-    PossibleValuesParser::new(MigStrategy::ALL.map(MigStrategy::as_str))
-        .try_map(|s| s.parse::<MigStrategy>())
-}
+use gantry_node as agents;
 
 #[derive(clap::Subcommand)]
 pub enum NodeCommand {
     /// Configure the container runtime for the `nvidia` runtime and write the CDI spec.
-    Toolkit(toolkit::ToolkitArgs),
+    Toolkit(agents::toolkit::args::ToolkitArgs),
     /// Kubelet device plugin: advertise GPUs, MIG devices and shared replicas; allocate them.
-    DevicePlugin(device_plugin::DevicePluginArgs),
+    DevicePlugin(agents::device_plugin::args::DevicePluginArgs),
     /// GPU Feature Discovery: compute the `nvidia.com/gpu.*` node labels and apply them.
-    Discovery(discovery::DiscoveryArgs),
+    Discovery(agents::discovery::args::DiscoveryArgs),
     /// GPU metrics under dcgm-exporter's names and labels, on :9400.
-    Exporter(Box<exporter::ExporterArgs>),
+    Exporter(Box<agents::exporter::args::ExporterArgs>),
     /// MIG manager: plan and apply a named layout of a mig-parted config (`--dry-run` prints it).
-    MigManager(mig_manager::MigManagerArgs),
+    MigManager(agents::mig::args::MigManagerArgs),
     /// Validate a layer of the node's GPU stack and write its ready file (or wait for one,
     /// serve the state as metrics, or idle and clean up on stop).
-    Validator(validator::ValidatorArgs),
+    Validator(agents::validator::args::ValidatorArgs),
 }
 
 pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {

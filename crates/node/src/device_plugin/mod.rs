@@ -14,6 +14,7 @@
 //! ```
 
 pub mod allocate;
+pub mod args;
 pub mod bench;
 pub mod check;
 mod error;

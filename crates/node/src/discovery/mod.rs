@@ -2,6 +2,7 @@
 //! from the GPU backend and the device plugin config, applied to the node's own Node object by
 //! server-side apply (one field manager, so labels that no longer hold are removed).
 
+pub mod args;
 pub mod config;
 pub mod facts;
 pub mod labels;

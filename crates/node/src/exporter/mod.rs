@@ -3,10 +3,12 @@
 //! exposition once; `/metrics` hands out the last rendered body, so a scrape never waits on
 //! NVML or the kubelet. Pod attribution is refreshed from the PodResources API on its own timer.
 
+pub mod args;
 pub mod fields;
 pub mod pods;
 pub mod render;
 pub mod sample;
+mod upstream_flags;
 
 use std::future::Future;
 use std::net::SocketAddr;

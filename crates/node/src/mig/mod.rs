@@ -11,6 +11,7 @@
 //!   changes out, reporting `nvidia.com/mig.config.state`.
 
 pub mod apply;
+pub mod args;
 pub mod clients;
 pub mod daemon;
 pub mod labels;

@@ -7,6 +7,7 @@
 //! same code edits `/host/etc/...` in a pod and a temp dir in tests.
 
 pub mod agent;
+pub mod args;
 pub mod cdi;
 pub mod containerd;
 pub mod crio;

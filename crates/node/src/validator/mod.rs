@@ -9,6 +9,7 @@
 //!
 //! Seams: the GPU backend ([`BackendSource`]), the host root (files), and [`ClusterView`].
 
+pub mod args;
 pub mod checks;
 pub mod cluster;
 pub mod metrics;

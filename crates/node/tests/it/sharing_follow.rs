@@ -26,6 +26,13 @@ fn fixture(name: &str) -> String {
 }
 
 fn ds(name: &str, args: &[&str], env: serde_json::Value) -> Res<DaemonSet> {
+    // As on a node, the agents learn their Node from the downward API.
+    let mut env = env;
+    if let Some(list) = env.as_array_mut() {
+        list.push(
+            json!({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}),
+        );
+    }
     Ok(serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": NS},

@@ -176,6 +176,14 @@ impl<'a> Container<'a> {
                 );
             }
         }
+        if self.command.first().is_some_and(|c| c == "gantry") {
+            // A Gantry agent writes no termination-log file: its last log lines (clap's
+            // message for a rejected flag, the error it stopped on) go into the status.
+            m.insert(
+                "terminationMessagePolicy".into(),
+                "FallbackToLogsOnError".into(),
+            );
+        }
         if !self.command.is_empty() {
             m.insert("command".into(), json!(self.command));
         }

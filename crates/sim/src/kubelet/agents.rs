@@ -1,6 +1,8 @@
 //! Operand pods: a container whose command runs `gantry node <agent> …` is run in-process
 //! against the node's simulated GPUs and host directory instead of as a container. Agents plug
 //! in through [`AgentRunner`], keyed by agent name, so the sim does not hard-wire which exist.
+//! A runner parses `args`/`env` with the agent's own flag type (`gantry_node::<agent>::args`),
+//! so a command line the binary rejects ends the container as the binary would ([`AgentExit`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -9,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use gantry_gpu::SimBackend;
+use gantry_node::args::HostPaths;
 use k8s_openapi::api::core::v1::Container;
 use tokio::sync::watch;
 
@@ -28,6 +31,9 @@ pub struct AgentContext {
     pub node_name: String,
     /// `<root>/<node>`: stands in for `/` on the host.
     pub host_root: PathBuf,
+    /// Where the container's paths are: its hostPath mounts into the node's host dir, the
+    /// kubelet's directories where the node keeps them.
+    pub paths: HostPaths,
     /// The kubelet's device plugin directory (kubelet.sock lives here).
     pub device_plugin_dir: PathBuf,
     pub kubelet_socket: PathBuf,
@@ -50,10 +56,41 @@ pub struct AgentContext {
     pub driver_fail: watch::Receiver<bool>,
 }
 
-pub type AgentFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+/// How an in-process agent's container ended badly: the process's exit code and the error it
+/// printed on its way out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentExit {
+    pub code: i32,
+    pub message: String,
+}
+
+/// An agent's error: exit code 1, as `gantry` exits on an error.
+impl From<String> for AgentExit {
+    fn from(message: String) -> Self {
+        AgentExit { code: 1, message }
+    }
+}
+
+impl From<&str> for AgentExit {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
+/// A command line clap rejects: its exit code (2 for a usage error) and its message.
+impl From<clap::Error> for AgentExit {
+    fn from(e: clap::Error) -> Self {
+        AgentExit {
+            code: e.exit_code(),
+            message: e.render().to_string().trim_end().to_string(),
+        }
+    }
+}
+
+pub type AgentFuture = Pin<Box<dyn Future<Output = Result<(), AgentExit>> + Send>>;
 
 /// Runs one agent in-process until it ends or `ctx.shutdown` flips.
-/// `Err` is the message of a failed container (exit code 1).
+/// `Err` is how a failed container ended (exit code and message).
 pub trait AgentRunner: Send + Sync {
     fn run(&self, ctx: AgentContext) -> AgentFuture;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use gantry_api::names;
 use tokio::sync::watch;
 
-use super::agents::{AgentContext, AgentFuture, AgentRunner};
+use super::agents::{AgentContext, AgentExit, AgentFuture, AgentRunner};
 
 /// How long a simulated driver install takes by default.
 pub const DEFAULT_INSTALL_DELAY: Duration = Duration::from_secs(1);
@@ -65,7 +65,7 @@ const FAULT_MESSAGE: &str = "the driver failed to load (sim fault driver-fail; c
 impl AgentRunner for DriverRunner {
     fn run(&self, ctx: AgentContext) -> AgentFuture {
         let delay = self.install_delay;
-        Box::pin(async move {
+        let run = async move {
             let AgentContext {
                 host_root,
                 backend,
@@ -105,7 +105,8 @@ impl AgentRunner for DriverRunner {
             };
             let _ = std::fs::remove_file(&ready);
             result
-        })
+        };
+        Box::pin(async move { run.await.map_err(AgentExit::from) })
     }
 }
 

@@ -1,17 +1,19 @@
 //! The in-process runners for the node agents that exist, and the default registry.
-//! Each runner maps the operand pod's args/env onto the agent's options with the node's
-//! directories, and runs it against the node's SimBackend until the pod stops.
+//! Each runner parses the container's command line with the agent's own flag type
+//! (`gantry_node::<agent>::args`, the type `gantry node <agent>` parses), converts it to the
+//! agent's options with the node's paths, and runs it against the node's SimBackend until the
+//! pod stops. What the sim sets on top is the node itself: its API client, and poll periods
+//! that keep a thousand simulated nodes cheap.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_gpu::Backend;
-use gantry_node::device_plugin::{self, HealthPolicy, health, settings::MigStrategy};
-use gantry_node::discovery::{self, DiscoveryOptions};
-use gantry_node::mig;
+use gantry_node::device_plugin::{self, args::DevicePluginArgs};
+use gantry_node::discovery::{self, DiscoveryOptions, args::DiscoveryArgs};
+use gantry_node::mig::{self, args::MigManagerArgs};
 
-use super::agents::{AgentContext, AgentFuture, AgentRegistry};
+use super::agents::{AgentContext, AgentExit, AgentFuture, AgentRegistry};
 
 /// How often the in-process device plugin re-checks its sockets and inventory. Slower than
 /// the agent's default so a thousand simulated nodes stay cheap.
@@ -27,122 +29,83 @@ pub fn default_registry() -> AgentRegistry {
     r
 }
 
-/// `--flag value` / `--flag=value` from args, else the env variable.
-pub(crate) fn setting(
-    args: &[String],
-    env: &BTreeMap<String, String>,
-    flag: &str,
-    var: &str,
-) -> Option<String> {
-    let long = format!("--{flag}");
-    let eq = format!("--{flag}=");
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if let Some(v) = a.strip_prefix(&eq) {
-            return Some(v.to_string());
-        }
-        if *a == long {
-            return it.next().cloned();
-        }
-    }
-    env.get(var).cloned()
-}
-
-fn mig_strategy(s: &str) -> Result<MigStrategy, String> {
-    s.parse()
-        .map_err(|e: gantry_k8s_rules::mig::UnknownMigStrategy| e.to_string())
+/// The container's command line parsed as `gantry node <agent>` parses it, env from the
+/// container: a rejected one ends the container with clap's exit code and message.
+pub(crate) fn parse<A: clap::Args + clap::FromArgMatches>(
+    ctx: &AgentContext,
+    agent: &'static str,
+) -> Result<A, AgentExit> {
+    Ok(gantry_node::args::parse(agent, &ctx.args, &ctx.env)?)
 }
 
 /// Options for `gantry node device-plugin` on a simulated node.
-pub fn device_plugin_options(ctx: &AgentContext) -> Result<device_plugin::Options, String> {
-    let mut opts = device_plugin::Options::new(&ctx.device_plugin_dir);
-    opts.kubelet_socket = Some(ctx.kubelet_socket.clone());
-    opts.node_name = Some(ctx.node_name.clone());
+pub fn device_plugin_options(
+    ctx: &AgentContext,
+    args: &DevicePluginArgs,
+) -> Result<device_plugin::Options, String> {
+    let mut opts = args.options(&ctx.paths).map_err(|e| e.to_string())?;
     opts.kube = Some(ctx.client.clone());
-    opts.poll_interval = SIM_PLUGIN_POLL;
-    if let Some(a) = setting(&ctx.args, &ctx.env, "metrics-address", "METRICS_ADDRESS") {
-        opts.metrics_address = Some(
-            a.parse()
-                .map_err(|_| format!("--metrics-address {a:?}: expected HOST:PORT"))?,
-        );
-    }
+    opts.poll_interval = opts.poll_interval.max(SIM_PLUGIN_POLL);
     // The sim has no driver: MIG minors come from the fixed layout.
     opts.mig_minors_file = None;
-    if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {
-        opts.overrides.mig_strategy = Some(mig_strategy(&s)?);
-    }
-    // The operator passes `devicePlugin.mps.root` as MPS_ROOT; an MPS config needs it.
-    if let Some(root) = setting(&ctx.args, &ctx.env, "mps-root", "MPS_ROOT") {
-        opts.overrides.mps_root = Some(root);
-    }
-    // Named configs from a ConfigMap (the operator's `devicePlugin.config`): the node label
-    // picks the key, `--default-config` / DEFAULT_CONFIG when it is empty.
-    if let Some(cm) = setting(&ctx.args, &ctx.env, "config-map", "CONFIG_MAP") {
-        let (namespace, name) = cm
-            .split_once('/')
-            .ok_or_else(|| format!("--config-map {cm:?}: expected namespace/name"))?;
-        opts.config = device_plugin::ConfigSource::ConfigMap {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            default: setting(&ctx.args, &ctx.env, "default-config", "DEFAULT_CONFIG"),
-            fallbacks: device_plugin::named::DEFAULT_FALLBACKS.to_vec(),
-        };
-    }
-    let (policy, warnings): (HealthPolicy, _) = HealthPolicy::from_env(
-        ctx.env.get(health::ENV_DISABLE).map(String::as_str),
-        ctx.env.get(health::ENV_ENABLE).map(String::as_str),
-    );
-    for w in warnings {
-        tracing::warn!(node = %ctx.node_name, "{w}");
-    }
-    let mut policy = policy;
-    if let Some(s) = setting(
-        &ctx.args,
-        &ctx.env,
-        "xid-recovery-hold",
-        "XID_RECOVERY_HOLD",
-    ) {
-        let secs: u64 = s
-            .parse()
-            .map_err(|_| format!("--xid-recovery-hold {s:?}: expected whole seconds"))?;
-        policy.quiet_period = std::time::Duration::from_secs(secs);
-    }
-    opts.health = policy;
     Ok(opts)
 }
 
-/// Options for `gantry node discovery` on a simulated node: the node's directory stands in
-/// for the host root (so `gpu.machine` reads `<node dir>/sys/...`).
-pub fn discovery_options(ctx: &AgentContext) -> Result<DiscoveryOptions, String> {
-    let flag = |name: &str| ctx.args.iter().any(|a| a == &format!("--{name}"));
-    let mut opts = DiscoveryOptions {
-        node_name: Some(ctx.node_name.clone()),
-        host_root: ctx.host_root.clone(),
-        oneshot: flag("oneshot"),
-        no_timestamp: flag("no-timestamp"),
-        ..DiscoveryOptions::default()
-    };
-    if let Some(s) = setting(&ctx.args, &ctx.env, "mig-strategy", "MIG_STRATEGY") {
-        opts.mig_strategy = Some(mig_strategy(&s)?);
-    }
-    if let Some(cm) = setting(&ctx.args, &ctx.env, "config-map", "") {
-        let (ns, name) = cm
-            .split_once('/')
-            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-            .ok_or_else(|| format!("--config-map {cm:?}: expected namespace/name"))?;
-        opts.config_map = Some((ns.to_string(), name.to_string()));
-    }
-    opts.default_config = setting(&ctx.args, &ctx.env, "default-config", "DEFAULT_CONFIG");
-    if let Some(s) = setting(&ctx.args, &ctx.env, "sleep-interval", "GFD_SLEEP_INTERVAL") {
-        opts.sleep_interval = Some(discovery::config::parse_interval(&s)?);
-    }
-    Ok(opts)
+fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
+    Box::pin(async move {
+        let args: DevicePluginArgs = parse(&ctx, "gantry node device-plugin")?;
+        let opts = device_plugin_options(&ctx, &args)?;
+        let backend = match gpus(&ctx, "for the device plugin") {
+            Ok(b) => b,
+            // FAIL_ON_INIT_ERROR=false: upstream logs the error and idles until stopped.
+            Err(e) if !args.fail_on_init_error => {
+                tracing::error!(node = %ctx.node_name, "{e}; idling (FAIL_ON_INIT_ERROR=false)");
+                stopped(ctx.shutdown.clone()).await;
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(secs) = args.health_check {
+            let policy = opts.health.clone();
+            let gpus = tokio::task::spawn_blocking(move || {
+                device_plugin::check::check(backend.as_ref(), &policy, Duration::from_secs(secs))
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+            for g in &gpus {
+                tracing::info!(gpu = g.index, healthy = g.healthy, "{}", g.detail);
+            }
+            if gpus.iter().all(|g| g.healthy) {
+                return Ok(());
+            }
+            return Err("a GPU is unhealthy".to_string().into());
+        }
+        device_plugin::run(opts, backend, stopped(ctx.shutdown.clone()))
+            .await
+            .map_err(|e| e.to_string().into())
+    })
+}
+
+/// Options for `gantry node discovery` on a simulated node.
+pub fn discovery_options(
+    ctx: &AgentContext,
+    args: &DiscoveryArgs,
+) -> Result<DiscoveryOptions, String> {
+    args.options(&ctx.paths).map_err(|e| e.to_string())
 }
 
 fn discovery_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
+        let args: DiscoveryArgs = parse(&ctx, "gantry node discovery")?;
+        let opts = discovery_options(&ctx, &args)?;
         let backend = gpus(&ctx, "to discover")?;
-        let opts = discovery_options(&ctx)?;
+        if args.print {
+            let labels =
+                discovery::labels_once(&opts, backend.as_ref()).map_err(|e| e.to_string())?;
+            tracing::info!("{}", discovery::render(&labels));
+            return Ok(());
+        }
         discovery::run(
             opts,
             backend,
@@ -150,13 +113,13 @@ fn discovery_runner(ctx: AgentContext) -> AgentFuture {
             stopped(ctx.shutdown.clone()),
         )
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string().into())
     })
 }
 
 /// The node's simulated GPUs; an agent that needs them fails on a GPU-less node, saying
 /// what it wanted them `for_what`.
-fn gpus(ctx: &AgentContext, for_what: &str) -> Result<Arc<dyn Backend>, String> {
+pub(crate) fn gpus(ctx: &AgentContext, for_what: &str) -> Result<Arc<dyn Backend>, String> {
     ctx.backend
         .clone()
         .map(|b| b as Arc<dyn Backend>)
@@ -172,43 +135,13 @@ pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     }
 }
 
-fn device_plugin_runner(ctx: AgentContext) -> AgentFuture {
-    Box::pin(async move {
-        let backend = gpus(&ctx, "for the device plugin")?;
-        let opts = device_plugin_options(&ctx)?;
-        device_plugin::run(opts, backend, stopped(ctx.shutdown.clone()))
-            .await
-            .map_err(|e| e.to_string())
-    })
-}
-
-/// Options for `gantry node mig-manager` (daemon mode) on a simulated node: `--config-file`
-/// resolves under the node's host dir; waits poll faster than on a real node.
-pub fn mig_manager_options(ctx: &AgentContext) -> Result<mig::DaemonOptions, String> {
-    let file = setting(&ctx.args, &ctx.env, "config-file", "CONFIG_FILE");
-    let map = setting(&ctx.args, &ctx.env, "config-map", "CONFIG_MAP");
-    let source = match (file, map) {
-        (_, Some(m)) => {
-            let (namespace, name) = mig::daemon::parse_namespaced(&m)
-                .ok_or_else(|| format!("--config-map {m:?}: write NAMESPACE/NAME"))?;
-            mig::ConfigSource::ConfigMap { namespace, name }
-        }
-        (Some(f), None) => mig::ConfigSource::File(ctx.host_root.join(f.trim_start_matches('/'))),
-        (None, None) => return Err("mig-manager needs --config-file or --config-map".into()),
-    };
-    let mut opts = mig::DaemonOptions::new(ctx.node_name.clone(), source);
-    opts.custom_layouts = match setting(
-        &ctx.args,
-        &ctx.env,
-        "custom-config-map",
-        "CUSTOM_CONFIG_MAP",
-    ) {
-        Some(m) => Some(
-            mig::daemon::parse_namespaced(&m)
-                .ok_or_else(|| format!("--custom-config-map {m:?}: write NAMESPACE/NAME"))?,
-        ),
-        None => mig::daemon::default_custom_layouts(&opts.source, Some(&ctx.pod_namespace)),
-    };
+/// Options for `gantry node mig-manager` (daemon mode) on a simulated node: waits poll
+/// faster than on a real node.
+pub fn mig_manager_options(
+    ctx: &AgentContext,
+    args: &MigManagerArgs,
+) -> Result<mig::DaemonOptions, String> {
+    let mut opts = args.daemon_options(&ctx.paths).map_err(|e| e.to_string())?;
     opts.poll_interval = Duration::from_millis(200);
     opts.clients_timeout = Duration::from_secs(60);
     Ok(opts)
@@ -216,8 +149,13 @@ pub fn mig_manager_options(ctx: &AgentContext) -> Result<mig::DaemonOptions, Str
 
 fn mig_manager_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
+        let args: MigManagerArgs = parse(&ctx, "gantry node mig-manager")?;
+        if args.config.is_some() {
+            // The one-shot apply (`--config NAME`) is a tool run by hand, not an operand.
+            return Err("mig-manager --config (apply once) is not run on simulated nodes; run it as the daemon".to_string().into());
+        }
+        let opts = mig_manager_options(&ctx, &args)?;
         let backend = gpus(&ctx, "to partition")?;
-        let opts = mig_manager_options(&ctx)?;
         mig::run(
             opts,
             backend,
@@ -225,7 +163,7 @@ fn mig_manager_runner(ctx: AgentContext) -> AgentFuture {
             stopped(ctx.shutdown.clone()),
         )
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string().into())
     })
 }
 
@@ -234,36 +172,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flags_beat_env() {
-        let env: BTreeMap<String, String> = [("MIG_STRATEGY".to_string(), "mixed".to_string())]
-            .into_iter()
-            .collect();
-        let args = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            setting(
-                &args(&["--mig-strategy", "single"]),
-                &env,
-                "mig-strategy",
-                "MIG_STRATEGY"
-            )
-            .as_deref(),
-            Some("single")
-        );
-        assert_eq!(
-            setting(
-                &args(&["--mig-strategy=none"]),
-                &env,
-                "mig-strategy",
-                "MIG_STRATEGY"
-            )
-            .as_deref(),
-            Some("none")
-        );
-        assert_eq!(
-            setting(&[], &env, "mig-strategy", "MIG_STRATEGY").as_deref(),
-            Some("mixed")
-        );
-        assert!(mig_strategy("weird").unwrap_err().contains("\"weird\""));
+    fn registry_has_every_agent() {
         assert_eq!(
             default_registry().names(),
             [

@@ -29,7 +29,7 @@ fn ticker(mut ctx: AgentContext) -> AgentFuture {
             tracing::info!("tick {n}");
             tracing::debug!("not in the log: below INFO");
             if limit.is_some_and(|l| n >= l) {
-                return Err(format!("done after {n} ticks"));
+                return Err(format!("done after {n} ticks").into());
             }
         }
         Ok(())

@@ -123,7 +123,9 @@ async fn discovery_daemonset_labels_gpu_nodes() -> Res<()> {
                               "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
                                        "containers": [{"name": "gfd", "image": "ghcr.io/gantry/gantry:dev",
                                                        "command": ["gantry"],
-                                                       "args": ["node", "discovery", "--mig-strategy", "mixed"]}]}}}
+                                                       "args": ["node", "discovery", "--mig-strategy", "mixed"],
+                                                       // As on a node: GFD learns its Node from the downward API.
+                                                       "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}}
     }))?;
     Api::<DaemonSet>::namespaced(client.clone(), "default")
         .create(&PostParams::default(), &ds)
@@ -185,6 +187,13 @@ fn gantry(name: &str, args: &[&str]) -> serde_json::Value {
            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]})
 }
 
+/// The host's `/` mounted at `/host` (the pod needs the `host-root` volume), as the
+/// operator renders the toolkit.
+fn host_root_mounted(mut c: serde_json::Value) -> serde_json::Value {
+    c["volumeMounts"] = json!([{"name": "host-root", "mountPath": "/host"}]);
+    c
+}
+
 async fn operand_pod(client: &kube::Client, app: &str, node: &str) -> Option<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "gpu-operator");
     let lp = kube::api::ListParams::default().labels(&format!("app={app}"));
@@ -238,7 +247,8 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
         "nvidia-container-toolkit-daemonset",
         json!({}),
         json!({"initContainers": [gantry("driver-validation", &["validator", "--component", "driver", "--wait"])],
-               "containers": [gantry("toolkit", &["toolkit", "--host-root", "/host", "--runtime", "containerd", "--watch", "30"])]}),
+               "containers": [host_root_mounted(gantry("toolkit", &["toolkit", "--host-root", "/host", "--runtime", "containerd", "--watch", "30"]))],
+               "volumes": [{"name": "host-root", "hostPath": {"path": "/"}}]}),
     )?;
     let validator = daemonset(
         "nvidia-operator-validator",

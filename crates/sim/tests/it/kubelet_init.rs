@@ -31,7 +31,7 @@ fn registry(log: Arc<Mutex<Vec<String>>>, calls: Arc<AtomicU32>, fail_first: u32
                     .map_err(|e| e.to_string())?
                     .push(format!("validator {}", ctx.args.join(" ")));
                 if n < fail_first {
-                    Err(format!("attempt {n} fails"))
+                    Err(format!("attempt {n} fails").into())
                 } else {
                     Ok(())
                 }

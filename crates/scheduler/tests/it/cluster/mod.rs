@@ -37,7 +37,9 @@ fn daemonset(name: &str, command: &[&str]) -> DaemonSet {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
                     "nodeSelector": {gantry_api::names::NFD_GPU_LABELS[0]: "true"},
-                    "containers": [{"name": name, "image": "gantry", "command": command}]
+                    // As on a node, the agents learn their Node from the downward API.
+                    "containers": [{"name": name, "image": "gantry", "command": command,
+                                    "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]
                 }
             }
         }

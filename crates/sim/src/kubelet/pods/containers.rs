@@ -2,13 +2,16 @@
 //! the driver), else a plain container that runs per the pod's sim annotations.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use gantry_api::names;
+use gantry_node::args::HostPaths;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::watch;
 
 use super::annotation;
 use super::lifecycle::Ctx;
+use crate::kubelet::NodeDirs;
 use crate::kubelet::agents::{AgentContext, DRIVER, agent_command, driver_image};
 /// One container's run: its exit code and a message.
 pub(super) type ContainerRun =
@@ -35,6 +38,7 @@ fn agent_context(
     AgentContext {
         node_name: ctx.node.name.clone(),
         host_root: ctx.node.dirs.host_root.clone(),
+        paths: host_paths(pod, c, &ctx.node.dirs),
         device_plugin_dir: ctx.node.dirs.device_plugins.clone(),
         kubelet_socket: ctx.node.dirs.kubelet_socket(),
         pod_resources_socket: ctx.node.dirs.pod_resources_socket(),
@@ -70,6 +74,7 @@ pub(super) fn container_run(
     // Each run of the container has a log (`kubectl logs`): an agent's tracing events.
     let log = crate::logs::start(&ctx.r.uid, &c.name);
     if let Some((name, args, runner)) = agent {
+        let policy = c.termination_message_policy.clone();
         let fut = crate::logs::capture(
             log.clone(),
             runner.run(agent_context(ctx, pod, c, args, stop)),
@@ -77,10 +82,19 @@ pub(super) fn container_run(
         return Box::pin(async move {
             let r = match fut.await {
                 Ok(()) => (0, String::new()),
-                Err(e) => {
-                    // What the process would print on its way out.
-                    log.push(format!("Error: {e}"));
-                    (1, format!("agent {name}: {e}"))
+                Err(exit) => {
+                    // What the process would print on its way out: clap prints its own
+                    // message (`error: …`), `gantry` prefixes an error with `Error:`.
+                    let printed = if exit.code == 1 {
+                        format!("Error: {}", exit.message)
+                    } else {
+                        exit.message.clone()
+                    };
+                    for line in printed.lines() {
+                        log.push(line.to_string());
+                    }
+                    tracing::debug!(agent = %name, code = exit.code, "agent container ended");
+                    (exit.code, termination_message(policy.as_deref(), &printed))
                 }
             };
             log.end_run();
@@ -152,6 +166,23 @@ pub(super) fn run_containers(
     })
 }
 
+/// The terminated state's message of a container that failed having printed `printed`: with
+/// `terminationMessagePolicy: FallbackToLogsOnError` the kubelet uses the log's tail (80 lines,
+/// 2048 bytes at most); with `File` (the default) the termination-log file, which no agent
+/// writes.
+fn termination_message(policy: Option<&str>, printed: &str) -> String {
+    if policy != Some("FallbackToLogsOnError") {
+        return String::new();
+    }
+    let lines: Vec<&str> = printed.lines().collect();
+    let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+    let mut cut = tail.len().saturating_sub(2048);
+    while !tail.is_char_boundary(cut) {
+        cut += 1;
+    }
+    tail[cut..].to_string()
+}
+
 /// A container's env with the downward-API fields agents commonly read resolved.
 fn container_env(c: &Container, pod: &Pod, node: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -175,4 +206,47 @@ fn container_env(c: &Container, pod: &Pod, node: &str) -> BTreeMap<String, Strin
         }
     }
     out
+}
+
+/// Where the kubelet keeps its own directories on a host, and where the sim keeps them (short
+/// paths: unix socket paths are limited to 108 bytes).
+fn kubelet_dirs(dirs: &NodeDirs) -> [(PathBuf, PathBuf); 2] {
+    [
+        (
+            PathBuf::from("/var/lib/kubelet/device-plugins"),
+            dirs.device_plugins.clone(),
+        ),
+        (
+            PathBuf::from("/var/lib/kubelet/pod-resources"),
+            dirs.pod_resources.clone(),
+        ),
+    ]
+}
+
+/// The container's paths on the simulated node: its hostPath mounts (with `subPath`), then
+/// host paths under the node's host dir, the kubelet's directories where the node keeps them.
+fn host_paths(pod: &Pod, c: &Container, dirs: &NodeDirs) -> HostPaths {
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mounts = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            let v = volumes.iter().find(|v| v.name == m.name)?;
+            let host = Path::new(&v.host_path.as_ref()?.path);
+            let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                Some(sub) => host.join(sub),
+                None => host.to_path_buf(),
+            };
+            Some((PathBuf::from(&m.mount_path), host))
+        })
+        .collect();
+    let mut host: Vec<(PathBuf, PathBuf)> = kubelet_dirs(dirs).into();
+    host.push((PathBuf::from("/"), dirs.host_root.clone()));
+    HostPaths::new(mounts, host)
 }

@@ -122,6 +122,7 @@ async fn run_inits(
             let term = CState::Terminated {
                 code,
                 reason: if code == 0 { "Completed" } else { "Error" }.into(),
+                message: msg.clone(),
                 started,
                 finished: now(),
             };
@@ -195,6 +196,7 @@ pub(super) async fn run_containers_with_restarts(
                     let term = CState::Terminated {
                         code,
                         reason: reason.into(),
+                        message: msg.clone(),
                         started,
                         finished: now(),
                     };

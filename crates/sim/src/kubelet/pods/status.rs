@@ -18,6 +18,8 @@ pub enum CState {
     Terminated {
         code: i32,
         reason: String,
+        /// The termination message (see `containers::termination_message`); empty: none.
+        message: String,
         started: String,
         finished: String,
     },
@@ -33,10 +35,17 @@ impl CState {
             CState::Terminated {
                 code,
                 reason,
+                message,
                 started,
                 finished,
-            } => json!({"terminated": {
-                "exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished}}),
+            } => {
+                let mut t = json!({
+                    "exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished});
+                if !message.is_empty() {
+                    t["message"] = json!(message);
+                }
+                json!({ "terminated": t })
+            }
         }
     }
 }
@@ -203,6 +212,7 @@ mod tests {
                 state: CState::Terminated {
                     code: 0,
                     reason: "Completed".into(),
+                    message: String::new(),
                     started: "t0".into(),
                     finished: "t0".into(),
                 },
@@ -240,6 +250,7 @@ mod tests {
         let term = CState::Terminated {
             code: 3,
             reason: "Error".into(),
+            message: String::new(),
             started: "a".into(),
             finished: "b".into(),
         };
@@ -288,6 +299,7 @@ mod tests {
         let failed = CState::Terminated {
             code: 1,
             reason: "Error".into(),
+            message: String::new(),
             started: "t0".into(),
             finished: "t1".into(),
         };

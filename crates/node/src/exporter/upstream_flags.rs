@@ -1,6 +1,6 @@
 //! dcgm-exporter's flags that have no Gantry counterpart (or need a word on what they do here):
-//! every one is accepted, and [`report`] logs what each one set does in Gantry, so an upstream
-//! `dcgmExporter.args` list never stops the exporter.
+//! every one is accepted, and [`UpstreamFlags::report`] logs what each one set does in Gantry,
+//! so an upstream `dcgmExporter.args` list never stops the exporter.
 //!
 //! dcgm-exporter parses with urfave/cli, which also takes Go-style single-dash long names
 //! (`-web-config-file`, `-rbmn`); [`normalize`] rewrites those to clap's `--name` first.
@@ -153,7 +153,7 @@ const SHORT: &[(&str, &str)] = &[
 
 /// The flags clap must accept besides Gantry's own: one `Vec<String>` option per name, so
 /// any number of uses and any value parse.
-#[derive(clap::Args, Debug, Default)]
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct UpstreamFlags {
     #[arg(long = "config-file", env = "DCGM_EXPORTER_CONFIG_FILE", hide = true)]
     config_file: Option<String>,
@@ -357,13 +357,21 @@ pub fn normalize(args: Vec<OsString>) -> Vec<OsString> {
     if !is_exporter {
         return args;
     }
+    let mut args = args;
+    let rest = args.split_off(3);
+    args.extend(
+        normalize_args(rest.iter().map(|a| a.to_string_lossy().into_owned()))
+            .into_iter()
+            .map(OsString::from),
+    );
+    args
+}
+
+/// [`normalize`] for the arguments after `node exporter` alone (the simulated kubelet's view).
+pub fn normalize_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
     args.into_iter()
-        .enumerate()
-        .map(|(i, a)| {
-            if i < 3 {
-                return a;
-            }
-            let Some(s) = a.to_str() else { return a };
+        .map(|a| {
+            let s = a.as_str();
             let Some(rest) = s.strip_prefix('-').filter(|r| !r.starts_with('-')) else {
                 return a;
             };
@@ -377,8 +385,8 @@ pub fn normalize(args: Vec<OsString>) -> Vec<OsString> {
                 .map(|(_, l)| *l)
                 .or_else(|| (name.len() > 1).then_some(name));
             match (long, value) {
-                (Some(l), Some(v)) => OsString::from(format!("--{l}={v}")),
-                (Some(l), None) => OsString::from(format!("--{l}")),
+                (Some(l), Some(v)) => format!("--{l}={v}"),
+                (Some(l), None) => format!("--{l}"),
                 (None, _) => a,
             }
         })
