@@ -136,7 +136,8 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
                                   "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
                                            "containers": [{"name": "mig-manager", "image": "ghcr.io/gantry/gantry:dev",
                                                            "command": ["gantry"],
-                                                           "args": ["node", "mig-manager", "--config-map", cm_ref]}]}}}
+                                                           "args": ["node", "mig-manager", "--config-map", cm_ref],
+                                                           "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}}
         }),
     )
     .await?;

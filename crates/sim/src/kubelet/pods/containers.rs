@@ -250,3 +250,60 @@ fn host_paths(pod: &Pod, c: &Container, dirs: &NodeDirs) -> HostPaths {
     host.push((PathBuf::from("/"), dirs.host_root.clone()));
     HostPaths::new(mounts, host)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_paths_follow_its_host_path_mounts() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "volumes": [
+                {"name": "host-root", "hostPath": {"path": "/"}},
+                {"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
+                {"name": "cfg", "configMap": {"name": "c"}}]}
+        }))
+        .unwrap();
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "volumeMounts": [
+                {"name": "host-root", "mountPath": "/host"},
+                {"name": "plugins", "mountPath": "/dp"},
+                {"name": "cfg", "mountPath": "/config"}]
+        }))
+        .unwrap();
+        let dirs = NodeDirs::new(Path::new("/sim"), "n1");
+        let paths = host_paths(&pod, &c, &dirs);
+        let at = |p: &str| paths.resolve(Path::new(p));
+        assert_eq!(at("/host"), Path::new("/sim/n1"));
+        assert_eq!(
+            at("/host/etc/containerd"),
+            Path::new("/sim/n1/etc/containerd")
+        );
+        assert_eq!(
+            at("/dp/kubelet.sock"),
+            dirs.device_plugins.join("kubelet.sock")
+        );
+        // Unmounted (or not a hostPath): a host path.
+        assert_eq!(at("/config/x"), Path::new("/sim/n1/config/x"));
+        assert_eq!(
+            at("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            dirs.pod_resources_socket()
+        );
+    }
+
+    #[test]
+    fn termination_message_follows_the_policy() {
+        let printed = "error: unexpected argument '--x' found\n\nUsage: a";
+        assert_eq!(termination_message(None, printed), "");
+        assert_eq!(termination_message(Some("File"), printed), "");
+        assert_eq!(
+            termination_message(Some("FallbackToLogsOnError"), printed),
+            printed
+        );
+        let long: String = (0..200).map(|i| format!("line {i}\n")).collect();
+        let m = termination_message(Some("FallbackToLogsOnError"), &long);
+        assert!(m.len() <= 2048 && m.ends_with("line 199"), "{m}");
+    }
+}
