@@ -137,8 +137,7 @@ mod tests {
         let a = parse_d(&[], &[("GFD_SLEEP_INTERVAL", "often")]).unwrap();
         assert_eq!(
             a.options(&HostPaths::identity())
-                .err()
-                .expect("rejected")
+                .expect_err("rejected")
                 .flag,
             "--sleep-interval"
         );

@@ -274,8 +274,7 @@ mod tests {
         let a = parse_e(&["-a", "nowhere"], &[]).unwrap();
         assert!(
             a.options(&HostPaths::identity(), "n1")
-                .err()
-                .expect("rejected")
+                .expect_err("rejected")
                 .contains("--address")
         );
         let a = parse_e(&["-f", "/no/such.csv"], &[]).unwrap();

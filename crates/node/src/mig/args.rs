@@ -162,8 +162,7 @@ mod tests {
         let a = parse_m(&["--config-map", "nope"], &[("NODE_NAME", "n")]).unwrap();
         assert_eq!(
             a.daemon_options(&HostPaths::identity())
-                .err()
-                .expect("rejected")
+                .expect_err("rejected")
                 .flag,
             "--config-map"
         );
@@ -172,8 +171,7 @@ mod tests {
         let a = parse_m(&["--config-file", "/c.yaml"], &[]).unwrap();
         assert_eq!(
             a.daemon_options(&HostPaths::identity())
-                .err()
-                .expect("rejected")
+                .expect_err("rejected")
                 .flag,
             "--node-name"
         );

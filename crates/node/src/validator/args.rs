@@ -165,8 +165,7 @@ mod tests {
         let a = parse_v(&["--metrics-address", "here"], &[]).unwrap();
         assert!(
             a.options(&HostPaths::identity())
-                .err()
-                .expect("rejected")
+                .expect_err("rejected")
                 .contains("--metrics-address")
         );
     }
