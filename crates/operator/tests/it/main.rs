@@ -1,6 +1,7 @@
 //! The crate's integration tests, one module per former test binary: one link step
 //! instead of one per file (docs/testing.md).
 
+mod lenient_pods;
 mod migpolicy_e2e;
 mod nvidiadriver_e2e;
 mod operator_e2e;
