@@ -3,7 +3,9 @@
 //! checked it, e.g. a label that is not a string) would fail every relist and leave the
 //! component stuck; through `Lenient<K>` that object arrives as [`Lenient::Undecodable`] with
 //! its identity (name, namespace, uid, deletion state) and the reason, and everything else
-//! decodes as usual.
+//! decodes as usual. [`Lenient::salvaged`] then gives the object with only the metadata that
+//! decodes field by field (a bad label loses the labels, not the pod's node, requests or
+//! phase), so a scheduler or controller can still account for it.
 
 use std::borrow::Cow;
 
@@ -37,12 +39,18 @@ impl<K> Lenient<K> {
     }
 }
 
-/// The identity of an object that did not decode: each field on its own, a bad one skipped.
+/// The metadata of an object that did not decode: each field on its own, a bad one skipped.
 fn salvage_meta(raw: &Value) -> ObjectMeta {
     let m = raw.get("metadata");
     let field = |k: &str| m.and_then(|m| m.get(k)).cloned().unwrap_or(Value::Null);
     let string = |k: &str| field(k).as_str().map(str::to_string);
     ObjectMeta {
+        labels: serde_json::from_value(field("labels")).ok().flatten(),
+        annotations: serde_json::from_value(field("annotations")).ok().flatten(),
+        owner_references: serde_json::from_value(field("ownerReferences"))
+            .ok()
+            .flatten(),
+        finalizers: serde_json::from_value(field("finalizers")).ok().flatten(),
         name: string("name"),
         namespace: string("namespace"),
         uid: string("uid"),
@@ -52,6 +60,21 @@ fn salvage_meta(raw: &Value) -> ObjectMeta {
         deletion_grace_period_seconds: field("deletionGracePeriodSeconds").as_i64(),
         creation_timestamp: serde_json::from_value(field("creationTimestamp")).ok(),
         ..Default::default()
+    }
+}
+
+impl<K: DeserializeOwned> Lenient<K> {
+    /// The object; for one that does not decode, the stored object with its metadata replaced
+    /// by what decodes of it (see [`Lenient::Undecodable`]'s `meta`), if that decodes (None
+    /// when the fault is outside the metadata).
+    pub fn salvaged(self) -> Option<K> {
+        match self {
+            Lenient::Decoded(k) => Some(k),
+            Lenient::Undecodable { meta, mut raw, .. } => {
+                raw["metadata"] = serde_json::to_value(&*meta).ok()?;
+                serde_json::from_value(raw).ok()
+            }
+        }
     }
 }
 
@@ -136,9 +159,47 @@ mod tests {
         assert!(meta.deletion_timestamp.is_some());
         assert!(error.starts_with("metadata.labels.a: "), "{error}");
         assert_eq!(raw["spec"]["nodeName"], "n1");
+        assert_eq!(meta.labels, None, "the labels are what is wrong");
         assert_eq!(
             Lenient::<Pod>::url_path(&(), Some("ns")),
             "/api/v1/namespaces/ns/pods"
         );
+    }
+
+    #[test]
+    fn salvaged_keeps_every_part_that_decodes() {
+        let bad: Lenient<Pod> = serde_json::from_value(json!({
+            "metadata": {"name": "bad", "namespace": "ns", "uid": "u2", "labels": {"a": 1},
+                "annotations": {"k": "v"}, "finalizers": ["f"],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d",
+                                     "uid": "o1", "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                "resources": {"requests": {"nvidia.com/gpu": "2"}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        assert!(bad.decoded().is_none());
+        let p = bad.salvaged().expect("only the labels are bad");
+        assert_eq!(p.metadata.name.as_deref(), Some("bad"));
+        assert_eq!(p.metadata.labels, None);
+        assert_eq!(p.metadata.annotations.unwrap()["k"], "v");
+        assert_eq!(p.metadata.finalizers.unwrap(), ["f"]);
+        assert_eq!(p.metadata.owner_references.unwrap()[0].uid, "o1");
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert!(
+            spec.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .is_some()
+        );
+        assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
+        // A fault outside the metadata cannot be cut away.
+        let spec_bad: Lenient<Pod> =
+            serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {"containers": 5}}))
+                .unwrap();
+        assert!(spec_bad.salvaged().is_none());
     }
 }

@@ -15,6 +15,47 @@ pub enum SimCommand {
     /// A one-shot test kubelet: serve `DIR/kubelet.sock`, wait for a device plugin to
     /// register, list its devices and optionally allocate some; print what it answered.
     KubeletProbe(KubeletProbeArgs),
+    /// One share of `gantry bench nodes --kubelet-processes N`: simulated kubelets for every
+    /// N-th node of the spec, against the bench's API server, until stdin closes.
+    #[command(hide = true)]
+    Kubelets(KubeletsArgs),
+}
+
+#[derive(clap::Args)]
+pub struct KubeletsArgs {
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    #[arg(long)]
+    nodes: String,
+    /// `I/N`: the nodes at positions I, I+N, I+2N, … of the spec.
+    #[arg(long)]
+    share: String,
+    /// Where the nodes' host directories go.
+    #[arg(long)]
+    dir: PathBuf,
+}
+
+fn kubelets(args: &KubeletsArgs) -> anyhow::Result<ExitCode> {
+    let (share, of) = args
+        .share
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+        .filter(|(i, n)| i < n)
+        .with_context(|| format!("--share {:?}: expected I/N with I < N", args.share))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let _cluster =
+            cluster::bench::run_kubelets(&args.kubeconfig, &args.nodes, share, of, &args.dir)
+                .await
+                .with_context(|| format!("simulated kubelets, share {}", args.share))?;
+        // Until the bench closes our stdin (or goes away).
+        let mut sink = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut sink).await;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(clap::Args)]
@@ -194,5 +235,6 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         SimCommand::KubeletProbe(args) => kubelet_probe(&args),
+        SimCommand::Kubelets(args) => kubelets(&args),
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use gantry_api::lenient::Lenient;
 use gantry_api::mig_parted::MigPartedConfig;
 use gantry_api::names::{self, mig_config_state};
 use gantry_gpu::Backend;
@@ -335,15 +336,20 @@ impl Manager {
 
     /// Waits until no GPU client pod is left on the node, deleting validator pods on the way.
     async fn wait_for_clients(&self) -> Result<Result<(), Failure>, DaemonError> {
-        let pods: Api<Pod> = Api::all(self.client.clone());
+        // Lenient: one stored pod a typed client cannot decode must not fail the wait.
+        let pods: Api<Lenient<Pod>> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("spec.nodeName={}", self.node()));
         let deadline = tokio::time::Instant::now() + self.opts.clients_timeout;
         loop {
-            let list = pods
+            let items: Vec<Pod> = pods
                 .list(&lp)
                 .await
-                .map_err(self.api_err("listing the node's pods"))?;
-            for p in list.items.iter().filter(|p| clients::is_validator(p)) {
+                .map_err(self.api_err("listing the node's pods"))?
+                .items
+                .into_iter()
+                .filter_map(Lenient::salvaged)
+                .collect();
+            for p in items.iter().filter(|p| clients::is_validator(p)) {
                 let ns = p.metadata.namespace.as_deref().unwrap_or("default");
                 let name = p.metadata.name.as_deref().unwrap_or_default();
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
@@ -351,8 +357,7 @@ impl Manager {
                     tracing::warn!(pod = %clients::pod_ref(p), error = %e, "deleting validator pod");
                 }
             }
-            let left: Vec<String> = list
-                .items
+            let left: Vec<String> = items
                 .iter()
                 .filter(|p| clients::is_gpu_client(p))
                 .map(clients::pod_ref)

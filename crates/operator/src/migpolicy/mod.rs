@@ -15,6 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gantry_api::lenient::Lenient;
 use gantry_api::mig_cluster_policy::MigClusterPolicy;
 use gantry_api::mig_parted::MigPartedConfig;
 use gantry_api::names::{self, mig_config_state};
@@ -146,14 +147,16 @@ pub fn uses_gpus(pod: &Pod) -> bool {
 async fn gpu_pods_by_node(
     client: &kube::Client,
 ) -> Result<BTreeMap<String, Vec<String>>, MigPolicyError> {
-    let api_pods = Api::<Pod>::all(client.clone());
+    // Lenient: one stored pod a typed client cannot decode must not fail every round.
+    let api_pods = Api::<Lenient<Pod>>::all(client.clone());
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let fetch = |p: ListParams| {
         let api = api_pods.clone();
         async move { api.list(&p).await }
     };
     crate::paged::each_page(ListParams::default(), PODS_PAGE, fetch, |items| {
-        for p in items.iter().filter(|p| uses_gpus(p)) {
+        let items = items.into_iter().filter_map(Lenient::salvaged);
+        for p in items.filter(uses_gpus) {
             if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
                 out.entry(node).or_default().push(format!(
                     "{}/{}",

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_api::cluster_policy::ClusterPolicy;
+use gantry_api::lenient::Lenient;
 use gantry_api::names;
 use gantry_api::nvidia_driver::NVIDIADriver;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
@@ -349,13 +350,14 @@ async fn list_pods(
         );
         out.insert(key, p);
     };
-    let in_ns = Api::<Pod>::namespaced(client.clone(), namespace);
+    // Lenient: one stored pod a typed client cannot decode must not fail every round.
+    let in_ns = Api::<Lenient<Pod>>::namespaced(client.clone(), namespace);
     let fetch = |p: ListParams| {
         let api = in_ns.clone();
         async move { api.list(&p).await }
     };
     crate::paged::each_page(ListParams::default(), PODS_PAGE, fetch, |items| {
-        for p in items {
+        for p in items.into_iter().filter_map(Lenient::salvaged) {
             if uids.iter().any(|u| owned_by(&p, u)) || orphan_driver_pod(&p) {
                 keep(p);
             }
@@ -366,7 +368,7 @@ async fn list_pods(
     if in_flight.is_empty() {
         return Ok(out.into_values().collect());
     }
-    let all = Api::<Pod>::all(client.clone());
+    let all = Api::<Lenient<Pod>>::all(client.clone());
     let fetch = |p: ListParams| {
         let api = all.clone();
         async move { api.list(&p).await }
@@ -386,7 +388,7 @@ async fn list_pods(
             None => ListParams::default(),
         };
         crate::paged::each_page(params, PODS_PAGE, &fetch, |items| {
-            for p in items {
+            for p in items.into_iter().filter_map(Lenient::salvaged) {
                 let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
                 if node.is_some_and(|n| in_flight.contains(n)) {
                     keep(p);

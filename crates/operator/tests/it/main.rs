@@ -2,6 +2,7 @@
 //! instead of one per file (docs/testing.md).
 
 mod agent_args_e2e;
+mod lenient_pods;
 mod migpolicy_e2e;
 mod nvidiadriver_e2e;
 mod operator_e2e;

@@ -9,6 +9,7 @@ use crate::sharing::can_fit_gpu;
 use crate::snapshot::{CPU, MEM, PodId, Snapshot};
 use crate::state::State;
 use gantry_api::kai::{PodGroup, Queue};
+use gantry_api::lenient::Lenient;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams};
@@ -105,10 +106,12 @@ pub async fn explain_pod(
             cache.apply_pod_group(&g);
         }
     }
-    for p in Api::<Pod>::all(client.clone())
+    for p in Api::<Lenient<Pod>>::all(client.clone())
         .list(&lp)
         .await
         .map_err(err("pods"))?
+        .into_iter()
+        .filter_map(Lenient::salvaged)
     {
         cache.apply_pod(&p);
     }

@@ -7,6 +7,7 @@ use super::{Error, Options, binder, leader, podgrouper};
 use crate::decisions::{Bind, Decisions, EvictReason, GpuBinding, QueueReport};
 use futures::StreamExt;
 use gantry_api::kai::{PodGroup, Queue};
+use gantry_api::lenient::Lenient;
 use gantry_api::names;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -197,7 +198,7 @@ async fn create_priority_classes(client: &kube::Client) {
 /// What the reflectors and the spawned API tasks tell the loop.
 enum Msg {
     Node(Box<watcher::Event<Node>>),
-    Pod(Box<watcher::Event<Pod>>),
+    Pod(Box<watcher::Event<Lenient<Pod>>>),
     Queue(Box<watcher::Event<Queue>>),
     Group(Box<watcher::Event<PodGroup>>),
     Class(Box<watcher::Event<PriorityClass>>),
@@ -348,9 +349,12 @@ async fn lead(
     tasks.spawn(reflect(Api::<Node>::all(client.clone()), tx.clone(), |e| {
         Msg::Node(Box::new(e))
     }));
-    tasks.spawn(reflect(Api::<Pod>::all(client.clone()), tx.clone(), |e| {
-        Msg::Pod(Box::new(e))
-    }));
+    // Lenient: one stored pod a typed client cannot decode must not fail every relist.
+    tasks.spawn(reflect(
+        Api::<Lenient<Pod>>::all(client.clone()),
+        tx.clone(),
+        |e| Msg::Pod(Box::new(e)),
+    ));
     tasks.spawn(reflect(
         Api::<Queue>::all(client.clone()),
         tx.clone(),
@@ -422,7 +426,15 @@ impl Loop {
             Msg::Pod(ev) => self.reflect(
                 1,
                 *ev,
-                |c, p| c.apply_pod(p),
+                |c, p| match p {
+                    Lenient::Decoded(p) => c.apply_pod(p),
+                    bad => match bad.clone().salvaged() {
+                        Some(p) => c.apply_pod(&p),
+                        None => {
+                            tracing::warn!(pod = ?kube::Resource::meta(bad).name, "pod does not decode; ignored")
+                        }
+                    },
+                },
                 |c, k| {
                     if let Some((ns, n)) = k.split_once('/') {
                         c.delete_pod(ns, n)

@@ -12,6 +12,7 @@ mod invariants;
 mod k8s_affinity;
 mod k8s_e2e;
 mod k8s_kai;
+mod k8s_lenient;
 mod k8s_reclaim;
 mod k8s_restart;
 mod kai_semantics;

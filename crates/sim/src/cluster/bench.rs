@@ -1,16 +1,17 @@
 //! `gantry bench nodes`: bring up a control plane (in memory, or SQLite with a data dir) with
 //! simulated nodes, deploy the device plugin as a DaemonSet (as the operator would), and time
 //! how long until every node is Ready and every GPU is allocatable; report the process's memory
-//! and, every few seconds, where the run is (for finding what is slow).
+//! and, every few seconds, where the run is (for finding what is slow). The kubelets run in
+//! the bench's process, or in child processes ([`KubeletProcesses`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use super::{ClusterError, start};
+use super::{ClusterError, SimCluster, start};
 use crate::kubelet::runners::default_registry;
 use crate::{ControlPlane, ControlPlaneOptions, controllers, nodes};
 
@@ -28,6 +29,14 @@ pub struct NodesReport {
     /// Resident memory at the end and its peak (`VmRSS`, `VmHWM`), bytes.
     pub rss_bytes: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
+    /// CPU time the process used (user + system): what the run cost whatever else the
+    /// machine was doing.
+    pub cpu_seconds: Option<f64>,
+    /// The most file descriptors open at a progress sample (every socket of every node, and
+    /// both ends of every connection to the API server, are in this one process).
+    pub peak_fds: usize,
+    /// `/proc/loadavg` at the end (1, 5, 15 minutes): how busy the machine was.
+    pub load_average: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,14 +53,52 @@ pub enum BenchError {
     Io(#[from] std::io::Error),
 }
 
-fn proc_status_kib(field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+/// The processes whose use the bench adds up: itself and its kubelet processes.
+fn procs(children: &[u32]) -> Vec<String> {
+    std::iter::once("self".to_string())
+        .chain(children.iter().map(u32::to_string))
+        .collect()
+}
+
+fn proc_status_kib(pid: &str, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = s.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace()
         .nth(1)?
         .parse::<u64>()
         .ok()
         .map(|k| k * 1024)
+}
+
+/// User + system CPU seconds of a process (`/proc/PID/stat`, clock ticks of 1/100 s).
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at the state, field 3.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+fn open_fds(pid: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Summed over `procs`: resident memory (`field` of `/proc/PID/status`), CPU seconds; and
+/// the most file descriptors one of them holds (the limit is per process).
+fn usage(procs: &[String], field: &str) -> (u64, f64, usize) {
+    procs.iter().fold((0, 0.0, 0), |(m, c, f), p| {
+        (
+            m + proc_status_kib(p, field).unwrap_or(0),
+            c + cpu_seconds(p).unwrap_or(0.0),
+            f.max(open_fds(p)),
+        )
+    })
+}
+
+fn load_average() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    Some(s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
 
 /// The device plugin DaemonSet the bench deploys (GPU nodes only, like the operator's).
@@ -84,6 +131,46 @@ pub struct NodesBenchOpts {
     pub data_dir: Option<PathBuf>,
     /// Print a progress line this often (None: quiet).
     pub progress: Option<Duration>,
+    /// Run the simulated kubelets in child processes instead of this one (None: in-process).
+    pub kubelet_processes: Option<KubeletProcesses>,
+}
+
+/// The simulated kubelets in `count` child processes, each with every `count`-th node of the
+/// spec. Every node holds five file descriptors (its `kubelet.sock`, pod-resources and plugin
+/// sockets, both ends of the kubelet's connection to its plugin), so 5,000 nodes need more
+/// than one process may open where the hard limit is 20,000; real kubelets are separate
+/// processes too.
+#[derive(Debug, Clone)]
+pub struct KubeletProcesses {
+    pub count: usize,
+    /// Program and leading arguments of the command that runs one share; the bench appends
+    /// `--kubeconfig PATH --nodes SPEC --share I/COUNT --dir DIR` (see [`run_kubelets`]).
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// One share of a bench's nodes, in a process of its own (see [`KubeletProcesses`]): every
+/// `of`-th node of `spec` from the `share`-th, against the API server of `kubeconfig`, with
+/// their host directories under `dir`.
+pub async fn run_kubelets(
+    kubeconfig: &Path,
+    spec: &str,
+    share: usize,
+    of: usize,
+    dir: &Path,
+) -> Result<SimCluster, BenchError> {
+    let other = |e: &dyn std::fmt::Display| {
+        std::io::Error::other(format!("kubeconfig {}: {e}", kubeconfig.display()))
+    };
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| other(&e))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| other(&e))?;
+    let client = kube::Client::try_from(config)?;
+    let plan: Vec<_> = nodes::plan(spec)?
+        .into_iter()
+        .filter(|p| p.seed as usize % of.max(1) == share)
+        .collect();
+    Ok(start(client, dir, plan, default_registry()).await?)
 }
 
 /// Where the run stands, read from the API server's store (a list over HTTPS of thousands of
@@ -129,6 +216,36 @@ fn progress(cp: &ControlPlane) -> Progress {
     }
 }
 
+/// Start the kubelet processes; they stop when their stdin closes (this side dropped) and
+/// are killed if the bench is.
+fn spawn_kubelets(
+    k: &KubeletProcesses,
+    cp: &ControlPlane,
+    spec: &str,
+    dir: &Path,
+) -> Result<Vec<tokio::process::Child>, BenchError> {
+    let Some((program, args)) = k.command.split_first() else {
+        return Err(std::io::Error::other("no command for the kubelet processes").into());
+    };
+    (0..k.count)
+        .map(|i| {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(args)
+                .arg("--kubeconfig")
+                .arg(cp.kubeconfig_path())
+                .arg("--nodes")
+                .arg(spec)
+                .arg("--share")
+                .arg(format!("{i}/{}", k.count))
+                .arg("--dir")
+                .arg(dir.join(format!("share-{i}")))
+                .stdin(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            Ok(cmd.spawn()?)
+        })
+        .collect()
+}
+
 /// Run the benchmark.
 pub async fn nodes_bench(opts: &NodesBenchOpts) -> Result<NodesReport, BenchError> {
     let plan = nodes::plan(&opts.spec)?;
@@ -145,7 +262,15 @@ pub async fn nodes_bench(opts: &NodesBenchOpts) -> Result<NodesReport, BenchErro
     let tmp = tempfile::Builder::new().prefix("gb").tempdir_in("/tmp")?;
     let _ctl = controllers::start(client.clone());
     super::ensure_namespace(&client, "kube-system").await?;
-    let cluster = start(client.clone(), tmp.path(), plan, default_registry()).await?;
+    let (cluster, children) = match &opts.kubelet_processes {
+        None => (
+            Some(start(client.clone(), tmp.path(), plan, default_registry()).await?),
+            Vec::new(),
+        ),
+        Some(k) => (None, spawn_kubelets(k, &cp, &opts.spec, tmp.path())?),
+    };
+    let pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
+    let procs = procs(&pids);
     let say = |what: &str| {
         if opts.progress.is_some() {
             println!("{:>7.1} s  {what}", t0.elapsed().as_secs_f64());
@@ -168,6 +293,9 @@ pub async fn nodes_bench(opts: &NodesBenchOpts) -> Result<NodesReport, BenchErro
         to_gpus: None,
         rss_bytes: None,
         peak_rss_bytes: None,
+        cpu_seconds: None,
+        peak_fds: 0,
+        load_average: None,
     };
     let mut next_say = Instant::now();
     while t0.elapsed() < timeout {
@@ -177,10 +305,17 @@ pub async fn nodes_bench(opts: &NodesBenchOpts) -> Result<NodesReport, BenchErro
         if let Some(every) = opts.progress
             && Instant::now() >= next_say
         {
-            let rss = proc_status_kib("VmRSS:").unwrap_or(0) >> 20;
+            let (rss, cpu, fds) = usage(&procs, "VmRSS:");
+            report.peak_fds = report.peak_fds.max(fds);
             say(&format!(
-                "nodes {}/{want_nodes} registered, {} Ready; plugin pods {} created, {} Running; GPUs {}/{want_gpus}; RSS {rss} MiB",
-                p.nodes, p.ready, p.pods, p.running, p.gpus
+                "nodes {}/{want_nodes} registered, {} Ready; plugin pods {} created, {} Running; GPUs {}/{want_gpus}; RSS {} MiB; {fds} fds; CPU {cpu:.1} s; load {}",
+                p.nodes,
+                p.ready,
+                p.pods,
+                p.running,
+                p.gpus,
+                rss >> 20,
+                load_average().unwrap_or_default()
             ));
             next_say = Instant::now() + every;
         }
@@ -195,8 +330,15 @@ pub async fn nodes_bench(opts: &NodesBenchOpts) -> Result<NodesReport, BenchErro
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    report.rss_bytes = proc_status_kib("VmRSS:");
-    report.peak_rss_bytes = proc_status_kib("VmHWM:");
+    let (rss, cpu, fds) = usage(&procs, "VmRSS:");
+    // Summed peaks: at least the peak of the sum.
+    let (peak, _, _) = usage(&procs, "VmHWM:");
+    report.rss_bytes = Some(rss);
+    report.peak_rss_bytes = Some(peak);
+    report.cpu_seconds = Some(cpu);
+    report.peak_fds = report.peak_fds.max(fds);
+    report.load_average = load_average();
+    drop(children);
     drop(cluster);
     drop(cp);
     Ok(report)

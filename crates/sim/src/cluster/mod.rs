@@ -232,12 +232,13 @@ pub async fn start(
     })?;
     let root = abs.as_path();
     let mut nodes = BTreeMap::new();
-    for (i, p) in plan.iter().enumerate() {
+    for p in &plan {
         let backend = p
             .gpu
             .filter(|_| p.gpus > 0)
             .map(|m| Arc::new(SimBackend::new(SimConfig::new(m, p.gpus, p.seed))));
-        let res = NodeResources::for_gpus(p.gpu, p.gpus, i as u32);
+        // The node's position in the whole spec (not in `plan`, which may be one share of it).
+        let res = NodeResources::for_gpus(p.gpu, p.gpus, p.seed as u32);
         let node = NodeShared::new(root, &p.name, res, backend);
         node.dirs
             .seed_host(if p.gpu.is_some() { p.gpus } else { 0 })

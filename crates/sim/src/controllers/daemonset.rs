@@ -7,7 +7,7 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetStatus};
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Toleration};
+use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -57,31 +57,49 @@ pub fn revision_hash(ds: &DaemonSet) -> String {
     out
 }
 
-fn template_spec(ds: &DaemonSet) -> PodSpec {
-    ds.spec
-        .as_ref()
-        .and_then(|s| s.template.spec.clone())
-        .unwrap_or_default()
+/// What decides whether a DaemonSet wants a pod on a node: nodeSelector, required node
+/// affinity and NoSchedule/NoExecute taints, by the shared Kubernetes rules. Read once per
+/// DaemonSet, then checked against each node.
+pub struct Placement {
+    affinity: RequiredNodeAffinity,
+    tolerations: Vec<gantry_k8s_rules::Toleration>,
 }
 
-/// Whether the DaemonSet wants a pod on `node`: nodeSelector, required node affinity and
-/// NoSchedule/NoExecute taints, by the shared Kubernetes rules.
+impl Placement {
+    pub fn of(ds: &DaemonSet) -> Placement {
+        let spec = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+        let mut tolerations = tolerations_from_k8s(
+            spec.and_then(|s| s.tolerations.as_deref())
+                .unwrap_or_default(),
+        );
+        tolerations.extend(tolerations_from_k8s(&daemon_tolerations()));
+        let affinity = spec
+            .map(|s| RequiredNodeAffinity::from_pod_spec(s).0)
+            .unwrap_or_default();
+        Placement {
+            affinity,
+            tolerations,
+        }
+    }
+
+    pub fn should_run(&self, node: &Node) -> bool {
+        static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+        let taints = taints_from_k8s(
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default(),
+        );
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let labels = node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+        self.affinity.matches(name, labels)
+            && untolerated_taint(&taints, &self.tolerations).is_none()
+    }
+}
+
+/// Whether the DaemonSet wants a pod on `node` (see [`Placement`]).
 pub fn should_run(ds: &DaemonSet, node: &Node) -> bool {
-    let spec = template_spec(ds);
-    let mut tolerations = tolerations_from_k8s(spec.tolerations.as_deref().unwrap_or_default());
-    tolerations.extend(tolerations_from_k8s(&daemon_tolerations()));
-    let taints = taints_from_k8s(
-        node.spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default(),
-    );
-    let name = node.metadata.name.as_deref().unwrap_or_default();
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    RequiredNodeAffinity::from_pod_spec(&spec)
-        .0
-        .matches(name, &labels)
-        && untolerated_taint(&taints, &tolerations).is_none()
+    Placement::of(ds).should_run(node)
 }
 
 pub fn is_ready(pod: &Pod) -> bool {
@@ -195,6 +213,7 @@ fn on_delete(ds: &DaemonSet) -> bool {
 /// cloning 1,000 nodes and thousands of pods per pass was most of its time).
 pub fn plan<N: Borrow<Node>, P: Borrow<Pod>>(ds: &DaemonSet, nodes: &[N], pods: &[P]) -> Plan {
     let hash = revision_hash(ds);
+    let placement = Placement::of(ds);
     let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     let mut out = Plan::default();
     let node_names: BTreeSet<&str> = nodes
@@ -227,7 +246,7 @@ pub fn plan<N: Borrow<Node>, P: Borrow<Pod>>(ds: &DaemonSet, nodes: &[N], pods: 
             .copied()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .collect();
-        if !should_run(ds, node) {
+        if !placement.should_run(node) {
             if !live.is_empty() {
                 misscheduled += 1;
             }

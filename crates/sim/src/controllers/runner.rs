@@ -1,7 +1,7 @@
-//! The controllers' shell: watch DaemonSets, Jobs, Nodes and Pods into local caches, and on
-//! any change (debounced) or every resync period reconcile every DaemonSet and Job through the
-//! pure plans. Recently created pods are remembered until the cache sees them, so a slow watch
-//! cannot cause duplicates.
+//! The controllers' shell: watch DaemonSets, Jobs, Nodes and Pods into local caches
+//! ([`cache`]), and after a change (debounced) reconcile the DaemonSets and Jobs it concerns
+//! through the pure plans; every resync period, all of them. Recently created pods are
+//! remembered until the cache sees them, so a slow watch cannot cause duplicates.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,8 +13,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use rand::Rng;
 use serde::Serialize;
@@ -22,14 +20,17 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{daemonset, job};
+use super::{cache, daemonset, job};
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
 const RESYNC: Duration = Duration::from_secs(5);
 /// Pod creations in flight at once (per DaemonSet or Job pass).
 const CREATE_BURST: usize = 32;
-/// How long a created pod is expected before we stop waiting for the watch to show it.
-const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+/// How long a created pod is expected before we stop waiting for the watch to show it: five
+/// minutes, as upstream's `ExpectationsTimeout`. At 1,000 nodes on a loaded machine the pod
+/// watch fell more than 30 s behind the creates, and a shorter wait created a second pod for
+/// ~100 nodes.
+const EXPECTATION_TTL: Duration = Duration::from_secs(300);
 
 /// Running controllers; dropping stops them.
 pub struct Controllers {
@@ -44,90 +45,34 @@ impl Drop for Controllers {
     }
 }
 
-/// Names of pods the watch has shown (added, changed or deleted) since the last reconcile.
-type Observed = Arc<std::sync::Mutex<HashSet<String>>>;
-
-fn cache<K>(
-    api: Api<K>,
-    trigger: Arc<Notify>,
-    observed: Option<Observed>,
-) -> (Store<K>, JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-    let task = tokio::spawn(async move {
-        let mut s = stream.boxed();
-        while let Some(ev) = s.next().await {
-            match ev {
-                Err(e) => tracing::debug!(error = %e, "controller watch error (retrying)"),
-                // Not a relist's InitApply: the store takes those only at InitDone.
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
-                    if let Some(seen) = &observed
-                        && let Ok(mut seen) = seen.lock()
-                    {
-                        seen.insert(o.name_any());
-                    }
-                }
-                Ok(_) => {}
-            }
-            trigger.notify_one();
-        }
-    });
-    (reader, task)
-}
-
 /// Start the DaemonSet and Job controllers.
 pub fn start(client: kube::Client) -> Controllers {
     let trigger = Arc::new(Notify::new());
-    let observed = Observed::default();
-    let (dss, t1) = cache(Api::<DaemonSet>::all(client.clone()), trigger.clone(), None);
-    let (jobs, t2) = cache(Api::<Job>::all(client.clone()), trigger.clone(), None);
-    let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone(), None);
-    let (pods, t4) = cache(
-        Api::<Pod>::all(client.clone()),
-        trigger.clone(),
-        Some(observed.clone()),
-    );
+    let caches = cache::Shared::default();
+    let mut tasks = cache::start(&client, &caches, &trigger);
     let mut r = Reconciler {
         client,
-        dss,
-        jobs,
-        nodes,
-        pods,
+        caches,
         expected: HashMap::new(),
-        observed,
     };
-    let main = tokio::spawn(async move {
-        for s in [
-            r.dss.clone().wait_until_ready().await,
-            r.jobs.clone().wait_until_ready().await,
-        ] {
-            if s.is_err() {
-                return;
-            }
+    tasks.push(tokio::spawn(async move {
+        while !cache::lock(&r.caches).synced() {
+            trigger.notified().await;
         }
-        let _ = r.nodes.wait_until_ready().await;
-        let _ = r.pods.wait_until_ready().await;
+        let mut resync = tokio::time::Instant::now() + RESYNC;
         loop {
-            r.reconcile_all().await;
+            if tokio::time::Instant::now() >= resync {
+                cache::lock(&r.caches).dirty.all = true;
+                resync = tokio::time::Instant::now() + RESYNC;
+            }
+            r.reconcile_dirty().await;
             tokio::select! {
                 _ = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
-                _ = tokio::time::sleep(RESYNC) => {}
+                _ = tokio::time::sleep_until(resync) => {}
             }
         }
-    });
-    Controllers {
-        tasks: vec![t1, t2, t3, t4, main],
-    }
+    }));
+    Controllers { tasks }
 }
 
 fn random_suffix() -> String {
@@ -139,56 +84,77 @@ fn random_suffix() -> String {
 }
 
 fn owned_by(p: &Pod, uid: &str) -> bool {
-    p.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
+    cache::controller_uid(p) == Some(uid)
 }
 
 struct Reconciler {
     client: kube::Client,
-    dss: Store<DaemonSet>,
-    jobs: Store<Job>,
-    nodes: Store<Node>,
-    pods: Store<Pod>,
-    /// (owner uid, pod name) → when created; dropped once the watch has shown the pod.
+    caches: cache::Shared,
+    /// (owner uid, pod key) → when created, and for which node; dropped once the watch has
+    /// shown the pod.
     expected: HashMap<(String, String), (Instant, Option<String>)>,
-    /// A pod created and deleted between two passes never shows in the cache, but its events
-    /// do: without them its node would wait for the expectation to time out.
-    observed: Observed,
+}
+
+/// One pass's work, copied out of the caches under their lock.
+struct Work {
+    dss: Vec<(Arc<DaemonSet>, Vec<Arc<Pod>>)>,
+    jobs: Vec<(Arc<Job>, Vec<Arc<Pod>>)>,
+    nodes: Vec<Arc<Node>>,
 }
 
 impl Reconciler {
-    async fn reconcile_all(&mut self) {
-        // Taken before the snapshot: the reflector updates the store before it yields an event,
-        // so every name seen here is already reflected in `pods`.
-        let seen = self
-            .observed
-            .lock()
-            .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default();
-        let pods = self.pods.state();
-        let now = Instant::now();
-        self.expected.retain(|(owner, name), (at, _)| {
-            now.duration_since(*at) < EXPECTATION_TTL
-                && !seen.contains(name)
-                && !pods
-                    .iter()
-                    .any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
-        });
-        let nodes = self.nodes.state();
-        for ds in self.dss.state() {
-            if ds.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            self.reconcile_ds(&ds, &nodes, &pods).await;
+    /// Reconcile what changed since the last pass: the owners whose object or pods changed,
+    /// every DaemonSet when a node's placement did, everything on a relist or resync.
+    async fn reconcile_dirty(&mut self) {
+        let work = {
+            let mut c = cache::lock(&self.caches);
+            let dirty = std::mem::take(&mut c.dirty);
+            let now = Instant::now();
+            self.expected.retain(|(owner, key), (at, _)| {
+                now.duration_since(*at) < EXPECTATION_TTL
+                    && !dirty.seen_pods.contains(key)
+                    && !c.pods.get(key).is_some_and(|p| owned_by(p, owner))
+            });
+            let wanted = |uid: Option<&String>, every: bool| {
+                every || uid.is_some_and(|u| dirty.owners.contains(u))
+            };
+            let live = |m: &kube::api::ObjectMeta| m.deletion_timestamp.is_none();
+            let dss: Vec<_> = c
+                .dss
+                .values()
+                .filter(|d| live(&d.metadata))
+                .filter(|d| wanted(d.metadata.uid.as_ref(), dirty.all || dirty.daemonsets))
+                .map(|d| {
+                    (
+                        d.clone(),
+                        c.pods_of(d.metadata.uid.as_deref().unwrap_or_default()),
+                    )
+                })
+                .collect();
+            let jobs = c
+                .jobs
+                .values()
+                .filter(|j| live(&j.metadata))
+                .filter(|j| wanted(j.metadata.uid.as_ref(), dirty.all))
+                .map(|j| {
+                    (
+                        j.clone(),
+                        c.pods_of(j.metadata.uid.as_deref().unwrap_or_default()),
+                    )
+                })
+                .collect();
+            let nodes = if dss.is_empty() {
+                Vec::new()
+            } else {
+                c.nodes.values().cloned().collect()
+            };
+            Work { dss, jobs, nodes }
+        };
+        for (ds, pods) in &work.dss {
+            self.reconcile_ds(ds, &work.nodes, pods).await;
         }
-        for j in self.jobs.state() {
-            if j.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            self.reconcile_job(&j, &pods).await;
+        for (j, pods) in &work.jobs {
+            self.reconcile_job(j, pods).await;
         }
     }
 
@@ -227,8 +193,10 @@ impl Reconciler {
             match r {
                 Ok(_) => {
                     tracing::debug!(pod = %name, namespace = %ns, node = ?node, "controller created pod");
-                    self.expected
-                        .insert((owner_uid.to_string(), name), (Instant::now(), node));
+                    self.expected.insert(
+                        (owner_uid.to_string(), cache::key(Some(&ns), &name)),
+                        (Instant::now(), node),
+                    );
                 }
                 // A random name taken already (thousands of pods share a prefix): the next pass
                 // tries another one, as the real controllers do with generateName.
@@ -282,12 +250,7 @@ impl Reconciler {
             return;
         };
         let ns = ds.namespace().unwrap_or_default();
-        let mine: Vec<&Pod> = pods
-            .iter()
-            .filter(|p| owned_by(p, &uid))
-            .map(|p| &**p)
-            .collect();
-        let plan = daemonset::plan(ds, nodes, &mine);
+        let plan = daemonset::plan(ds, nodes, pods);
         let pending: HashSet<String> = self.pending(&uid).into_iter().flatten().collect();
         let new: Vec<(Pod, Option<String>)> = plan
             .create
@@ -311,11 +274,7 @@ impl Reconciler {
             return;
         };
         let ns = j.namespace().unwrap_or_default();
-        let mine: Vec<Pod> = pods
-            .iter()
-            .filter(|p| owned_by(p, &uid))
-            .map(|p| (**p).clone())
-            .collect();
+        let mine: Vec<Pod> = pods.iter().map(|p| (**p).clone()).collect();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = job::plan(j, &mine, &now);
         let pending = self.pending(&uid).len() as i32;
