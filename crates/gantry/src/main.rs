@@ -68,6 +68,8 @@ enum Command {
     Operator(cmd::operator::Args),
     /// The KAI-compatible batch scheduler (queues, gangs, GPU fractions) against a cluster.
     Scheduler(cmd::scheduler::Args),
+    /// The GPU-sharing admission webhook: fractional pods get their GPU's env from the binder.
+    Admission(cmd::admission::Args),
     /// Explain scheduling: `gantry explain pod NAMESPACE/NAME`.
     #[command(subcommand)]
     Explain(cmd::explain::ExplainCommand),
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Operator(args) => cmd::operator::run(args),
         Command::Scheduler(args) => cmd::scheduler::run(args),
+        Command::Admission(args) => cmd::admission::run(args),
         Command::Explain(cmd) => cmd::explain::run(cmd),
     };
     match result {

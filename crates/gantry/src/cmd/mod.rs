@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod admission;
 pub mod bench;
 pub mod crds;
 pub mod demo;

@@ -75,6 +75,48 @@ pub struct KubeletProbeArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// With `--allocate 1`: treat the allocation as a GPU reservation pod's and also print the
+    /// environment the binder gives a pod holding this fraction of it (`shareEnv`).
+    #[arg(long, requires = "gpu_memory_mib")]
+    fraction: Option<f64>,
+    /// The node's GPU memory in MiB (GFD's `nvidia.com/gpu.memory`), for the share's limits.
+    #[arg(long)]
+    gpu_memory_mib: Option<u64>,
+}
+
+/// The fractional container's env for the reserved GPU(s) of `report`, as the binder writes it.
+fn share_env(
+    report: &probe::ProbeReport,
+    fraction: f64,
+    gpu_memory_mib: Option<u64>,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    anyhow::ensure!(
+        fraction > 0.0 && fraction < 1.0,
+        "--fraction {fraction}: expected a share between 0 and 1 (exclusive)"
+    );
+    let alloc = report
+        .allocate
+        .as_ref()
+        .context("--fraction needs --allocate 1: nothing was allocated")?;
+    // What KAI's reservation container reports: the UUID of the one GPU it was given.
+    let visible = alloc
+        .containers
+        .first()
+        .and_then(|c| c.envs.get("NVIDIA_VISIBLE_DEVICES"))
+        .filter(|v| v.starts_with("GPU-"))
+        .map(|v| v.split(',').map(str::to_string).collect::<Vec<_>>())
+        .unwrap_or_else(|| alloc.device_ids.clone());
+    anyhow::ensure!(
+        visible.len() == 1,
+        "a reservation holds exactly one GPU; the plugin gave {visible:?}"
+    );
+    let milli = (fraction * 1000.0).round() as u32;
+    Ok(gantry_scheduler::k8s::binder::share_env(
+        &visible,
+        milli,
+        gpu_memory_mib,
+        false,
+    ))
 }
 
 fn kubelet_probe(args: &KubeletProbeArgs) -> anyhow::Result<ExitCode> {
@@ -90,10 +132,24 @@ fn kubelet_probe(args: &KubeletProbeArgs) -> anyhow::Result<ExitCode> {
     let report = rt
         .block_on(probe::run(&opts))
         .with_context(|| format!("kubelet probe on {}", args.dir.display()))?;
+    let share = args
+        .fraction
+        .map(|f| share_env(&report, f, args.gpu_memory_mib))
+        .transpose()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(env) = &share {
+            v["shareEnv"] = serde_json::json!(env);
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", probe::render_text(&report));
+        if let Some(env) = &share {
+            println!("fractional container env (as the binder writes it):");
+            for (k, v) in env {
+                println!("  {k}={v}");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

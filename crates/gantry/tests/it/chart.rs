@@ -237,8 +237,10 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("ClusterRoleBinding", "gantry-operator"),
         ("ClusterRoleBinding", "gantry-scheduler"),
         ("ConfigMap", "gantry-exporter-metrics"),
+        ("Deployment", "gantry-admission"),
         ("Deployment", "gantry-operator"),
         ("Deployment", "gantry-scheduler"),
+        ("MutatingWebhookConfiguration", "gantry-admission"),
         ("Namespace", "gantry-reservation"),
         ("PriorityClass", "build"),
         ("PriorityClass", "build-preemptible"),
@@ -252,6 +254,8 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("RoleBinding", "gantry-operator"),
         ("RoleBinding", "gantry-scheduler"),
         ("RoleBinding", "gantry-scheduler-reservation"),
+        ("Secret", "gantry-admission-tls"),
+        ("Service", "gantry-admission"),
         ("Service", "gantry-scheduler-metrics"),
         ("ServiceAccount", "gantry-operator"),
         ("ServiceAccount", "gantry-scheduler"),
@@ -267,7 +271,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         let ns = d["metadata"]["namespace"].as_str();
         match kind.as_str() {
             "ClusterPolicy" | "ClusterRole" | "ClusterRoleBinding" | "Namespace" | "Queue"
-            | "PriorityClass" => {
+            | "PriorityClass" | "MutatingWebhookConfiguration" => {
                 assert_eq!(ns, None, "{kind} {name} is cluster-scoped")
             }
             _ if name.ends_with("-reservation") => assert_eq!(ns, Some("gantry-reservation")),
@@ -723,6 +727,7 @@ async fn helm_installs_and_uninstalls_on_the_embedded_cluster() -> Result {
         assert_eq!(
             deployments,
             BTreeSet::from([
+                "gantry-admission".to_string(),
                 "gantry-operator".to_string(),
                 "gantry-scheduler".to_string()
             ])

@@ -383,7 +383,7 @@ async fn bind_fraction(
 }
 
 /// Index of the container that receives the share (`gpu-fraction-container-name`, else 0).
-fn fraction_container(pod: &Pod) -> usize {
+pub fn fraction_container(pod: &Pod) -> usize {
     let want = pod
         .metadata
         .annotations

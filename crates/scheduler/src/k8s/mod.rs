@@ -5,6 +5,7 @@
 //!
 //! Entry point: [`run`].
 
+pub mod admission;
 pub mod bench;
 pub mod binder;
 pub mod cache;
@@ -15,6 +16,7 @@ pub mod metrics;
 pub mod podgrouper;
 pub mod run_loop;
 pub mod status;
+pub mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -6,6 +6,7 @@ mod cluster;
 mod common;
 mod conformance;
 mod fairshare;
+mod fraction_env;
 mod handover;
 mod identity;
 mod invariants;

@@ -8,6 +8,7 @@ pub mod defaults;
 mod deletion;
 pub mod discovery;
 pub mod logs;
+pub mod match_conditions;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
@@ -22,6 +23,7 @@ pub mod status;
 pub mod table;
 pub mod validate;
 pub mod watch;
+pub mod webhooks;
 
 use crate::store::Store;
 use axum::extract::{Request, State};

@@ -333,7 +333,24 @@ async fn resource(
         _ => {
             // Decoding, validation and storage are CPU and disk work: off the async workers,
             // so a hostile body cannot stall `/readyz` or other clients.
-            let headers = headers.clone();
+            let mut headers = headers.clone();
+            let mut body = body;
+            // Mutating admission webhooks see the decoded object before it is validated.
+            let create = method == Method::POST && p.name.is_none() && sub.is_empty();
+            if create && t.info.plural != "bindings" && super::webhooks::any(&srv) {
+                let (h, b) = (headers.clone(), body.clone());
+                let obj = tokio::task::spawn_blocking(move || body_json(&h, &b, "create"))
+                    .await
+                    .map_err(|e| {
+                        ApiError::internal(format!("the request's worker failed: {e}"))
+                    })??;
+                let obj = super::webhooks::mutate_create(&srv, &t, obj).await?;
+                body = Bytes::from(obj.to_string());
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+            }
             tokio::task::spawn_blocking(move || {
                 write(&srv, method, t, p, &sub, &q, &headers, &body)
             })

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod agents;
 pub mod devices;
 pub mod driver;
+pub mod env;
 pub mod host_agents;
 pub mod node_status;
 pub mod node_sync;
@@ -15,6 +16,7 @@ pub mod podresources;
 pub mod pods;
 pub mod probe;
 pub mod runners;
+pub mod tools;
 pub mod volumes;
 
 use std::collections::{BTreeMap, HashMap};

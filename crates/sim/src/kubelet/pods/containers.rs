@@ -45,7 +45,7 @@ fn agent_context(
         backend: ctx.node.backend.clone(),
         client: ctx.env.client.clone(),
         args,
-        env: container_env(c, pod, &ctx.node.name),
+        env: container_env(ctx, c, pod),
         pod_name: ctx.r.name.clone(),
         pod_namespace: ctx.r.namespace.clone(),
         shutdown: stop,
@@ -100,6 +100,27 @@ pub(super) fn container_run(
             log.end_run();
             r
         });
+    }
+    // What the container's command prints (`nvidia-smi -L`, `env`, …), as the runtime would
+    // have set it up: the device plugins' env, then the pod spec's (which wins).
+    let mut env = crate::kubelet::lock(&ctx.device_env)
+        .get(&c.name)
+        .cloned()
+        .unwrap_or_default();
+    env.extend(container_env(ctx, c, pod));
+    let gpus: Vec<gantry_gpu::DeviceInfo> = ctx
+        .node
+        .backend
+        .as_ref()
+        .map(|b| {
+            use gantry_gpu::Backend;
+            let n = b.device_count().unwrap_or(0);
+            (0..n).filter_map(|i| b.device_info(i).ok()).collect()
+        })
+        .unwrap_or_default();
+    for line in crate::kubelet::tools::output(&crate::kubelet::tools::command_line(c), &env, &gpus)
+    {
+        log.push(line);
     }
     if let PlainRun::Immediate = plain {
         log.end_run();
@@ -183,29 +204,10 @@ fn termination_message(policy: Option<&str>, printed: &str) -> String {
     tail[cut..].to_string()
 }
 
-/// A container's env with the downward-API fields agents commonly read resolved.
-fn container_env(c: &Container, pod: &Pod, node: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for e in c.env.iter().flatten() {
-        let v = match (&e.value, &e.value_from) {
-            (Some(v), _) => Some(v.clone()),
-            (None, Some(from)) => {
-                from.field_ref
-                    .as_ref()
-                    .and_then(|f| match f.field_path.as_str() {
-                        "spec.nodeName" => Some(node.to_string()),
-                        "metadata.name" => pod.metadata.name.clone(),
-                        "metadata.namespace" => pod.metadata.namespace.clone(),
-                        _ => None,
-                    })
-            }
-            _ => None,
-        };
-        if let Some(v) = v {
-            out.insert(e.name.clone(), v);
-        }
-    }
-    out
+/// A container's env as the kubelet gives it (sources read when the pod started).
+fn container_env(ctx: &Ctx, c: &Container, pod: &Pod) -> BTreeMap<String, String> {
+    let sources = crate::kubelet::lock(&ctx.sources);
+    crate::kubelet::env::resolve(c, pod, &ctx.node.name, &sources).unwrap_or_default()
 }
 
 /// Where the kubelet keeps its own directories on a host, and where the sim keeps them (short

@@ -15,7 +15,7 @@ use super::allocation::{allocate_all, release, start_gpu_load};
 use super::restarts::run_containers_with_restarts;
 use super::status::{CState, InitStatus, StatusView, status_patch};
 use super::{NEXT_PID, PodEnv, now, stopping, wait_stopping};
-use crate::kubelet::{NodeShared, PodRef, admission, lock, volumes};
+use crate::kubelet::{NodeShared, PodRef, admission, env, lock, volumes};
 
 pub(super) struct Ctx {
     pub(super) node: Arc<NodeShared>,
@@ -27,6 +27,12 @@ pub(super) struct Ctx {
     pub(super) started: String,
     /// Init container statuses, and whether all of them have completed.
     pub(super) inits: std::sync::Mutex<(Vec<InitStatus>, bool)>,
+    /// The ConfigMaps and Secrets the containers' env names, read before they start.
+    pub(super) sources: std::sync::Mutex<env::Sources>,
+    /// Per container: the env its device plugins' Allocate answers gave.
+    pub(super) device_env: std::sync::Mutex<
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    >,
 }
 
 impl Ctx {
@@ -122,6 +128,8 @@ pub(super) async fn pod_task(
         pod_ip,
         started: now(),
         inits: std::sync::Mutex::new((Vec::new(), false)),
+        sources: Default::default(),
+        device_env: Default::default(),
     };
     let phase = pod
         .status
@@ -157,6 +165,9 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         return;
     }
     if !mount_volumes(ctx, &spec, &waiting).await {
+        return;
+    }
+    if !read_env_sources(ctx, pod).await {
         return;
     }
     let wanted = match admission::pod_requests(&spec) {
@@ -222,6 +233,19 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         .await;
         return;
     }
+    {
+        let mut dev = lock(&ctx.device_env);
+        for (container, per) in &record {
+            let envs = per
+                .as_object()
+                .into_iter()
+                .flat_map(|m| m.values())
+                .filter_map(|a| a.get("envs").and_then(Value::as_object))
+                .flatten()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())));
+            dev.entry(container.clone()).or_default().extend(envs);
+        }
+    }
     if !record.is_empty() {
         let body = Value::Object(record).to_string();
         let patch = json!({"metadata": {"annotations": {names::ANNOTATION_SIM_ALLOCATED: body}}});
@@ -258,6 +282,58 @@ async fn mount_volumes(ctx: &mut Ctx, spec: &PodSpec, waiting: &CState) -> bool 
         )
         .await;
         ctx.patch_status("Pending", waiting, None, 0, None).await;
+        let stopped = tokio::select! {
+            _ = tokio::time::sleep(delay) => false,
+            _ = wait_stopping(&mut ctx.rx) => true,
+        };
+        if stopped {
+            return false;
+        }
+        delay = (delay * 2).min(Duration::from_secs(8));
+    }
+}
+
+/// Waits until every container's env resolves (its ConfigMaps, Secrets and keys exist),
+/// leaving the pod Pending with `CreateContainerConfigError` and a `Failed` event per attempt,
+/// as the kubelet does. False: the pod began stopping first.
+async fn read_env_sources(ctx: &mut Ctx, pod: &Pod) -> bool {
+    if env::referenced(pod).is_empty() {
+        return true;
+    }
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let attempt = env::fetch(&ctx.env.client, &ctx.r.namespace, pod).await;
+        let problem = match &attempt {
+            Err(e) => e.clone(),
+            Ok(sources) => {
+                let spec = pod.spec.iter();
+                let first = spec
+                    .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+                    .find_map(|c| env::resolve(c, pod, &ctx.node.name, sources).err());
+                match first {
+                    None => {
+                        if let Ok(s) = attempt {
+                            *lock(&ctx.sources) = s;
+                        }
+                        return true;
+                    }
+                    Some(e) => e,
+                }
+            }
+        };
+        let waiting = CState::Waiting {
+            reason: "CreateContainerConfigError".into(),
+            message: problem.clone(),
+        };
+        volumes::warn_event(
+            &ctx.env.client,
+            &ctx.r,
+            &ctx.node.name,
+            "Failed",
+            &format!("Error: {problem}"),
+        )
+        .await;
+        ctx.patch_status("Pending", &waiting, None, 0, None).await;
         let stopped = tokio::select! {
             _ = tokio::time::sleep(delay) => false,
             _ = wait_stopping(&mut ctx.rx) => true,
