@@ -14,6 +14,7 @@ pub mod frag;
 pub mod frag_index;
 pub mod gpushare;
 pub mod input;
+#[cfg(feature = "k8s")]
 pub mod k8s;
 pub mod placement;
 pub mod predicates;

@@ -40,24 +40,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut opts = RunOptions::new(&args.namespace, &args.image);
         opts.metrics_address = Some(args.metrics_address);
         opts.leader_elect = args.leader_elect;
-        run::run(client, opts, shutdown_signal())
+        run::run(client, opts, gantry_runtime::shutdown::signal())
             .await
             .context("operator")?;
         Ok(ExitCode::SUCCESS)
     })
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 #[derive(clap::Args)]

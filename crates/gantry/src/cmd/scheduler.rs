@@ -53,19 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
         let client = gantry_scheduler::k8s::client(args.kubeconfig.as_deref()).await?;
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(t) => t,
-                    Err(_) => return,
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            let _ = tx.send(true);
-        });
+        let rx = gantry_runtime::shutdown::flag(gantry_runtime::shutdown::signal());
         gantry_scheduler::k8s::run(client, options(&args), rx)
             .await
             .context("scheduler")?;
