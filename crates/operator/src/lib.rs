@@ -6,7 +6,6 @@
 //! - reconcile / status / upgrade / migpolicy: the shells that read the cluster, call the pure
 //!   cores and write with server-side apply under one field manager ([`FIELD_MANAGER`]).
 
-pub mod bench;
 pub mod metrics;
 pub mod migpolicy;
 pub mod node_watch;

@@ -37,9 +37,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_kubeconfig_is_named() {
-        let e = client(Some(Path::new("/nonexistent/kubeconfig")))
-            .await
-            .unwrap_err();
+        let Err(e) = client(Some(Path::new("/nonexistent/kubeconfig"))).await else {
+            panic!("a client from a missing kubeconfig");
+        };
         assert!(
             e.to_string()
                 .starts_with("kubeconfig /nonexistent/kubeconfig: "),

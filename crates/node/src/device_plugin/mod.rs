@@ -14,7 +14,6 @@
 //! ```
 
 pub mod allocate;
-pub mod bench;
 pub mod check;
 mod error;
 pub mod health;

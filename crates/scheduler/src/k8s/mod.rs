@@ -5,7 +5,6 @@
 //!
 //! Entry point: [`run`].
 
-pub mod bench;
 pub mod binder;
 pub mod cache;
 pub mod convert;
