@@ -101,10 +101,11 @@ pub async fn run_with(
     if let Some(r) = renew {
         r.abort();
     }
-    if opts.leader_elect && !matches!(res, Err(Error::LostLease { .. })) {
-        if let Err(e) = lease.release().await {
-            tracing::debug!(error = %e, "releasing the scheduler lease");
-        }
+    if opts.leader_elect
+        && !matches!(res, Err(Error::LostLease { .. }))
+        && let Err(e) = lease.release().await
+    {
+        tracing::debug!(error = %e, "releasing the scheduler lease");
     }
     res
 }
