@@ -1,8 +1,7 @@
 //! Applying manifests the way `kubectl apply --server-side` does: multi-document YAML,
 //! any kind the server knows (CRDs included, once established), one field manager.
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 
@@ -74,20 +73,10 @@ pub async fn apply_all(
     Ok(docs.len())
 }
 
-pub async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), DemoError> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(DemoError::kube(&format!("Namespace {name}"), e)),
-    }
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), DemoError> {
+    gantry_runtime::ensure_namespace(client, name)
+        .await
+        .map_err(|e| DemoError::kube(&format!("Namespace {name}"), e))
 }
 
 #[cfg(test)]

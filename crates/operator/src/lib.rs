@@ -6,20 +6,16 @@
 //! - reconcile / status / upgrade / migpolicy: the shells that read the cluster, call the pure
 //!   cores and write with server-side apply under one field manager ([`FIELD_MANAGER`]).
 
-pub mod bench;
-pub mod lease;
 pub mod metrics;
 pub mod migpolicy;
 pub mod node_watch;
 pub mod nodes;
 pub mod nvdriver;
-pub mod paged;
 pub mod reconcile;
 pub mod render;
 pub mod run;
 pub mod status;
 pub mod upgrade;
-pub mod wake;
 
 /// The one field manager every operator write uses.
 pub const FIELD_MANAGER: &str = "gantry-operator";

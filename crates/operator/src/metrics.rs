@@ -181,53 +181,21 @@ impl Metrics {
     }
 }
 
-/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until `shutdown` resolves.
+/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until `shutdown` resolves; returns
+/// the address bound (port 0: any free port).
 pub async fn serve(
     addr: SocketAddr,
     metrics: Metrics,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<SocketAddr> {
-    use axum::http::{StatusCode, header};
-    use axum::routing::get;
+    use gantry_runtime::health::{self, Endpoints};
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let m1 = metrics.clone();
-    let m2 = metrics;
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let m = m1.clone();
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.render(),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let m = m2.clone();
-                async move {
-                    if m.is_ready() {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
-                }
-            }),
-        );
+    let m = metrics.clone();
+    let endpoints = Endpoints::new(health::OPENMETRICS, move || m.render())
+        .ready_when(move || metrics.is_ready(), "not ready");
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
+        if let Err(e) = health::serve(listener, endpoints, shutdown).await {
             tracing::warn!(error = %e, "metrics server stopped");
         }
     });

@@ -6,12 +6,11 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
+use gantry_runtime::lease::{Lease, LeaseConfig};
+use gantry_runtime::shutdown;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::lease::{Lease, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, ReconcileOptions};
 
@@ -40,18 +39,12 @@ pub struct RunOptions {
 
 impl RunOptions {
     pub fn new(namespace: impl Into<String>, image: impl Into<String>) -> Self {
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "gantry".into());
         RunOptions {
             namespace: namespace.into(),
             image: image.into(),
             metrics_address: None,
             leader_elect: true,
-            identity: format!("{host}-{}", std::process::id()),
+            identity: gantry_runtime::identity("gantry"),
             metrics: Metrics::default(),
             operator_labels: Default::default(),
         }
@@ -66,10 +59,8 @@ pub enum RunError {
         #[source]
         source: kube::Error,
     },
-    #[error("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config): {0}")]
-    NoConfig(String),
-    #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: String, message: String },
+    #[error(transparent)]
+    Client(#[from] gantry_runtime::ClientError),
     #[error("serving metrics on {address}: {source}")]
     Metrics {
         address: SocketAddr,
@@ -80,43 +71,7 @@ pub enum RunError {
 
 /// A client from `kubeconfig`, else in-cluster config, else `KUBECONFIG` / `~/.kube/config`.
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, RunError> {
-    let Some(p) = kubeconfig else {
-        return kube::Client::try_default()
-            .await
-            .map_err(|e| RunError::NoConfig(e.to_string()));
-    };
-    let bad = |message: String| RunError::Kubeconfig {
-        path: p.display().to_string(),
-        message,
-    };
-    let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| bad(e.to_string()))?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| bad(e.to_string()))?;
-    kube::Client::try_from(cfg).map_err(|e| bad(e.to_string()))
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), RunError> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let err = |source| RunError::Namespace {
-        namespace: name.to_string(),
-        source,
-    };
-    if api.get_opt(name).await.map_err(err)?.is_some() {
-        return Ok(());
-    }
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(err(e)),
-    }
+    Ok(gantry_runtime::client(kubeconfig).await?)
 }
 
 /// Start every operator controller; they stop when `stop` turns true.
@@ -125,9 +80,7 @@ fn spawn_controllers(
     opts: &RunOptions,
     stop: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
+    let stopped = shutdown::wait;
     let mut tasks = Vec::new();
     let ropts = ReconcileOptions {
         namespace: opts.namespace.clone(),
@@ -176,20 +129,18 @@ pub async fn run(
     opts: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    let (shut_tx, shut_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = shut_tx.send(true);
-    });
-    let wait_shutdown = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    ensure_namespace(&client, &opts.namespace).await?;
+    let shut_rx = shutdown::flag(shutdown);
+    gantry_runtime::ensure_namespace(&client, &opts.namespace)
+        .await
+        .map_err(|source| RunError::Namespace {
+            namespace: opts.namespace.clone(),
+            source,
+        })?;
     if let Some(address) = opts.metrics_address {
         crate::metrics::serve(
             address,
             opts.metrics.clone(),
-            wait_shutdown(shut_rx.clone()),
+            shutdown::wait(shut_rx.clone()),
         )
         .await
         .map_err(|source| RunError::Metrics { address, source })?;

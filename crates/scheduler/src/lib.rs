@@ -6,7 +6,6 @@
 //! eviction) and returns [`Decisions`].
 
 pub mod actions;
-pub mod bench;
 pub mod config;
 pub mod decisions;
 pub mod fairshare;
@@ -14,6 +13,7 @@ pub mod frag;
 pub mod frag_index;
 pub mod gpushare;
 pub mod input;
+#[cfg(feature = "k8s")]
 pub mod k8s;
 pub mod placement;
 pub mod predicates;
@@ -22,6 +22,13 @@ pub mod sharing;
 pub mod snapshot;
 pub mod state;
 pub mod statement;
+pub mod workload;
+
+/// The workload generators' former path (`crate::bench::synth`), kept for code that names it.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::workload::{synth, trace};
+}
 
 pub use actions::schedule;
 pub use config::{Action, Config, Policy, Strategy};

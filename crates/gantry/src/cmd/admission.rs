@@ -38,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (addr, serve) = webhook::bind(args.address, tls, cfg, rx).await?;
         tracing::info!(%addr, "admission webhook serving");
         tokio::spawn(async move {
-            super::operator::shutdown_signal().await;
+            gantry_runtime::shutdown::signal().await;
             let _ = tx.send(true);
         });
         serve.await;

@@ -41,7 +41,7 @@ pub struct ScheduleBenchArgs {
     running: usize,
     /// Pending workload mix in percent of jobs: whole-GPU, fractional, gang.
     #[arg(long, default_value = "whole:40,fraction:40,gang:20")]
-    mix: gantry_scheduler::bench::MixSpec,
+    mix: gantry_scheduler::workload::synth::MixSpec,
     /// Leaf queues (two per parent), each with an equal GPU quota.
     #[arg(long, default_value_t = 4)]
     queues: usize,
@@ -219,7 +219,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn device_plugin(args: DevicePluginBenchArgs) -> anyhow::Result<ExitCode> {
-    use gantry_node::device_plugin::bench;
+    use gantry_bench::device_plugin as bench;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -267,12 +267,12 @@ fn apiserver(args: ApiserverBenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
-    use gantry_scheduler::bench::{BenchOptions, SynthSpec, Workload, run};
+    use gantry_bench::schedule::{BenchOptions, SynthSpec, Workload, run};
     if args.protocol == Protocol::Paper {
         let Some(nodes) = args.trace_nodes else {
             anyhow::bail!("--protocol paper needs --trace-nodes and --trace-pods");
         };
-        let opts = gantry_scheduler::bench::paper::PaperOptions {
+        let opts = gantry_bench::schedule::paper::PaperOptions {
             nodes,
             pods: args.trace_pods,
             policies: args.share_policies,
@@ -281,7 +281,7 @@ fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
             tune_ratio: args.tune_ratio,
             paper_results: args.paper_results,
         };
-        print!("{}", gantry_scheduler::bench::paper::run_paper(&opts)?);
+        print!("{}", gantry_bench::schedule::paper::run_paper(&opts)?);
         return Ok(ExitCode::SUCCESS);
     }
     if args.trace_pods.len() > 1 {

@@ -5,7 +5,6 @@
 mod device_plugin;
 mod discovery;
 mod exporter;
-mod gpu_source;
 mod mig_manager;
 mod toolkit;
 mod validator;

@@ -53,19 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
         let client = gantry_scheduler::k8s::client(args.kubeconfig.as_deref()).await?;
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(t) => t,
-                    Err(_) => return,
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            let _ = tx.send(true);
-        });
+        let rx = gantry_runtime::shutdown::flag(gantry_runtime::shutdown::signal());
         gantry_scheduler::k8s::run(client, options(&args), rx)
             .await
             .context("scheduler")?;
@@ -90,61 +78,29 @@ pub struct BenchArgs {
     api_concurrency: usize,
 }
 
-/// `gantry bench scheduler-api`: an in-memory control plane in this process, the scheduler
-/// as a child process (`gantry scheduler`), so its RSS is its own.
+/// `gantry bench scheduler-api` (the harness is `gantry_bench::scheduler_api`).
 pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    use gantry_scheduler::k8s::bench;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let dir = tempfile_dir()?;
-        let kc = dir.join("kubeconfig");
-        let cp = gantry_sim::ControlPlane::start(gantry_sim::ControlPlaneOptions {
-            port: 0,
-            kubeconfig: Some(kc.clone()),
-            ..Default::default()
-        })
-        .await
-        .context("starting the control plane")?;
-        let client = gantry_scheduler::k8s::client(Some(cp.kubeconfig_path())).await?;
-        let o = bench::ApiBenchOptions {
+    use gantry_bench::scheduler_api::{ApiBenchOptions, SchedulerApiBench, run};
+    let b = SchedulerApiBench {
+        options: ApiBenchOptions {
             nodes: args.nodes,
             gpus_per_node: args.gpus_per_node,
             pods: args.pods,
             namespace: "bench".into(),
             concurrency: 64,
-        };
-        let exe = std::env::current_exe().context("locating the gantry binary")?;
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.args([
-            "scheduler",
-            "--leader-elect=false",
-            "--metrics-address",
-            "127.0.0.1:0",
-        ])
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig_path())
-        .arg(format!("--api-concurrency={}", args.api_concurrency));
-        let r = bench::drive(
-            &client,
-            &o,
-            cmd,
-            std::time::Duration::from_secs(args.timeout),
-        )
-        .await?;
-        print!("{}", bench::table(&o, &r));
-        std::fs::remove_dir_all(&dir).ok();
-        Ok(if r.overcommitted_nodes == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
+        },
+        exe: std::env::current_exe().context("locating the gantry binary")?,
+        api_concurrency: args.api_concurrency,
+        timeout: std::time::Duration::from_secs(args.timeout),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (table, ok) = rt.block_on(run(&b))?;
+    print!("{table}");
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     })
-}
-
-fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
-    let d = std::env::temp_dir().join(format!("gantry-bench-sched-{}", std::process::id()));
-    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-    Ok(d)
 }

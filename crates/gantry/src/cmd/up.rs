@@ -139,7 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }))
         };
-        wait_for_signal().await?;
+        gantry_runtime::shutdown::signal().await;
         println!("stopping");
         let _ = stop_operator.send(());
         if let Some(o) = operator {
@@ -159,14 +159,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cp.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
-        _ = term.recv() => {}
-    }
-    Ok(())
 }

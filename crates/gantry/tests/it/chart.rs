@@ -270,8 +270,13 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         let (kind, name) = kind_name(d);
         let ns = d["metadata"]["namespace"].as_str();
         match kind.as_str() {
-            "ClusterPolicy" | "ClusterRole" | "ClusterRoleBinding" | "Namespace" | "Queue"
-            | "PriorityClass" | "MutatingWebhookConfiguration" => {
+            "ClusterPolicy"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
+            | "Namespace"
+            | "Queue"
+            | "PriorityClass"
+            | "MutatingWebhookConfiguration" => {
                 assert_eq!(ns, None, "{kind} {name} is cluster-scoped")
             }
             _ if name.ends_with("-reservation") => assert_eq!(ns, Some("gantry-reservation")),

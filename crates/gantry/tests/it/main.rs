@@ -5,6 +5,7 @@ mod chart;
 mod chart_upstream;
 mod cli_api;
 mod demo_cli;
+mod dependencies;
 mod image;
 mod observability;
 mod quickstart;

@@ -1,6 +1,8 @@
 //! The real backend: NVML through nvml-wrapper, loaded at run time from a driver root.
 
 mod events;
+mod fabric;
+mod gpm;
 mod instances;
 mod load;
 mod raw;
@@ -405,98 +407,11 @@ impl Backend for NvmlBackend {
     }
 
     fn nvlinks(&self, gpu: u32) -> Result<Vec<NvLinkInfo>> {
-        let d = self.dev(gpu)?;
-        let mut links = Vec::new();
-        for link in 0..MAX_NVLINKS {
-            let l = d.link_wrapper_for(link);
-            let Some(active) =
-                optional(l.is_active()).map_err(|e| err(gpu, "nvmlDeviceGetNvLinkState", e))?
-            else {
-                continue;
-            };
-            let remote = if active {
-                optional(l.remote_pci_info())
-                    .map_err(|e| err(gpu, "nvmlDeviceGetNvLinkRemotePciInfo", e))?
-                    .map(|p| p.bus_id)
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
-            let errors = |c: ErrorCounter| {
-                optional(l.error_counter(c))
-                    .map(|v| v.unwrap_or(0))
-                    .map_err(|e| err(gpu, "nvmlDeviceGetNvLinkErrorCounter", e))
-            };
-            links.push(NvLinkInfo {
-                link,
-                active,
-                remote_is_switch: active && !remote.is_empty() && !self.gpu_buses.contains(&remote),
-                remote_pci_bus_id: remote,
-                tx_kib: 0,
-                rx_kib: 0,
-                crc_flit_errors: errors(ErrorCounter::DlCrcFlit)?,
-                crc_data_errors: errors(ErrorCounter::DlCrcData)?,
-                replay_errors: errors(ErrorCounter::DlReplay)?,
-                recovery_errors: errors(ErrorCounter::DlRecovery)?,
-            });
-        }
-        let fields: Vec<(u32, u32)> = links
-            .iter()
-            .flat_map(|l| {
-                [
-                    (FI_NVLINK_THROUGHPUT_DATA_TX, l.link),
-                    (FI_NVLINK_THROUGHPUT_DATA_RX, l.link),
-                ]
-            })
-            .collect();
-        if !fields.is_empty()
-            && let Ok(values) = raw::field_values(self.nvml, &d, &fields)
-        {
-            for (l, pair) in links.iter_mut().zip(values.chunks(2)) {
-                l.tx_kib = pair.first().copied().flatten().unwrap_or(0);
-                l.rx_kib = pair.get(1).copied().flatten().unwrap_or(0);
-            }
-        }
-        Ok(links)
+        self.read_nvlinks(gpu)
     }
 
     fn topology(&self, a: u32, b: u32) -> Result<TopologyLevel> {
-        if a == b {
-            self.dev(a)?;
-            return Ok(TopologyLevel::Internal);
-        }
-        let (da, db) = (self.dev(a)?, self.dev(b)?);
-        let nvlink = optional(da.p2p_status(&db, P2pCapabilitiesIndex::NvLink))
-            .map_err(|e| err(a, "nvmlDeviceGetP2PStatus", e))?;
-        if nvlink == Some(P2pStatus::Ok) {
-            let b_bus = db
-                .pci_info()
-                .map_err(|e| err(b, "nvmlDeviceGetPciInfo", e))?
-                .bus_id;
-            let links = self.nvlinks(a)?;
-            let direct = links
-                .iter()
-                .filter(|l| l.active && l.remote_pci_bus_id == b_bus)
-                .count();
-            let switched = links
-                .iter()
-                .filter(|l| l.active && l.remote_is_switch)
-                .count();
-            return Ok(TopologyLevel::NvLink {
-                links: (direct + switched) as u32,
-            });
-        }
-        let level = da
-            .topology_common_ancestor(db)
-            .map_err(|e| err(a, "nvmlDeviceGetTopologyCommonAncestor", e))?;
-        Ok(match level {
-            NvTopo::Internal => TopologyLevel::Internal,
-            NvTopo::Single => TopologyLevel::Single,
-            NvTopo::Multiple => TopologyLevel::Multiple,
-            NvTopo::HostBridge => TopologyLevel::HostBridge,
-            NvTopo::Node => TopologyLevel::Node,
-            NvTopo::System => TopologyLevel::System,
-        })
+        self.read_topology(a, b)
     }
 
     fn processes(&self, gpu: u32) -> Result<Vec<ProcessInfo>> {
@@ -527,71 +442,7 @@ impl Backend for NvmlBackend {
     }
 
     fn profiling(&self, gpu: u32, gpu_instance: Option<u32>) -> Result<Profiling> {
-        let d = self.dev(gpu)?;
-        if !d
-            .gpm_support()
-            .map_err(|e| err(gpu, "nvmlGpmQueryDeviceSupport", e))?
-        {
-            return Err(GpuError::NotSupported {
-                gpu,
-                what: "GPM profiling metrics".to_string(),
-            });
-        }
-        let key = (gpu, gpu_instance);
-        let previous = self
-            .gpm
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
-        let first = match previous {
-            Some(s) => s,
-            None => {
-                let s = self.gpm_sample(gpu, &d, gpu_instance)?;
-                // GPM needs two samples some time apart; on the first call take both now.
-                std::thread::sleep(Duration::from_millis(100));
-                s
-            }
-        };
-        let second = self.gpm_sample(gpu, &d, gpu_instance)?;
-        use GpmMetricId as M;
-        let ids = [
-            M::GraphicsUtil,
-            M::SmUtil,
-            M::SmOccupancy,
-            M::AnyTensorUtil,
-            M::DramBwUtil,
-            M::Fp64Util,
-            M::Fp32Util,
-            M::Fp16Util,
-            M::PcieTxPerSec,
-            M::PcieRxPerSec,
-        ];
-        let values = gpm_metrics_get(self.nvml, &first, &second, &ids)
-            .map_err(|e| err(gpu, "nvmlGpmMetricsGet", e))?;
-        let v = |i: usize| {
-            values
-                .get(i)
-                .and_then(|r| r.as_ref().ok())
-                .map(|m| m.value)
-                .unwrap_or(0.0)
-        };
-        self.gpm
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, second);
-        // Utilisations come in percent, PCIe rates in MiB/s.
-        Ok(Profiling {
-            graphics_active: v(0) / 100.0,
-            sm_active: v(1) / 100.0,
-            sm_occupancy: v(2) / 100.0,
-            tensor_active: v(3) / 100.0,
-            dram_active: v(4) / 100.0,
-            fp64_active: v(5) / 100.0,
-            fp32_active: v(6) / 100.0,
-            fp16_active: v(7) / 100.0,
-            pcie_tx_bytes_per_sec: v(8) * MIB as f64,
-            pcie_rx_bytes_per_sec: v(9) * MIB as f64,
-        })
+        self.read_profiling(gpu, gpu_instance)
     }
 
     fn mig_mode(&self, gpu: u32) -> Result<MigMode> {

@@ -6,8 +6,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::http::header;
-use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -110,27 +108,9 @@ pub async fn serve(
     metrics: Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let m = metrics.clone();
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.render(),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    use gantry_runtime::health::{self, Endpoints};
+    let endpoints = Endpoints::new(health::OPENMETRICS, move || metrics.render());
+    health::serve(listener, endpoints, shutdown).await
 }
 
 /// Binds `address` (port 0: any free port); the error names the address.

@@ -15,7 +15,6 @@
 
 pub mod allocate;
 pub mod args;
-pub mod bench;
 pub mod check;
 mod error;
 pub mod health;

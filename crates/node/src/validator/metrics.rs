@@ -6,9 +6,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::http::header;
-use axum::routing::get;
-
 use super::{Component, Seams, ValidatorError, ValidatorOptions, checks};
 
 /// What one scrape reports.
@@ -76,30 +73,15 @@ pub async fn serve(
     seams: Seams,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ValidatorError> {
+    use gantry_runtime::health::{self, Endpoints};
     let address = listener.local_addr().unwrap_or(opts.metrics_address);
     let state = Arc::new((opts, seams));
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let state = state.clone();
-                async move {
-                    let body = render(&collect(&state.0, &state.1).await);
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8",
-                        )],
-                        body,
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }));
+    let endpoints = Endpoints::new_async(health::PROMETHEUS_TEXT, move || {
+        let state = state.clone();
+        async move { render(&collect(&state.0, &state.1).await) }
+    });
     tracing::info!(%address, "serving node validation metrics");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    health::serve(listener, endpoints, shutdown)
         .await
         .map_err(|source| ValidatorError::Bind { address, source })
 }

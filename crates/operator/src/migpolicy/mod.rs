@@ -12,18 +12,17 @@ pub mod plan;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_api::lenient::Lenient;
 use gantry_api::mig_cluster_policy::MigClusterPolicy;
 use gantry_api::mig_parted::MigPartedConfig;
 use gantry_api::names::{self, mig_config_state};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use gantry_runtime::rounds::Rounds;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, EvictParams, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, EvictParams, ListParams, PartialObjectMeta, Patch, PatchParams};
 use serde_json::json;
-use tokio::sync::Notify;
 
 use crate::FIELD_MANAGER;
 use crate::node_watch::NodeWatch;
@@ -79,41 +78,22 @@ pub async fn run<F>(client: kube::Client, opts: MigPolicyOptions, nodes: NodeWat
 where
     F: Future<Output = ()> + Send,
 {
-    let wake = Arc::new(Notify::new());
-    let triggers = vec![
-        tokio::spawn(nodes.clone().notify(wake.clone())),
-        // Metadata only: a trigger needs to know that something changed, not what.
-        tokio::spawn(crate::wake::on_changes(
-            Api::<PartialObjectMeta<Pod>>::all(client.clone()),
-            wake.clone(),
-            "MigClusterPolicy",
-        )),
-        tokio::spawn(crate::wake::on_changes(
-            Api::<MigClusterPolicy>::all(client.clone()),
-            wake.clone(),
-            "MigClusterPolicy",
-        )),
-    ];
-    tokio::pin!(shutdown);
-    loop {
-        match reconcile_once(&client, &opts, &nodes).await {
-            Ok(n) if n > 0 => tracing::debug!(actions = n, "MigClusterPolicy round"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "MigClusterPolicy round failed"),
-        }
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(opts.requeue) => {}
-        }
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = tokio::time::sleep(opts.min_interval) => {}
-        }
-    }
-    for t in triggers {
-        t.abort();
-    }
+    let mut rounds = Rounds::new("MigClusterPolicy", opts.min_interval);
+    rounds.trigger(nodes.clone().notify(rounds.wake()));
+    // Metadata only: a trigger needs to know that something changed, not what.
+    rounds.on_changes(Api::<PartialObjectMeta<Pod>>::all(client.clone()));
+    rounds.on_changes(Api::<MigClusterPolicy>::all(client.clone()));
+    let (client, opts, nodes) = (&client, &opts, &nodes);
+    rounds
+        .run(shutdown, move || async move {
+            match reconcile_once(client, opts, nodes).await {
+                Ok(n) if n > 0 => tracing::debug!(actions = n, "MigClusterPolicy round"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "MigClusterPolicy round failed"),
+            }
+            opts.requeue
+        })
+        .await;
 }
 
 /// A pod that holds GPUs: running or about to, asking for `nvidia.com/gpu`, `nvidia.com/mig-*`
@@ -154,7 +134,7 @@ async fn gpu_pods_by_node(
         let api = api_pods.clone();
         async move { api.list(&p).await }
     };
-    crate::paged::each_page(ListParams::default(), PODS_PAGE, fetch, |items| {
+    gantry_runtime::paged::each_page(ListParams::default(), PODS_PAGE, fetch, |items| {
         let items = items.into_iter().filter_map(Lenient::salvaged);
         for p in items.filter(uses_gpus) {
             if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
@@ -371,7 +351,9 @@ async fn sync_custom_layouts(
         key: key.to_string(),
         reason: e.to_string(),
     })?;
-    ensure_namespace(client, ns).await?;
+    gantry_runtime::ensure_namespace(client, ns)
+        .await
+        .map_err(api(format!("creating Namespace {ns}")))?;
     let cm = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": ns,
@@ -383,32 +365,6 @@ async fn sync_custom_layouts(
         .await
         .map_err(api(format!("writing ConfigMap {ns}/{name}")))?;
     Ok(1)
-}
-
-async fn ensure_namespace(client: &kube::Client, ns: &str) -> Result<(), MigPolicyError> {
-    let api_ns: Api<Namespace> = Api::all(client.clone());
-    if api_ns
-        .get_opt(ns)
-        .await
-        .map_err(api(format!("reading Namespace {ns}")))?
-        .is_some()
-    {
-        return Ok(());
-    }
-    let obj: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| {
-            MigPolicyError::ConfigMap {
-                namespace: ns.to_string(),
-                name: String::new(),
-                key: String::new(),
-                reason: e.to_string(),
-            }
-        })?;
-    match api_ns.create(&PostParams::default(), &obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(api(format!("creating Namespace {ns}"))(e)),
-    }
 }
 
 async fn carry_out(client: &kube::Client, action: &Action) -> Result<(), MigPolicyError> {

@@ -19,18 +19,17 @@ use writes::{apply_one, delete_stale, set_owner, write_status};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_api::cluster_policy::ClusterPolicy;
 use gantry_api::names;
 use gantry_api::nvidia_driver::{NVIDIADriver, NVIDIADriverState, NVIDIADriverStatus};
+use gantry_runtime::rounds::Rounds;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
-use tokio::sync::Notify;
 
 use crate::node_watch::NodeWatch;
 use crate::reconcile::apply::ObjectKey;
@@ -102,56 +101,35 @@ pub async fn run<F>(client: kube::Client, opts: NvDriverOptions, nodes: NodeWatc
 where
     F: Future<Output = ()> + Send,
 {
-    let wake = Arc::new(Notify::new());
-    let ns = opts.namespace.clone();
-    let triggers = vec![
-        tokio::spawn(nodes.clone().notify(wake.clone())),
-        tokio::spawn(crate::wake::on_changes(
-            Api::<PartialObjectMeta<NVIDIADriver>>::all(client.clone()),
-            wake.clone(),
-            "NVIDIADriver",
-        )),
-        tokio::spawn(crate::wake::on_changes(
-            Api::<PartialObjectMeta<ClusterPolicy>>::all(client.clone()),
-            wake.clone(),
-            "NVIDIADriver",
-        )),
-        tokio::spawn(crate::wake::on_changes(
-            Api::<PartialObjectMeta<DaemonSet>>::namespaced(client.clone(), &ns),
-            wake.clone(),
-            "NVIDIADriver",
-        )),
-    ];
-    tokio::pin!(shutdown);
-    loop {
-        let mut next = opts.requeue;
-        match reconcile_once(&client, &opts, &nodes).await {
-            Ok(r) => {
-                if r.writes > 0 {
-                    tracing::debug!(writes = r.writes, "NVIDIADriver round");
+    let mut rounds = Rounds::new("NVIDIADriver", opts.min_interval);
+    rounds.trigger(nodes.clone().notify(rounds.wake()));
+    rounds.on_changes(Api::<PartialObjectMeta<NVIDIADriver>>::all(client.clone()));
+    rounds.on_changes(Api::<PartialObjectMeta<ClusterPolicy>>::all(client.clone()));
+    rounds.on_changes(Api::<PartialObjectMeta<DaemonSet>>::namespaced(
+        client.clone(),
+        &opts.namespace,
+    ));
+    let (client, opts, nodes) = (&client, &opts, &nodes);
+    rounds
+        .run(shutdown, move || async move {
+            match reconcile_once(client, opts, nodes).await {
+                Ok(r) => {
+                    if r.writes > 0 {
+                        tracing::debug!(writes = r.writes, "NVIDIADriver round");
+                    }
+                    if r.busy {
+                        opts.busy_requeue
+                    } else {
+                        opts.requeue
+                    }
                 }
-                if r.busy {
-                    next = opts.busy_requeue;
+                Err(e) => {
+                    tracing::warn!(error = %e, "NVIDIADriver round failed");
+                    opts.busy_requeue
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "NVIDIADriver round failed");
-                next = opts.busy_requeue;
-            }
-        }
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(next) => {}
-        }
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = tokio::time::sleep(opts.min_interval) => {}
-        }
-    }
-    for t in triggers {
-        t.abort();
-    }
+        })
+        .await;
 }
 
 /// The ClusterPolicy in charge: the oldest, ties by name.

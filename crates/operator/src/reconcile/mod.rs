@@ -20,14 +20,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt, stream::BoxStream};
+use futures::{FutureExt, StreamExt};
 use gantry_api::cluster_policy::{ClusterPolicy, ClusterPolicyStatus, condition};
+use gantry_runtime::rounds::Rounds;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -151,15 +151,38 @@ pub struct Ctx {
     synced: AtomicBool,
 }
 
-type Trigger = BoxStream<'static, ()>;
-
 /// Drop the managers' bookkeeping from a watched object: no rule reads it, and at 1,000 nodes
 /// it is most of a cached object's size.
 pub(crate) fn strip_managed_fields<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Run the ClusterPolicy controller until `shutdown` resolves.
+/// Shortest gap between two rounds: a burst of operand events costs one round.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Drive a reflector's stream: its store is what the round reads; every change (or none, for
+/// a cache that is not a trigger) reaches `wake`.
+async fn drive<S, T, E>(stream: S, wake: Option<Arc<tokio::sync::Notify>>, what: &'static str)
+where
+    S: futures::Stream<Item = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    futures::pin_mut!(stream);
+    while let Some(r) = stream.next().await {
+        match r {
+            Ok(_) => {
+                if let Some(w) = &wake {
+                    w.notify_one();
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "{what} watch (retrying)"),
+        }
+    }
+}
+
+/// Run the ClusterPolicy loop until `shutdown` resolves: one round reconciles every policy
+/// (the oldest is in charge, the others are marked ignored); it runs again on any change of a
+/// policy, a GPU node's labels or an operand object, and when a policy's requeue is due.
 pub async fn run(
     client: kube::Client,
     opts: ReconcileOptions,
@@ -168,16 +191,33 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let cp = cluster_policy_resource();
-    let policies_api: Api<DynamicObject> = Api::all_with(client.clone(), &cp);
-    // One signal, two listeners: the controller's graceful shutdown, and the bound on it below.
-    let shutdown = shutdown.boxed().shared();
-
-    let mut triggers: Vec<Trigger> = Vec::new();
+    let mut rounds = Rounds::new("ClusterPolicy", MIN_INTERVAL);
+    let wake = rounds.wake();
     let mut waits = Vec::new();
 
-    // Nodes: the shared metadata cache; reconcile on label/annotation changes.
+    // ClusterPolicies, untyped (see the module header).
+    let writer = reflector::store::Writer::new(cp.clone());
+    let policies = writer.as_reader();
+    rounds.trigger(drive(
+        reflector::reflector(
+            writer,
+            watcher(
+                Api::all_with(client.clone(), &cp),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+        ),
+        Some(wake.clone()),
+        "ClusterPolicy",
+    ));
+    waits.push({
+        let s = policies.clone();
+        async move { s.wait_until_ready().await.is_ok() }.boxed()
+    });
+
+    // Nodes: the shared metadata cache; a round on label/annotation changes.
     let nodes = node_watch.store().clone();
-    triggers.push(node_watch.changes().boxed());
+    rounds.trigger(node_watch.clone().notify(wake.clone()));
     waits.push({
         let w = node_watch.clone();
         async move { w.ready().await }.boxed()
@@ -185,21 +225,18 @@ pub async fn run(
 
     // Operand pods: cached, not a trigger (a not-ready policy requeues every 5 s anyway).
     let (pods, pod_writer) = reflector::store();
-    let pod_stream = reflector::reflector(
-        pod_writer,
-        watcher(
-            Api::<operand_pods::OperandPod>::namespaced(client.clone(), &opts.namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .filter_map(|r| {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "operand pod watch (retrying)");
-        }
-        std::future::ready(None)
-    });
-    triggers.push(pod_stream.boxed());
+    rounds.trigger(drive(
+        reflector::reflector(
+            pod_writer,
+            watcher(
+                Api::<operand_pods::OperandPod>::namespaced(client.clone(), &opts.namespace),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+        ),
+        None,
+        "operand pod",
+    ));
     waits.push({
         let s = pods.clone();
         async move { s.wait_until_ready().await.is_ok() }.boxed()
@@ -215,14 +252,16 @@ pub async fn run(
         };
         let writer = reflector::store::Writer::new(kind.resource.clone());
         let store = writer.as_reader();
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default().labels(LABEL_STATE))
-                .default_backoff()
-                .modify(strip_managed_fields),
-        )
-        .filter_map(|r| std::future::ready(r.ok().map(|_| ())));
-        triggers.push(stream.boxed());
+        rounds.trigger(drive(
+            reflector::reflector(
+                writer,
+                watcher(api, watcher::Config::default().labels(LABEL_STATE))
+                    .default_backoff()
+                    .modify(strip_managed_fields),
+            ),
+            Some(wake.clone()),
+            "operand",
+        ));
         waits.push({
             let s = store.clone();
             async move { s.wait_until_ready().await.is_ok() }.boxed()
@@ -230,15 +269,11 @@ pub async fn run(
         children.push((kind, store));
     }
 
-    let controller = Controller::new_with(policies_api, watcher::Config::default(), cp)
-        .with_config(controller::Config::default().concurrency(1))
-        .reconcile_all_on(futures::stream::select_all(triggers))
-        .graceful_shutdown_on(shutdown.clone());
     let ctx = Arc::new(Ctx {
         client,
         opts,
         metrics,
-        policies: controller.store(),
+        policies,
         nodes,
         pods,
         children,
@@ -247,39 +282,37 @@ pub async fn run(
     });
     // Reconciling before every cache is filled could delete objects it has not seen yet.
     let sync_ctx = ctx.clone();
-    tokio::spawn(async move {
+    rounds.trigger(async move {
         let all = futures::future::join_all(waits).await;
         tracing::debug!(caches = ?all, "operator caches filled");
         if all.into_iter().all(|ok| ok) {
             sync_ctx.synced.store(true, Ordering::Release);
             sync_ctx.metrics.set_ready(true);
+            wake.notify_one();
         }
     });
-    let run = controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "ClusterPolicy controller");
-            }
-        });
-    // The controller's stream can outlive the signal while its trigger watches stay open; a
-    // reconcile in flight gets a short grace, then the stream and every watch are dropped.
-    tokio::select! {
-        () = run => {}
-        () = async {
-            shutdown.await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        } => tracing::debug!("ClusterPolicy controller stopped after its shutdown grace"),
-    }
+    let ctx = &ctx;
+    rounds.run(shutdown, move || round(ctx)).await;
 }
 
-/// How long a reconcile in flight may finish after shutdown is asked for.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Failures are already counted and written to the status by `reconcile`; retry soon.
-fn error_policy(_: Arc<DynamicObject>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(error = %e, "ClusterPolicy reconcile failed");
-    Action::requeue(REQUEUE_NOT_READY)
+/// Reconcile every policy once; returns when the next round is due without a change.
+async fn round(ctx: &Ctx) -> Duration {
+    if !ctx.synced.load(Ordering::Acquire) {
+        return Duration::from_millis(500);
+    }
+    let mut next = RESYNC;
+    for obj in ctx.policies.state() {
+        match reconcile(obj, ctx).await {
+            Ok(Some(requeue)) => next = next.min(requeue),
+            Ok(None) => {}
+            // Failures are already counted and written to the status; retry soon.
+            Err(e) => {
+                tracing::warn!(error = %e, "ClusterPolicy reconcile failed");
+                next = next.min(REQUEUE_NOT_READY);
+            }
+        }
+    }
+    next
 }
 
 /// The active policy: oldest creationTimestamp, ties broken by lowest name.
@@ -287,19 +320,20 @@ pub fn active_name(all: &[Arc<DynamicObject>]) -> Option<String> {
     gantry_api::cluster_policy::active(all, |p| &p.metadata).and_then(|p| p.metadata.name.clone())
 }
 
-async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+/// Reconcile one policy; `Some(after)`: reconcile it again `after` even without a change.
+async fn reconcile(obj: Arc<DynamicObject>, ctx: &Ctx) -> Result<Option<Duration>, Error> {
     if !ctx.synced.load(Ordering::Acquire) {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return Ok(Some(Duration::from_millis(500)));
     }
     let started = Instant::now();
     let name = obj.metadata.name.clone().unwrap_or_default();
     let active = active_name(&ctx.policies.state());
     if active.as_deref() != Some(name.as_str()) {
         let active = active.unwrap_or_default();
-        write_status(&ctx, &obj, status::ignored(&ctx.opts.namespace, &active)).await?;
-        return Ok(Action::await_change());
+        write_status(ctx, &obj, status::ignored(&ctx.opts.namespace, &active)).await?;
+        return Ok(None);
     }
-    let result = reconcile_active(&obj, &ctx).await;
+    let result = reconcile_active(&obj, ctx).await;
     let secs = started.elapsed().as_secs_f64();
     match result {
         Ok((outcome, action)) => {
@@ -313,7 +347,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Err
                 condition::REASON_RECONCILE_FAILED,
                 e.to_string(),
             );
-            if let Err(se) = write_status(&ctx, &obj, st).await {
+            if let Err(se) = write_status(ctx, &obj, st).await {
                 tracing::warn!(error = %se, "writing the failure status");
             }
             Err(e)
@@ -332,7 +366,10 @@ fn explain_invalid(obj: &serde_json::Value, err: &serde_json::Error) -> String {
     }
 }
 
-async fn reconcile_active(obj: &DynamicObject, ctx: &Ctx) -> Result<(Outcome, Action), Error> {
+async fn reconcile_active(
+    obj: &DynamicObject,
+    ctx: &Ctx,
+) -> Result<(Outcome, Option<Duration>), Error> {
     let ns = ctx.opts.namespace.as_str();
     let json = serde_json::to_value(obj).unwrap_or_default();
     let policy: ClusterPolicy = match serde_json::from_value(json.clone()) {
@@ -341,7 +378,7 @@ async fn reconcile_active(obj: &DynamicObject, ctx: &Ctx) -> Result<(Outcome, Ac
             let msg = explain_invalid(&json, &e);
             let st = status::failed(ns, condition::REASON_RECONCILE_FAILED, msg);
             write_status(ctx, obj, st).await?;
-            return Ok((Outcome::Failed, Action::await_change()));
+            return Ok((Outcome::Failed, None));
         }
     };
     let spec = &policy.spec;
@@ -378,7 +415,7 @@ async fn reconcile_active(obj: &DynamicObject, ctx: &Ctx) -> Result<(Outcome, Ac
         Err(e) => {
             let st = status::failed(ns, condition::REASON_RECONCILE_FAILED, e.to_string());
             write_status(ctx, obj, st).await?;
-            return Ok((Outcome::Failed, Action::await_change()));
+            return Ok((Outcome::Failed, None));
         }
     };
 
@@ -386,7 +423,7 @@ async fn reconcile_active(obj: &DynamicObject, ctx: &Ctx) -> Result<(Outcome, Ac
         tracing::warn!(error = %msg, "not rolling out: the device plugin config is unusable");
         let st = status::failed(ns, plugin_config::REASON, msg);
         write_status(ctx, obj, st).await?;
-        return Ok((Outcome::NotReady, Action::requeue(REQUEUE_NOT_READY)));
+        return Ok((Outcome::NotReady, Some(REQUEUE_NOT_READY)));
     }
     nodes::write_all(ctx, &plans.changes).await?;
     let desired = operands::apply_all(ctx, &rendered).await?;
@@ -403,9 +440,9 @@ async fn reconcile_active(obj: &DynamicObject, ctx: &Ctx) -> Result<(Outcome, Ac
     let ready = st.state == gantry_api::cluster_policy::ClusterPolicyState::Ready;
     write_status(ctx, obj, st).await?;
     Ok(if ready {
-        (Outcome::Ready, Action::requeue(RESYNC))
+        (Outcome::Ready, Some(RESYNC))
     } else {
-        (Outcome::NotReady, Action::requeue(REQUEUE_NOT_READY))
+        (Outcome::NotReady, Some(REQUEUE_NOT_READY))
     })
 }
 

@@ -255,43 +255,18 @@ impl Metrics {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    use axum::{Router, http::StatusCode, routing::get};
-    let m1 = metrics.clone();
-    let m2 = metrics.clone();
-    let app = Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let m = m1.clone();
-                async move {
-                    (
-                        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-                        m.encode(),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let m = m2.clone();
-                async move {
-                    if m.ready.load(Ordering::Relaxed) {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "cache not synced")
-                    }
-                }
-            }),
-        );
-    let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|v| *v).await;
-        })
-        .await;
+    use gantry_runtime::health::{self, Endpoints};
+    let m = metrics.clone();
+    let endpoints = Endpoints::new(health::PROMETHEUS_TEXT, move || m.encode()).ready_when(
+        move || metrics.ready.load(Ordering::Relaxed),
+        "cache not synced",
+    );
+    let stop = gantry_runtime::shutdown::wait(shutdown);
+    if let Err(e) = health::serve(listener, endpoints, stop).await {
+        tracing::warn!(error = %e, "metrics server stopped");
+    }
 }
 
 #[cfg(test)]

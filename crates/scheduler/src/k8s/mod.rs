@@ -6,12 +6,10 @@
 //! Entry point: [`run`].
 
 pub mod admission;
-pub mod bench;
 pub mod binder;
 pub mod cache;
 pub mod convert;
 pub mod explain;
-pub mod leader;
 pub mod metrics;
 pub mod podgrouper;
 pub mod run_loop;
@@ -75,11 +73,7 @@ impl Default for Options {
             leader_elect: true,
             namespace: "gantry".into(),
             lease_duration: Duration::from_secs(15),
-            identity: format!(
-                "{}-{}",
-                std::env::var("HOSTNAME").unwrap_or_else(|_| "gantry-scheduler".into()),
-                std::process::id()
-            ),
+            identity: gantry_runtime::identity("gantry-scheduler"),
             cycle_period: Duration::from_secs(1),
             config: crate::Config::default(),
             create_default_queues: true,
@@ -97,40 +91,19 @@ pub enum Error {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("leader election on Lease {namespace}/{name}: {source}")]
-    Lease {
-        namespace: String,
-        name: String,
-        source: kube::Error,
-    },
+    #[error("leader election: {0}")]
+    Lease(#[from] gantry_runtime::lease::LeaseError),
     #[error("lost the leader Lease {namespace}/{name} to another replica; stopping")]
     LostLease { namespace: String, name: String },
     #[error("{what}: {source}")]
     Api { what: String, source: kube::Error },
-    #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: String, message: String },
-    #[error(
-        "no kubeconfig given, and neither in-cluster config nor KUBECONFIG / ~/.kube/config worked: {0}"
-    )]
-    NoConfig(String),
+    #[error(transparent)]
+    Client(#[from] gantry_runtime::ClientError),
 }
 
 /// A client from `kubeconfig`, or in-cluster config, else KUBECONFIG / `~/.kube/config`.
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Error> {
-    let Some(p) = kubeconfig else {
-        return kube::Client::try_default()
-            .await
-            .map_err(|e| Error::NoConfig(e.to_string()));
-    };
-    let bad = |message: String| Error::Kubeconfig {
-        path: p.display().to_string(),
-        message,
-    };
-    let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| bad(e.to_string()))?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| bad(e.to_string()))?;
-    kube::Client::try_from(cfg).map_err(|e| bad(e.to_string()))
+    Ok(gantry_runtime::client(kubeconfig).await?)
 }
 
 /// Shared handles a running scheduler exposes (tests read the metrics).

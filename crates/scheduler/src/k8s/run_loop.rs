@@ -1,15 +1,27 @@
 //! `run`: leader election, reflectors, and the loop that owns the cache and runs cycles.
+//!
+//! - [`boot`]: leader election and what is created at start-up;
+//! - this module: the reflectors and the loop (cache, cycles);
+//! - [`writer`]: API writes and the status task.
+
+mod boot;
+mod writer;
+
+use boot::*;
+pub use boot::{run, run_with};
+use writer::*;
 
 use super::cache::{Assumed, Cache, key};
 use super::metrics::{Metrics, PhaseLabel, QueueLabel, QueueResourceLabel, ReasonLabel};
 use super::status::{Events, StatusWriter, reason};
-use super::{Error, Options, binder, leader, podgrouper};
+use super::{Error, Options, binder, podgrouper};
 use crate::decisions::{Bind, Decisions, EvictReason, GpuBinding, QueueReport};
 use futures::StreamExt;
 use gantry_api::kai::{PodGroup, Queue};
 use gantry_api::lenient::Lenient;
 use gantry_api::names;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use gantry_runtime::lease::{Lease, LeaseConfig};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -20,180 +32,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
-
-/// Run the scheduler until `shutdown` becomes true. With leader election, waits for the
-/// Lease first and returns [`Error::LostLease`] if another replica takes it.
-pub async fn run(
-    client: kube::Client,
-    opts: Options,
-    shutdown: watch::Receiver<bool>,
-) -> Result<(), Error> {
-    let metrics = Metrics::new();
-    run_with(client, opts, shutdown, metrics).await
-}
-
-/// [`run`] with a caller-provided metrics registry.
-pub async fn run_with(
-    client: kube::Client,
-    opts: Options,
-    mut shutdown: watch::Receiver<bool>,
-    metrics: Arc<Metrics>,
-) -> Result<(), Error> {
-    if let Some(addr) = opts.metrics_address {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::Metrics { addr, source })?;
-        tokio::spawn(super::metrics::serve(l, metrics.clone(), shutdown.clone()));
-    }
-    let lease = leader::LeaseConfig {
-        namespace: opts.namespace.clone(),
-        name: names::SCHEDULER_LEASE.to_string(),
-        identity: opts.identity.clone(),
-        duration: opts.lease_duration,
-    };
-    let lease_err = |source| Error::Lease {
-        namespace: lease.namespace.clone(),
-        name: lease.name.clone(),
-        source,
-    };
-    if opts.leader_elect {
-        ensure_namespace(&client, &opts.namespace).await;
-        loop {
-            if *shutdown.borrow() {
-                return Ok(());
-            }
-            if leader::try_acquire(&client, &lease)
-                .await
-                .map_err(lease_err)?
-            {
-                break;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(opts.lease_duration / 5) => {}
-                _ = shutdown.changed() => {}
-            }
-        }
-        tracing::info!(identity = %lease.identity, "acquired the scheduler lease");
-    }
-    metrics.leader.set(1);
-    // Renew in the background; a failed renewal ends leadership.
-    let (lost_tx, mut lost_rx) = watch::channel(false);
-    let renew = if opts.leader_elect {
-        let (c, l, sd) = (client.clone(), lease.clone(), shutdown.clone());
-        Some(tokio::spawn(async move {
-            let mut last_ok = Instant::now();
-            loop {
-                tokio::time::sleep(l.duration / 3).await;
-                if *sd.borrow() {
-                    return;
-                }
-                match leader::try_acquire(&c, &l).await {
-                    Ok(true) => last_ok = Instant::now(),
-                    Ok(false) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "renewing the scheduler lease failed");
-                        if last_ok.elapsed() > l.duration {
-                            break;
-                        }
-                    }
-                }
-            }
-            let _ = lost_tx.send(true);
-        }))
-    } else {
-        None
-    };
-    let mut stop = shutdown.clone();
-    let res = tokio::select! {
-        r = lead(client.clone(), opts.clone(), stop.clone(), metrics.clone()) => r,
-        _ = lost_rx.wait_for(|v| *v) => Err(Error::LostLease { namespace: lease.namespace.clone(), name: lease.name.clone() }),
-        _ = stop.wait_for(|v| *v) => Ok(()),
-    };
-    metrics.leader.set(0);
-    metrics.set_ready(false);
-    if let Some(r) = renew {
-        r.abort();
-    }
-    if opts.leader_elect && !matches!(res, Err(Error::LostLease { .. })) {
-        leader::release(&client, &lease).await;
-    }
-    res
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Result<Namespace, _> = serde_json::from_value(json!({"metadata": {"name": name}}));
-    if let Ok(ns) = ns
-        && let Err(e) = api.create(&PostParams::default(), &ns).await
-        && !matches!(&e, kube::Error::Api(s) if s.code == 409)
-    {
-        tracing::warn!(namespace = name, error = %e, "could not create namespace");
-    }
-}
-
-async fn install_crds(client: &kube::Client) {
-    let Ok(all) = gantry_api::crds::all_crds() else {
-        return;
-    };
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in all.into_iter().filter(|c| c.spec.group == names::KAI_GROUP) {
-        if let Err(e) = api.create(&PostParams::default(), &crd).await
-            && !matches!(&e, kube::Error::Api(s) if s.code == 409)
-        {
-            tracing::warn!(crd = ?crd.metadata.name, error = %e, "could not install CRD");
-        }
-    }
-}
-
-async fn create_default_queues(client: &kube::Client) {
-    let api: Api<Queue> = Api::all(client.clone());
-    let open = json!({"quota": 0, "limit": -1, "overQuotaWeight": 1});
-    for (name, parent) in [
-        (names::DEFAULT_PARENT_QUEUE, None),
-        (names::DEFAULT_QUEUE, Some(names::DEFAULT_PARENT_QUEUE)),
-    ] {
-        let mut spec = json!({"resources": {"gpu": open, "cpu": open, "memory": open}});
-        if let Some(p) = parent {
-            spec["parentQueue"] = json!(p);
-        }
-        let q: Result<Queue, _> = serde_json::from_value(json!({
-            "apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
-            "metadata": {"name": name}, "spec": spec,
-        }));
-        if let Ok(q) = q
-            && let Err(e) = api.create(&PostParams::default(), &q).await
-            && !matches!(&e, kube::Error::Api(s) if s.code == 409)
-        {
-            tracing::warn!(queue = name, error = %e, "could not create default queue");
-        }
-    }
-}
-
-/// KAI's PriorityClasses (`train` 50, `build-preemptible` 75, `build` 100, `inference` 125),
-/// created when missing so KAI's examples and docs work as written. Existing classes of those
-/// names are left as they are.
-async fn create_priority_classes(client: &kube::Client) {
-    let api: Api<PriorityClass> = Api::all(client.clone());
-    for (name, value) in names::KAI_PRIORITY_CLASSES {
-        let preemptible = value < names::NON_PREEMPTIBLE_PRIORITY_THRESHOLD;
-        let pc: Result<PriorityClass, _> = serde_json::from_value(json!({
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-            "globalDefault": false,
-            "description": format!(
-                "KAI workload priority {name} ({})",
-                if preemptible { "preemptible" } else { "non-preemptible, runs only within its queue's quota" }
-            ),
-        }));
-        if let Ok(pc) = pc
-            && let Err(e) = api.create(&PostParams::default(), &pc).await
-            && !matches!(&e, kube::Error::Api(s) if s.code == 409)
-        {
-            tracing::warn!(priority_class = name, error = %e, "could not create KAI priority class");
-        }
-    }
-}
 
 /// What the reflectors and the spawned API tasks tell the loop.
 enum Msg {
@@ -270,60 +108,6 @@ struct Loop {
     said_problem: HashSet<String>,
 }
 
-/// Work for the status task (one writer, in order, deduplicated there).
-enum StatusMsg {
-    PodEvent {
-        namespace: String,
-        name: String,
-        uid: String,
-        type_: &'static str,
-        reason: &'static str,
-        message: String,
-    },
-    Forget {
-        namespace: String,
-        name: String,
-    },
-    Queue(QueueReport),
-    Group {
-        namespace: String,
-        name: String,
-        unschedulable: Option<String>,
-    },
-}
-
-async fn status_task(client: kube::Client, mut rx: mpsc::UnboundedReceiver<StatusMsg>) {
-    let mut events = Events::new(client.clone());
-    let mut status = StatusWriter::new(client);
-    while let Some(m) = rx.recv().await {
-        match m {
-            StatusMsg::PodEvent {
-                namespace,
-                name,
-                uid,
-                type_,
-                reason,
-                message,
-            } => {
-                events
-                    .pod(&namespace, &name, &uid, type_, reason, &message)
-                    .await
-            }
-            StatusMsg::Forget { namespace, name } => events.forget(&namespace, &name),
-            StatusMsg::Queue(r) => status.queue(&r).await,
-            StatusMsg::Group {
-                namespace,
-                name,
-                unschedulable,
-            } => {
-                status
-                    .pod_group(&namespace, &name, unschedulable.as_deref())
-                    .await
-            }
-        }
-    }
-}
-
 async fn lead(
     client: kube::Client,
     opts: Options,
@@ -333,7 +117,9 @@ async fn lead(
     if opts.install_crds {
         install_crds(&client).await;
     }
-    ensure_namespace(&client, &opts.reservation_namespace).await;
+    if let Err(e) = gantry_runtime::ensure_namespace(&client, &opts.reservation_namespace).await {
+        tracing::warn!(namespace = %opts.reservation_namespace, error = %e, "could not create namespace");
+    }
     if opts.create_default_priority_classes {
         create_priority_classes(&client).await;
     }
@@ -618,181 +404,6 @@ impl Loop {
         self.metrics.cycle_seconds.observe((t3 - t0).as_secs_f64());
     }
 
-    fn apply(&mut self, d: Decisions) {
-        for b in d.binds.iter().filter(|b| !b.pipelined) {
-            self.dispatch_bind(b);
-        }
-        for e in &d.evictions {
-            let k = key(&e.namespace, &e.name);
-            if !self.deleting.insert(k.clone()) {
-                continue;
-            }
-            let (rsn, label) = match &e.reason {
-                EvictReason::Reclaim { .. } => (reason::RECLAIMED, "reclaim"),
-                EvictReason::Preempt { .. } => (reason::PREEMPTED, "preempt"),
-                EvictReason::Consolidation { .. } => (reason::CONSOLIDATED, "consolidation"),
-                EvictReason::StaleGang { .. } => (reason::STALE, "stale-gang"),
-            };
-            self.metrics
-                .evictions
-                .get_or_create(&ReasonLabel {
-                    reason: label.into(),
-                })
-                .inc();
-            self.pod_event(&k, "Warning", rsn, format!("Evicted: {}", e.reason));
-            self.cache.evicted(&k);
-            let (client, tx, ns, name) = (
-                self.client.clone(),
-                self.tx.clone(),
-                e.namespace.clone(),
-                e.name.clone(),
-            );
-            tokio::spawn(async move {
-                let api: Api<Pod> = Api::namespaced(client, &ns);
-                if let Err(err) = api.delete(&name, &DeleteParams::default()).await
-                    && !matches!(&err, kube::Error::Api(s) if s.code == 404)
-                {
-                    tracing::warn!(pod = %name, error = %err, "evicting failed");
-                }
-                let _ = tx
-                    .send(Msg::Deleted {
-                        key: key(&ns, &name),
-                    })
-                    .await;
-            });
-        }
-        let mut group_msgs: HashMap<(String, String), Option<String>> = HashMap::new();
-        let mut pending_per_queue: HashMap<String, f64> = HashMap::new();
-        for u in &d.unschedulable {
-            let k = key(&u.namespace, &u.name);
-            let Some(meta) = self.cache.meta.get(&k) else {
-                continue;
-            };
-            if let Some(g) = self
-                .cache
-                .pod_group(&meta.input.namespace, &meta.input.pod_group)
-            {
-                *pending_per_queue.entry(g.queue.clone()).or_default() += 1.0;
-                group_msgs.insert(
-                    (g.namespace.clone(), g.name.clone()),
-                    Some(u.message.clone()),
-                );
-            }
-            self.pod_event(&k, "Warning", reason::UNSCHEDULABLE, u.message.clone());
-        }
-        for b in &d.binds {
-            if let Some(meta) = self.cache.meta.get(&key(&b.namespace, &b.name)) {
-                group_msgs
-                    .entry((meta.input.namespace.clone(), meta.input.pod_group.clone()))
-                    .or_insert(None);
-            }
-        }
-        for ((ns, name), msg) in group_msgs {
-            let _ = self.status_tx.send(StatusMsg::Group {
-                namespace: ns,
-                name,
-                unschedulable: msg,
-            });
-        }
-        for m in &d.stale_marks {
-            let patch = json!({"metadata": {"annotations": {
-                names::ANNOTATION_STALE_PODGROUP_TIMESTAMP: m.since.and_then(|s| chrono::DateTime::from_timestamp(s, 0)).map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-            }}});
-            let api: Api<PodGroup> = Api::namespaced(self.client.clone(), &m.namespace);
-            let name = m.pod_group.clone();
-            tokio::spawn(async move {
-                let _ = api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-            });
-        }
-        self.metrics.kai.update(&d.queues);
-        for q in &d.queues {
-            self.metrics
-                .pending
-                .get_or_create(&QueueLabel {
-                    queue: q.name.clone(),
-                })
-                .set(pending_per_queue.get(&q.name).copied().unwrap_or(0.0));
-            for (i, r) in ["gpu", "cpu", "memory"].iter().enumerate() {
-                let l = QueueResourceLabel {
-                    queue: q.name.clone(),
-                    resource: r.to_string(),
-                };
-                self.metrics
-                    .fair_share
-                    .get_or_create(&l)
-                    .set(q.fair_share[i]);
-                self.metrics.allocated.get_or_create(&l).set(q.allocated[i]);
-            }
-            let _ = self.status_tx.send(StatusMsg::Queue(q.clone()));
-        }
-        for issue in &d.issues {
-            tracing::debug!(%issue, "input issue");
-        }
-    }
-
-    fn dispatch_bind(&mut self, b: &Bind) {
-        let k = key(&b.namespace, &b.name);
-        if self.cache.assumed.contains_key(&k) {
-            return;
-        }
-        let (indices, groups) = match &b.gpu {
-            GpuBinding::Whole { indices } => (indices.clone(), Vec::new()),
-            GpuBinding::Fraction { indices, .. } => (
-                indices.clone(),
-                indices
-                    .iter()
-                    .map(|&i| binder::gpu_group(&b.node, i))
-                    .collect(),
-            ),
-            _ => (Vec::new(), Vec::new()),
-        };
-        self.cache.assume(
-            &k,
-            Assumed {
-                node: b.node.clone(),
-                gpu_indices: indices,
-                groups,
-            },
-        );
-        let mps = self
-            .cache
-            .input
-            .nodes
-            .iter()
-            .find(|n| n.name == b.node)
-            .and_then(|n| n.labels.get(names::LABEL_GPU_SHARING_STRATEGY))
-            .is_some_and(|v| v == "mps");
-        let ctx = binder::BindContext {
-            reservation_ns: self.opts.reservation_namespace.clone(),
-            reservation_image: self.opts.reservation_image.clone(),
-            reservation_timeout: self.opts.reservation_timeout,
-            node_gpu_mib: self.cache.node_gpu_mib.get(&b.node).copied(),
-            node_mps: mps,
-        };
-        let (client, tx, slots, b) = (
-            self.client.clone(),
-            self.tx.clone(),
-            self.bind_slots.clone(),
-            b.clone(),
-        );
-        let started = Instant::now();
-        tokio::spawn(async move {
-            let _permit = slots.acquire_owned().await;
-            let result = binder::bind(&client, &ctx, &b)
-                .await
-                .map_err(|e| e.to_string());
-            let _ = tx
-                .send(Msg::Bound {
-                    key: k,
-                    result,
-                    started,
-                })
-                .await;
-        });
-    }
-
     /// Pods of ours the scheduler cannot consider at all: say why, once.
     fn report_problems(&mut self) {
         let now = self.cache.input.now;
@@ -888,101 +499,4 @@ impl Loop {
             });
         }
     }
-}
-
-/// Fetch an owner object (any kind) as JSON.
-async fn fetch_owner(
-    client: &kube::Client,
-    namespace: &str,
-    o: &super::convert::OwnerRef,
-) -> Result<DynamicObject, kube::Error> {
-    let (group, version) = match o.api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", o.api_version.as_str()),
-    };
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &o.kind));
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
-    api.get(&o.name).await
-}
-
-/// Create (or adopt) the pod's PodGroup, then annotate the pod.
-async fn group_one(
-    client: &kube::Client,
-    pod: &super::convert::CachedPod,
-) -> Result<Box<PodGroup>, String> {
-    let ns = &pod.input.namespace;
-    let mut owner: Option<podgrouper::Owner> = None;
-    let mut next = pod.owner.clone();
-    for _ in 0..podgrouper::MAX_OWNER_DEPTH {
-        let Some(o) = next.take() else { break };
-        if podgrouper::per_pod_owner(&o) {
-            break; // one group per pod, like KAI's Deployment grouper
-        }
-        match fetch_owner(client, ns, &o).await {
-            Ok(obj) => {
-                let meta = &obj.metadata;
-                next = meta
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|r| r.controller == Some(true))
-                    .map(|r| super::convert::OwnerRef {
-                        api_version: r.api_version.clone(),
-                        kind: r.kind.clone(),
-                        name: r.name.clone(),
-                        uid: r.uid.clone(),
-                    });
-                owner = Some(podgrouper::Owner {
-                    api_version: o.api_version.clone(),
-                    kind: o.kind.clone(),
-                    name: o.name.clone(),
-                    uid: o.uid.clone(),
-                    labels: meta.labels.clone().unwrap_or_default(),
-                    annotations: meta.annotations.clone().unwrap_or_default(),
-                    spec: obj.data.get("spec").cloned().unwrap_or_default(),
-                });
-            }
-            // An owner we cannot read: group under the last one we could.
-            Err(e) => {
-                tracing::debug!(owner = %o.name, error = %e, "owner not readable");
-                break;
-            }
-        }
-    }
-    let g = podgrouper::grouping(pod, owner.as_ref());
-    let api: Api<PodGroup> = Api::namespaced(client.clone(), ns);
-    let obj: PodGroup = serde_json::from_value(g.object)
-        .map_err(|e| format!("pod {ns}/{}: building its PodGroup: {e}", pod.input.name))?;
-    let created = match api.create(&PostParams::default(), &obj).await {
-        Ok(c) => c,
-        // Exists: the user's or ours; it wins.
-        Err(kube::Error::Api(s)) if s.code == 409 => api.get(&g.name).await.map_err(|e| {
-            format!(
-                "pod {ns}/{}: reading PodGroup {}: {e}",
-                pod.input.name, g.name
-            )
-        })?,
-        Err(e) => {
-            return Err(format!(
-                "pod {ns}/{}: creating PodGroup {}: {e}",
-                pod.input.name, g.name
-            ));
-        }
-    };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let patch = json!({"metadata": {"annotations": {names::ANNOTATION_POD_GROUP_NAME: g.name}}});
-    pods.patch(
-        &pod.input.name,
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(|e| {
-        format!(
-            "pod {ns}/{}: setting {}: {e}",
-            pod.input.name,
-            names::ANNOTATION_POD_GROUP_NAME
-        )
-    })?;
-    Ok(Box::new(created))
 }

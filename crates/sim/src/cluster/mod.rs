@@ -15,9 +15,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 use gantry_api::lenient::Lenient;
 use gantry_gpu::{SimBackend, SimConfig};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
@@ -198,22 +198,12 @@ fn lock_pods_clear(n: &NodeShared) {
 }
 
 async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), ClusterError> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(source) => Err(ClusterError::Namespace {
+    gantry_runtime::ensure_namespace(client, name)
+        .await
+        .map_err(|source| ClusterError::Namespace {
             namespace: name.to_string(),
             source,
-        }),
-    }
+        })
 }
 
 /// Start one kubelet per planned node under `root` (`<root>/<node>/…`), the shared pod watch,

@@ -9,7 +9,7 @@ use gantry_node::args::HostPaths;
 use gantry_node::device_plugin::args::DevicePluginArgs;
 use gantry_node::device_plugin::{self, HealthPolicy};
 
-use super::gpu_source::shutdown_signal;
+use gantry_runtime::shutdown::signal as shutdown_signal;
 
 pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     let mut opts = args.options(&HostPaths::identity())?;

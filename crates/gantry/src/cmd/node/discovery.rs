@@ -7,8 +7,6 @@ use anyhow::Context;
 use gantry_node::args::HostPaths;
 use gantry_node::discovery::{self, args::DiscoveryArgs};
 
-use super::gpu_source;
-
 pub fn run(args: DiscoveryArgs) -> anyhow::Result<ExitCode> {
     let opts = args.options(&HostPaths::identity())?;
     let backend = args.gpu.open().map_err(anyhow::Error::msg)?;
@@ -22,7 +20,7 @@ pub fn run(args: DiscoveryArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async move {
         let client = discovery::client_from_env().await?;
-        discovery::run(opts, backend, client, gpu_source::shutdown_signal()).await
+        discovery::run(opts, backend, client, gantry_runtime::shutdown::signal()).await
     })
     .context("gantry node discovery")?;
     Ok(ExitCode::SUCCESS)

@@ -7,8 +7,6 @@ use anyhow::Context;
 use gantry_node::args::HostPaths;
 use gantry_node::exporter::{self, args::ExporterArgs};
 
-use super::gpu_source;
-
 pub fn run(args: ExporterArgs) -> anyhow::Result<ExitCode> {
     for line in args.report() {
         tracing::info!("{line}");
@@ -21,7 +19,11 @@ pub fn run(args: ExporterArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(exporter::run(opts, backend, gpu_source::shutdown_signal()))
-        .context("gantry node exporter")?;
+    rt.block_on(exporter::run(
+        opts,
+        backend,
+        gantry_runtime::shutdown::signal(),
+    ))
+    .context("gantry node exporter")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -10,8 +10,6 @@ use gantry_api::mig_parted::MigPartedConfig;
 use gantry_node::args::HostPaths;
 use gantry_node::mig::{self, ConfigSource, ReadOnly, args::MigManagerArgs, daemon};
 
-use super::gpu_source;
-
 pub fn run(args: MigManagerArgs) -> anyhow::Result<ExitCode> {
     let paths = HostPaths::identity();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -24,7 +22,7 @@ pub fn run(args: MigManagerArgs) -> anyhow::Result<ExitCode> {
             let client = gantry_node::discovery::client_from_env()
                 .await
                 .context("connecting to the Kubernetes API")?;
-            mig::run(opts, backend, client, gpu_source::shutdown_signal())
+            mig::run(opts, backend, client, gantry_runtime::shutdown::signal())
                 .await
                 .context("gantry node mig-manager")
         })?;

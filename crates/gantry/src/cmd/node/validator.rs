@@ -8,8 +8,6 @@ use anyhow::Context;
 use gantry_node::args::HostPaths;
 use gantry_node::validator::{self, KubeView, Mode, Seams, args::ValidatorArgs};
 
-use super::gpu_source;
-
 pub fn run(args: ValidatorArgs) -> anyhow::Result<ExitCode> {
     let opts = args
         .options(&HostPaths::identity())
@@ -41,7 +39,7 @@ pub fn run(args: ValidatorArgs) -> anyhow::Result<ExitCode> {
         validator::run(
             opts,
             Seams { backend, cluster },
-            gpu_source::shutdown_signal(),
+            gantry_runtime::shutdown::signal(),
         )
         .await
     })

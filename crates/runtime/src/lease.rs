@@ -1,5 +1,6 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease: take it when free or expired, renew it
-//! while held. Updates carry the resourceVersion read, so two replicas never both win.
+//! while held, give it back on shutdown so a successor starts at once. Updates carry the
+//! resourceVersion read (a compare-and-swap), so two replicas never both win.
 
 use std::time::Duration;
 
@@ -25,10 +26,10 @@ pub struct Lease {
 #[derive(Debug, thiserror::Error)]
 #[error("Lease {namespace}/{name}: {source}")]
 pub struct LeaseError {
-    namespace: String,
-    name: String,
+    pub namespace: String,
+    pub name: String,
     #[source]
-    source: kube::Error,
+    pub source: kube::Error,
 }
 
 /// Whether `spec` lets `me` hold the lease at `now`.
@@ -50,6 +51,10 @@ impl Lease {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
         }
+    }
+
+    pub fn config(&self) -> &LeaseConfig {
+        &self.cfg
     }
 
     fn err(&self, source: kube::Error) -> LeaseError {

@@ -2,9 +2,9 @@
 //! files, several seeds per trace, every policy on the same arrival streams; medians and
 //! min–max printed beside the paper's own figures when its result table is given.
 
-use super::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
-use crate::gpushare::replay::{LEVELS, paper_arrivals, run, spread};
-use crate::gpushare::{NodeSpec, PodShape, SharePolicy};
+use gantry_scheduler::gpushare::replay::{LEVELS, paper_arrivals, run, spread};
+use gantry_scheduler::gpushare::{NodeSpec, PodShape, SharePolicy};
+use gantry_scheduler::workload::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};

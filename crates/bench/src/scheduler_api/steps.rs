@@ -177,23 +177,6 @@ pub async fn overcommitted_nodes(
     Ok(per.values().filter(|&&c| c > o.gpus_per_node).count())
 }
 
-/// `VmRSS` and `VmHWM` of a process, bytes.
-pub fn rss_of(pid: u32) -> (Option<u64>, Option<u64>) {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return (None, None);
-    };
-    let field = |f: &str| {
-        s.lines()
-            .find(|l| l.starts_with(f))?
-            .split_whitespace()
-            .nth(1)?
-            .parse::<u64>()
-            .ok()
-            .map(|k| k * 1024)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 /// What one run measured.
 #[derive(Clone, Debug)]
 pub struct ApiBenchReport {
@@ -225,7 +208,7 @@ pub async fn drive(
     let pid = child.id().unwrap_or(0);
     let t0 = Instant::now();
     let took = wait_bound(client, o, t0, timeout).await;
-    let (rss, peak_rss) = rss_of(pid);
+    let (rss, peak_rss) = crate::rss_of(pid);
     let _ = child.start_kill();
     let to_bound = took?;
     Ok(ApiBenchReport {

@@ -2,9 +2,10 @@
 //! control plane here, the scheduler as a child process (this example re-run with
 //! `--scheduler KUBECONFIG`), so the RSS measured is the scheduler's own.
 //!
-//! `cargo run --release -p gantry-scheduler --example scheduler_api_bench -- [NODES [PODS]]`
+//! `cargo run --release -p gantry-bench --example scheduler_api_bench -- [NODES [PODS]]`
 
-use gantry_scheduler::k8s::{self, bench};
+use gantry_bench::scheduler_api as bench;
+use gantry_scheduler::k8s;
 use std::time::Duration;
 
 type Res = Result<(), Box<dyn std::error::Error + Send + Sync>>;

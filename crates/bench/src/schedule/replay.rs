@@ -1,13 +1,13 @@
 //! Arrival replay: pods arrive one by one and are placed (or not) with a policy, until the
 //! GPU requested reaches the cluster's capacity. Measures how much GPU is left unusable.
 
-use crate::config::Config;
-use crate::input::{
+use gantry_scheduler::config::Config;
+use gantry_scheduler::input::{
     ClusterInput, NodeInput, PodGroupInput, PodInput, QueueInput, QueueResourceInput,
 };
-use crate::placement::Placer;
-use crate::snapshot::{GPU, PodId, Snapshot};
-use crate::state::State;
+use gantry_scheduler::placement::Placer;
+use gantry_scheduler::snapshot::{GPU, PodId, Snapshot};
+use gantry_scheduler::state::State;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -43,7 +43,7 @@ pub fn replay_input(nodes: &[NodeInput], arrivals: &[PodInput]) -> ClusterInput 
         p.namespace = "replay".into();
         p.name = format!("a{i:07}-{}", p.name);
         p.pod_group = p.name.clone();
-        p.phase = crate::input::PodPhase::Pending;
+        p.phase = gantry_scheduler::input::PodPhase::Pending;
         p.node = None;
         groups.push(PodGroupInput {
             namespace: "replay".into(),

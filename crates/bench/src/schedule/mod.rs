@@ -3,19 +3,18 @@
 
 pub mod paper;
 pub mod replay;
-pub mod synth;
-pub mod trace;
 
-use crate::config::{Config, Policy};
-use crate::input::{ClusterInput, NodeInput, PodInput};
-use crate::snapshot::Snapshot;
+use gantry_scheduler::config::{Config, Policy};
+use gantry_scheduler::input::{ClusterInput, NodeInput, PodInput};
+use gantry_scheduler::snapshot::Snapshot;
+pub use gantry_scheduler::workload::synth::{self, MixSpec, SynthSpec};
+use gantry_scheduler::workload::trace;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use replay::{ReplayFigures, replay, replay_input};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-pub use synth::{MixSpec, SynthSpec};
 
 #[derive(Clone, Debug)]
 pub enum Workload {
@@ -200,7 +199,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
             let snap = Snapshot::build(&input);
             build = t0.elapsed();
             let t1 = Instant::now();
-            let d = crate::schedule(&snap, &cfg);
+            let d = gantry_scheduler::schedule(&snap, &cfg);
             cycle = t1.elapsed();
             binds = d.binds.len();
             evictions = d.evictions.len();
@@ -218,7 +217,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
     let running = input
         .pods
         .iter()
-        .filter(|p| p.phase == crate::input::PodPhase::Running)
+        .filter(|p| p.phase == gantry_scheduler::input::PodPhase::Running)
         .count();
     Ok(Report {
         description,

@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 use gantry_gpu::{Backend, SimBackend, SimConfig};
 use tokio::sync::{oneshot, watch};
 
-use super::error::DevicePluginError;
-use super::load::ConfigSource;
-use super::manager::{Options, PluginStatus, run};
-use super::settings::{DeviceSelector, ReplicatedResource, Settings, Sharing, SharingKind};
-use super::uds;
-use crate::proto::deviceplugin as pb;
-use crate::proto::deviceplugin::device_plugin_client::DevicePluginClient;
+use gantry_node::device_plugin::DevicePluginError;
+use gantry_node::device_plugin::load::ConfigSource;
+use gantry_node::device_plugin::manager::{Options, PluginStatus, run};
+use gantry_node::device_plugin::settings::{
+    DeviceSelector, ReplicatedResource, Settings, Sharing, SharingKind,
+};
+use gantry_node::device_plugin::uds;
+use gantry_node::proto::deviceplugin as pb;
+use gantry_node::proto::deviceplugin::device_plugin_client::DevicePluginClient;
 
 /// One measured configuration.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! The FGD paper's protocol without the `gantry` binary (same library call as
 //! `gantry bench schedule --protocol paper`):
-//! `cargo run --release -p gantry-scheduler --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`.
-use gantry_scheduler::bench::paper::{PaperOptions, run_paper};
+//! `cargo run --release -p gantry-bench --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`.
+use gantry_bench::schedule::paper::{PaperOptions, run_paper};
 use gantry_scheduler::gpushare::SharePolicy;
 use std::path::PathBuf;
 

@@ -1,8 +1,8 @@
 //! Run the scheduler benchmark without the `gantry` binary:
-//! `cargo run --release -p gantry-scheduler --example bench_schedule -- NODES GPUS RUNNING PENDING [skip-replay|skip-cycle] [kai-only|frag-only]`.
+//! `cargo run --release -p gantry-bench --example bench_schedule -- NODES GPUS RUNNING PENDING [skip-replay|skip-cycle] [kai-only|frag-only]`.
 //! With `DUMP=<file>` it also writes the KAI policy's decisions on the synthetic cluster as
 //! JSON, to check that a change to the core leaves every bind, eviction and reason as it was.
-use gantry_scheduler::bench::{BenchOptions, SynthSpec, Workload, run, synth};
+use gantry_bench::schedule::{BenchOptions, SynthSpec, Workload, run, synth};
 use gantry_scheduler::{Config, Policy, Snapshot, schedule};
 
 fn main() {

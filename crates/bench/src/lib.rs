@@ -1,0 +1,48 @@
+//! The harnesses behind `gantry bench …`: each builds what it measures (a synthetic cluster,
+//! an in-memory control plane with simulated nodes, a device plugin on simulated GPUs), runs
+//! it and returns figures or a table. The CLI only parses flags and prints.
+//!
+//! - [`schedule`]: the scheduler core, on a synthetic cluster or a trace (`gantry bench schedule`)
+//! - [`scheduler_api`]: `gantry scheduler` through the API (`gantry bench scheduler-api`)
+//! - [`operator`]: `gantry operator` from bare GPU nodes to ready (`gantry bench operator`)
+//! - [`device_plugin`]: Allocate / GetPreferredAllocation latency (`gantry bench device-plugin`)
+
+pub mod device_plugin;
+pub mod operator;
+pub mod schedule;
+pub mod scheduler_api;
+
+/// Resident set size and its peak (`VmRSS`, `VmHWM`) of process `pid`, in bytes, from
+/// `/proc/<pid>/status`; `None` where not readable.
+pub fn rss_of(pid: u32) -> (Option<u64>, Option<u64>) {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return (None, None);
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// A scratch directory for one run, named after `what` and this process.
+fn scratch(what: &str) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let d = std::env::temp_dir().join(format!("gantry-bench-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_this_process_memory() {
+        let (rss, hwm) = super::rss_of(std::process::id());
+        let (rss, hwm) = (rss.unwrap(), hwm.unwrap());
+        assert!(rss > 0 && hwm >= rss, "{rss} {hwm}");
+        assert_eq!(super::rss_of(u32::MAX), (None, None));
+    }
+}
