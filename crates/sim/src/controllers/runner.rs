@@ -1,6 +1,6 @@
-//! The controllers' shell: watch DaemonSets, Jobs, Nodes and Pods into local caches, and on
-//! any change (debounced) or every resync period reconcile every DaemonSet and Job through the
-//! pure plans. Recently created pods are remembered until the cache sees them, so a slow watch
+//! The controllers' shell: watch DaemonSets, Jobs, Deployments, ReplicaSets, Nodes and Pods
+//! into local caches, and on any change (debounced) or every resync period reconcile every
+//! workload through the pure plans (Deployments and ReplicaSets: `apps.rs`). Recently created pods are remembered until the cache sees them, so a slow watch
 //! cannot cause duplicates.
 
 use std::collections::{HashMap, HashSet};
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -85,12 +85,35 @@ where
     (reader, task)
 }
 
-/// Start the DaemonSet and Job controllers.
+/// Which optional parts run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Bind pods of `schedulerName: default-scheduler` (kube-scheduler's part): on for a
+    /// whole cluster (`gantry up`), off where tests want unscheduled pods to stay pending.
+    pub default_scheduler: bool,
+}
+
+/// Start the DaemonSet, Job, Deployment and ReplicaSet controllers.
 pub fn start(client: kube::Client) -> Controllers {
+    start_with(client, Options::default())
+}
+
+/// [`start`], with the optional parts `opts` turns on.
+pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
     let trigger = Arc::new(Notify::new());
     let observed = Observed::default();
     let (dss, t1) = cache(Api::<DaemonSet>::all(client.clone()), trigger.clone(), None);
     let (jobs, t2) = cache(Api::<Job>::all(client.clone()), trigger.clone(), None);
+    let (deployments, t5) = cache(
+        Api::<Deployment>::all(client.clone()),
+        trigger.clone(),
+        None,
+    );
+    let (rss, t6) = cache(
+        Api::<ReplicaSet>::all(client.clone()),
+        trigger.clone(),
+        None,
+    );
     let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone(), None);
     let (pods, t4) = cache(
         Api::<Pod>::all(client.clone()),
@@ -101,15 +124,20 @@ pub fn start(client: kube::Client) -> Controllers {
         client,
         dss,
         jobs,
+        deployments,
+        rss,
         nodes,
         pods,
         expected: HashMap::new(),
         observed,
+        opts,
     };
     let main = tokio::spawn(async move {
         for s in [
             r.dss.clone().wait_until_ready().await,
             r.jobs.clone().wait_until_ready().await,
+            r.deployments.clone().wait_until_ready().await,
+            r.rss.clone().wait_until_ready().await,
         ] {
             if s.is_err() {
                 return;
@@ -126,11 +154,11 @@ pub fn start(client: kube::Client) -> Controllers {
         }
     });
     Controllers {
-        tasks: vec![t1, t2, t3, t4, main],
+        tasks: vec![t1, t2, t3, t4, t5, t6, main],
     }
 }
 
-fn random_suffix() -> String {
+pub(super) fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     (0..5)
@@ -138,18 +166,27 @@ fn random_suffix() -> String {
         .collect()
 }
 
-fn owned_by(p: &Pod, uid: &str) -> bool {
-    p.metadata
-        .owner_references
+pub(super) fn owned_by(p: &Pod, uid: &str) -> bool {
+    controlled_by(&p.metadata, uid)
+}
+
+/// Whether `uid` is the object's controller.
+pub(super) fn controlled_by(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    uid: &str,
+) -> bool {
+    meta.owner_references
         .iter()
         .flatten()
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-struct Reconciler {
-    client: kube::Client,
+pub(super) struct Reconciler {
+    pub(super) client: kube::Client,
     dss: Store<DaemonSet>,
     jobs: Store<Job>,
+    pub(super) deployments: Store<Deployment>,
+    pub(super) rss: Store<ReplicaSet>,
     nodes: Store<Node>,
     pods: Store<Pod>,
     /// (owner uid, pod name) → when created; dropped once the watch has shown the pod.
@@ -157,6 +194,7 @@ struct Reconciler {
     /// A pod created and deleted between two passes never shows in the cache, but its events
     /// do: without them its node would wait for the expectation to time out.
     observed: Observed,
+    opts: Options,
 }
 
 impl Reconciler {
@@ -190,9 +228,13 @@ impl Reconciler {
             }
             self.reconcile_job(&j, &pods).await;
         }
+        self.reconcile_apps(&pods).await;
+        if self.opts.default_scheduler {
+            self.schedule_defaults(&nodes, &pods).await;
+        }
     }
 
-    fn pending(&self, owner: &str) -> Vec<Option<String>> {
+    pub(super) fn pending(&self, owner: &str) -> Vec<Option<String>> {
         self.expected
             .iter()
             .filter(|((o, _), _)| o == owner)
@@ -203,7 +245,7 @@ impl Reconciler {
     /// Create `pods` (each with the node it is for), up to [`CREATE_BURST`] at a time: the real
     /// controllers create in growing batches too, and one at a time left the last DaemonSet's
     /// pods of a 1,000-node rollout waiting for every other DaemonSet's.
-    async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
+    pub(super) async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
         let client = self.client.clone();
         let results: Vec<_> = futures::stream::iter(pods)
             .map(|(pod, node)| {
@@ -242,7 +284,7 @@ impl Reconciler {
         }
     }
 
-    async fn delete_pod(&self, ns: &str, name: &str) {
+    pub(super) async fn delete_pod(&self, ns: &str, name: &str) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => tracing::debug!(pod = %name, namespace = %ns, "controller deleted pod"),
@@ -251,7 +293,7 @@ impl Reconciler {
         }
     }
 
-    async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
+    pub(super) async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
