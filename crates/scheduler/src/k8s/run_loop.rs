@@ -56,7 +56,9 @@ pub async fn run_with(
         source,
     };
     if opts.leader_elect {
-        ensure_namespace(&client, &opts.namespace).await;
+        if opts.create_namespaces {
+            ensure_namespace(&client, &opts.namespace).await;
+        }
         loop {
             if *shutdown.borrow() {
                 return Ok(());
@@ -332,7 +334,9 @@ async fn lead(
     if opts.install_crds {
         install_crds(&client).await;
     }
-    ensure_namespace(&client, &opts.reservation_namespace).await;
+    if opts.create_namespaces {
+        ensure_namespace(&client, &opts.reservation_namespace).await;
+    }
     if opts.create_default_priority_classes {
         create_priority_classes(&client).await;
     }
@@ -755,6 +759,7 @@ impl Loop {
         let ctx = binder::BindContext {
             reservation_ns: self.opts.reservation_namespace.clone(),
             reservation_image: self.opts.reservation_image.clone(),
+            reservation_service_account: self.opts.reservation_service_account.clone(),
             reservation_timeout: self.opts.reservation_timeout,
             node_gpu_mib: self.cache.node_gpu_mib.get(&b.node).copied(),
             node_mps: mps,

@@ -151,7 +151,11 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
         }
     };
     tracing::debug!(method = %parts.method, %path, %query, "request");
-    if let Some(r) = rbac::serve(&srv, parts.method.as_str(), &path, &body) {
+    let ct = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if let Some(r) = rbac::serve(&srv, parts.method.as_str(), &path, ct, &body) {
         return r;
     }
     routes::handle(srv, parts.method, &path, &query, parts.headers, body).await

@@ -181,8 +181,19 @@ pub fn plan(d: &Deployment, rss: &[&ReplicaSet], now: &Time) -> Plan {
             let room = (want + surge - total).max(0);
             let up = room.min(want - new_replicas).max(0);
             target_new = Some(new_replicas + up);
+            // A new ReplicaSet created this pass counts at its size, none of it available.
+            let (new_spec, new_avail) = match new {
+                Some(r) => (replicas(r), available(r)),
+                None => (up, 0),
+            };
             if up == 0 || new.is_none() {
-                actions.extend(scale_down_old(&old, new, want, max_unavailable));
+                actions.extend(scale_down_old(
+                    &old,
+                    new_spec,
+                    new_avail,
+                    want,
+                    max_unavailable,
+                ));
             }
         }
     }
@@ -221,13 +232,14 @@ pub fn plan(d: &Deployment, rss: &[&ReplicaSet], now: &Time) -> Plan {
 /// available ones while at least `want - maxUnavailable` stay available.
 fn scale_down_old(
     old: &[&ReplicaSet],
-    new: Option<&ReplicaSet>,
+    new_spec: i32,
+    new_avail: i32,
     want: i32,
     max_unavailable: i32,
 ) -> Vec<Action> {
-    let all: i32 = old.iter().map(|r| replicas(r)).sum::<i32>() + new.map(replicas).unwrap_or(0);
+    let all: i32 = old.iter().map(|r| replicas(r)).sum::<i32>() + new_spec;
     let min_available = want - max_unavailable;
-    let new_unavailable = new.map(|r| replicas(r) - available(r)).unwrap_or(0).max(0);
+    let new_unavailable = (new_spec - new_avail).max(0);
     let mut budget = all - min_available - new_unavailable;
     let mut sizes: Vec<(String, i32, i32)> = old
         .iter()
@@ -243,8 +255,7 @@ fn scale_down_old(
         budget -= unhealthy;
     }
     // Then available ones, keeping the minimum available.
-    let avail_total: i32 =
-        old.iter().map(|r| available(r)).sum::<i32>() + new.map(available).unwrap_or(0);
+    let avail_total: i32 = old.iter().map(|r| available(r)).sum::<i32>() + new_avail;
     let mut more = (avail_total - min_available).max(0);
     for (_, size, _) in sizes.iter_mut() {
         if more <= 0 {

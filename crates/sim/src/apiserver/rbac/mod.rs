@@ -140,7 +140,13 @@ fn forbidden(a: &attrs::Attributes, why: &str) -> ApiError {
 }
 
 /// Requests this module answers itself (after authorization): TokenRequest and `/metrics`.
-pub fn serve(srv: &ApiServer, method: &str, path: &str, body: &[u8]) -> Option<Response> {
+pub fn serve(
+    srv: &ApiServer,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Option<Response> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
         (
@@ -154,7 +160,7 @@ pub fn serve(srv: &ApiServer, method: &str, path: &str, body: &[u8]) -> Option<R
                 name,
                 "token",
             ],
-        ) => Some(match tokens::request(srv, ns, name, body) {
+        ) => Some(match tokens::request(srv, ns, name, content_type, body) {
             Ok(v) => super::status::json_response(http::StatusCode::CREATED, &v),
             Err(e) => e.into_response(),
         }),

@@ -66,6 +66,7 @@ pub(super) fn request(
     srv: &ApiServer,
     ns: &str,
     name: &str,
+    content_type: Option<&str>,
     body: &[u8],
 ) -> Result<Value, ApiError> {
     let sa = srv
@@ -75,9 +76,8 @@ pub(super) fn request(
     let mut req: Value = if body.is_empty() {
         json!({})
     } else {
-        serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("TokenRequest for serviceaccount {name:?}: {e}"))
-        })?
+        let format = super::super::decode::Format::from_content_type(content_type)?;
+        super::super::decode::body(body, format, "create")?
     };
     let spec = req.get("spec").cloned().unwrap_or_else(|| json!({}));
     let secs = spec
