@@ -153,7 +153,7 @@ pub fn plan(d: &Deployment, rss: &[&ReplicaSet], now: &Time) -> Plan {
     let max_revision = rss.iter().map(|r| revision(r)).max().unwrap_or(0);
 
     // Desired size of the new ReplicaSet this pass (None: leave it).
-    let new_replicas = new.map(|r| replicas(r)).unwrap_or(0);
+    let new_replicas = new.map(replicas).unwrap_or(0);
     let mut target_new = None;
     if spec.paused != Some(true) {
         if recreate {

@@ -88,7 +88,7 @@ fn subject_matches(s: &Subject, user: &User, binding_ns: &str) -> bool {
             user.name == format!("system:serviceaccount:{ns}:{}", s.name)
         }
         "User" => user.name == s.name,
-        "Group" => user.groups.iter().any(|g| *g == s.name),
+        "Group" => user.groups.contains(&s.name),
         _ => false,
     }
 }
@@ -109,9 +109,7 @@ pub fn rule_allows(rule: &PolicyRule, a: &Attributes) -> bool {
                     || (!r.subresource.is_empty() && *x == format!("*/{}", r.subresource))
             });
             let names = rule.resource_names.as_deref().unwrap_or_default();
-            has(groups, &r.group)
-                && resource_ok
-                && (names.is_empty() || names.iter().any(|n| *n == r.name))
+            has(groups, &r.group) && resource_ok && (names.is_empty() || names.contains(&r.name))
         }
         None => rule
             .non_resource_urls
