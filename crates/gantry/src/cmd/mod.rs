@@ -5,6 +5,7 @@ pub mod bench;
 pub mod crds;
 pub mod demo;
 pub mod explain;
+pub mod in_process;
 pub mod logging;
 pub mod node;
 pub mod operator;

@@ -26,6 +26,14 @@ pub struct Args {
     kubeconfig: Option<PathBuf>,
 }
 
+/// The run options `args` stand for (also used by the sim's in-process runner).
+pub fn options(args: &Args) -> RunOptions {
+    let mut opts = RunOptions::new(&args.namespace, &args.image);
+    opts.metrics_address = Some(args.metrics_address);
+    opts.leader_elect = args.leader_elect;
+    opts
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::purge_freed_memory_promptly();
     // One reconcile at a time and a few watch streams: two workers are plenty, and a worker
@@ -37,10 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     rt.block_on(async {
         let client = run::client(args.kubeconfig.as_deref()).await?;
-        let mut opts = RunOptions::new(&args.namespace, &args.image);
-        opts.metrics_address = Some(args.metrics_address);
-        opts.leader_elect = args.leader_elect;
-        run::run(client, opts, gantry_runtime::shutdown::signal())
+        run::run(client, options(&args), gantry_runtime::shutdown::signal())
             .await
             .context("operator")?;
         Ok(ExitCode::SUCCESS)

@@ -16,6 +16,11 @@ pub struct Args {
     /// Image of the reservation pods (KAI's resource-reservation image reports the GPU UUID).
     #[arg(long, env = "RESERVATION_IMAGE")]
     reservation_image: Option<String>,
+    /// ServiceAccount of the reservation pods (KAI's reservation image annotates its own pod
+    /// with its GPU, so it needs pods get/patch in the reservation namespace; the chart
+    /// creates one). Empty: the namespace's `default`.
+    #[arg(long, default_value = "")]
+    reservation_service_account: String,
     /// Serves /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8081")]
     metrics_address: SocketAddr,
@@ -31,16 +36,26 @@ pub struct Args {
     /// API writes in flight at once, for binds and for the pod grouper each.
     #[arg(long, default_value_t = 64)]
     api_concurrency: usize,
+    /// Create the Queue and PodGroup CRDs when missing (`=false` where an installer owns them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    install_crds: bool,
+    /// Create the Lease's and the reservation pods' namespaces when missing (`=false` where an
+    /// installer owns them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    create_namespaces: bool,
 }
 
 pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
     let mut o = gantry_scheduler::k8s::Options {
         scheduler_name: args.scheduler_name.clone(),
         reservation_namespace: args.reservation_namespace.clone(),
+        reservation_service_account: args.reservation_service_account.clone(),
         metrics_address: Some(args.metrics_address),
         leader_elect: args.leader_elect,
         namespace: args.namespace.clone(),
         bind_concurrency: args.api_concurrency.max(1),
+        install_crds: args.install_crds,
+        create_namespaces: args.create_namespaces,
         ..Default::default()
     };
     if let Some(i) = &args.reservation_image {

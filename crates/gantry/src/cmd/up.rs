@@ -18,6 +18,12 @@ pub struct Args {
     /// Simulated nodes, e.g. `4xH100-80GB:8,2xA100-80GB:8,1xL4:1,2xcpu` (COUNT x MODEL : GPUs).
     #[arg(long)]
     nodes: Option<String>,
+    /// The control plane and nodes only, for `helm install` of Gantry's chart: no in-process
+    /// operator or scheduler, and none of the objects they would create (namespaces, default
+    /// queues). The chart's operator and scheduler pods then run in-process as their
+    /// ServiceAccounts (docs/install.md).
+    #[arg(long)]
+    bare: bool,
     /// Do not run the scheduler (`gantry scheduler`) in-process.
     #[arg(long)]
     no_scheduler: bool,
@@ -63,7 +69,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         let sim = match &args.nodes {
             Some(spec) => {
-                let up = gantry_sim::cluster::up(&cp, args.data_dir.as_deref(), spec)
+                // Deployments' pods need kube-scheduler's part; pods of Gantry's image (the
+                // chart's) run their component in-process.
+                let opts = gantry_sim::cluster::UpOptions {
+                    default_scheduler: true,
+                    components: super::in_process::runners(),
+                };
+                let up = gantry_sim::cluster::up_with(&cp, args.data_dir.as_deref(), spec, opts)
                     .await
                     .context("starting the simulated nodes")?;
                 let target = match &args.data_dir {
@@ -97,7 +109,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some((server, task))
         };
         let (stop_scheduler, scheduler_stop) = tokio::sync::watch::channel(false);
-        let scheduler = if args.no_scheduler {
+        if args.bare {
+            println!("bare: no in-process operator or scheduler (install them: helm install gantry deploy/helm/gantry -n gantry --create-namespace)");
+        }
+        let scheduler = if args.no_scheduler || args.bare {
             None
         } else {
             let opts = gantry_scheduler::k8s::Options {
@@ -115,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }))
         };
         let (stop_operator, operator_stop) = tokio::sync::oneshot::channel::<()>();
-        let operator = if args.no_operator {
+        let operator = if args.no_operator || args.bare {
             None
         } else {
             let client = gantry_operator::run::client(Some(cp.kubeconfig_path()))

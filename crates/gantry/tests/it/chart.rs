@@ -251,21 +251,24 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("Role", "gantry-operator"),
         ("Role", "gantry-scheduler"),
         ("Role", "gantry-scheduler-reservation"),
+        ("Role", "gantry-scheduler-reservation-pod"),
         ("RoleBinding", "gantry-operator"),
         ("RoleBinding", "gantry-scheduler"),
         ("RoleBinding", "gantry-scheduler-reservation"),
+        ("RoleBinding", "gantry-scheduler-reservation-pod"),
         ("Secret", "gantry-admission-tls"),
         ("Service", "gantry-admission"),
         ("Service", "gantry-scheduler-metrics"),
         ("ServiceAccount", "gantry-operator"),
         ("ServiceAccount", "gantry-scheduler"),
+        ("ServiceAccount", "gantry-scheduler-reservation"),
     ]
     .iter()
     .map(|(k, n)| (k.to_string(), n.to_string()))
     .collect();
     assert_eq!(kinds, want);
 
-    // Namespaced objects land in the release namespace, except the reservation Role.
+    // Namespaced objects land in the release namespace, except the reservation namespace's.
     for d in &docs {
         let (kind, name) = kind_name(d);
         let ns = d["metadata"]["namespace"].as_str();
@@ -279,7 +282,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
             | "MutatingWebhookConfiguration" => {
                 assert_eq!(ns, None, "{kind} {name} is cluster-scoped")
             }
-            _ if name.ends_with("-reservation") => assert_eq!(ns, Some("gantry-reservation")),
+            _ if name.contains("-reservation") => assert_eq!(ns, Some("gantry-reservation")),
             _ => assert_eq!(ns, Some("gantry"), "{kind} {name}"),
         }
     }
@@ -320,6 +323,9 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
             "scheduler",
             "--scheduler-name=kai-scheduler",
             "--reservation-namespace=gantry-reservation",
+            "--reservation-service-account=gantry-scheduler-reservation",
+            "--install-crds=false",
+            "--create-namespaces=false",
             "--metrics-address=0.0.0.0:8081"
         ])
     );
@@ -365,6 +371,12 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
             &["get", "update", "patch"],
         ),
         ("nvidia.com/clusterpolicies/finalizers", &["update"]),
+        ("nvidia.com/nvidiadrivers", READ),
+        (
+            "nvidia.com/nvidiadrivers/status",
+            &["get", "update", "patch"],
+        ),
+        ("nvidia.com/nvidiadrivers/finalizers", &["update"]),
         (
             "nvidia.com/migclusterpolicies",
             &["get", "list", "watch", "patch"],
@@ -374,7 +386,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
             &["get", "update", "patch"],
         ),
         ("/nodes", &["get", "list", "watch", "patch", "update"]),
-        ("/pods", &["get", "list", "watch", "delete"]),
+        ("/pods", READ),
         ("/pods/eviction", &["create"]),
         ("/events", &["create"]),
         ("rbac.authorization.k8s.io/clusterroles", CRUD),
@@ -397,7 +409,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("/serviceaccounts", CRUD),
         ("rbac.authorization.k8s.io/roles", CRUD),
         ("rbac.authorization.k8s.io/rolebindings", CRUD),
-        ("/pods", &["create"]),
+        ("/pods", &["create", "delete"]),
         ("monitoring.coreos.com/servicemonitors", CRUD),
         ("monitoring.coreos.com/prometheusrules", CRUD),
         ("coordination.k8s.io/leases", lease),
@@ -413,7 +425,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("scheduling.run.ai/queues/status", &["patch"]),
         (
             "scheduling.run.ai/podgroups",
-            &["list", "watch", "create", "patch"],
+            &["get", "list", "watch", "create", "patch"],
         ),
         ("scheduling.run.ai/podgroups/status", &["patch"]),
         (
@@ -443,9 +455,20 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         grants(get(&docs, "Role", "gantry-scheduler-reservation")?),
         expand(&[("/pods", &["create"])])
     );
+    // The reservation pods' own ServiceAccount may read and annotate pods there, nothing else.
+    assert_eq!(
+        grants(get(&docs, "Role", "gantry-scheduler-reservation-pod")?),
+        expand(&[("/pods", &["get", "patch"])])
+    );
+    let b = get(&docs, "RoleBinding", "gantry-scheduler-reservation-pod")?;
+    assert_eq!(b["subjects"][0]["name"], "gantry-scheduler-reservation");
+    assert_eq!(b["subjects"][0]["namespace"], "gantry-reservation");
     for d in &docs {
         if d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding" {
             let (_, name) = kind_name(d);
+            if name.ends_with("-reservation-pod") {
+                continue;
+            }
             assert_eq!(d["subjects"][0]["namespace"], "gantry", "{name}");
             assert!(
                 d["roleRef"]["name"].as_str() == Some(name.as_str()),

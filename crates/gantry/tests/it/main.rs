@@ -7,6 +7,7 @@ mod cli_api;
 mod demo_cli;
 mod dependencies;
 mod image;
+mod install;
 mod observability;
 mod quickstart;
 mod up_cli;

@@ -52,6 +52,9 @@ pub enum BindError {
 pub struct BindContext {
     pub reservation_ns: String,
     pub reservation_image: String,
+    /// ServiceAccount of the reservation pods (KAI's image annotates its own pod with the GPU
+    /// it got, so it needs `get`/`patch` on pods there); empty: the namespace's `default`.
+    pub reservation_service_account: String,
     pub reservation_timeout: Duration,
     /// GPU memory of the node in MiB (GFD label), for the memory limit of a share.
     pub node_gpu_mib: Option<u64>,
@@ -80,7 +83,7 @@ pub fn reservation_pod(
     index: u32,
     tolerations: &serde_json::Value,
 ) -> serde_json::Value {
-    json!({
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": reservation_name(node, group),
@@ -103,7 +106,11 @@ pub fn reservation_pod(
                 "resources": {"limits": {names::RESOURCE_GPU: "1"}, "requests": {names::RESOURCE_GPU: "1"}},
             }],
         },
-    })
+    });
+    if !ctx.reservation_service_account.is_empty() {
+        pod["spec"]["serviceAccountName"] = json!(ctx.reservation_service_account);
+    }
+    pod
 }
 
 /// The env a fractional container receives (KAI's keys, plus the limits that enforce the
@@ -426,12 +433,22 @@ mod tests {
         let ctx = BindContext {
             reservation_ns: "gantry-reservation".into(),
             reservation_image: "img".into(),
+            reservation_service_account: String::new(),
             reservation_timeout: Duration::from_secs(1),
             node_gpu_mib: None,
             node_mps: false,
         };
         let p = reservation_pod(&ctx, "n1", "g", 2, &json!(null));
         assert_eq!(p["spec"]["nodeName"], "n1");
+        assert_eq!(p["spec"].get("serviceAccountName"), None);
+        let sa = BindContext {
+            reservation_service_account: "gantry-scheduler-reservation".into(),
+            ..ctx
+        };
+        assert_eq!(
+            reservation_pod(&sa, "n1", "g", 2, &json!(null))["spec"]["serviceAccountName"],
+            "gantry-scheduler-reservation"
+        );
         assert_eq!(
             p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
             "1"

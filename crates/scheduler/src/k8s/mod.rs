@@ -40,6 +40,8 @@ pub struct Options {
     /// Image of the reservation pods' container. KAI's `resource-reservation` image reports
     /// the GPU UUID itself; in the sim the kubelet's allocation record is read instead.
     pub reservation_image: String,
+    /// ServiceAccount of the reservation pods; empty: the reservation namespace's `default`.
+    pub reservation_service_account: String,
     /// How long a bind waits for a reservation pod to learn its GPU.
     pub reservation_timeout: Duration,
     /// `None`: no metrics endpoint.
@@ -58,6 +60,9 @@ pub struct Options {
     pub create_default_priority_classes: bool,
     /// Create the Queue and PodGroup CRDs when missing (best effort).
     pub install_crds: bool,
+    /// Create the Lease's and the reservation pods' namespaces when missing (best effort).
+    /// Off where an installer creates them (the Helm chart does not grant the right).
+    pub create_namespaces: bool,
     /// API writes in flight at once: binds, and separately the pod grouper's.
     pub bind_concurrency: usize,
 }
@@ -68,6 +73,7 @@ impl Default for Options {
             scheduler_name: gantry_api::names::DEFAULT_SCHEDULER_NAME.to_string(),
             reservation_namespace: gantry_api::names::DEFAULT_RESERVATION_NAMESPACE.to_string(),
             reservation_image: "ghcr.io/nvidia/kai-scheduler/resource-reservation:v0.17.0".into(),
+            reservation_service_account: String::new(),
             reservation_timeout: Duration::from_secs(40),
             metrics_address: None,
             leader_elect: true,
@@ -79,6 +85,7 @@ impl Default for Options {
             create_default_queues: true,
             create_default_priority_classes: true,
             install_crds: true,
+            create_namespaces: true,
             bind_concurrency: 64,
         }
     }

@@ -117,7 +117,9 @@ async fn lead(
     if opts.install_crds {
         install_crds(&client).await;
     }
-    if let Err(e) = gantry_runtime::ensure_namespace(&client, &opts.reservation_namespace).await {
+    if opts.create_namespaces
+        && let Err(e) = gantry_runtime::ensure_namespace(&client, &opts.reservation_namespace).await
+    {
         tracing::warn!(namespace = %opts.reservation_namespace, error = %e, "could not create namespace");
     }
     if opts.create_default_priority_classes {

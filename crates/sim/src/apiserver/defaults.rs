@@ -36,6 +36,7 @@ pub fn on_create(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
             }
             obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
         }
+        ("", "services") => service_ip(obj),
         ("apps", "deployments" | "replicasets" | "statefulsets") => {
             if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.entry("replicas").or_insert(json!(1));
@@ -45,6 +46,42 @@ pub fn on_create(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
         _ => {}
     }
     Ok(())
+}
+
+/// A Service gets its type (`ClusterIP`) and a cluster IP from 10.96.0.0/16, as the real
+/// allocator gives one (helm's `--wait` waits for it). The address is derived from the uid, so
+/// two Services share one only by a hash collision (one in 65,000 pairs); headless (`None`)
+/// and `ExternalName` Services get none.
+fn service_ip(obj: &mut Value) {
+    let uid = obj
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let ty = spec
+        .entry("type")
+        .or_insert(json!("ClusterIP"))
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let given = spec
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .is_some_and(|ip| !ip.is_empty());
+    if ty == "ExternalName" || given {
+        return;
+    }
+    let h = uid.bytes().fold(0xcbf2_9ce4_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    // .0.0 and .0.1 (the `kubernetes` Service) are never handed out.
+    let n = 2 + h % (65_536 - 2);
+    let ip = format!("10.96.{}.{}", n / 256, n % 256);
+    spec.insert("clusterIP".into(), json!(ip));
+    spec.insert("clusterIPs".into(), json!([ip]));
 }
 
 /// Type-specific state on update of the main resource.

@@ -15,6 +15,7 @@ pub mod openapi;
 mod paging;
 pub mod patch;
 pub mod protobuf;
+pub mod rbac;
 pub mod resources;
 pub mod routes;
 pub mod schema;
@@ -45,6 +46,8 @@ pub struct ApiServer {
     pub registry: Registry,
     token: Option<String>,
     address: OnceLock<String>,
+    /// ServiceAccount tokens and RBAC's decision counts.
+    pub rbac: rbac::Rbac,
 }
 
 impl ApiServer {
@@ -56,6 +59,7 @@ impl ApiServer {
             registry: Registry::default(),
             token,
             address: OnceLock::new(),
+            rbac: rbac::Rbac::default(),
         });
         srv.refresh_crds();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -111,15 +115,14 @@ impl ApiServer {
         axum::Router::new().fallback(entry).with_state(self)
     }
 
-    fn authorized(&self, req: &Request) -> bool {
-        let Some(token) = &self.token else {
-            return true;
-        };
-        req.headers()
+    /// Who sent the request (None: no valid token).
+    fn user(&self, req: &Request) -> Option<rbac::User> {
+        let bearer = req
+            .headers()
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()))
+            .and_then(|v| v.strip_prefix("Bearer "));
+        rbac::authenticate(self, self.token.as_deref(), bearer)
     }
 }
 
@@ -133,10 +136,15 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
-    if !srv.authorized(&req) {
+    let Some(user) = srv.user(&req) else {
         return ApiError::unauthorized().into_response();
-    }
+    };
     let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or_default().to_string();
+    if let Err(e) = rbac::authorize(&srv, &user, parts.method.as_str(), &path, &query) {
+        return e.into_response();
+    }
     let body = match axum::body::to_bytes(body, decode::MAX_REQUEST_BYTES).await {
         Ok(b) => b,
         Err(e) => {
@@ -144,9 +152,14 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
             return decode::too_large(decode::MAX_REQUEST_BYTES).into_response();
         }
     };
-    let path = parts.uri.path().to_string();
-    let query = parts.uri.query().unwrap_or_default().to_string();
     tracing::debug!(method = %parts.method, %path, %query, "request");
+    let ct = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if let Some(r) = rbac::serve(&srv, parts.method.as_str(), &path, ct, &body) {
+        return r;
+    }
     routes::handle(srv, parts.method, &path, &query, parts.headers, body).await
 }
 

@@ -88,11 +88,77 @@ const DELETE_OPTIONS: &[Field] = &[
     (5, "dryRun", Ty::RepStr),
 ];
 
+const SERVICE_ACCOUNT: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META)),
+    (4, "automountServiceAccountToken", Ty::Bool),
+];
+
+const BOUND_OBJECT_REFERENCE: &[Field] = &[
+    (1, "kind", Ty::Str),
+    (2, "apiVersion", Ty::Str),
+    (3, "name", Ty::Str),
+    (4, "uid", Ty::Str),
+];
+
+const TOKEN_REQUEST_SPEC: &[Field] = &[
+    (1, "audiences", Ty::RepStr),
+    (3, "boundObjectRef", Ty::Msg(BOUND_OBJECT_REFERENCE)),
+    (4, "expirationSeconds", Ty::Int),
+];
+
+const TOKEN_REQUEST: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META)),
+    (2, "spec", Ty::Msg(TOKEN_REQUEST_SPEC)),
+];
+
+const POLICY_RULE: &[Field] = &[
+    (1, "verbs", Ty::RepStr),
+    (2, "apiGroups", Ty::RepStr),
+    (3, "resources", Ty::RepStr),
+    (4, "resourceNames", Ty::RepStr),
+    (5, "nonResourceURLs", Ty::RepStr),
+];
+
+const ROLE: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META)),
+    (2, "rules", Ty::RepMsg(POLICY_RULE)),
+];
+
+const SUBJECT: &[Field] = &[
+    (1, "kind", Ty::Str),
+    (2, "apiGroup", Ty::Str),
+    (3, "name", Ty::Str),
+    (4, "namespace", Ty::Str),
+];
+
+const ROLE_REF: &[Field] = &[
+    (1, "apiGroup", Ty::Str),
+    (2, "kind", Ty::Str),
+    (3, "name", Ty::Str),
+];
+
+const ROLE_BINDING: &[Field] = &[
+    (1, "metadata", Ty::Msg(OBJECT_META)),
+    (2, "subjects", Ty::RepMsg(SUBJECT)),
+    (3, "roleRef", Ty::Msg(ROLE_REF)),
+];
+
 /// The kinds this server reads in protobuf: (apiVersion, kind, fields).
 const KINDS: &[(&str, &str, &[Field])] = &[
     ("v1", "Secret", SECRET),
     ("v1", "ConfigMap", CONFIG_MAP),
     ("v1", "Namespace", NAMESPACE),
+    // `kubectl create serviceaccount|token|role|rolebinding|clusterrole|clusterrolebinding`.
+    ("v1", "ServiceAccount", SERVICE_ACCOUNT),
+    ("authentication.k8s.io/v1", "TokenRequest", TOKEN_REQUEST),
+    ("rbac.authorization.k8s.io/v1", "Role", ROLE),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", ROLE),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", ROLE_BINDING),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        ROLE_BINDING,
+    ),
     ("v1", "DeleteOptions", DELETE_OPTIONS),
     ("meta.k8s.io/v1", "DeleteOptions", DELETE_OPTIONS),
 ];

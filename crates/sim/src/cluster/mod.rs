@@ -131,13 +131,33 @@ pub struct Up {
     _temp: Option<tempfile::TempDir>,
 }
 
-/// `gantry up --nodes SPEC`: the DaemonSet/Job controllers and one kubelet per node of `spec`,
+/// What [`up_with`] adds to the plain [`up`].
+#[derive(Default)]
+pub struct UpOptions {
+    /// Bind pods of the default scheduler (Deployments' pods, plain pods), as kube-scheduler.
+    pub default_scheduler: bool,
+    /// In-process runners of Gantry's components by subcommand (`operator`, `scheduler`), for
+    /// pods of Gantry's image (the Helm chart's): see [`crate::kubelet::components`].
+    pub components: BTreeMap<String, crate::kubelet::components::ComponentRunner>,
+}
+
+/// `gantry up --nodes SPEC`: the workload controllers and one kubelet per node of `spec`,
 /// with every agent runner the sim has. State lives under `<data_dir>/sim`, or without a
 /// data dir in a fresh temporary directory of its own.
 pub async fn up(
     cp: &crate::ControlPlane,
     data_dir: Option<&Path>,
     spec: &str,
+) -> Result<Up, UpError> {
+    up_with(cp, data_dir, spec, UpOptions::default()).await
+}
+
+/// [`up`] with a default scheduler and component runners as `opts` says.
+pub async fn up_with(
+    cp: &crate::ControlPlane,
+    data_dir: Option<&Path>,
+    spec: &str,
+    opts: UpOptions,
 ) -> Result<Up, UpError> {
     let plan = crate::nodes::plan(spec)?;
     let (root, temp) = match data_dir {
@@ -159,14 +179,17 @@ pub async fn up(
         }
     };
     let client = cp.client()?;
-    let controllers = crate::controllers::start(client.clone());
-    let cluster = start(
-        client,
-        &root,
-        plan,
-        crate::kubelet::runners::default_registry(),
-    )
-    .await?;
+    let controllers = crate::controllers::start_with(
+        client.clone(),
+        crate::controllers::Options {
+            default_scheduler: opts.default_scheduler,
+        },
+    );
+    let mut agents = crate::kubelet::runners::default_registry();
+    if !opts.components.is_empty() {
+        crate::kubelet::components::register(&mut agents, cp.kube_config()?, opts.components);
+    }
+    let cluster = start(client, &root, plan, agents).await?;
     Ok(Up {
         cluster,
         _controllers: controllers,

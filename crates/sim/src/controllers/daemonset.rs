@@ -42,19 +42,7 @@ pub fn revision_hash(ds: &DaemonSet) -> String {
         .as_ref()
         .map(|s| serde_json::to_string(&s.template).unwrap_or_default())
         .unwrap_or_default();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in json.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    // Kubernetes' SafeEncodeString alphabet: no vowels, no look-alikes.
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut out = String::new();
-    for _ in 0..10 {
-        out.push(ALPHABET[(h % ALPHABET.len() as u64) as usize] as char);
-        h /= ALPHABET.len() as u64;
-    }
-    out
+    super::short_hash(&json)
 }
 
 /// What decides whether a DaemonSet wants a pod on a node: nodeSelector, required node

@@ -45,8 +45,16 @@ impl Drop for Controllers {
     }
 }
 
-/// Start the DaemonSet and Job controllers.
+pub use super::apps_runner::Options;
+
+/// Start the DaemonSet, Job, Deployment and ReplicaSet controllers.
 pub fn start(client: kube::Client) -> Controllers {
+    start_with(client, Options::default())
+}
+
+/// [`start`], with the optional parts `opts` turns on.
+pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
+    let apps = super::apps_runner::start(client.clone(), opts);
     let trigger = Arc::new(Notify::new());
     let caches = cache::Shared::default();
     let mut tasks = cache::start(&client, &caches, &trigger);
@@ -72,6 +80,7 @@ pub fn start(client: kube::Client) -> Controllers {
             }
         }
     }));
+    tasks.extend(apps);
     Controllers { tasks }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod agents;
+pub mod components;
 pub mod devices;
 pub mod driver;
 pub mod env;

@@ -3,6 +3,7 @@
 
 mod apiserver_kube;
 mod controllers;
+mod deployments;
 mod durability;
 mod kubectl;
 mod kubectl_explain;

@@ -41,7 +41,9 @@ pub async fn run_with(
         },
     );
     if opts.leader_elect {
-        if let Err(e) = gantry_runtime::ensure_namespace(&client, &opts.namespace).await {
+        if opts.create_namespaces
+            && let Err(e) = gantry_runtime::ensure_namespace(&client, &opts.namespace).await
+        {
             tracing::warn!(namespace = %opts.namespace, error = %e, "could not create namespace");
         }
         loop {

@@ -207,6 +207,7 @@ impl Loop {
         let ctx = binder::BindContext {
             reservation_ns: self.opts.reservation_namespace.clone(),
             reservation_image: self.opts.reservation_image.clone(),
+            reservation_service_account: self.opts.reservation_service_account.clone(),
             reservation_timeout: self.opts.reservation_timeout,
             node_gpu_mib: self.cache.node_gpu_mib.get(&b.node).copied(),
             node_mps: mps,

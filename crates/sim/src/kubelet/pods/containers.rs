@@ -68,7 +68,9 @@ pub(super) fn container_run(
             .agents
             .get(DRIVER)
             .map(|r| (DRIVER.to_string(), Vec::new(), r)),
+        // Node agents (`gantry node <agent>`), else Gantry's components (`gantry operator`).
         None => agent_command(c)
+            .or_else(|| crate::kubelet::components::key(c))
             .and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r))),
     };
     // Each run of the container has a log (`kubectl logs`): an agent's tracing events.

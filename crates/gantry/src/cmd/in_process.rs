@@ -1,0 +1,52 @@
+//! `gantry operator` and `gantry scheduler` as the sim's kubelet runs them for pods of
+//! Gantry's image (the Helm chart's Deployments): the container's args parsed by the same
+//! clap definitions as the CLI, env-backed flags read from the container's env (never this
+//! process's), and the component's API client authenticated as the pod's ServiceAccount.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use gantry_sim::kubelet::agents::AgentFuture;
+use gantry_sim::kubelet::components::{ComponentContext, ComponentRunner};
+
+/// A simulated pod has no network namespace of its own: metrics and health listen on a free
+/// loopback port instead of the container's.
+const LOOPBACK_ANY_PORT: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// The runners `gantry up` registers, by subcommand.
+pub fn runners() -> BTreeMap<String, ComponentRunner> {
+    let mut m: BTreeMap<String, ComponentRunner> = BTreeMap::new();
+    m.insert("operator".into(), Arc::new(operator));
+    m.insert("scheduler".into(), Arc::new(scheduler));
+    m
+}
+
+fn operator(ctx: ComponentContext) -> AgentFuture {
+    Box::pin(async move {
+        let args: super::operator::Args = gantry_node::args::parse("gantry", &ctx.args, &ctx.env)?;
+        let mut opts = super::operator::options(&args);
+        opts.metrics_address = Some(LOOPBACK_ANY_PORT);
+        opts.identity = ctx.pod_name.clone();
+        let mut stop = ctx.shutdown;
+        let stop = async move {
+            let _ = stop.wait_for(|v| *v).await;
+        };
+        gantry_operator::run::run(ctx.client, opts, stop)
+            .await
+            .map_err(|e| e.to_string().into())
+    })
+}
+
+fn scheduler(ctx: ComponentContext) -> AgentFuture {
+    Box::pin(async move {
+        let args: super::scheduler::Args = gantry_node::args::parse("gantry", &ctx.args, &ctx.env)?;
+        let mut opts = super::scheduler::options(&args);
+        opts.metrics_address = Some(LOOPBACK_ANY_PORT);
+        opts.identity = ctx.pod_name.clone();
+        gantry_scheduler::k8s::run(ctx.client, opts, ctx.shutdown)
+            .await
+            .map_err(|e| e.to_string().into())
+    })
+}

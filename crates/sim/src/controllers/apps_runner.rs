@@ -1,0 +1,278 @@
+//! The Deployment and ReplicaSet controllers' and the default scheduler's shell: watch
+//! Deployments, ReplicaSets, Nodes and Pods into local stores and, on any change (debounced)
+//! or every resync period, reconcile them through the pure plans (`apps.rs`). Recently created
+//! pods are remembered until the store sees them, so a slow watch cannot cause duplicates.
+//! (DaemonSets and Jobs have their own indexed caches: `runner.rs`.)
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use rand::Rng;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+const DEBOUNCE: Duration = Duration::from_millis(100);
+const RESYNC: Duration = Duration::from_secs(5);
+/// Pod creations in flight at once (per ReplicaSet pass).
+const CREATE_BURST: usize = 32;
+/// How long a created pod is expected before we stop waiting for the watch to show it.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// Names of pods the watch has shown (added, changed or deleted) since the last reconcile.
+type Observed = Arc<std::sync::Mutex<HashSet<String>>>;
+
+fn cache<K>(
+    api: Api<K>,
+    trigger: Arc<Notify>,
+    observed: Option<Observed>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let task = tokio::spawn(async move {
+        let mut s = stream.boxed();
+        while let Some(ev) = s.next().await {
+            match ev {
+                Err(e) => tracing::debug!(error = %e, "controller watch error (retrying)"),
+                // Not a relist's InitApply: the store takes those only at InitDone.
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                    if let Some(seen) = &observed
+                        && let Ok(mut seen) = seen.lock()
+                    {
+                        seen.insert(o.name_any());
+                    }
+                }
+                Ok(_) => {}
+            }
+            trigger.notify_one();
+        }
+    });
+    (reader, task)
+}
+
+/// Which optional parts run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Bind pods of `schedulerName: default-scheduler` (kube-scheduler's part): on for a
+    /// whole cluster (`gantry up`), off where tests want unscheduled pods to stay pending.
+    pub default_scheduler: bool,
+}
+
+/// Start the Deployment and ReplicaSet controllers (and the default scheduler if `opts` says).
+pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> {
+    let trigger = Arc::new(Notify::new());
+    let observed = Observed::default();
+    let (deployments, t1) = cache(
+        Api::<Deployment>::all(client.clone()),
+        trigger.clone(),
+        None,
+    );
+    let (rss, t2) = cache(
+        Api::<ReplicaSet>::all(client.clone()),
+        trigger.clone(),
+        None,
+    );
+    let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone(), None);
+    let (pods, t4) = cache(
+        Api::<Pod>::all(client.clone()),
+        trigger.clone(),
+        Some(observed.clone()),
+    );
+    let mut r = Reconciler {
+        client,
+        deployments,
+        rss,
+        nodes,
+        pods,
+        expected: HashMap::new(),
+        observed,
+        opts,
+    };
+    let main = tokio::spawn(async move {
+        for s in [
+            r.deployments.clone().wait_until_ready().await,
+            r.rss.clone().wait_until_ready().await,
+        ] {
+            if s.is_err() {
+                return;
+            }
+        }
+        let _ = r.nodes.wait_until_ready().await;
+        let _ = r.pods.wait_until_ready().await;
+        loop {
+            r.reconcile_all().await;
+            tokio::select! {
+                _ = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
+                _ = tokio::time::sleep(RESYNC) => {}
+            }
+        }
+    });
+    vec![t1, t2, t3, t4, main]
+}
+
+pub(super) fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+pub(super) fn owned_by(p: &Pod, uid: &str) -> bool {
+    controlled_by(&p.metadata, uid)
+}
+
+/// Whether `uid` is the object's controller.
+pub(super) fn controlled_by(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    uid: &str,
+) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+pub(super) struct Reconciler {
+    pub(super) client: kube::Client,
+    pub(super) deployments: Store<Deployment>,
+    pub(super) rss: Store<ReplicaSet>,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    /// (owner uid, pod name) → when created; dropped once the watch has shown the pod.
+    expected: HashMap<(String, String), (Instant, Option<String>)>,
+    /// A pod created and deleted between two passes never shows in the cache, but its events
+    /// do: without them its node would wait for the expectation to time out.
+    observed: Observed,
+    opts: Options,
+}
+
+impl Reconciler {
+    async fn reconcile_all(&mut self) {
+        // Taken before the snapshot: the reflector updates the store before it yields an event,
+        // so every name seen here is already reflected in `pods`.
+        let seen = self
+            .observed
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        let pods = self.pods.state();
+        let now = Instant::now();
+        self.expected.retain(|(owner, name), (at, _)| {
+            now.duration_since(*at) < EXPECTATION_TTL
+                && !seen.contains(name)
+                && !pods
+                    .iter()
+                    .any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
+        });
+        let nodes = self.nodes.state();
+        self.reconcile_apps(&pods).await;
+        if self.opts.default_scheduler {
+            self.schedule_defaults(&nodes, &pods).await;
+        }
+    }
+
+    pub(super) fn pending(&self, owner: &str) -> Vec<Option<String>> {
+        self.expected
+            .iter()
+            .filter(|((o, _), _)| o == owner)
+            .map(|(_, (_, node))| node.clone())
+            .collect()
+    }
+
+    /// Create `pods` (each with the node it is for), up to [`CREATE_BURST`] at a time: the real
+    /// controllers create in growing batches too, and one at a time left the last DaemonSet's
+    /// pods of a 1,000-node rollout waiting for every other DaemonSet's.
+    pub(super) async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
+        let client = self.client.clone();
+        let results: Vec<_> = futures::stream::iter(pods)
+            .map(|(pod, node)| {
+                let client = client.clone();
+                async move {
+                    let ns = pod
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into());
+                    let name = pod.name_any();
+                    let api: Api<Pod> = Api::namespaced(client, &ns);
+                    let r = api.create(&PostParams::default(), &pod).await;
+                    (ns, name, node, r)
+                }
+            })
+            .buffer_unordered(CREATE_BURST)
+            .collect()
+            .await;
+        for (ns, name, node, r) in results {
+            match r {
+                Ok(_) => {
+                    tracing::debug!(pod = %name, namespace = %ns, node = ?node, "controller created pod");
+                    self.expected
+                        .insert((owner_uid.to_string(), name), (Instant::now(), node));
+                }
+                // A random name taken already (thousands of pods share a prefix): the next pass
+                // tries another one, as the real controllers do with generateName.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    tracing::debug!(pod = %name, namespace = %ns, "pod name taken; retrying")
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
+                }
+            }
+        }
+    }
+
+    pub(super) async fn delete_pod(&self, ns: &str, name: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => tracing::debug!(pod = %name, namespace = %ns, "controller deleted pod"),
+            Err(kube::Error::Api(_)) => {}
+            Err(e) => tracing::debug!(pod = %name, error = %e, "controller could not delete pod"),
+        }
+    }
+
+    pub(super) async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        S: Serialize + PartialEq,
+    {
+        if current == Some(status) {
+            return;
+        }
+        let ns = obj.namespace().unwrap_or_default();
+        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        let body = serde_json::json!({ "status": status });
+        if let Err(e) = api
+            .patch_status(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            )
+            .await
+        {
+            tracing::debug!(object = %obj.name_any(), error = %e, "status update failed");
+        }
+    }
+}
