@@ -31,6 +31,22 @@ pub struct Args {
     /// API writes in flight at once, for binds and for the pod grouper each.
     #[arg(long, default_value_t = 64)]
     api_concurrency: usize,
+    /// Where pods go: `auto` (Gantry's fragmentation-aware GPU-sharing policy once the cluster
+    /// runs pods that ask for GPU shares, else KAI's bin-pack), `kai`, or
+    /// `fragmentation-aware` (docs/configuration.md).
+    #[arg(long, env = "GANTRY_PLACEMENT_POLICY", default_value = "auto", value_parser = placement_policy)]
+    placement_policy: gantry_scheduler::Policy,
+}
+
+/// The policies a running scheduler offers (the benchmark baselines are not among them).
+fn placement_policy(s: &str) -> Result<gantry_scheduler::Policy, String> {
+    use gantry_scheduler::Policy;
+    match s.parse::<Policy>().map_err(|e| e.to_string())? {
+        p @ (Policy::Auto | Policy::Kai | Policy::FragmentationAware) => Ok(p),
+        _ => Err(format!(
+            "placement policy {s:?} is a benchmark baseline; use auto, kai or fragmentation-aware"
+        )),
+    }
 }
 
 pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
@@ -43,6 +59,7 @@ pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
         bind_concurrency: args.api_concurrency.max(1),
         ..Default::default()
     };
+    o.config.policy = args.placement_policy;
     if let Some(i) = &args.reservation_image {
         o.reservation_image = i.clone();
     }

@@ -13,6 +13,7 @@ mod k8s_affinity;
 mod k8s_e2e;
 mod k8s_kai;
 mod k8s_reclaim;
+mod k8s_replay;
 mod k8s_restart;
 mod kai_semantics;
 mod scenarios;
