@@ -24,9 +24,9 @@ pub enum Policy {
     Kai,
     /// Gantry's GPU-sharing policy (`gpushare::SharePolicy::Gantry`): FGD's score of the
     /// node's fragmentation change against every task type of the snapshot (CPU-only pods
-    /// included), a share on the fitting device with the least free (KAI's `gpupack`), then
-    /// a node already in use, then the seeded node order. MIG requests and shares over
-    /// several devices keep KAI's scoring.
+    /// included), a share on the fitting device with the least free (KAI's `gpupack`); among
+    /// equal scores a CPU-only pod goes where the least GPU is free, other ties by the seeded
+    /// node order. MIG requests and shares over several devices keep KAI's scoring.
     FragmentationAware,
     /// Benchmark baselines.
     RandomFit,
