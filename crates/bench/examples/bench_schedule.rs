@@ -1,6 +1,6 @@
 //! Run the scheduler benchmark without the `gantry` binary:
 //! `cargo run --release -p gantry-bench --example bench_schedule -- NODES GPUS RUNNING PENDING [skip-replay|skip-cycle] [kai-only|frag-only]`.
-//! With `DUMP=<file>` it also writes the KAI policy's decisions on the synthetic cluster as
+//! With `DUMP=<file>` it also writes the KAI policy's (or `DUMP_POLICY`'s) decisions on the synthetic cluster as
 //! JSON, to check that a change to the core leaves every bind, eviction and reason as it was.
 use gantry_bench::schedule::{BenchOptions, SynthSpec, Workload, run, synth};
 use gantry_scheduler::{Config, Policy, Snapshot, schedule};
@@ -23,6 +23,10 @@ fn main() {
     if let Ok(path) = std::env::var("DUMP") {
         let cfg = Config {
             seed: 1,
+            policy: std::env::var("DUMP_POLICY")
+                .ok()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(Policy::Kai),
             ..Config::default()
         };
         let d = schedule(&Snapshot::build(&synth::synth(&spec)), &cfg);

@@ -1,6 +1,7 @@
 //! The FGD paper's protocol without the `gantry` binary (same library call as
 //! `gantry bench schedule --protocol paper`):
-//! `cargo run --release -p gantry-bench --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`.
+//! `cargo run --release -p gantry-bench --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`;
+//! `POLICIES=FGD,Gantry` runs only those (all by default).
 use gantry_bench::schedule::paper::{PaperOptions, run_paper};
 use gantry_scheduler::gpushare::SharePolicy;
 use std::path::PathBuf;
@@ -16,7 +17,16 @@ fn main() {
         paper_results: Some(PathBuf::from(&a[1])),
         seeds: a[2].parse().unwrap_or(10),
         pods: a[3..].iter().map(PathBuf::from).collect(),
-        policies: SharePolicy::ALL.to_vec(),
+        policies: match std::env::var("POLICIES") {
+            Ok(list) => match list.split(',').map(str::parse).collect() {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: POLICIES: {e}");
+                    std::process::exit(2);
+                }
+            },
+            Err(_) => SharePolicy::ALL.to_vec(),
+        },
         first_seed: 42,
         tune_ratio: 1.3,
     };

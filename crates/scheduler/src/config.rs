@@ -14,21 +14,19 @@ pub enum Strategy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
-    /// `fragmentation-aware` when some pod of the snapshot asks for a GPU share
-    /// (`gpu-fraction` / `gpu-memory`) and the GPU strategy is binpack, else `kai` (whole-GPU
-    /// clusters keep KAI's bin-pack; spread keeps KAI's spread). Opt-in: it changes two of
-    /// KAI's own test outcomes (a fraction's node, a preemption victim), so `kai` stays the
-    /// default until those are settled.
-    Auto,
-    /// The default. KAI scoring: `gpusharingorder`, `resourcetype`, `nodeplacement` with the
-    /// strategies above, `gpupack` / `gpuspread` inside the node.
+    /// The default. `fragmentation-aware` when some pod of the snapshot asks for a GPU
+    /// share (`gpu-fraction` / `gpu-memory`) and the GPU strategy is binpack, else `kai`
+    /// (whole-GPU clusters keep KAI's bin-pack; spread keeps KAI's spread).
     #[default]
+    Auto,
+    /// KAI scoring: `gpusharingorder`, `resourcetype`, `nodeplacement` with the strategies
+    /// above, `gpupack` / `gpuspread` inside the node.
     Kai,
     /// Gantry's GPU-sharing policy (`gpushare::SharePolicy::Gantry`): FGD's score of the
     /// node's fragmentation change against every task type of the snapshot (CPU-only pods
-    /// included), a share on the fitting device with the least free (KAI's `gpupack`), then
-    /// a node already in use, then the seeded node order. MIG requests and shares over
-    /// several devices keep KAI's scoring.
+    /// included), a share on the fitting device with the least free (KAI's `gpupack`); among
+    /// equal scores a CPU-only pod goes where the least GPU is free, other ties by the seeded
+    /// node order. MIG requests and shares over several devices keep KAI's scoring.
     FragmentationAware,
     /// Benchmark baselines.
     RandomFit,
@@ -72,7 +70,7 @@ impl Default for Config {
         Config {
             gpu_strategy: Strategy::Binpack,
             cpu_strategy: Strategy::Binpack,
-            policy: Policy::Kai,
+            policy: Policy::Auto,
             actions: vec![
                 Action::Allocate,
                 Action::Consolidation,

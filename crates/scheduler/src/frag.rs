@@ -20,8 +20,10 @@ pub struct Mix {
 }
 
 impl Mix {
-    /// Task types from every valid pod of the snapshot (running and pending, CPU-only
-    /// included), as the paper computes them from the workload.
+    /// Task types from every valid pod of the snapshot that this scheduler places (running
+    /// and pending, CPU-only included), as the paper computes them from the workload. Other
+    /// schedulers' and bare pods (DaemonSets, system pods) hold resources but are not
+    /// arrivals the policy places, so they are no task type.
     pub fn from_snapshot(s: &Snapshot<'_>) -> Mix {
         let mut models = Models::default();
         let node_model = s
@@ -33,7 +35,7 @@ impl Mix {
         let shapes: Vec<PodShape> = s
             .pods
             .iter()
-            .filter(|p| p.invalid.is_none())
+            .filter(|p| p.invalid.is_none() && !s.groups[p.group as usize].foreign)
             .filter_map(|p| {
                 let (num_gpu, milli) = match p.gpu {
                     GpuRequest::Memory { mib, devices: 1 } => {
@@ -170,6 +172,26 @@ pub struct ClassKey {
     has_slot: bool,
     gpu_memory_mib: Option<u64>,
     mig_enabled: bool,
+}
+
+/// Fewest pods of this scheduler a snapshot must hold before `auto` trusts its task mix.
+/// FGD scores a node by the fragmentation the *expected* arrivals would meet; the expectation
+/// is the snapshot's own mix of request shapes, and a handful of pods is no estimate of it
+/// (with 100 pods a type's share is known to about ±10 points). Below this, `auto` keeps
+/// KAI's bin-pack, which is also what KAI's own small test clusters expect (a share joins
+/// the running share's device; preemption frees the device KAI frees).
+pub const AUTO_MIN_PODS: usize = 100;
+
+/// Whether `auto` uses the fragmentation-aware policy on this snapshot: some pod asks for a
+/// GPU share (`gpu-fraction` / `gpu-memory`), and the snapshot holds at least
+/// [`AUTO_MIN_PODS`] pods of this scheduler to take the task mix from.
+pub fn auto_applies(s: &Snapshot<'_>) -> bool {
+    let ours = || {
+        s.pods
+            .iter()
+            .filter(|p| p.invalid.is_none() && !s.groups[p.group as usize].foreign)
+    };
+    ours().any(|p| p.gpu.is_shared()) && ours().count() >= AUTO_MIN_PODS
 }
 
 /// Whether the policy models this request (else KAI places it).

@@ -178,11 +178,7 @@ impl Placer {
         }
         let mut cfg = cfg.clone();
         if cfg.policy == Policy::Auto {
-            let shares = cfg.gpu_strategy == Strategy::Binpack
-                && s.pods
-                    .iter()
-                    .any(|p| p.invalid.is_none() && p.gpu.is_shared());
-            cfg.policy = if shares {
+            cfg.policy = if cfg.gpu_strategy == Strategy::Binpack && crate::frag::auto_applies(s) {
                 Policy::FragmentationAware
             } else {
                 Policy::Kai

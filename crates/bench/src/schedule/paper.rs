@@ -2,7 +2,7 @@
 //! files, several seeds per trace, every policy on the same arrival streams; medians and
 //! min–max printed beside the paper's own figures when its result table is given.
 
-use gantry_scheduler::gpushare::replay::{LEVELS, paper_arrivals, run, spread};
+use gantry_scheduler::gpushare::replay::{LEVELS, paper_arrivals, paper_nodes, run, spread};
 use gantry_scheduler::gpushare::{NodeSpec, PodShape, SharePolicy};
 use gantry_scheduler::workload::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
 use std::collections::BTreeMap;
@@ -103,8 +103,9 @@ pub fn run_trace(
         .collect();
     for seed in opts.first_seed..opts.first_seed + opts.seeds {
         let arrivals = paper_arrivals(shapes, capacity, opts.tune_ratio, seed);
+        let nodes = paper_nodes(specs, seed);
         for (policy, cell) in cells.iter_mut() {
-            let f = run(*policy, specs, &arrivals, seed, true, None);
+            let f = run(*policy, &nodes, &arrivals, shapes, seed, true, None);
             for (i, v) in f.unalloc.iter().enumerate() {
                 if let Some(v) = v {
                     cell.per_level[i].push(*v);

@@ -43,6 +43,22 @@ pub struct Args {
     /// installer owns them).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     create_namespaces: bool,
+    /// Where pods go: `auto` (Gantry's fragmentation-aware GPU-sharing policy once the cluster
+    /// runs pods that ask for GPU shares, else KAI's bin-pack), `kai`, or
+    /// `fragmentation-aware` (docs/configuration.md).
+    #[arg(long, env = "GANTRY_PLACEMENT_POLICY", default_value = "auto", value_parser = placement_policy)]
+    placement_policy: gantry_scheduler::Policy,
+}
+
+/// The policies a running scheduler offers (the benchmark baselines are not among them).
+fn placement_policy(s: &str) -> Result<gantry_scheduler::Policy, String> {
+    use gantry_scheduler::Policy;
+    match s.parse::<Policy>().map_err(|e| e.to_string())? {
+        p @ (Policy::Auto | Policy::Kai | Policy::FragmentationAware) => Ok(p),
+        _ => Err(format!(
+            "placement policy {s:?} is a benchmark baseline; use auto, kai or fragmentation-aware"
+        )),
+    }
 }
 
 pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
@@ -58,6 +74,7 @@ pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
         create_namespaces: args.create_namespaces,
         ..Default::default()
     };
+    o.config.policy = args.placement_policy;
     if let Some(i) = &args.reservation_image {
         o.reservation_image = i.clone();
     }

@@ -268,8 +268,8 @@ mod tests {
             let (nodes, pods) = world(seed);
             for policy in [SharePolicy::Fgd, SharePolicy::Gantry] {
                 let (mut slow, mut quick): (Trail, Trail) = (Vec::new(), Vec::new());
-                let a = run(policy, &nodes, &pods, seed, false, Some(&mut slow));
-                let b = run(policy, &nodes, &pods, seed, true, Some(&mut quick));
+                let a = run(policy, &nodes, &pods, &pods, seed, false, Some(&mut slow));
+                let b = run(policy, &nodes, &pods, &pods, seed, true, Some(&mut quick));
                 assert_eq!(slow, quick, "{policy:?} seed {seed}");
                 assert_eq!(a.unalloc, b.unalloc);
                 // The workload overflows the cluster: both placements and refusals occur.
@@ -287,7 +287,7 @@ mod tests {
             let policy = SharePolicy::ALL[policy];
             let (nodes, pods) = world(seed);
             let mut trail = Vec::new();
-            run(policy, &nodes, &pods, seed, true, Some(&mut trail));
+            run(policy, &nodes, &pods, &pods, seed, true, Some(&mut trail));
             let mut c = Cluster::new(nodes.clone());
             for (p, d) in pods.iter().zip(&trail) {
                 let Some(d) = d else { continue };

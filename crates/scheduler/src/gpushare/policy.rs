@@ -29,7 +29,8 @@ pub enum SharePolicy {
     Fgd,
     /// Gantry's: FGD's score against every task type of the workload (not only the most
     /// common ones covering 95 %), the fitting device with the least free for a share (as
-    /// KAI's `gpupack`), then a node already in use before an idle one, then node order.
+    /// KAI's `gpupack`); among equal scores a CPU-only pod goes where the least GPU is
+    /// free; then node order.
     Gantry,
 }
 
@@ -226,13 +227,17 @@ pub fn score_node(
             let c = best_fit_device(n, p);
             let mask = c.resolve(n, p, |_| 0);
             let drop = mix.node_frag(n) - mix.node_frag(&n.after(p, mask));
-            // Among equal scores a node already in use: idle nodes stay whole for the
-            // large requests.
-            let in_use = n.idle() < usize::from(n.n);
+            // Among equal scores a CPU-only pod takes CPU where the least GPU is left: CPU
+            // taken beside free GPUs is what strands them. GPU pods keep the node order.
+            let secondary = if p.wants_gpu() {
+                0.0
+            } else {
+                -(gpu_left as f64)
+            };
             (
                 Score {
                     primary: quantized(drop),
-                    secondary: f64::from(u8::from(in_use)),
+                    secondary,
                 },
                 c,
             )
@@ -413,8 +418,8 @@ mod tests {
     }
 
     #[test]
-    fn gantry_prefers_a_used_node_among_equal_scores() {
-        // Whole-GPU pods only: taking one idle device of either node leaves no fragment.
+    fn gantry_sends_cpu_pods_where_the_least_gpu_is_free() {
+        // Whole-GPU pods only: a small CPU pod changes no node's fragment, so the score ties.
         let mix = TaskMix {
             types: vec![TaskType {
                 shape: pod(1, MILLI),
@@ -422,12 +427,17 @@ mod tests {
             }],
             check_mem: false,
         };
+        let cpu = pod(0, 0);
+        let (free, _) =
+            score_node(SharePolicy::Gantry, &node(&[1000, 1000]), &cpu, &mix, &[]).unwrap();
+        let (used, _) = score_node(SharePolicy::Gantry, &node(&[0, 300]), &cpu, &mix, &[]).unwrap();
+        assert_eq!(free.primary, used.primary);
+        assert!(used.beats(&free));
+        // GPU pods tie: node order decides.
         let p = pod(1, MILLI);
-        let (idle, _) =
-            score_node(SharePolicy::Gantry, &node(&[1000, 1000]), &p, &mix, &[]).unwrap();
-        let (used, _) = score_node(SharePolicy::Gantry, &node(&[0, 1000]), &p, &mix, &[]).unwrap();
-        assert_eq!(idle.primary, used.primary);
-        assert!(used.beats(&idle));
+        let (a, _) = score_node(SharePolicy::Gantry, &node(&[1000, 1000]), &p, &mix, &[]).unwrap();
+        let (b, _) = score_node(SharePolicy::Gantry, &node(&[0, 1000]), &p, &mix, &[]).unwrap();
+        assert!(!a.beats(&b) && !b.beats(&a));
         // A share goes to the fitting device with the least free (KAI's gpupack).
         let n = node(&[1000, 600, 300]);
         let (_, c) = score_node(SharePolicy::Gantry, &n, &pod(1, 250), &mix, &[]).unwrap();
