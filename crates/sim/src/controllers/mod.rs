@@ -12,6 +12,7 @@ pub mod deployment;
 pub mod job;
 pub mod replicaset;
 pub mod runner;
+mod writes;
 
 pub use runner::{Controllers, Options, start, start_with};
 

@@ -7,12 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use rand::Rng;
 use serde::Serialize;
@@ -24,8 +22,6 @@ use super::{cache, daemonset, job};
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
 const RESYNC: Duration = Duration::from_secs(5);
-/// Pod creations in flight at once (per DaemonSet or Job pass).
-const CREATE_BURST: usize = 32;
 /// How long a created pod is expected before we stop waiting for the watch to show it: five
 /// minutes, as upstream's `ExpectationsTimeout`. At 1,000 nodes on a loaded machine the pod
 /// watch fell more than 30 s behind the creates, and a shorter wait created a second pod for
@@ -175,57 +171,18 @@ impl Reconciler {
             .collect()
     }
 
-    /// Create `pods` (each with the node it is for), up to [`CREATE_BURST`] at a time: the real
-    /// controllers create in growing batches too, and one at a time left the last DaemonSet's
-    /// pods of a 1,000-node rollout waiting for every other DaemonSet's.
+    /// Create `pods` (each with the node it is for) and expect them until the watch shows them.
     async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
-        let client = self.client.clone();
-        let results: Vec<_> = futures::stream::iter(pods)
-            .map(|(pod, node)| {
-                let client = client.clone();
-                async move {
-                    let ns = pod
-                        .metadata
-                        .namespace
-                        .clone()
-                        .unwrap_or_else(|| "default".into());
-                    let name = pod.name_any();
-                    let api: Api<Pod> = Api::namespaced(client, &ns);
-                    let r = api.create(&PostParams::default(), &pod).await;
-                    (ns, name, node, r)
-                }
-            })
-            .buffer_unordered(CREATE_BURST)
-            .collect()
-            .await;
-        for (ns, name, node, r) in results {
-            match r {
-                Ok(_) => {
-                    tracing::debug!(pod = %name, namespace = %ns, node = ?node, "controller created pod");
-                    self.expected.insert(
-                        (owner_uid.to_string(), cache::key(Some(&ns), &name)),
-                        (Instant::now(), node),
-                    );
-                }
-                // A random name taken already (thousands of pods share a prefix): the next pass
-                // tries another one, as the real controllers do with generateName.
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    tracing::debug!(pod = %name, namespace = %ns, "pod name taken; retrying")
-                }
-                Err(e) => {
-                    tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
-                }
-            }
+        for (ns, name, node) in super::writes::create_pods(&self.client, pods).await {
+            self.expected.insert(
+                (owner_uid.to_string(), cache::key(Some(&ns), &name)),
+                (Instant::now(), node),
+            );
         }
     }
 
     async fn delete_pod(&self, ns: &str, name: &str) {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => tracing::debug!(pod = %name, namespace = %ns, "controller deleted pod"),
-            Err(kube::Error::Api(_)) => {}
-            Err(e) => tracing::debug!(pod = %name, error = %e, "controller could not delete pod"),
-        }
+        super::writes::delete_pod(&self.client, ns, name).await
     }
 
     async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
@@ -236,22 +193,7 @@ impl Reconciler {
             + std::fmt::Debug,
         S: Serialize + PartialEq,
     {
-        if current == Some(status) {
-            return;
-        }
-        let ns = obj.namespace().unwrap_or_default();
-        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
-        let body = serde_json::json!({ "status": status });
-        if let Err(e) = api
-            .patch_status(
-                &obj.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&body),
-            )
-            .await
-        {
-            tracing::debug!(object = %obj.name_any(), error = %e, "status update failed");
-        }
+        super::writes::patch_status(&self.client, obj, current, status).await
     }
 
     async fn reconcile_ds(&mut self, ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) {

@@ -273,23 +273,9 @@ async fn mount_volumes(ctx: &mut Ctx, spec: &PodSpec, waiting: &CState) -> bool 
         else {
             return true;
         };
-        volumes::warn_event(
-            &ctx.env.client,
-            &ctx.r,
-            &ctx.node.name,
-            "FailedMount",
-            &message,
-        )
-        .await;
-        ctx.patch_status("Pending", waiting, None, 0, None).await;
-        let stopped = tokio::select! {
-            _ = tokio::time::sleep(delay) => false,
-            _ = wait_stopping(&mut ctx.rx) => true,
-        };
-        if stopped {
+        if !back_off(ctx, waiting, "FailedMount", &message, &mut delay).await {
             return false;
         }
-        delay = (delay * 2).min(Duration::from_secs(8));
     }
 }
 
@@ -325,22 +311,28 @@ async fn read_env_sources(ctx: &mut Ctx, pod: &Pod) -> bool {
             reason: "CreateContainerConfigError".into(),
             message: problem.clone(),
         };
-        volumes::warn_event(
-            &ctx.env.client,
-            &ctx.r,
-            &ctx.node.name,
-            "Failed",
-            &format!("Error: {problem}"),
-        )
-        .await;
-        ctx.patch_status("Pending", &waiting, None, 0, None).await;
-        let stopped = tokio::select! {
-            _ = tokio::time::sleep(delay) => false,
-            _ = wait_stopping(&mut ctx.rx) => true,
-        };
-        if stopped {
+        let message = format!("Error: {problem}");
+        if !back_off(ctx, &waiting, "Failed", &message, &mut delay).await {
             return false;
         }
-        delay = (delay * 2).min(Duration::from_secs(8));
     }
+}
+
+/// One failed attempt to start the containers: a `Warning` event with `reason`, the pod
+/// Pending with `waiting`, then the back-off (doubling to 8 s). False: the pod began stopping.
+async fn back_off(
+    ctx: &mut Ctx,
+    waiting: &CState,
+    reason: &str,
+    message: &str,
+    delay: &mut Duration,
+) -> bool {
+    volumes::warn_event(&ctx.env.client, &ctx.r, &ctx.node.name, reason, message).await;
+    ctx.patch_status("Pending", waiting, None, 0, None).await;
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(*delay) => false,
+        _ = wait_stopping(&mut ctx.rx) => true,
+    };
+    *delay = (*delay * 2).min(Duration::from_secs(8));
+    !stopped
 }
