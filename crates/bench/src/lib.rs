@@ -6,8 +6,12 @@
 //! - [`scheduler_api`]: `gantry scheduler` through the API (`gantry bench scheduler-api`)
 //! - [`operator`]: `gantry operator` from bare GPU nodes to ready (`gantry bench operator`)
 //! - [`device_plugin`]: Allocate / GetPreferredAllocation latency (`gantry bench device-plugin`)
+//! - [`nodes`]: simulated nodes to every GPU allocatable (`gantry bench nodes`)
+//! - [`apiserver`]: the embedded API server's creates, updates and watch events per second
 
+pub mod apiserver;
 pub mod device_plugin;
+pub mod nodes;
 pub mod operator;
 pub mod schedule;
 pub mod scheduler_api;

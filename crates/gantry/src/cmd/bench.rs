@@ -169,7 +169,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            use gantry_sim::cluster::bench::{NodesBenchOpts, nodes_bench};
+            use gantry_bench::nodes::{NodesBenchOpts, nodes_bench};
             let opts = NodesBenchOpts {
                 spec: args.nodes.clone(),
                 timeout: Duration::from_secs(args.timeout),
@@ -177,7 +177,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 progress: (args.progress > 0).then(|| Duration::from_secs(args.progress)),
                 kubelet_processes: match args.kubelet_processes {
                     0 => None,
-                    count => Some(gantry_sim::cluster::bench::KubeletProcesses {
+                    count => Some(gantry_bench::nodes::KubeletProcesses {
                         count,
                         command: vec![
                             std::env::current_exe()?.into_os_string(),
@@ -238,7 +238,7 @@ fn device_plugin(args: DevicePluginBenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn apiserver(args: ApiserverBenchArgs) -> anyhow::Result<ExitCode> {
-    use gantry_sim::apiserver::bench;
+    use gantry_bench::apiserver as bench;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -47,7 +47,7 @@ fn kubelets(args: &KubeletsArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async {
         let _cluster =
-            cluster::bench::run_kubelets(&args.kubeconfig, &args.nodes, share, of, &args.dir)
+            gantry_bench::nodes::run_kubelets(&args.kubeconfig, &args.nodes, share, of, &args.dir)
                 .await
                 .with_context(|| format!("simulated kubelets, share {}", args.share))?;
         // Until the bench closes our stdin (or goes away).

@@ -1,7 +1,6 @@
 //! The Kubernetes API server: REST verbs, watches, patches, discovery, over one
 //! [`Store`]. `router()` gives the axum service the control plane serves over HTTPS.
 
-pub mod bench;
 mod checks;
 pub mod decode;
 pub mod defaults;

@@ -5,7 +5,6 @@
 //! let cluster = gantry_sim::cluster::start(client, &data_dir, nodes::plan("2xH100-80GB:8")?, agents).await?;
 //! ```
 
-pub mod bench;
 pub mod control;
 
 use std::collections::{BTreeMap, HashSet};

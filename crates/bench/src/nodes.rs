@@ -11,9 +11,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use super::{ClusterError, SimCluster, start};
-use crate::kubelet::runners::default_registry;
-use crate::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+use gantry_sim::cluster::{ClusterError, SimCluster, start};
+use gantry_sim::kubelet::runners::default_registry;
+use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
 
 /// What `bench nodes` measured.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ pub enum BenchError {
     #[error(transparent)]
     Spec(#[from] nodes::SpecError),
     #[error(transparent)]
-    Sim(#[from] crate::SimError),
+    Sim(#[from] gantry_sim::SimError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error("bench: {0}")]
@@ -261,7 +261,12 @@ pub async fn nodes_bench(opts: &NodesBenchOpts) -> Result<NodesReport, BenchErro
     let client = cp.client()?;
     let tmp = tempfile::Builder::new().prefix("gb").tempdir_in("/tmp")?;
     let _ctl = controllers::start(client.clone());
-    super::ensure_namespace(&client, "kube-system").await?;
+    gantry_runtime::ensure_namespace(&client, "kube-system")
+        .await
+        .map_err(|source| ClusterError::Namespace {
+            namespace: "kube-system".into(),
+            source,
+        })?;
     let (cluster, children) = match &opts.kubelet_processes {
         None => (
             Some(start(client.clone(), tmp.path(), plan, default_registry()).await?),
