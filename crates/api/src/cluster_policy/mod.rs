@@ -446,29 +446,6 @@ impl ClusterPolicySpec {
     }
 }
 
-impl ClusterPolicy {
-    /// Which of several ClusterPolicies is active: oldest creationTimestamp, ties broken by
-    /// lowest name. Returns the index into `all`.
-    pub fn active_index(all: &[ClusterPolicy]) -> Option<usize> {
-        (0..all.len()).min_by(|&a, &b| {
-            let key = |i: usize| {
-                (
-                    all[i].metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    all[i].metadata.name.clone().unwrap_or_default(),
-                )
-            };
-            let (ta, na) = key(a);
-            let (tb, nb) = key(b);
-            // Objects without a timestamp (not yet persisted) sort last.
-            match (ta, tb) {
-                (Some(x), Some(y)) => x.cmp(&y).then(na.cmp(&nb)),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => na.cmp(&nb),
-            }
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

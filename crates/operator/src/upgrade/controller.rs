@@ -146,14 +146,9 @@ where
         .await;
 }
 
-/// The ClusterPolicy in charge: the oldest (others are `ignored`).
-fn active_policy(mut list: Vec<ClusterPolicy>) -> Option<ClusterPolicy> {
-    list.sort_by(|a, b| {
-        let t = |c: &ClusterPolicy| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        t(a).cmp(&t(b))
-            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-    });
-    list.into_iter().next()
+/// The ClusterPolicy in charge (one rule for the whole operator: `cluster_policy::active`).
+fn active_policy(list: Vec<ClusterPolicy>) -> Option<ClusterPolicy> {
+    gantry_api::cluster_policy::active(&list, |p| &p.metadata).cloned()
 }
 
 fn owned_by(pod: &Pod, uid: &str) -> bool {
