@@ -1,8 +1,8 @@
 //! `gantry bench apiserver`: creates/s, updates/s and watch events/s delivered to many
 //! watchers, through real HTTPS clients, on the memory and the SQLite store.
 
-use gantry_sim::{ControlPlane, ControlPlaneOptions, SimError};
 use futures::{StreamExt, TryStreamExt};
+use gantry_sim::{ControlPlane, ControlPlaneOptions, SimError};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use std::collections::BTreeMap;

@@ -446,7 +446,6 @@ impl ClusterPolicySpec {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
