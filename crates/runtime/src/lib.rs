@@ -16,6 +16,7 @@ pub mod lease;
 pub mod paged;
 pub mod rounds;
 pub mod shutdown;
+pub mod tls;
 
 pub use client::{ClientError, client};
 

@@ -79,21 +79,13 @@ pub fn load_or_generate(dir: &Path) -> Result<TlsMaterial, SimError> {
 
 /// The rustls server configuration (HTTP/2 and HTTP/1.1 via ALPN).
 pub fn server_config(m: &TlsMaterial) -> Result<Arc<rustls::ServerConfig>, SimError> {
-    let certs: Vec<_> = rustls_pemfile::certs(&mut m.cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| err("server.crt", e))?;
-    let key = rustls_pemfile::private_key(&mut m.key_pem.as_bytes())
-        .map_err(|e| err("server.key", e))?
-        .ok_or_else(|| err("server.key", "no private key found"))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| err("(config)", e))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| err("server.crt", e))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    gantry_runtime::tls::server_config(&m.cert_pem, &m.key_pem).map_err(|e| {
+        let file = match e.part {
+            gantry_runtime::tls::Part::Certificate => "server.crt",
+            gantry_runtime::tls::Part::Key => "server.key",
+        };
+        err(file, e)
+    })
 }
 
 /// The CA certificate in DER, for building clients.

@@ -40,28 +40,16 @@ pub fn tls_config(
     key_pem: &str,
     what: &str,
 ) -> Result<Arc<rustls::ServerConfig>, WebhookError> {
-    let e = |m: String| WebhookError::Certificate {
-        path: what.to_string(),
-        message: m,
-    };
-    let certs: Vec<_> = rustls_pemfile::certs(&mut cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|x| e(format!("certificate: {x}")))?;
-    if certs.is_empty() {
-        return Err(e("no certificate found".into()));
-    }
-    let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
-        .map_err(|x| e(format!("key: {x}")))?
-        .ok_or_else(|| e("no private key found".into()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|x| e(x.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|x| e(x.to_string()))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    gantry_runtime::tls::server_config(cert_pem, key_pem).map_err(|e| {
+        let part = match e.part {
+            gantry_runtime::tls::Part::Certificate => "certificate",
+            gantry_runtime::tls::Part::Key => "key",
+        };
+        WebhookError::Certificate {
+            path: what.to_string(),
+            message: format!("{part}: {e}"),
+        }
+    })
 }
 
 /// Reads `tls.crt` and `tls.key` (a `kubernetes.io/tls` Secret's keys) from `dir`.

@@ -337,14 +337,19 @@ async fn resource(
             let mut body = body;
             // Mutating admission webhooks see the decoded object before it is validated.
             let create = method == Method::POST && p.name.is_none() && sub.is_empty();
-            if create && t.info.plural != "bindings" && super::webhooks::any(&srv) {
+            let hooks = if create && t.info.plural != "bindings" {
+                super::webhooks::configurations(&srv)
+            } else {
+                Vec::new()
+            };
+            if !hooks.is_empty() {
                 let (h, b) = (headers.clone(), body.clone());
                 let obj = tokio::task::spawn_blocking(move || body_json(&h, &b, "create"))
                     .await
                     .map_err(|e| {
                         ApiError::internal(format!("the request's worker failed: {e}"))
                     })??;
-                let obj = super::webhooks::mutate_create(&srv, &t, obj).await?;
+                let obj = super::webhooks::mutate_create(&srv, &hooks, &t, obj).await?;
                 body = Bytes::from(obj.to_string());
                 headers.insert(
                     header::CONTENT_TYPE,

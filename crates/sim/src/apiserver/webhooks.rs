@@ -25,9 +25,9 @@ use super::{ApiError, ApiServer, Target};
 
 const CONFIGS: &str = "admissionregistration.k8s.io/mutatingwebhookconfigurations";
 
-/// True when any mutating webhook is configured (the fast path skips decoding otherwise).
-pub fn any(srv: &ApiServer) -> bool {
-    !srv.store.list(CONFIGS, None, None).0.is_empty()
+/// The stored MutatingWebhookConfigurations (none: the request needs no decoding for them).
+pub fn configurations(srv: &ApiServer) -> Vec<Arc<Value>> {
+    srv.store.list(CONFIGS, None, None).0
 }
 
 fn strings(v: Option<&Value>) -> Vec<&str> {
@@ -102,9 +102,13 @@ enum Call {
     Failed(String),
 }
 
-/// Runs every matching webhook on `obj` (a create of `t`) and returns the result.
-pub async fn mutate_create(srv: &ApiServer, t: &Target, mut obj: Value) -> Result<Value, ApiError> {
-    let (configs, _) = srv.store.list(CONFIGS, None, None);
+/// Runs every matching webhook of `configs` on `obj` (a create of `t`) and returns the result.
+pub async fn mutate_create(
+    srv: &ApiServer,
+    configs: &[Arc<Value>],
+    t: &Target,
+    mut obj: Value,
+) -> Result<Value, ApiError> {
     if configs.is_empty() {
         return Ok(obj);
     }
