@@ -49,15 +49,21 @@ async fn missing_configmap_blocks_start_until_created() -> Result {
     })
     .await?;
     assert!(msg.contains("configmap \"late\" not found"), "{msg}");
-    let p = pods.get("needs-cm").await?;
-    assert_eq!(phase(&p), "Pending");
-    let waiting = p
-        .status
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .and_then(|c| c.state)
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.reason);
+    // The event and the status are separate writes: wait for the status too.
+    let (phase_now, waiting) = eventually_secs("needs-cm's status while it waits", 30, || async {
+        let p = pods.get("needs-cm").await?;
+        let waiting = p
+            .status
+            .clone()
+            .and_then(|s| s.container_statuses)
+            .and_then(|c| c.into_iter().next())
+            .and_then(|c| c.state)
+            .and_then(|s| s.waiting)
+            .and_then(|w| w.reason);
+        anyhow::Ok(waiting.is_some().then(|| (phase(&p), waiting)))
+    })
+    .await?;
+    assert_eq!(phase_now, "Pending");
     assert_eq!(waiting.as_deref(), Some("ContainerCreating"));
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "late"}, "data": {"a": "1"}}))?;
