@@ -76,23 +76,7 @@ impl ClusterView for KubeView {
 
 /// A client from `kubeconfig`, else in-cluster config, else `KUBECONFIG` / `~/.kube/config`.
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ValidatorError> {
-    let cfg = match kubeconfig {
-        Some(path) => {
-            let err = |reason: String| ValidatorError::Io {
-                path: path.to_path_buf(),
-                reason,
-            };
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .map_err(|e| err(e.to_string()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| ValidatorError::NoApi(e.to_string()))?,
-    };
-    kube::Client::try_from(cfg).map_err(|source| ValidatorError::Api {
-        what: "building the client".into(),
-        source,
-    })
+    gantry_runtime::client(kubeconfig)
+        .await
+        .map_err(|e| ValidatorError::NoApi(e.to_string()))
 }

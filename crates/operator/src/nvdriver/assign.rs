@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gantry_api::names;
 use gantry_api::nvidia_driver::NVIDIADriverSpec;
-use k8s_openapi::api::core::v1::{NodeAffinity, NodeSelectorRequirement};
+use gantry_k8s_rules::affinity::NodeSelector;
+use k8s_openapi::api::core::v1::NodeAffinity;
 
 /// The inputs about one CR.
 #[derive(Clone, Debug)]
@@ -86,53 +87,12 @@ pub fn selects(spec: &NVIDIADriverSpec, node: &NodeIn<'_>) -> bool {
             .is_none_or(|a| node_affinity_matches(a, node))
 }
 
-/// `requiredDuringSchedulingIgnoredDuringExecution`: any term matches, each term's
-/// expressions and fields all match; no terms ⇒ every node. (The one place this operator
-/// evaluates node affinity: to be replaced by the shared k8s-rules crate.)
+/// `requiredDuringSchedulingIgnoredDuringExecution`, by Kubernetes' rules
+/// (`gantry_k8s_rules`): any term matches; an empty or invalid term matches nothing.
 pub fn node_affinity_matches(a: &NodeAffinity, node: &NodeIn<'_>) -> bool {
-    let Some(req) = &a.required_during_scheduling_ignored_during_execution else {
-        return true;
-    };
-    if req.node_selector_terms.is_empty() {
-        return true;
-    }
-    let fields = BTreeMap::from([("metadata.name".to_string(), node.name.to_string())]);
-    req.node_selector_terms.iter().any(|t| {
-        let exprs = t.match_expressions.iter().flatten();
-        let fs = t.match_fields.iter().flatten();
-        let empty = t.match_expressions.as_ref().is_none_or(Vec::is_empty)
-            && t.match_fields.as_ref().is_none_or(Vec::is_empty);
-        // An empty term matches nothing (Kubernetes' rule).
-        !empty
-            && exprs.into_iter().all(|r| requirement(r, node.labels))
-            && fs.into_iter().all(|r| requirement(r, &fields))
-    })
-}
-
-fn requirement(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let have = labels.get(&r.key);
-    let values = r.values.as_deref().unwrap_or_default();
-    let num = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => have.is_some_and(|v| values.contains(v)),
-        "NotIn" => have.is_none_or(|v| !values.contains(v)),
-        "Exists" => have.is_some(),
-        "DoesNotExist" => have.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(h), Some(want)) = (
-                have.and_then(|v| num(v)),
-                values.first().and_then(|v| num(v)),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                h > want
-            } else {
-                h < want
-            }
-        }
-        _ => false,
-    }
+    a.required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .is_none_or(|req| NodeSelector::from_k8s(req).0.matches(node.name, node.labels))
 }
 
 /// Decide every GPU node's owner. `nodes` are the GPU nodes (`nvidia.com/gpu.present=true`).
