@@ -92,7 +92,11 @@ pub fn selects(spec: &NVIDIADriverSpec, node: &NodeIn<'_>) -> bool {
 pub fn node_affinity_matches(a: &NodeAffinity, node: &NodeIn<'_>) -> bool {
     a.required_during_scheduling_ignored_during_execution
         .as_ref()
-        .is_none_or(|req| NodeSelector::from_k8s(req).0.matches(node.name, node.labels))
+        .is_none_or(|req| {
+            NodeSelector::from_k8s(req)
+                .0
+                .matches(node.name, node.labels)
+        })
 }
 
 /// Decide every GPU node's owner. `nodes` are the GPU nodes (`nvidia.com/gpu.present=true`).
