@@ -111,7 +111,7 @@ impl HostPaths {
 pub struct GpuArgs {
     /// Driver installation root to load libnvidia-ml.so.1 from (`/run/nvidia/driver` with the
     /// driver container); the usual library locations are tried as well.
-    #[arg(long, env = "NVIDIA_DRIVER_ROOT")]
+    #[arg(long, alias = "nvidia-driver-root", env = "NVIDIA_DRIVER_ROOT")]
     pub driver_root: Option<PathBuf>,
     /// Run on simulated GPUs of this model (`H100-80GB`, `A100-40GB`, ...) instead of NVML.
     /// On a simulated node the node's own GPUs are used whatever this says.

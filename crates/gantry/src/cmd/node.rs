@@ -18,7 +18,7 @@ pub enum NodeCommand {
     /// Configure the container runtime for the `nvidia` runtime and write the CDI spec.
     Toolkit(agents::toolkit::args::ToolkitArgs),
     /// Kubelet device plugin: advertise GPUs, MIG devices and shared replicas; allocate them.
-    DevicePlugin(agents::device_plugin::args::DevicePluginArgs),
+    DevicePlugin(Box<agents::device_plugin::args::DevicePluginArgs>),
     /// GPU Feature Discovery: compute the `nvidia.com/gpu.*` node labels and apply them.
     Discovery(agents::discovery::args::DiscoveryArgs),
     /// GPU metrics under dcgm-exporter's names and labels, on :9400.
@@ -33,7 +33,7 @@ pub enum NodeCommand {
 pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         NodeCommand::Toolkit(args) => toolkit::run(args),
-        NodeCommand::DevicePlugin(args) => device_plugin::run(args),
+        NodeCommand::DevicePlugin(args) => device_plugin::run(*args),
         NodeCommand::Discovery(args) => discovery::run(args),
         NodeCommand::Exporter(args) => exporter::run(*args),
         NodeCommand::MigManager(args) => mig_manager::run(args),

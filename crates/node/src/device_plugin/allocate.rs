@@ -9,6 +9,8 @@ use super::settings::{DeviceIdStrategy, DeviceListStrategy, Settings, SharingKin
 use crate::proto::deviceplugin::{CdiDevice, ContainerAllocateResponse, DeviceSpec, Mount};
 
 pub const ENV_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+/// The IMEX channels of the `envvar` strategy (read by the container runtime).
+pub const ENV_IMEX_CHANNELS: &str = "NVIDIA_IMEX_CHANNELS";
 /// Root of the volume-mounts device list (the toolkit reads mounts below it).
 pub const VOLUME_MOUNT_ROOT: &str = "/var/run/nvidia-container-devices";
 /// CDI kind of the toolkit's spec (`nvidia-ctk cdi generate` default), so names resolve
@@ -65,6 +67,8 @@ pub struct AllocateContext<'a> {
     /// Unique suffix for the CDI annotation key (a fresh UUID per response upstream).
     pub annotation_id: &'a str,
     pub mig_minors: &'a MigMinors,
+    /// The configured IMEX channels whose device node exists on this node.
+    pub imex_channels: &'a [u32],
 }
 
 /// Validates one container's request and builds its response.
@@ -107,16 +111,26 @@ pub fn allocate(
     let strategies = &settings.device_list_strategies;
     let only_cdi = strategies.iter().all(|s| s.is_cdi());
 
+    let imex = ctx.imex_channels;
     if strategies.contains(&DeviceListStrategy::Envvar) {
         resp.envs
             .insert(ENV_VISIBLE_DEVICES.into(), device_ids.join(","));
+        if !imex.is_empty() {
+            let ids: Vec<String> = imex.iter().map(u32::to_string).collect();
+            resp.envs.insert(ENV_IMEX_CHANNELS.into(), ids.join(","));
+        }
     }
     if strategies.contains(&DeviceListStrategy::VolumeMounts) {
         resp.envs
             .insert(ENV_VISIBLE_DEVICES.into(), VOLUME_MOUNT_ROOT.into());
-        for id in &device_ids {
+        let imex_paths = imex.iter().map(|c| format!("{VOLUME_MOUNT_ROOT}/imex/{c}"));
+        for container_path in device_ids
+            .iter()
+            .map(|id| format!("{VOLUME_MOUNT_ROOT}/{id}"))
+            .chain(imex_paths)
+        {
             resp.mounts.push(Mount {
-                container_path: format!("{VOLUME_MOUNT_ROOT}/{id}"),
+                container_path,
                 host_path: "/dev/null".into(),
                 read_only: true,
             });
@@ -177,7 +191,7 @@ fn device_specs(
     settings: &Settings,
     minors: &MigMinors,
 ) -> Vec<DeviceSpec> {
-    let root = settings.dev_root.trim_end_matches('/');
+    let root = settings.dev_root().trim_end_matches('/');
     let spec = |path: String| DeviceSpec {
         host_path: format!("{root}{path}"),
         container_path: path,
@@ -225,6 +239,7 @@ mod tests {
         AllocateContext {
             annotation_id: "abc",
             mig_minors: minors,
+            imex_channels: &[],
         }
     }
 
@@ -330,7 +345,7 @@ mod tests {
         let s = Settings {
             pass_device_specs: true,
             mig_strategy: MigStrategy::Mixed,
-            dev_root: "/run/nvidia/driver".into(),
+            dev_root: Some("/run/nvidia/driver".into()),
             ..Settings::default()
         };
         let inventory = Inventory {
@@ -364,6 +379,34 @@ mod tests {
             r.devices[5].container_path,
             format!("/dev/nvidia-caps/nvidia-cap{}", 3 + 135 + 27)
         );
+    }
+
+    #[test]
+    fn imex_channels_follow_the_device_list_strategy() {
+        let m = MigMinors::default();
+        let s = Settings {
+            device_list_strategies: [DeviceListStrategy::Envvar, DeviceListStrategy::VolumeMounts]
+                .into(),
+            ..Settings::default()
+        };
+        let set = &build(&inv(1), &s).unwrap()[0];
+        let with_channel = AllocateContext {
+            imex_channels: &[0],
+            ..ctx(&m)
+        };
+        let r = allocate(set, &s, &ids(&["GPU-00000000"]), with_channel).unwrap();
+        assert_eq!(r.envs[ENV_IMEX_CHANNELS], "0");
+        let mounts: Vec<&str> = r.mounts.iter().map(|m| m.container_path.as_str()).collect();
+        assert_eq!(
+            mounts,
+            [
+                "/var/run/nvidia-container-devices/GPU-00000000",
+                "/var/run/nvidia-container-devices/imex/0"
+            ]
+        );
+        let r = allocate(set, &s, &ids(&["GPU-00000000"]), ctx(&m)).unwrap();
+        assert!(!r.envs.contains_key(ENV_IMEX_CHANNELS));
+        assert_eq!(r.mounts.len(), 1);
     }
 
     #[test]

@@ -33,6 +33,13 @@ pub enum PolicyArg {
     Packed,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiscoveryStrategyArg {
+    Auto,
+    Nvml,
+    Tegra,
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct DevicePluginArgs {
     /// Config file v1 (YAML or JSON); re-read when it changes.
@@ -72,14 +79,40 @@ pub struct DevicePluginArgs {
     pub device_list_strategy: Vec<ListStrategyArg>,
     #[arg(long, env = "DEVICE_ID_STRATEGY", value_enum)]
     pub device_id_strategy: Option<IdStrategyArg>,
-    #[arg(long, env = "PASS_DEVICE_SPECS")]
+    #[arg(long, env = "PASS_DEVICE_SPECS", num_args = 0..=1, default_missing_value = "true")]
     pub pass_device_specs: Option<bool>,
     #[arg(long, env = "SHARED_DEVICES_ALLOCATION_POLICY", value_enum)]
     pub shared_devices_allocation_policy: Option<PolicyArg>,
-    #[arg(long = "dev-root", env = "NVIDIA_DEV_ROOT")]
+    /// Host root of `/dev` (default: the driver root).
+    #[arg(long = "dev-root", alias = "nvidia-dev-root", env = "NVIDIA_DEV_ROOT")]
     pub dev_root: Option<String>,
     #[arg(long, env = "MPS_ROOT")]
     pub mps_root: Option<String>,
+    /// Prefix of the `cdi-annotations` device list's annotation key.
+    #[arg(long, env = "CDI_ANNOTATION_PREFIX")]
+    pub cdi_annotation_prefix: Option<String>,
+    /// Tell the container runtime to expose GDRCopy (`NVIDIA_GDRCOPY=enabled`).
+    #[arg(long, env = "GDRCOPY_ENABLED", num_args = 0..=1, default_missing_value = "true")]
+    pub gdrcopy_enabled: Option<bool>,
+    /// Tell the container runtime to expose GPUDirect Storage (`NVIDIA_GDS=enabled`).
+    #[arg(long, env = "GDS_ENABLED", num_args = 0..=1, default_missing_value = "true")]
+    pub gds_enabled: Option<bool>,
+    /// Tell the container runtime to expose MOFED (`NVIDIA_MOFED=enabled`).
+    #[arg(long, env = "MOFED_ENABLED", num_args = 0..=1, default_missing_value = "true")]
+    pub mofed_enabled: Option<bool>,
+    /// IMEX channels every container gets (only `0` is supported, as upstream).
+    #[arg(long, env = "IMEX_CHANNEL_IDS", value_delimiter = ',')]
+    pub imex_channel_ids: Vec<u32>,
+    /// Serve nothing unless every IMEX channel exists on the node.
+    #[arg(long, env = "IMEX_REQUIRED", num_args = 0..=1, default_missing_value = "true")]
+    pub imex_required: Option<bool>,
+    /// How GPUs are found: `auto` and `nvml` both use NVML; `tegra` is refused.
+    #[arg(long, env = "DEVICE_DISCOVERY_STRATEGY", value_enum)]
+    pub device_discovery_strategy: Option<DiscoveryStrategyArg>,
+    /// Upstream's CDI-spec options: accepted; the CDI spec is `gantry node toolkit`'s, so
+    /// they change nothing here (said once in the log).
+    #[command(flatten)]
+    pub cdi_spec: CdiSpecArgs,
     /// XIDs (comma-separated, or `all` / `xids`) that do not make a device Unhealthy.
     #[arg(long, env = health::ENV_DISABLE, hide = true)]
     pub disable_healthchecks: Option<String>,
@@ -104,6 +137,47 @@ pub struct DevicePluginArgs {
     pub poll_interval_ms: u64,
     #[command(flatten)]
     pub gpu: GpuArgs,
+}
+
+/// Options of upstream's own CDI spec generation (the plugin writes
+/// `/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json` upstream; Gantry's plugin names the
+/// devices of the toolkit's spec instead).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct CdiSpecArgs {
+    #[arg(long, alias = "nvidia-ctk-path", env = "NVIDIA_CDI_HOOK_PATH")]
+    pub nvidia_cdi_hook_path: Option<String>,
+    /// `NVIDIA_CTK_PATH`, upstream's older name for `NVIDIA_CDI_HOOK_PATH`.
+    #[arg(long, env = "NVIDIA_CTK_PATH", hide = true)]
+    pub nvidia_ctk_path_env: Option<String>,
+    #[arg(long, alias = "container-driver-root", env = "DRIVER_ROOT_CTR_PATH")]
+    pub driver_root_ctr_path: Option<String>,
+    /// `CONTAINER_DRIVER_ROOT`, upstream's older name for `DRIVER_ROOT_CTR_PATH`.
+    #[arg(long, env = "CONTAINER_DRIVER_ROOT", hide = true)]
+    pub container_driver_root_env: Option<String>,
+    #[arg(long, env = "CDI_FEATURE_FLAGS", value_delimiter = ',')]
+    pub cdi_feature_flags: Vec<String>,
+    #[arg(long, env = "CDI_DISABLE_HOOKS", value_delimiter = ',')]
+    pub cdi_disable_hooks: Vec<String>,
+}
+
+impl CdiSpecArgs {
+    /// What was set, for the one log line that says it changes nothing.
+    pub fn given(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.nvidia_cdi_hook_path.is_some() || self.nvidia_ctk_path_env.is_some() {
+            out.push("--nvidia-cdi-hook-path");
+        }
+        if self.driver_root_ctr_path.is_some() || self.container_driver_root_env.is_some() {
+            out.push("--driver-root-ctr-path");
+        }
+        if !self.cdi_feature_flags.is_empty() {
+            out.push("--cdi-feature-flags");
+        }
+        if !self.cdi_disable_hooks.is_empty() {
+            out.push("--cdi-disable-hooks");
+        }
+        out
+    }
 }
 
 impl DevicePluginArgs {
@@ -132,6 +206,13 @@ impl DevicePluginArgs {
                 PolicyArg::Distributed => AllocationPolicy::Distributed,
                 PolicyArg::Packed => AllocationPolicy::Packed,
             }),
+            cdi_annotation_prefix: self.cdi_annotation_prefix.clone(),
+            gdrcopy_enabled: self.gdrcopy_enabled,
+            gds_enabled: self.gds_enabled,
+            mofed_enabled: self.mofed_enabled,
+            imex_channel_ids: (!self.imex_channel_ids.is_empty())
+                .then(|| self.imex_channel_ids.clone()),
+            imex_required: self.imex_required,
         }
     }
 
@@ -148,6 +229,27 @@ impl DevicePluginArgs {
     /// The plugin's options on a host whose paths are `paths` (the API client is the
     /// caller's: it needs a runtime).
     pub fn options(&self, paths: &HostPaths) -> Result<Options, ArgsError> {
+        if self.device_discovery_strategy == Some(DiscoveryStrategyArg::Tegra) {
+            return Err(ArgsError::new(
+                "--device-discovery-strategy",
+                "tegra",
+                "Gantry finds GPUs through NVML only (auto or nvml); Tegra iGPUs are not supported",
+            ));
+        }
+        if let Some(bad) = self.imex_channel_ids.iter().find(|&&c| c != 0) {
+            return Err(ArgsError::new(
+                "--imex-channel-ids",
+                &bad.to_string(),
+                "only channel 0 is supported",
+            ));
+        }
+        let ignored = self.cdi_spec.given();
+        if !ignored.is_empty() {
+            tracing::info!(
+                flags = %ignored.join(", "),
+                "CDI spec options change nothing here: the CDI spec is written by gantry node toolkit"
+            );
+        }
         let plugin_dir = paths.resolve(&self.plugin_dir);
         let mut opts = Options::new(&plugin_dir);
         opts.kubelet_socket = match self.kubelet_socket.as_deref() {
@@ -197,6 +299,7 @@ impl DevicePluginArgs {
         opts.node_name = self.node_name.clone();
         opts.metrics_address = self.metrics_address;
         opts.poll_interval = Duration::from_millis(self.poll_interval_ms.max(50));
+        opts.imex_channel_dir = paths.resolve(std::path::Path::new(super::imex::CHANNEL_DIR));
         Ok(opts)
     }
 }
@@ -287,6 +390,92 @@ mod tests {
         }
     }
 
+    /// Every flag of upstream's `nvidia-device-plugin` is accepted; those with a meaning
+    /// here take effect.
+    #[test]
+    fn upstream_flags_are_accepted() {
+        let a = parse_dp(
+            &[
+                "--mig-strategy=single",
+                "--fail-on-init-error=false",
+                "--nvidia-driver-root=/run/nvidia/driver",
+                "--nvidia-dev-root=/",
+                "--pass-device-specs",
+                "--device-list-strategy=envvar,cdi-annotations",
+                "--device-id-strategy=uuid",
+                "--cdi-annotation-prefix=cdi.example.com/",
+                "--nvidia-cdi-hook-path=/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+                "--driver-root-ctr-path=/driver-root",
+                "--gdrcopy-enabled",
+                "--gds-enabled=true",
+                "--mofed-enabled=false",
+                "--device-discovery-strategy=auto",
+                "--imex-channel-ids=0",
+                "--imex-required",
+                "--cdi-feature-flags=disable-multiple-csv-devices",
+                "--cdi-disable-hooks=enable-cuda-compat",
+                "--kubelet-socket=/var/lib/kubelet/device-plugins/kubelet.sock",
+                "--config-file=/config/config.yaml",
+                "--shared-devices-allocation-policy=packed",
+            ],
+            &[
+                ("NVIDIA_CTK_PATH", "/usr/bin/nvidia-ctk"),
+                ("MPS_ROOT", "/run/nvidia/mps"),
+            ],
+        )
+        .unwrap();
+        assert!(!a.fail_on_init_error);
+        let o = a.options(&HostPaths::identity()).unwrap();
+        let ov = &o.overrides;
+        assert_eq!(ov.mig_strategy, Some(MigStrategy::Single));
+        assert_eq!(ov.pass_device_specs, Some(true));
+        assert_eq!(ov.dev_root.as_deref(), Some("/"));
+        assert_eq!(
+            ov.cdi_annotation_prefix.as_deref(),
+            Some("cdi.example.com/")
+        );
+        assert_eq!(
+            (ov.gdrcopy_enabled, ov.gds_enabled, ov.mofed_enabled),
+            (Some(true), Some(true), Some(false))
+        );
+        assert_eq!(ov.imex_channel_ids, Some(vec![0]));
+        assert_eq!(ov.imex_required, Some(true));
+        assert_eq!(ov.allocation_policy, Some(AllocationPolicy::Packed));
+        assert_eq!(
+            a.gpu.driver_root.as_deref(),
+            Some(Path::new("/run/nvidia/driver"))
+        );
+        assert_eq!(
+            a.cdi_spec.given(),
+            [
+                "--nvidia-cdi-hook-path",
+                "--driver-root-ctr-path",
+                "--cdi-feature-flags",
+                "--cdi-disable-hooks"
+            ]
+        );
+        // The env names of the same flags.
+        let a = parse_dp(
+            &[],
+            &[
+                ("GDS_ENABLED", "true"),
+                ("CDI_ANNOTATION_PREFIX", "x/"),
+                ("IMEX_CHANNEL_IDS", "0"),
+                ("IMEX_REQUIRED", "false"),
+                ("DEVICE_DISCOVERY_STRATEGY", "nvml"),
+                ("CONTAINER_DRIVER_ROOT", "/driver-root"),
+            ],
+        )
+        .unwrap();
+        let ov = a.options(&HostPaths::identity()).unwrap().overrides;
+        assert_eq!(ov.gds_enabled, Some(true));
+        assert_eq!(ov.cdi_annotation_prefix.as_deref(), Some("x/"));
+        assert_eq!(
+            (ov.imex_channel_ids, ov.imex_required),
+            (Some(vec![0]), Some(false))
+        );
+    }
+
     #[test]
     fn rejections() {
         for (argv, e) in [
@@ -295,10 +484,23 @@ mod tests {
             (&[][..], &[("DEVICE_ID_STRATEGY", "serial")][..]),
             (&[][..], &[("PASS_DEVICE_SPECS", "yes please")][..]),
             (&[][..], &[("MIG_STRATEGY", "weird")][..]),
+            (&[][..], &[("DEVICE_DISCOVERY_STRATEGY", "vfio")][..]),
+            (&[][..], &[("GDS_ENABLED", "maybe")][..]),
             (&["--config-file", "/a", "--config-dir", "/b"][..], &[][..]),
         ] {
             let err = parse_dp(argv, e).expect_err(&format!("{argv:?} {e:?}"));
             assert_eq!(err.exit_code(), 2, "{err}");
+        }
+        for (argv, flag) in [
+            (
+                &["--device-discovery-strategy=tegra"][..],
+                "--device-discovery-strategy",
+            ),
+            (&["--imex-channel-ids=1"][..], "--imex-channel-ids"),
+        ] {
+            let a = parse_dp(argv, &[]).unwrap();
+            let e = a.options(&HostPaths::identity()).err().expect("rejected");
+            assert_eq!(e.flag, flag);
         }
         let bad_cm = parse_dp(&["--config-map", "nope"], &[]).unwrap();
         let err = bad_cm

@@ -36,6 +36,14 @@ pub enum DevicePluginError {
     #[error("sharing.mps cannot be combined with migStrategy mixed")]
     MpsWithMixed,
     #[error(
+        "IMEX channel {channel} is required (imex.required / --imex-required) but {path} does not exist on this node"
+    )]
+    ImexChannelMissing { channel: u32, path: String },
+    #[error(
+        "IMEX channels need the envvar or volume-mounts device list strategy: Gantry's CDI spec (gantry node toolkit) has no IMEX channel devices"
+    )]
+    ImexWithCdiOnly,
+    #[error(
         "sharing resource {resource}: devices entry {entry:?} matches no device of that resource"
     )]
     UnknownDeviceSelector { resource: String, entry: String },

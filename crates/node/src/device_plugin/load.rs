@@ -3,20 +3,21 @@
 //! or apply is reported (log, status, Node event) and the plugin keeps serving the last
 //! good one.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::error::DevicePluginError;
+use super::imex;
 use super::inventory::Inventory;
 use super::manager::Options;
 use super::named::{self, Fallback};
 use super::node_api;
+pub use super::overrides::Overrides;
 use super::resources::{self, ResourceSet};
 use super::settings::{
-    AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, DeviceSelector, MigStrategy,
+    AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, DeviceSelector, Imex,
     ReplicatedResource, ResourcePattern, Settings, Sharing, SharingKind, qualify_resource_name,
 };
-use gantry_api::device_plugin_config::DevicePluginConfig;
+use gantry_api::device_plugin_config::{DeviceDiscoveryStrategy, DevicePluginConfig};
 
 /// Where the config file comes from.
 #[derive(Debug, Clone, Default)]
@@ -42,44 +43,6 @@ pub enum ConfigSource {
         default: Option<String>,
         fallbacks: Vec<Fallback>,
     },
-}
-
-/// Flags / env that beat the config file (upstream precedence: flag > file > default).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Overrides {
-    pub mig_strategy: Option<MigStrategy>,
-    pub device_list_strategies: Option<BTreeSet<DeviceListStrategy>>,
-    pub device_id_strategy: Option<DeviceIdStrategy>,
-    pub pass_device_specs: Option<bool>,
-    pub dev_root: Option<String>,
-    pub mps_root: Option<String>,
-    pub allocation_policy: Option<AllocationPolicy>,
-}
-
-impl Overrides {
-    pub fn apply(&self, s: &mut Settings) {
-        if let Some(v) = self.mig_strategy {
-            s.mig_strategy = v;
-        }
-        if let Some(v) = &self.device_list_strategies {
-            s.device_list_strategies = v.clone();
-        }
-        if let Some(v) = self.device_id_strategy {
-            s.device_id_strategy = v;
-        }
-        if let Some(v) = self.pass_device_specs {
-            s.pass_device_specs = v;
-        }
-        if let Some(v) = &self.dev_root {
-            s.dev_root = v.clone();
-        }
-        if let Some(v) = &self.mps_root {
-            s.mps_root = Some(v.clone());
-        }
-        if let Some(v) = self.allocation_policy {
-            s.allocation_policy = v;
-        }
-    }
 }
 
 /// The config currently served, the one waiting to be tried, and the last problem.
@@ -171,7 +134,7 @@ impl ConfigState {
             Ok(mut settings) => {
                 opts.overrides.apply(&mut settings);
                 if let Some(inv) = inventory
-                    && let Err(e) = build_sets(inv, &settings)
+                    && let Err(e) = build_sets(inv, &settings, opts)
                 {
                     self.rejected = Some(fingerprint);
                     self.report(opts, format!("{e}; keeping the last good config"))
@@ -193,7 +156,7 @@ impl ConfigState {
     /// else from the last good one. `None` when even that fails on this inventory.
     pub async fn build(&mut self, inv: &Inventory, opts: &Options) -> Option<Vec<ResourceSet>> {
         if let Some((fingerprint, settings)) = self.candidate.take() {
-            match build_sets(inv, &settings) {
+            match build_sets(inv, &settings, opts) {
                 Ok(sets) => {
                     if self.applied.is_some() {
                         applied_event(opts, &sets).await;
@@ -211,7 +174,7 @@ impl ConfigState {
                 }
             }
         }
-        match build_sets(inv, &self.good) {
+        match build_sets(inv, &self.good, opts) {
             Ok(sets) => Some(sets),
             Err(e) => {
                 self.report(
@@ -268,7 +231,13 @@ async fn applied_event(opts: &Options, sets: &[ResourceSet]) {
     }
 }
 
-fn build_sets(inv: &Inventory, settings: &Settings) -> Result<Vec<ResourceSet>, DevicePluginError> {
+fn build_sets(
+    inv: &Inventory,
+    settings: &Settings,
+    opts: &Options,
+) -> Result<Vec<ResourceSet>, DevicePluginError> {
+    let channels = imex::present(&opts.imex_channel_dir, &settings.imex.channel_ids);
+    imex::check(settings, &channels)?;
     let mut settings = settings.clone();
     resources::rewrite_legacy_mig_selectors(&mut settings, inv);
     resources::build(inv, &settings)
@@ -397,6 +366,21 @@ pub fn parse_settings_with(
             flags.mig_strategy = Some(m);
         }
     }
+    if let Some(d) = config
+        .flags
+        .as_ref()
+        .and_then(|f| f.device_discovery_strategy)
+        .filter(|d| {
+            matches!(
+                d,
+                DeviceDiscoveryStrategy::Tegra | DeviceDiscoveryStrategy::Vfio
+            )
+        })
+    {
+        return Err(err(format!(
+            "flags.deviceDiscoveryStrategy {d:?}: Gantry finds GPUs through NVML only (auto or nvml)"
+        )));
+    }
     let problems = config.validate();
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -431,13 +415,13 @@ pub fn settings_from_config(c: &DevicePluginConfig) -> Settings {
         },
         pass_device_specs: c.pass_device_specs(),
         cdi_annotation_prefix: c.cdi_annotation_prefix().to_string(),
-        dev_root: flags
-            .and_then(|f| {
-                f.nvidia_dev_root
-                    .clone()
-                    .or_else(|| f.nvidia_driver_root.clone())
-            })
+        driver_root: flags
+            .and_then(|f| f.nvidia_driver_root.clone())
+            .filter(|r| !r.is_empty())
             .unwrap_or_else(|| "/".to_string()),
+        dev_root: flags
+            .and_then(|f| f.nvidia_dev_root.clone())
+            .filter(|r| !r.is_empty()),
         gdrcopy_enabled: flags.and_then(|f| f.gdrcopy_enabled).unwrap_or(false),
         gds_enabled: flags.and_then(|f| f.gds_enabled).unwrap_or(false),
         mofed_enabled: flags.and_then(|f| f.mofed_enabled).unwrap_or(false),
@@ -446,6 +430,16 @@ pub fn settings_from_config(c: &DevicePluginConfig) -> Settings {
             api::AllocationPolicy::Packed => AllocationPolicy::Packed,
         },
         mps_root: c.mps_root().map(str::to_string),
+        // `check` has refused anything but `[]` and `[0]`.
+        imex: Imex {
+            channel_ids: c
+                .imex
+                .iter()
+                .flat_map(|i| i.channel_ids.iter().flatten())
+                .filter_map(|&id| u32::try_from(id).ok())
+                .collect(),
+            required: c.imex.as_ref().and_then(|i| i.required).unwrap_or(false),
+        },
         ..Settings::default()
     };
     let patterns = |list: &Option<Vec<api::ResourcePattern>>| -> Vec<ResourcePattern> {
@@ -506,7 +500,10 @@ pub fn settings_from_config(c: &DevicePluginConfig) -> Settings {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
+    use crate::device_plugin::settings::MigStrategy;
 
     fn parse(text: &str) -> Result<Settings, DevicePluginError> {
         parse_settings(Path::new("/config/config.yaml"), text.as_bytes())
@@ -564,14 +561,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.gpu_patterns[0].name, "nvidia.com/a100");
-        let r = &s.sharing.unwrap().resources[0];
+        let sharing = s.sharing.clone().unwrap();
+        let r = &sharing.resources[0];
         assert_eq!(r.rename.as_deref(), Some("nvidia.com/gpu.ts"));
         assert_eq!(
             r.devices,
             DeviceSelector::List(vec!["0".into(), "1".into()])
         );
         assert_eq!(s.mig_strategy, MigStrategy::Mixed);
-        assert_eq!(s.dev_root, "/run/nvidia/driver");
+        assert_eq!(s.dev_root(), "/run/nvidia/driver");
     }
 
     #[test]

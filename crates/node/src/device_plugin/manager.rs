@@ -47,6 +47,8 @@ pub struct Options {
     pub poll_interval: Duration,
     /// The driver's `mig-minors` file (for MIG device specs); absent → the fixed layout.
     pub mig_minors_file: Option<PathBuf>,
+    /// Where the IMEX channel device nodes are (`channel<N>`).
+    pub imex_channel_dir: PathBuf,
     /// Receives a status snapshot after every change (tests, the sim kubelet, `/readyz`).
     pub status: Option<watch::Sender<PluginStatus>>,
     /// The kubelet's PodResources socket: which pods hold a withdrawn device (for events).
@@ -74,6 +76,7 @@ impl Options {
             kube: None,
             poll_interval: Duration::from_millis(500),
             mig_minors_file: Some(PathBuf::from("/proc/driver/nvidia-caps/mig-minors")),
+            imex_channel_dir: PathBuf::from(super::imex::CHANNEL_DIR),
             status: None,
             pod_resources_socket: pod_resources,
             metrics_address: None,
@@ -273,6 +276,10 @@ async fn start(
             .map(|t| MigMinors::parse(&t))
             .unwrap_or_default(),
     );
+    let imex_channels = Arc::new(super::imex::present(
+        &opts.imex_channel_dir,
+        &settings.imex.channel_ids,
+    ));
     let mut servers = Vec::new();
     for set in sets {
         let socket = opts.plugin_dir.join(set.socket_name());
@@ -281,6 +288,7 @@ async fn start(
             settings: settings.clone(),
             topology: topology.clone(),
             mig_minors: mig_minors.clone(),
+            imex_channels: imex_channels.clone(),
         });
         let (devices_tx, devices_rx) = watch::channel(device_list(&ctx.set, faults));
         let (stop_tx, stop_rx) = watch::channel(false);

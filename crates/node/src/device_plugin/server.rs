@@ -23,6 +23,8 @@ pub struct ResourceContext {
     pub settings: Arc<Settings>,
     pub topology: Arc<Topology>,
     pub mig_minors: Arc<MigMinors>,
+    /// The configured IMEX channels present on the node.
+    pub imex_channels: Arc<Vec<u32>>,
 }
 
 /// The device list with each device's current health.
@@ -145,6 +147,7 @@ impl DevicePlugin for PluginService {
             let actx = AllocateContext {
                 annotation_id: &annotation_id,
                 mig_minors: &ctx.mig_minors,
+                imex_channels: &ctx.imex_channels,
             };
             let resp = allocate(&ctx.set, &ctx.settings, &req.devices_ids, actx)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;

@@ -103,13 +103,16 @@ pub struct Settings {
     pub device_id_strategy: DeviceIdStrategy,
     pub pass_device_specs: bool,
     pub cdi_annotation_prefix: String,
-    /// Host root of `/dev` (`nvidiaDevRoot`).
-    pub dev_root: String,
+    /// Host root of the driver installation (`nvidiaDriverRoot`).
+    pub driver_root: String,
+    /// Host root of `/dev` (`nvidiaDevRoot`); unset = the driver root, as upstream.
+    pub dev_root: Option<String>,
     pub gdrcopy_enabled: bool,
     pub gds_enabled: bool,
     pub mofed_enabled: bool,
     pub allocation_policy: AllocationPolicy,
     pub mps_root: Option<String>,
+    pub imex: Imex,
     /// User `resources.gpus`; empty = `[{*, nvidia.com/gpu}]`.
     pub gpu_patterns: Vec<ResourcePattern>,
     /// User `resources.mig`; empty = the strategy's defaults.
@@ -125,17 +128,34 @@ impl Default for Settings {
             device_id_strategy: DeviceIdStrategy::Uuid,
             pass_device_specs: false,
             cdi_annotation_prefix: DEFAULT_CDI_ANNOTATION_PREFIX.to_string(),
-            dev_root: "/".to_string(),
+            driver_root: "/".to_string(),
+            dev_root: None,
             gdrcopy_enabled: false,
             gds_enabled: false,
             mofed_enabled: false,
             allocation_policy: AllocationPolicy::Distributed,
             mps_root: None,
+            imex: Imex::default(),
             gpu_patterns: Vec::new(),
             mig_patterns: Vec::new(),
             sharing: None,
         }
     }
+}
+
+impl Settings {
+    /// Where `/dev` is on the host: `nvidiaDevRoot`, else `nvidiaDriverRoot`.
+    pub fn dev_root(&self) -> &str {
+        self.dev_root.as_deref().unwrap_or(&self.driver_root)
+    }
+}
+
+/// `imex`: the IMEX channels every container gets. The shell keeps only the channels whose
+/// device node exists on the node (failing when `required` and one is missing).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Imex {
+    pub channel_ids: Vec<u32>,
+    pub required: bool,
 }
 
 pub const DEFAULT_CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";

@@ -6,6 +6,14 @@ use std::path::PathBuf;
 use super::{DiscoveryOptions, MigStrategy};
 use crate::args::{ArgsError, GpuArgs, HostPaths, mig_strategy_parser};
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiscoveryStrategy {
+    Auto,
+    Nvml,
+    Tegra,
+    Vfio,
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct DiscoveryArgs {
     #[command(flatten)]
@@ -35,6 +43,29 @@ pub struct DiscoveryArgs {
     /// MIG strategy (overrides the config file; default none).
     #[arg(long, env = "MIG_STRATEGY", value_parser = mig_strategy_parser())]
     pub mig_strategy: Option<MigStrategy>,
+    /// `GFD_MIG_STRATEGY`, GFD's own name for `MIG_STRATEGY` (which wins when both are set).
+    #[arg(long, env = "GFD_MIG_STRATEGY", hide = true, value_parser = mig_strategy_parser())]
+    pub gfd_mig_strategy: Option<MigStrategy>,
+    /// Exit non-zero when the GPUs cannot be read at start; `false`: log it and idle until
+    /// stopped, as upstream does.
+    #[arg(long, env = "GFD_FAIL_ON_INIT_ERROR", default_value_t = true,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub fail_on_init_error: bool,
+    /// Also write the labels as NFD's local feature file (`key=value` lines, replaced
+    /// atomically), beside labelling the Node through the API.
+    #[arg(long, short = 'o', env = "GFD_OUTPUT_FILE")]
+    pub output_file: Option<PathBuf>,
+    /// The file the `nvidia.com/gpu.machine` label is read from (default: the host root's
+    /// `/sys/class/dmi/id/product_name`).
+    #[arg(long, env = "GFD_MACHINE_TYPE_FILE")]
+    pub machine_type_file: Option<PathBuf>,
+    /// Upstream publishes through NFD's NodeFeature objects when true; Gantry labels the Node
+    /// itself either way (said once in the log).
+    #[arg(long, env = "GFD_USE_NODE_FEATURE_API", num_args = 0..=1, default_missing_value = "true")]
+    pub use_node_feature_api: Option<bool>,
+    /// How GPUs are found: `auto` and `nvml` both use NVML; `tegra` and `vfio` are refused.
+    #[arg(long, env = "GFD_DEVICE_DISCOVERY_STRATEGY", value_enum)]
+    pub device_discovery_strategy: Option<DiscoveryStrategy>,
     /// Re-label period: `60s`, `5m`, or `infinite` (overrides the config file; default 60s).
     #[arg(long, env = "GFD_SLEEP_INTERVAL")]
     pub sleep_interval: Option<String>,
@@ -46,6 +77,20 @@ pub struct DiscoveryArgs {
 impl DiscoveryArgs {
     /// Discovery's options on a host whose paths are `paths`.
     pub fn options(&self, paths: &HostPaths) -> Result<DiscoveryOptions, ArgsError> {
+        if let Some(d @ (DiscoveryStrategy::Tegra | DiscoveryStrategy::Vfio)) =
+            self.device_discovery_strategy
+        {
+            return Err(ArgsError::new(
+                "--device-discovery-strategy",
+                &format!("{d:?}").to_lowercase(),
+                "Gantry finds GPUs through NVML only (auto or nvml)",
+            ));
+        }
+        if self.use_node_feature_api == Some(true) {
+            tracing::info!(
+                "--use-node-feature-api: Gantry applies the labels to the Node itself, no NodeFeature object"
+            );
+        }
         let sleep_interval = match &self.sleep_interval {
             Some(s) => Some(
                 super::config::parse_interval(s)
@@ -68,7 +113,9 @@ impl DiscoveryArgs {
             node_name: self.node_name.clone(),
             host_root: paths.resolve(&self.host_root),
             config_file: self.config_file.as_deref().map(|p| paths.resolve(p)),
-            mig_strategy: self.mig_strategy,
+            mig_strategy: self.mig_strategy.or(self.gfd_mig_strategy),
+            output_file: self.output_file.as_deref().map(|p| paths.resolve(p)),
+            machine_type_file: self.machine_type_file.as_deref().map(|p| paths.resolve(p)),
             sleep_interval,
             oneshot: self.oneshot,
             no_timestamp: self.no_timestamp,
@@ -123,6 +170,68 @@ mod tests {
         assert!(o.no_timestamp && !o.oneshot);
     }
 
+    /// GFD's own flags are accepted; those with a meaning here take effect.
+    #[test]
+    fn upstream_flags_are_accepted() {
+        let a = parse_d(
+            &[
+                "--mig-strategy=mixed",
+                "--fail-on-init-error=false",
+                "--oneshot",
+                "--no-timestamp",
+                "--sleep-interval=30s",
+                "--output-file=/etc/kubernetes/node-feature-discovery/features.d/gfd",
+                "--machine-type-file=/sys/class/dmi/id/product_name",
+                "--use-node-feature-api=true",
+                "--device-discovery-strategy=auto",
+            ],
+            &[],
+        )
+        .unwrap();
+        assert!(!a.fail_on_init_error);
+        let paths = HostPaths::new(
+            vec![("/etc/kubernetes".into(), "/etc/kubernetes".into())],
+            vec![("/".into(), "/sim/n1".into())],
+        );
+        let o = a.options(&paths).unwrap();
+        assert_eq!(o.mig_strategy, Some(MigStrategy::Mixed));
+        assert!(o.oneshot && o.no_timestamp);
+        assert_eq!(o.sleep_interval, Some(Some(Duration::from_secs(30))));
+        assert_eq!(
+            o.output_file.as_deref(),
+            Some(Path::new(
+                "/sim/n1/etc/kubernetes/node-feature-discovery/features.d/gfd"
+            ))
+        );
+        assert_eq!(
+            o.machine_type_file.as_deref(),
+            Some(Path::new("/sim/n1/sys/class/dmi/id/product_name"))
+        );
+        // GFD's env names; MIG_STRATEGY beats GFD_MIG_STRATEGY.
+        let a = parse_d(
+            &[],
+            &[
+                ("GFD_MIG_STRATEGY", "single"),
+                ("GFD_OUTPUT_FILE", "/out/gfd"),
+                ("GFD_FAIL_ON_INIT_ERROR", "false"),
+            ],
+        )
+        .unwrap();
+        let o = a.options(&HostPaths::identity()).unwrap();
+        assert_eq!(o.mig_strategy, Some(MigStrategy::Single));
+        assert_eq!(o.output_file.as_deref(), Some(Path::new("/out/gfd")));
+        assert!(!a.fail_on_init_error);
+        let a = parse_d(
+            &[],
+            &[("GFD_MIG_STRATEGY", "single"), ("MIG_STRATEGY", "mixed")],
+        )
+        .unwrap();
+        assert_eq!(
+            a.options(&HostPaths::identity()).unwrap().mig_strategy,
+            Some(MigStrategy::Mixed)
+        );
+    }
+
     #[test]
     fn rejections() {
         for (argv, e) in [
@@ -133,6 +242,12 @@ mod tests {
         ] {
             let err = parse_d(argv, e).expect_err(&format!("{argv:?} {e:?}"));
             assert_eq!(err.exit_code(), 2, "{err}");
+        }
+        for strategy in ["tegra", "vfio"] {
+            let a = parse_d(&["--device-discovery-strategy", strategy], &[]).unwrap();
+            let e = a.options(&HostPaths::identity()).expect_err("refused");
+            assert_eq!(e.flag, "--device-discovery-strategy");
+            assert!(e.to_string().contains(strategy), "{e}");
         }
         let a = parse_d(&[], &[("GFD_SLEEP_INTERVAL", "often")]).unwrap();
         assert_eq!(

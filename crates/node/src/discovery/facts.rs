@@ -8,7 +8,14 @@ use gantry_gpu::{Backend, GpuError};
 use super::labels::{GpuFacts, NodeFacts, sanitise};
 
 /// Gather everything [`super::compute_labels`] needs.
-pub fn collect(backend: &dyn Backend, host_root: &Path) -> Result<NodeFacts, GpuError> {
+/// Where GFD reads the machine type, under the host root.
+pub const MACHINE_TYPE_FILE: &str = "sys/class/dmi/id/product_name";
+
+pub fn collect(
+    backend: &dyn Backend,
+    host_root: &Path,
+    machine_file: &Path,
+) -> Result<NodeFacts, GpuError> {
     let count = backend.device_count()?;
     let mut gpus = Vec::with_capacity(count as usize);
     for i in 0..count {
@@ -33,15 +40,15 @@ pub fn collect(backend: &dyn Backend, host_root: &Path) -> Result<NodeFacts, Gpu
         driver_version: backend.driver_version()?,
         cuda_driver_version: backend.cuda_driver_version()?,
         gpus,
-        machine: read_machine(host_root),
+        machine: read_machine(machine_file),
         vgpu_present: false,
     })
 }
 
-/// `/sys/class/dmi/id/product_name`, sanitised; `unknown` when unreadable or empty.
-pub fn read_machine(host_root: &Path) -> String {
-    let path = host_root.join("sys/class/dmi/id/product_name");
-    match std::fs::read_to_string(&path) {
+/// The machine type file (`/sys/class/dmi/id/product_name`), sanitised; `unknown` when
+/// unreadable or empty.
+pub fn read_machine(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
         Ok(s) if !sanitise(&s).is_empty() => sanitise(&s),
         _ => "unknown".into(),
     }
@@ -85,11 +92,12 @@ mod tests {
     #[test]
     fn machine_and_class_from_host_root() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(read_machine(dir.path()), "unknown");
+        let machine = dir.path().join(MACHINE_TYPE_FILE);
+        assert_eq!(read_machine(&machine), "unknown");
         let dmi = dir.path().join("sys/class/dmi/id");
         std::fs::create_dir_all(&dmi).expect("mkdir");
         std::fs::write(dmi.join("product_name"), "PowerEdge XE9680\n").expect("write");
-        assert_eq!(read_machine(dir.path()), "PowerEdge-XE9680");
+        assert_eq!(read_machine(&machine), "PowerEdge-XE9680");
         let dev = dir.path().join("sys/bus/pci/devices/0000:19:00.0");
         std::fs::create_dir_all(&dev).expect("mkdir");
         std::fs::write(dev.join("class"), "0x030200\n").expect("write");

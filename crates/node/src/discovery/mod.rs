@@ -10,7 +10,7 @@ pub mod sharing;
 mod wake;
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -61,6 +61,18 @@ pub struct DiscoveryOptions {
     pub sleep_interval: Option<Option<Duration>>,
     pub oneshot: bool,
     pub no_timestamp: bool,
+    /// Also write the labels to this file (NFD's local feature file format).
+    pub output_file: Option<PathBuf>,
+    /// Where the machine type is read; `None`: `<host_root>/sys/class/dmi/id/product_name`.
+    pub machine_type_file: Option<PathBuf>,
+}
+
+impl DiscoveryOptions {
+    fn machine_file(&self) -> PathBuf {
+        self.machine_type_file
+            .clone()
+            .unwrap_or_else(|| self.host_root.join(facts::MACHINE_TYPE_FILE))
+    }
 }
 
 /// GFD's default re-label period.
@@ -112,7 +124,7 @@ pub fn labels_once(
     backend: &dyn Backend,
 ) -> Result<Labels, DiscoveryError> {
     let eff = effective(opts, unix_now(), None)?;
-    let facts = facts::collect(backend, &opts.host_root)?;
+    let facts = facts::collect(backend, &opts.host_root, &opts.machine_file())?;
     compute_labels(&facts, &eff.sharing, &eff.label_opts)
 }
 
@@ -175,6 +187,20 @@ pub async fn config_from_map(
         path: format!("{where_} key {key}"),
         message,
     })
+}
+
+/// The labels as NFD's local feature file, replaced atomically (a reader never sees half).
+pub fn write_feature_file(path: &Path, labels: &Labels) -> Result<(), DiscoveryError> {
+    let err = |e: std::io::Error| DiscoveryError::Config {
+        path: path.display().to_string(),
+        message: format!("writing the feature file: {e}"),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, render(labels)).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
 }
 
 /// Server-side apply `labels` as the node's label set owned by the discovery field manager.
@@ -269,16 +295,21 @@ pub async fn run(
         let eff = effective(&opts, started, from_api)?;
         let b = backend.clone();
         let root = opts.host_root.clone();
-        let facts = tokio::task::spawn_blocking(move || facts::collect(b.as_ref(), &root))
-            .await
-            .map_err(|e| {
-                DiscoveryError::Gpu(GpuError::Nvml {
-                    call: "collect facts".into(),
-                    message: e.to_string(),
-                })
-            })??;
+        let machine = opts.machine_file();
+        let facts =
+            tokio::task::spawn_blocking(move || facts::collect(b.as_ref(), &root, &machine))
+                .await
+                .map_err(|e| {
+                    DiscoveryError::Gpu(GpuError::Nvml {
+                        call: "collect facts".into(),
+                        message: e.to_string(),
+                    })
+                })??;
         let labels = compute_labels(&facts, &eff.sharing, &eff.label_opts)?;
         apply_labels(&client, &node, &labels).await?;
+        if let Some(path) = &opts.output_file {
+            write_feature_file(path, &labels)?;
+        }
         tracing::info!(node = %node, labels = labels.len(), "applied GPU feature labels");
         if eff.oneshot {
             return Ok(());
@@ -305,5 +336,31 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_feature_file_is_replaced_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("features.d/gfd");
+        let mut labels = Labels::new();
+        labels.insert("nvidia.com/gpu.count".into(), "8".into());
+        labels.insert("nvidia.com/gpu.present".into(), "true".into());
+        write_feature_file(&path, &labels).expect("write");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "nvidia.com/gpu.count=8\nnvidia.com/gpu.present=true\n"
+        );
+        labels.remove("nvidia.com/gpu.count");
+        write_feature_file(&path, &labels).expect("rewrite");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "nvidia.com/gpu.present=true\n"
+        );
+        assert!(!path.with_extension("tmp").exists());
     }
 }

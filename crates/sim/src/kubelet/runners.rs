@@ -99,7 +99,16 @@ fn discovery_runner(ctx: AgentContext) -> AgentFuture {
     Box::pin(async move {
         let args: DiscoveryArgs = parse(&ctx, "gantry node discovery")?;
         let opts = discovery_options(&ctx, &args)?;
-        let backend = gpus(&ctx, "to discover")?;
+        let backend = match gpus(&ctx, "to discover") {
+            Ok(b) => b,
+            // GFD_FAIL_ON_INIT_ERROR=false: upstream logs the error and idles until stopped.
+            Err(e) if !args.fail_on_init_error && !args.print => {
+                tracing::error!(node = %ctx.node_name, "{e}; idling (--fail-on-init-error=false)");
+                stopped(ctx.shutdown.clone()).await;
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
         if args.print {
             let labels =
                 discovery::labels_once(&opts, backend.as_ref()).map_err(|e| e.to_string())?;

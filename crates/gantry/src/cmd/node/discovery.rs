@@ -9,7 +9,19 @@ use gantry_node::discovery::{self, args::DiscoveryArgs};
 
 pub fn run(args: DiscoveryArgs) -> anyhow::Result<ExitCode> {
     let opts = args.options(&HostPaths::identity())?;
-    let backend = args.gpu.open().map_err(anyhow::Error::msg)?;
+    let backend = match args.gpu.open() {
+        Ok(b) => b,
+        // GFD_FAIL_ON_INIT_ERROR=false: upstream logs the error and idles until stopped.
+        Err(e) if !args.fail_on_init_error && !args.print => {
+            tracing::error!("{e}; idling (--fail-on-init-error=false)");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(gantry_runtime::shutdown::signal());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => anyhow::bail!("{e}"),
+    };
     if args.print {
         let labels = discovery::labels_once(&opts, backend.as_ref())?;
         print!("{}", discovery::render(&labels));
