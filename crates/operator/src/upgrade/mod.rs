@@ -16,6 +16,7 @@
 mod controller;
 pub mod plan;
 pub mod pools;
+mod removal;
 pub mod slots;
 pub mod state;
 pub mod view;

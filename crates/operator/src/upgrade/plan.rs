@@ -11,6 +11,7 @@ use gantry_api::common::EffectiveUpgradePolicy;
 use gantry_api::names;
 use gantry_k8s_rules::{Operator, Requirement, Selector, SelectorError};
 
+use super::removal::{Removal, names_of, remove_pods};
 use super::slots::{self, SlotInput};
 use super::state::UpgradeState;
 use super::view::{ClusterView, DriverPod, NodeView, PodKey, PodView};
@@ -128,7 +129,7 @@ pub fn disable(view: &ClusterView) -> Plan {
     }
 }
 
-struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     policy: &'a EffectiveUpgradePolicy,
     cfg: &'a Config,
     now: i64,
@@ -230,14 +231,19 @@ pub fn plan(
     })
 }
 
-fn set(out: &mut Vec<Action>, node: &NodeView, state: UpgradeState) {
+pub(super) fn set(out: &mut Vec<Action>, node: &NodeView, state: UpgradeState) {
     out.push(Action::SetState {
         node: node.name.clone(),
         state,
     });
 }
 
-fn annotate(out: &mut Vec<Action>, node: &NodeView, key: &'static str, value: Option<String>) {
+pub(super) fn annotate(
+    out: &mut Vec<Action>,
+    node: &NodeView,
+    key: &'static str,
+    value: Option<String>,
+) {
     // Only write what changes, so a quiet round makes no calls.
     if node.annotation(key) != value.as_deref() {
         out.push(Action::Annotate {
@@ -265,7 +271,7 @@ fn elapsed(ctx: &Ctx<'_>, node: &NodeView, key: &str) -> Option<i64> {
 }
 
 /// Start (or read) a timer kept in annotation `key`; true when `timeout_s` (> 0) has passed.
-fn timed_out(
+pub(super) fn timed_out(
     ctx: &Ctx<'_>,
     node: &NodeView,
     key: &'static str,
@@ -298,90 +304,6 @@ fn finish(node: &NodeView, out: &mut Vec<Action>) {
     } else {
         set(out, node, UpgradeState::UncordonRequired);
     }
-}
-
-/// One pod-removal step of the walk (GPU pod deletion, drain): its timer annotation, the
-/// policy's options for it, and its time-out.
-struct Removal {
-    key: &'static str,
-    force: bool,
-    delete_empty_dir: bool,
-    option: &'static str,
-    timeout_s: i32,
-}
-
-/// Evict `targets` until none is left (then on to pod restart); `fail` when they cannot be
-/// removed or the step's time-out passes first.
-fn remove_pods<'a>(
-    ctx: &Ctx<'_>,
-    node: &NodeView,
-    step: &Removal,
-    targets: impl Iterator<Item = &'a PodView>,
-    out: &mut Vec<Action>,
-    fail: impl Fn(&mut Vec<Action>, String),
-) {
-    match removable(targets, step.force, step.delete_empty_dir, step.option) {
-        Err(why) => fail(out, why),
-        Ok(left) if left.is_empty() => {
-            annotate(out, node, step.key, None);
-            set(out, node, UpgradeState::PodRestartRequired);
-        }
-        Ok(left) => {
-            let timeout = i64::from(step.timeout_s);
-            if timed_out(ctx, node, step.key, timeout, out) {
-                let why = format!(
-                    "timed out after {timeout}s; still there: {}",
-                    names_of(&left)
-                );
-                fail(out, why);
-            } else {
-                evict_all(node, &left, out);
-            }
-        }
-    }
-}
-
-/// Pods that must go for `purpose`, or the reason they cannot.
-fn removable<'a>(
-    pods: impl Iterator<Item = &'a PodView>,
-    force: bool,
-    delete_empty_dir: bool,
-    option: &str,
-) -> Result<Vec<&'a PodView>, String> {
-    let mut out = Vec::new();
-    for p in pods {
-        if !p.terminating {
-            if !p.controlled && !force {
-                return Err(format!(
-                    "pod {} has no controller and would not come back (set {option}.force to delete it anyway)",
-                    p.key
-                ));
-            }
-            if p.empty_dir && !delete_empty_dir {
-                return Err(format!(
-                    "pod {} uses emptyDir storage that would be lost (set {option}.deleteEmptyDir to allow it)",
-                    p.key
-                ));
-            }
-        }
-        out.push(p);
-    }
-    Ok(out)
-}
-
-fn evict_all(node: &NodeView, pods: &[&PodView], out: &mut Vec<Action>) {
-    for p in pods.iter().filter(|p| !p.terminating) {
-        out.push(Action::Evict {
-            node: node.name.clone(),
-            pod: p.key.clone(),
-        });
-    }
-}
-
-fn names_of(pods: &[&PodView]) -> String {
-    let mut v: Vec<String> = pods.iter().map(|p| p.key.to_string()).collect();
-    v.truncate(5);
-    v.join(", ")
 }
 
 fn step(
