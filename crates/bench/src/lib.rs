@@ -32,6 +32,18 @@ pub fn rss_of(pid: u32) -> (Option<u64>, Option<u64>) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// User + system CPU seconds a process has used (`/proc/<pid>/stat`, at Linux's 100 ticks a
+/// second); `None` where it cannot be read.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i)?.parse::<u64>().ok();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state.
+    Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+}
+
 /// A scratch directory for one run, named after `what` and this process.
 fn scratch(what: &str) -> anyhow::Result<std::path::PathBuf> {
     use anyhow::Context;
@@ -42,6 +54,14 @@ fn scratch(what: &str) -> anyhow::Result<std::path::PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reads_this_process_cpu_time() {
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(30) {}
+        let s = super::cpu_seconds(std::process::id()).expect("own /proc stat");
+        assert!(s > 0.0, "{s}");
+    }
+
     #[test]
     fn reads_this_process_memory() {
         let (rss, hwm) = super::rss_of(std::process::id());

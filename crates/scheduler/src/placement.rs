@@ -14,7 +14,10 @@ use crate::snapshot::{CPU, MEM, NodeId, PodId, Snapshot};
 use crate::state::{GpuPlacement, Placement, State};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
+
+mod gpu_index;
+use gpu_index::{GpuIndex, least_fitting};
 
 /// (request shape, node version, the node's score and devices; `None`: does not fit).
 type FragMemo = (u32, u32, Option<(Score, Choice)>);
@@ -36,131 +39,6 @@ pub struct Placer {
     index: GpuIndex,
     /// Per class: which nodes pass its static filter (for index scans).
     members: Vec<Option<Vec<bool>>>,
-}
-
-/// Nodes ordered by (free GPU milli, seeded rank): binpack's best node for a GPU pod is the
-/// first one in this order that fits. `shared` holds nodes with a partly used shared GPU.
-/// (free GPU milli, seeded rank, node).
-type Entry = (i64, u32, NodeId);
-
-/// How a node is filed in the index: free milli, partly used shared device, idle devices,
-/// most free milli on one shared device, most free milli on one device that is not whole.
-type IndexKey = (i64, bool, u16, u32, u32);
-
-#[derive(Default)]
-struct GpuIndex {
-    all: BTreeSet<Entry>,
-    shared: BTreeSet<Entry>,
-    /// The same nodes split by what can fit at all, so a pod only walks nodes that might
-    /// take it instead of every node whose free GPU is scattered: by idle device count
-    /// (whole GPUs), by most free milli on one shared device (`shared` nodes, fractions
-    /// joining a share) and by most free milli on one device (fractions).
-    by_idle: Vec<BTreeSet<Entry>>,
-    by_shared_free: BTreeMap<u32, BTreeSet<Entry>>,
-    by_device_free: BTreeMap<u32, BTreeSet<Entry>>,
-    key: Vec<Option<IndexKey>>,
-    cursor: usize,
-}
-
-fn bucket_remove(map: &mut BTreeMap<u32, BTreeSet<Entry>>, k: u32, e: &Entry) {
-    if let Some(set) = map.get_mut(&k) {
-        set.remove(e);
-        if set.is_empty() {
-            map.remove(&k);
-        }
-    }
-}
-
-/// The least entry at or above `from` over several ordered sets that `ok` accepts; each set
-/// is walked only up to its first accepted entry or the best one found so far.
-fn least_fitting<'a>(
-    sets: impl Iterator<Item = &'a BTreeSet<Entry>>,
-    from: Entry,
-    mut ok: impl FnMut(NodeId) -> bool,
-) -> Option<Entry> {
-    let mut best: Option<Entry> = None;
-    for set in sets {
-        for &e in set.range(from..) {
-            if best.is_some_and(|b| e >= b) {
-                break;
-            }
-            if ok(e.2) {
-                best = Some(e);
-                break;
-            }
-        }
-    }
-    best
-}
-
-impl GpuIndex {
-    fn sync(&mut self, st: &State, rank: &[u32]) {
-        if self.key.len() != st.free_gpu.len() {
-            self.key = vec![None; st.free_gpu.len()];
-            self.all.clear();
-            self.shared.clear();
-            self.by_idle.clear();
-            self.by_shared_free.clear();
-            self.by_device_free.clear();
-            self.cursor = 0;
-            for n in 0..st.free_gpu.len() as NodeId {
-                self.update(st, rank, n);
-            }
-            self.cursor = st.changes.len();
-        }
-        if self.cursor > st.changes.len() {
-            self.cursor = 0;
-        }
-        while self.cursor < st.changes.len() {
-            let n = st.changes[self.cursor];
-            self.cursor += 1;
-            self.update(st, rank, n);
-        }
-    }
-    fn update(&mut self, st: &State, rank: &[u32], n: NodeId) {
-        let r = rank[n as usize];
-        if let Some((free, shared, idle, shared_free, device_free)) = self.key[n as usize].take() {
-            let e = (free, r, n);
-            self.all.remove(&e);
-            if shared {
-                self.shared.remove(&e);
-                bucket_remove(&mut self.by_shared_free, shared_free, &e);
-            }
-            if let Some(set) = self.by_idle.get_mut(usize::from(idle)) {
-                set.remove(&e);
-            }
-            bucket_remove(&mut self.by_device_free, device_free, &e);
-        }
-        let free = st.free_gpu[n as usize];
-        let e = (free, r, n);
-        let (mut shared_free, mut device_free) = (0u32, 0u32);
-        for g in st.node_gpus(n).iter().filter(|g| !g.whole) {
-            device_free = device_free.max(g.free_milli());
-            if g.shared_pods > 0 {
-                shared_free = shared_free.max(g.free_milli());
-            }
-        }
-        let shared = shared_free > 0;
-        let idle = st.idle_gpus[n as usize];
-        self.all.insert(e);
-        if shared {
-            self.shared.insert(e);
-            self.by_shared_free
-                .entry(shared_free)
-                .or_default()
-                .insert(e);
-        }
-        if self.by_idle.len() <= usize::from(idle) {
-            self.by_idle
-                .resize_with(usize::from(idle) + 1, BTreeSet::new);
-        }
-        self.by_idle[usize::from(idle)].insert(e);
-        self.by_device_free
-            .entry(device_free)
-            .or_default()
-            .insert(e);
-        self.key[n as usize] = Some((free, shared, idle, shared_free, device_free));
-    }
 }
 
 impl Placer {

@@ -71,6 +71,10 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
     })
     .await;
     let (rss, hwm) = crate::rss_of(pid);
+    let cpu = (
+        crate::cpu_seconds(std::process::id()),
+        crate::cpu_seconds(pid),
+    );
     let _ = child.start_kill();
     drop(sim);
     let _ = std::fs::remove_dir_all(&dir);
@@ -86,6 +90,7 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
             mib(hwm.or(Some(peak)))
         ))
     })?;
+    let cpu_s = |s: Option<f64>| s.map_or("n/a".to_string(), |s| format!("{s:.1} s"));
     let secs =
         |d: Option<Duration>| d.map_or("n/a".to_string(), |d| format!("{:.1} s", d.as_secs_f64()));
     let rows = [
@@ -102,10 +107,18 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
         ("allocatable GPUs", progress.allocatable_gpus.to_string()),
         ("operator RSS at end", mib(rss)),
         ("operator peak RSS (VmHWM)", mib(hwm.or(Some(peak)))),
+        ("CPU: this process (API server, nodes, controllers)", cpu_s(cpu.0)),
+        ("CPU: operator", cpu_s(cpu.1)),
     ];
     let mut out = String::from("| metric | value |\n|---|---|\n");
     for (k, v) in rows {
         out.push_str(&format!("| {k} | {v} |\n"));
+    }
+    // Where the simulated API server's time went.
+    out.push_str("\n| API requests (top 12) | count |\n|---|---|\n");
+    for ((verb, res, sub), n) in cp.api().requests.sorted().into_iter().take(12) {
+        let res = if sub.is_empty() { res } else { format!("{res}/{sub}") };
+        out.push_str(&format!("| {verb} {res} | {n} |\n"));
     }
     Ok(out)
 }

@@ -2,6 +2,8 @@
 //! does this node advertise.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use gantry_api::names;
@@ -26,14 +28,31 @@ pub trait ClusterView: Send + Sync {
 /// [`ClusterView`] over a kube client.
 #[derive(Clone)]
 pub struct KubeView {
-    pub client: kube::Client,
+    client: kube::Client,
     /// Where driver DaemonSets are looked for (`OPERATOR_NAMESPACE`); `None`: everywhere.
-    pub namespace: Option<String>,
+    namespace: Option<String>,
+    /// Set once a driver DaemonSet has been seen. A retry loop then asks no more: the answer
+    /// only flips back when the operator removes the driver, and that restarts this pod.
+    /// (At 1,000 nodes the repeated lists were the API server's largest list load.)
+    managed_seen: Arc<AtomicBool>,
+}
+
+impl KubeView {
+    pub fn new(client: kube::Client, namespace: Option<String>) -> Self {
+        Self {
+            client,
+            namespace,
+            managed_seen: Arc::default(),
+        }
+    }
 }
 
 impl ClusterView for KubeView {
     fn driver_managed(&self) -> BoxFuture<'_, Result<bool, ValidatorError>> {
         Box::pin(async move {
+            if self.managed_seen.load(Ordering::Relaxed) {
+                return Ok(true);
+            }
             let api: Api<DaemonSet> = match &self.namespace {
                 Some(ns) => Api::namespaced(self.client.clone(), ns),
                 None => Api::all(self.client.clone()),
@@ -43,14 +62,17 @@ impl ClusterView for KubeView {
                 names::LABEL_APP_COMPONENT,
                 names::COMPONENT_NVIDIA_DRIVER
             );
+            // One item answers the question.
             let list = api
-                .list(&ListParams::default().labels(&selector))
+                .list_metadata(&ListParams::default().labels(&selector).limit(1))
                 .await
                 .map_err(|source| ValidatorError::Api {
                     what: format!("listing DaemonSets labelled {selector}"),
                     source,
                 })?;
-            Ok(!list.items.is_empty())
+            let managed = !list.items.is_empty();
+            self.managed_seen.store(managed, Ordering::Relaxed);
+            Ok(managed)
         })
     }
 

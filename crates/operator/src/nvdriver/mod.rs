@@ -109,10 +109,11 @@ where
         client.clone(),
         &opts.namespace,
     ));
-    let (client, opts, nodes) = (&client, &opts, &nodes);
+    let memo = HandedBack::default();
+    let (client, opts, nodes, memo) = (&client, &opts, &nodes, &memo);
     rounds
         .run(shutdown, move || async move {
-            match reconcile_once(client, opts, nodes).await {
+            match reconcile(client, opts, nodes, memo).await {
                 Ok(r) => {
                     if r.writes > 0 {
                         tracing::debug!(writes = r.writes, "NVIDIADriver round");
@@ -141,11 +142,29 @@ fn name_of(cr: &NVIDIADriver) -> &str {
     cr.metadata.name.as_deref().unwrap_or_default()
 }
 
-/// One round: read, decide, write.
+/// Why the last round handed everything back and found nothing left to hand back. While no
+/// NVIDIADriver exists, the reason is the same and no node carries an owner label, a round
+/// stops after its two lists: every node change wakes this loop, and at 1,000 nodes the
+/// hand-back's six label-selected lists and its copy of every node's labels ran several times
+/// a second for nothing.
+#[derive(Default)]
+struct HandedBack(std::sync::Mutex<Option<String>>);
+
+/// One round, nothing remembered from an earlier one.
 pub async fn reconcile_once(
     client: &kube::Client,
     opts: &NvDriverOptions,
     node_watch: &NodeWatch,
+) -> Result<Round, NvDriverError> {
+    reconcile(client, opts, node_watch, &HandedBack::default()).await
+}
+
+/// One round: read, decide, write.
+async fn reconcile(
+    client: &kube::Client,
+    opts: &NvDriverOptions,
+    node_watch: &NodeWatch,
+    handed_back: &HandedBack,
 ) -> Result<Round, NvDriverError> {
     let lp = ListParams::default();
     let crs_api: Api<NVIDIADriver> = Api::all(client.clone());
@@ -166,16 +185,6 @@ pub async fn reconcile_once(
     if !node_watch.ready().await {
         return Err(NvDriverError::NodeWatchStopped);
     }
-    let nodes = node_watch.store().state();
-    let labels_of: BTreeMap<String, BTreeMap<String, String>> = nodes
-        .iter()
-        .filter_map(|n| {
-            Some((
-                n.metadata.name.clone()?,
-                n.metadata.labels.clone().unwrap_or_default(),
-            ))
-        })
-        .collect();
     let mut round = Round::default();
     for (o, why) in &unreadable {
         let name = o.metadata.name.clone().unwrap_or_default();
@@ -209,6 +218,29 @@ pub async fn reconcile_once(
         )),
         Some(_) => None,
     };
+    let nodes = node_watch.store().state();
+    let quiet = crs.is_empty() && unreadable.is_empty();
+    if let Some(why) = &disabled
+        && quiet
+        && handed_back.0.lock().is_ok_and(|m| m.as_ref() == Some(why))
+        && !nodes.iter().any(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(names::LABEL_DRIVER_OWNER))
+        })
+    {
+        return Ok(round);
+    }
+    let labels_of: BTreeMap<String, BTreeMap<String, String>> = nodes
+        .iter()
+        .filter_map(|n| {
+            Some((
+                n.metadata.name.clone()?,
+                n.metadata.labels.clone().unwrap_or_default(),
+            ))
+        })
+        .collect();
     if let Some(why) = disabled {
         // Hand back: no CR objects, no owner labels.
         round.writes += delete_stale(client, opts, &HashSet::new(), &BTreeSet::new()).await?;
@@ -227,7 +259,13 @@ pub async fn reconcile_once(
             let st = status::compute(&o, cr.status.as_ref(), Timestamp::now());
             round.writes += write_status(&crs_api, name_of(cr), cr.status.as_ref(), st).await?;
         }
+        if let Ok(mut m) = handed_back.0.lock() {
+            *m = (quiet && round.writes == 0).then_some(why);
+        }
         return Ok(round);
+    }
+    if let Ok(mut m) = handed_back.0.lock() {
+        *m = None;
     }
     let Some(policy) = policy else {
         return Ok(round);

@@ -15,6 +15,7 @@ mod paging;
 pub mod patch;
 pub mod protobuf;
 pub mod rbac;
+pub mod requests;
 pub mod resources;
 pub mod routes;
 pub mod schema;
@@ -47,6 +48,10 @@ pub struct ApiServer {
     address: OnceLock<String>,
     /// ServiceAccount tokens and RBAC's decision counts.
     pub rbac: rbac::Rbac,
+    /// Recent events' JSON, shared by every watcher that sends them.
+    pub(crate) encodings: watch::Encodings,
+    /// Requests served by verb and resource (`/metrics`).
+    pub requests: requests::RequestCounts,
 }
 
 impl ApiServer {
@@ -59,6 +64,8 @@ impl ApiServer {
             token,
             address: OnceLock::new(),
             rbac: rbac::Rbac::default(),
+            encodings: watch::Encodings::default(),
+            requests: requests::RequestCounts::default(),
         });
         srv.refresh_crds();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {

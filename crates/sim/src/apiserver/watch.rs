@@ -9,7 +9,8 @@ use super::status::ApiError;
 use crate::store::{Event, EventType};
 use axum::body::Bytes;
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
@@ -39,8 +40,25 @@ impl Filter {
         self.opts.labels.matches(obj) && self.opts.fields.matches(obj)
     }
 
-    /// The event a watcher of this filter sees for a store event, if any.
-    fn translate(&self, ev: &Event) -> Option<(EventType, Value)> {
+    /// The line a watcher of this filter gets for a store event, if any.
+    fn line_for(&self, ev: &Event, encodings: &Encodings) -> Option<Bytes> {
+        let kind = self.translate(ev)?;
+        if !self.target.info.builtin {
+            return Some(line(kind.as_str(), &self.target.present(&ev.object)));
+        }
+        // Built-in kinds are sent as stored: one encoding per event, whatever the watchers.
+        let obj = encodings.get(ev);
+        let mut v = Vec::with_capacity(obj.len() + 32);
+        v.extend_from_slice(b"{\"type\":\"");
+        v.extend_from_slice(kind.as_str().as_bytes());
+        v.extend_from_slice(b"\",\"object\":");
+        v.extend_from_slice(&obj);
+        v.extend_from_slice(b"}\n");
+        Some(Bytes::from(v))
+    }
+
+    /// The event type a watcher of this filter sees for a store event, if any.
+    fn translate(&self, ev: &Event) -> Option<EventType> {
         if ev.key.gr != self.gr {
             return None;
         }
@@ -59,7 +77,7 @@ impl Filter {
             (k, _) if now => k,
             _ => return None,
         };
-        Some((kind, self.target.present(&ev.object)))
+        Some(kind)
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
@@ -68,6 +86,40 @@ impl Filter {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         json!({"kind": self.target.info.kind, "apiVersion": self.target.info.api_version(&self.target.version), "metadata": meta})
+    }
+}
+
+/// How many recent events' encodings are kept: watchers send an event within moments of each
+/// other, so a short window serves them all without holding the whole watch history twice.
+const ENCODINGS_KEPT: usize = 4096;
+
+/// The JSON of recent events by resourceVersion (unique per store event).
+#[derive(Default)]
+pub struct Encodings(Mutex<Recent>);
+
+/// Encodings by resourceVersion, and the order they came in (the oldest goes first).
+type Recent = (HashMap<u64, Arc<[u8]>>, VecDeque<u64>);
+
+impl Encodings {
+    fn get(&self, ev: &Event) -> Arc<[u8]> {
+        if let Ok(g) = self.0.lock()
+            && let Some(b) = g.0.get(&ev.rv)
+        {
+            return b.clone();
+        }
+        let b: Arc<[u8]> = serde_json::to_vec(&*ev.object).unwrap_or_default().into();
+        if let Ok(mut g) = self.0.lock() {
+            let (map, order) = &mut *g;
+            if map.insert(ev.rv, b.clone()).is_none() {
+                order.push_back(ev.rv);
+            }
+            while order.len() > ENCODINGS_KEPT {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
+        b
     }
 }
 
@@ -148,8 +200,8 @@ pub fn start(
         let mut last = start_rv;
         for ev in backlog {
             last = last.max(ev.rv);
-            if let Some((k, obj)) = filter.translate(&ev)
-                && tx.send(Ok(line(k.as_str(), &obj))).await.is_err()
+            if let Some(l) = filter.line_for(&ev, &srv.encodings)
+                && tx.send(Ok(l)).await.is_err()
             {
                 return;
             }
@@ -173,8 +225,8 @@ pub fn start(
                             continue;
                         }
                         last = ev.rv;
-                        if let Some((k, obj)) = filter.translate(&ev)
-                            && tx.send(Ok(line(k.as_str(), &obj))).await.is_err()
+                        if let Some(l) = filter.line_for(&ev, &srv.encodings)
+                            && tx.send(Ok(l)).await.is_err()
                         {
                             return;
                         }
@@ -187,4 +239,47 @@ pub fn start(
         }
     });
     Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ObjKey;
+
+    fn event(rv: u64) -> Event {
+        Event {
+            rv,
+            kind: EventType::Modified,
+            key: ObjKey {
+                gr: "pods".into(),
+                namespace: "default".into(),
+                name: format!("p{rv}"),
+            },
+            object: Arc::new(
+                json!({"metadata": {"name": format!("p{rv}"), "resourceVersion": rv.to_string()}}),
+            ),
+            prev: None,
+        }
+    }
+
+    #[test]
+    fn an_event_is_encoded_once_and_the_window_stays_bounded() {
+        let enc = Encodings::default();
+        let e = event(7);
+        let a = enc.get(&e);
+        let b = enc.get(&e);
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "the second watcher reuses the first's bytes"
+        );
+        let back: Value = serde_json::from_slice(&a).unwrap();
+        assert_eq!(back, *e.object);
+        for rv in 8..(8 + ENCODINGS_KEPT as u64 + 10) {
+            enc.get(&event(rv));
+        }
+        let g = enc.0.lock().unwrap();
+        assert_eq!(g.0.len(), ENCODINGS_KEPT);
+        assert_eq!(g.1.len(), ENCODINGS_KEPT);
+        assert!(!g.0.contains_key(&7), "the oldest went first");
+    }
 }

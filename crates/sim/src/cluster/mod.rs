@@ -14,10 +14,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use gantry_api::lenient::Lenient;
 use gantry_gpu::{SimBackend, SimConfig};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
@@ -262,9 +262,19 @@ pub async fn start(
     for node in nodes.values() {
         tasks.push(tokio::spawn(node_sync::run(node.clone(), client.clone())));
     }
+    let (node_store, node_writer) = reflector::store();
+    tasks.push(tokio::spawn(
+        reflector(
+            node_writer,
+            watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+        )
+        .default_backoff()
+        .for_each(|_| std::future::ready(())),
+    ));
     let env = PodEnv {
         client: client.clone(),
         agents: Arc::new(agents),
+        nodes: node_store,
     };
     let nodes_arc = Arc::new(nodes.clone());
     tasks.push(tokio::spawn(watch_pods(

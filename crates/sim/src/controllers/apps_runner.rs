@@ -89,31 +89,41 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
         trigger.clone(),
         None,
     );
-    let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone(), None);
-    let (pods, t4) = cache(
-        Api::<Pod>::all(client.clone()),
-        trigger.clone(),
-        Some(observed.clone()),
-    );
-    let mut r = Reconciler {
-        client,
-        deployments,
-        rss,
-        nodes,
-        pods,
-        expected: HashMap::new(),
-        observed,
-        opts,
-    };
     let main = tokio::spawn(async move {
         for s in [
-            r.deployments.clone().wait_until_ready().await,
-            r.rss.clone().wait_until_ready().await,
+            deployments.clone().wait_until_ready().await,
+            rss.clone().wait_until_ready().await,
         ] {
             if s.is_err() {
                 return;
             }
         }
+        // The pod and node watches cost every pod change in the cluster a decode here: they
+        // start with the first Deployment or ReplicaSet (at once for the default scheduler).
+        while !opts.default_scheduler && deployments.is_empty() && rss.is_empty() {
+            tokio::select! {
+                _ = trigger.notified() => {}
+                _ = tokio::time::sleep(RESYNC) => {}
+            }
+        }
+        let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone(), None);
+        let (pods, t4) = cache(
+            Api::<Pod>::all(client.clone()),
+            trigger.clone(),
+            Some(observed.clone()),
+        );
+        // Aborting this task drops these, which stops the watches.
+        let _watches = (AbortOnDrop(t3), AbortOnDrop(t4));
+        let mut r = Reconciler {
+            client,
+            deployments,
+            rss,
+            nodes,
+            pods,
+            expected: HashMap::new(),
+            observed,
+            opts,
+        };
         let _ = r.nodes.wait_until_ready().await;
         let _ = r.pods.wait_until_ready().await;
         loop {
@@ -124,7 +134,15 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
             }
         }
     });
-    vec![t1, t2, t3, t4, main]
+    vec![t1, t2, main]
+}
+
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 pub(super) fn random_suffix() -> String {

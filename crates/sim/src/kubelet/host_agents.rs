@@ -84,10 +84,10 @@ fn validator_runner(ctx: AgentContext) -> AgentFuture {
                     "node {node} has no GPUs (libnvidia-ml cannot load)"
                 )),
             }),
-            cluster: Some(Arc::new(KubeView {
-                client: ctx.client.clone(),
-                namespace: args.namespace.clone(),
-            })),
+            cluster: Some(Arc::new(KubeView::new(
+                ctx.client.clone(),
+                args.namespace.clone(),
+            ))),
         };
         let stop = stopped(ctx.shutdown.clone());
         if opts.mode == Mode::Metrics {

@@ -23,10 +23,8 @@ pub fn run(args: ValidatorArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let cluster = if needs_api {
             match validator::cluster::client(args.kubeconfig.as_deref()).await {
-                Ok(c) => Some(Arc::new(KubeView {
-                    client: c,
-                    namespace: args.namespace.clone(),
-                }) as Arc<dyn validator::ClusterView>),
+                Ok(c) => Some(Arc::new(KubeView::new(c, args.namespace.clone()))
+                    as Arc<dyn validator::ClusterView>),
                 // The driver, toolkit and cuda checks work without the API (host driver).
                 Err(e) => {
                     tracing::warn!("{e}; validating without the Kubernetes API");

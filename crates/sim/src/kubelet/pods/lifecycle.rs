@@ -8,6 +8,7 @@ use std::time::Duration;
 use gantry_api::names;
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -145,6 +146,23 @@ pub(super) async fn pod_task(
     lock(&ctx.node.pods).remove(&ctx.r.uid);
 }
 
+/// Does the node refuse the pod (affinity, NoExecute taints)? The cached Node answers when it
+/// admits; a refusal is confirmed against the API, so a label added just before the pod was
+/// bound, not yet in the cache, never fails a pod.
+async fn node_refuses(ctx: &Ctx, spec: &PodSpec) -> Option<(String, String)> {
+    let cached = ctx.env.nodes.get(&ObjectRef::new(&ctx.node.name));
+    if let Some(n) = &cached
+        && volumes::node_refuses(spec, n).is_none()
+    {
+        return None;
+    }
+    let n = Api::<Node>::all(ctx.env.client.clone())
+        .get(&ctx.node.name)
+        .await
+        .ok()?;
+    volumes::node_refuses(spec, &n)
+}
+
 /// Admit, allocate, run (with restarts), and release. Returns when the pod is terminal or
 /// stopping.
 async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
@@ -155,11 +173,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         message: String::new(),
     };
     // ---- admission: the node, then volumes (waiting, as the kubelet does) ----
-    if let Ok(n) = Api::<Node>::all(ctx.env.client.clone())
-        .get(&node.name)
-        .await
-        && let Some((reason, message)) = volumes::node_refuses(&spec, &n)
-    {
+    if let Some((reason, message)) = node_refuses(ctx, &spec).await {
         ctx.patch_status("Failed", &waiting, None, 0, Some((&reason, &message)))
             .await;
         return;

@@ -40,6 +40,9 @@ static NEXT_PID: AtomicU32 = AtomicU32::new(10_000);
 pub struct PodEnv {
     pub client: kube::Client,
     pub agents: Arc<AgentRegistry>,
+    /// Every Node, from one watch (a real kubelet's node lister): admission reads its node
+    /// here instead of one GET per pod.
+    pub nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
 }
 
 /// A running pod task: the latest object (None = gone from the API) and the task.
