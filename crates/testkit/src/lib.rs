@@ -1,9 +1,16 @@
 //! Test support shared by every crate's tests.
 //!
-//! The one rule it enforces: an assertion about something another task writes (a label, an
-//! event, a status, a metric) waits for it with a deadline, never assumes the order of two
-//! writes, and on timeout says what it last saw. `eventually` is the one way to do that.
+//! - [`Cluster`]: a simulated cluster set up in one call (control plane, CRDs, namespaces,
+//!   simulated nodes, the sim's controllers), owning all of it for as long as the test runs.
+//! - [`Recorder`]: a client of such a cluster that records every write it sends.
+//! - [`eventually`]: the one way to assert something another task writes (a label, an event,
+//!   a status, a metric): it waits with a deadline, never assumes the order of two writes, and
+//!   on timeout says what it last saw.
 
+mod cluster;
+mod recorder;
 mod wait;
 
+pub use cluster::{Cluster, ClusterBuilder};
+pub use recorder::Recorder;
 pub use wait::{IntoLook, Look, Timeout, eventually, eventually_secs};

@@ -717,10 +717,9 @@ async fn helm_installs_and_uninstalls_on_the_embedded_cluster() -> Result {
         eprintln!("skipping: kubectl is not installed");
         return Ok(());
     }
-    let cp = gantry_sim::ControlPlane::start(gantry_sim::ControlPlaneOptions::default()).await?;
-    let kc = cp.kubeconfig_path().to_path_buf();
-    let home = tempfile::tempdir()?;
-    let home_path = home.path().to_path_buf();
+    let env = gantry_testkit::Cluster::builder().start().await?;
+    let kc = env.kubeconfig_path().to_path_buf();
+    let home_path = env.dir().to_path_buf();
     // helm and kubectl block; the API server needs this runtime meanwhile.
     let result = tokio::task::spawn_blocking(move || -> Result {
         let chart = chart();
@@ -845,7 +844,7 @@ async fn helm_installs_and_uninstalls_on_the_embedded_cluster() -> Result {
         Ok(())
     })
     .await?;
-    cp.shutdown().await;
+    env.shutdown().await;
     result
 }
 

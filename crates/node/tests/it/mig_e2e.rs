@@ -11,11 +11,9 @@ use futures::StreamExt;
 use gantry_api::mig_parted::default_config_yaml;
 use gantry_api::names;
 use gantry_gpu::layout::{self, MigLayout};
-use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -61,22 +59,14 @@ fn daemonset(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mig_config_label_repartitions_the_node_and_the_plugin_advertises_mig_devices() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("mm").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xH100-80GB:2")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    create(
-        &Api::<Namespace>::all(client.clone()),
-        json!({"metadata": {"name": NS}}),
-    )
-    .await?;
+    let c = Cluster::builder()
+        .nodes("1xH100-80GB:2")
+        .controllers()
+        .namespace(NS)
+        .start()
+        .await?;
+    let client = c.client().clone();
+    let sim = c.sim()?;
     let nodes_api: Api<Node> = Api::all(client.clone());
     let deploy_dp = format!("{}device-plugin", names::LABEL_DEPLOY_PREFIX);
     // What the operator would do: enable the device plugin on the GPU node.

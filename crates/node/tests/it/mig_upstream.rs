@@ -6,11 +6,9 @@
 
 use gantry_api::names;
 use gantry_gpu::layout::{self, MigLayout};
-use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -69,21 +67,14 @@ async fn wait_applied(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_default_mig_config_applies_on_h100_and_a100_nodes() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("mu").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xH100-80GB:2,1xA100-40GB:1")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    let c = Cluster::builder()
+        .nodes("1xH100-80GB:2,1xA100-40GB:1")
+        .controllers()
+        .namespace(NS)
+        .start()
         .await?;
+    let client = c.client().clone();
+    let sim = c.sim()?;
     // The fixture is a whole ConfigMap manifest, applied unchanged.
     let cm: ConfigMap = serde_yaml::from_str(&fixture("default-mig-parted-config.yaml"))?;
     Api::<ConfigMap>::namespaced(client.clone(), NS)

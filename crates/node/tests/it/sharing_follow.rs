@@ -5,11 +5,9 @@
 //! have relabelled it (before, labels followed only on the next 60 s pass).
 
 use gantry_api::names;
-use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -75,21 +73,13 @@ async fn wait_for(nodes: &Api<Node>, what: &str, want: [(&str, &str); 3]) -> Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_mps_config_advertises_replicas_and_labels_follow_a_config_change() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("sf").tempdir_in("/tmp")?;
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xH100-80GB:2")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    let c = Cluster::builder()
+        .nodes("1xH100-80GB:2")
+        .controllers()
+        .namespace(NS)
+        .start()
         .await?;
+    let client = c.client().clone();
     let cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "plugin-configs", "namespace": NS},
         "data": {"mps-ten": fixture("device-plugin-mps.yaml"),

@@ -69,7 +69,7 @@ async fn a_flag_the_agent_rejects_crash_loops_its_pod_and_the_policy_says_why() 
         "the device plugin exiting 2 on --bogus-flag",
         240,
         || async {
-            let Some((pod, cs)) = plugin_status(&env.client).await else {
+            let Some((pod, cs)) = plugin_status(env.client()).await else {
                 return Look::Seen("no device plugin pod status yet".into());
             };
             let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
@@ -90,7 +90,7 @@ async fn a_flag_the_agent_rejects_crash_loops_its_pod_and_the_policy_says_why() 
     .await?;
     assert!(first >= 1);
     eventually_secs("the restart count to grow", 120, || async {
-        match plugin_status(&env.client).await {
+        match plugin_status(env.client()).await {
             Some((p, cs)) if p == pod && cs.restart_count > first && !cs.ready => Look::Done(()),
             Some((_, cs)) => Look::Seen(describe(&cs)),
             None => Look::Seen("no pod".into()),
@@ -100,8 +100,8 @@ async fn a_flag_the_agent_rejects_crash_loops_its_pod_and_the_policy_says_why() 
 
     // The ClusterPolicy is not ready, and names the crash-looping container.
     let why = eventually_secs("the policy not ready, naming the pod", 120, || async {
-        let state = policy_state(&env.client, "minimal").await;
-        let ready = condition(&env.client, "minimal", "Ready").await;
+        let state = policy_state(env.client(), "minimal").await;
+        let ready = condition(env.client(), "minimal", "Ready").await;
         match (state.as_deref(), ready) {
             (Some("notReady"), Some((status, _, message)))
                 if status == "False"
@@ -118,8 +118,8 @@ async fn a_flag_the_agent_rejects_crash_loops_its_pod_and_the_policy_says_why() 
 
     // What a person sees with kubectl.
     let k = Kubectl {
-        kubeconfig: env.cp.kubeconfig_path(),
-        dir: env.tmp.path(),
+        kubeconfig: env.cp().kubeconfig_path(),
+        dir: env.dir(),
     };
     let out = k
         .run(&[
@@ -150,7 +150,7 @@ async fn the_rendered_plugin_env_shapes_allocate_in_the_sim() -> Res {
     ]}}))?)
     .await?;
     eventually_secs("2 GPUs advertised", 240, || async {
-        let now = allocatable(&env.client).await?;
+        let now = allocatable(env.client()).await?;
         Ok::<_, anyhow::Error>(if now == "2" {
             Look::Done(())
         } else {
@@ -158,7 +158,7 @@ async fn the_rendered_plugin_env_shapes_allocate_in_the_sim() -> Res {
         })
     })
     .await?;
-    let pods = Api::<Pod>::namespaced(env.client.clone(), "default");
+    let pods = Api::<Pod>::namespaced(env.client().clone(), "default");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "cuda", "namespace": "default"},
         "spec": {"nodeName": NODE, "restartPolicy": "Never",

@@ -10,12 +10,11 @@ use gantry_api::names;
 use gantry_operator::migpolicy::{self, MigPolicyOptions};
 use gantry_operator::node_watch::NodeWatch;
 use gantry_operator::upgrade::{self, UpgradeOptions};
+use gantry_sim::ControlPlane;
 use gantry_sim::store::{Mutation, ObjKey, StoreError};
-use gantry_sim::{ControlPlane, ControlPlaneOptions};
-use gantry_testkit::eventually_secs;
+use gantry_testkit::{Cluster, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -47,16 +46,8 @@ fn store_undecodable_pod(cp: &ControlPlane, name: &str, owner_uid: &str) -> Res 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecodable_pod_does_not_stop_the_mig_policy_or_upgrade_rounds() -> Res {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in gantry_api::crds::all_crds()? {
-        crds.create(&PostParams::default(), &crd).await?;
-    }
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
+    let c = Cluster::builder().crds().namespace(NS).start().await?;
+    let client = c.client().clone();
     let policies: Api<ClusterPolicy> = Api::all(client.clone());
     eventually_secs("the CRDs to serve", 60, || async {
         policies.list(&ListParams::default()).await.is_ok()
@@ -102,7 +93,7 @@ async fn an_undecodable_pod_does_not_stop_the_mig_policy_or_upgrade_rounds() -> 
     mig.create(&PostParams::default(), &mcp).await?;
 
     store_undecodable_pod(
-        &cp,
+        c.cp(),
         "legacy",
         ds.metadata.uid.as_deref().unwrap_or_default(),
     )?;

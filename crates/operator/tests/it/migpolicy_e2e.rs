@@ -15,11 +15,9 @@ use gantry_api::mig_parted::default_config_yaml;
 use gantry_api::names;
 use gantry_gpu::layout::{self, MigLayout};
 use gantry_operator::migpolicy::{self, MigPolicyOptions};
-use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, controllers, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -62,21 +60,17 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("mcp").tempdir_in("/tmp")?;
+    let c = Cluster::builder()
+        .nodes("3xA100-80GB:2,1xH100-80GB:2,1xcpu")
+        .controllers()
+        .namespace(NS)
+        .start()
+        .await?;
+    let (client, sim) = (c.client().clone(), c.sim()?);
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: tmp.path(),
+        kubeconfig: c.kubeconfig_path(),
+        dir: c.dir(),
     };
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("3xA100-80GB:2,1xH100-80GB:2,1xcpu")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
     let nodes_api: Api<Node> = Api::all(client.clone());
     // The kubelets register their Nodes asynchronously: label them only once all exist.
     eventually_secs("every simulated node to register", 60, || async {
@@ -103,7 +97,7 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
             .await?;
     }
 
-    let crds = tmp.path().join("crds.yaml");
+    let crds = c.dir().join("crds.yaml");
     std::fs::write(&crds, gantry_api::crds::all_crds_yaml()?)?;
     k.run(&["apply", "-f", &crds.display().to_string()]).await?;
     k.run(&[
@@ -114,11 +108,6 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     ])
     .await?;
 
-    create(
-        &Api::<Namespace>::all(client.clone()),
-        json!({"metadata": {"name": NS}}),
-    )
-    .await?;
     create(
         &Api::<ConfigMap>::namespaced(client.clone(), NS),
         json!({"metadata": {"name": names::CONFIG_MAP_DEFAULT_MIG_PARTED, "namespace": NS},

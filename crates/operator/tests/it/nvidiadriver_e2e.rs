@@ -145,10 +145,10 @@ async fn kubectl_per_pool_drivers_upgrade_one_pool_and_refuse_overlaps() -> Res 
         return Ok(());
     }
     let env = Env::start("2xA100-80GB:8,2xH100-80GB:8").await?;
-    let client = env.client.clone();
+    let client = env.client().clone();
     let k = Kubectl {
-        kubeconfig: env.cp.kubeconfig_path(),
-        dir: env.tmp.path(),
+        kubeconfig: env.cp().kubeconfig_path(),
+        dir: env.dir(),
     };
     eventually_secs("every simulated node to register", 60, || async {
         labels(&client).await.len() == 4
@@ -386,5 +386,52 @@ async fn kubectl_per_pool_drivers_upgrade_one_pool_and_refuse_overlaps() -> Res 
     for n in H100 {
         assert_eq!(now.get(n), after.get(n), "{n}'s driver pod untouched");
     }
+
+    // The ClusterPolicy takes the driver back and the last CR goes: nothing of the CRs is
+    // left. A quiet loop then skips its hand-back lists, but an owner label set by hand
+    // afterwards is still seen and removed.
+    k.run(&[
+        "patch",
+        "clusterpolicy",
+        "cluster-policy",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"driver":{"useNvidiaDriverCRD":false}}}"#,
+    ])
+    .await?;
+    k.run(&["delete", "nvd", "h100"]).await?;
+    let cr_objects = || async {
+        k.run(&[
+            "get",
+            "ds",
+            "-n",
+            NS,
+            "-l",
+            "gantry.dev/nvidia-driver",
+            "-o",
+            "name",
+        ])
+        .await
+        .unwrap_or_else(|e| format!("error: {e}"))
+    };
+    eventually_secs(
+        "handed back: no CR DaemonSet, no owner label",
+        60,
+        || async {
+            let l = labels(&client).await;
+            cr_objects().await.trim().is_empty() && l.values().all(|l| !l.contains_key(OWNER))
+        },
+    )
+    .await?;
+    k.run(&["label", "nodes", H100[0], &format!("{OWNER}=h100")])
+        .await?;
+    eventually_secs("a stray owner label removed", 60, || async {
+        labels(&client)
+            .await
+            .get(H100[0])
+            .is_some_and(|l| !l.contains_key(OWNER))
+    })
+    .await?;
     Ok(())
 }

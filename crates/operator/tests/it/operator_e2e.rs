@@ -100,7 +100,7 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
     // `any`); the operator rolls nothing out while it is missing (issue #24), so create it,
     // here with a config that shares nothing.
     eventually_secs("operator namespace", 60, || {
-        let c = env.client.clone();
+        let c = env.client().clone();
         async move {
             Api::<k8s_openapi::api::core::v1::Namespace>::all(c)
                 .get_opt(NS)
@@ -114,7 +114,7 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
         "metadata": {"name": "time-slicing-config", "namespace": NS},
         "data": {"any": "version: v1\n"}
     }))?;
-    Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+    Api::<ConfigMap>::namespaced(env.client().clone(), NS)
         .create(&PostParams::default(), &cm)
         .await?;
     let policy = fixture("clusterpolicy-helm-defaults.yaml")?;
@@ -124,13 +124,13 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
         .to_string();
     env.create_policy(policy).await?;
 
-    wait_allocatable(&env.client, "8 8 8 1", 240).await?;
+    wait_allocatable(env.client(), "8 8 8 1", 240).await?;
     eventually_secs(
         "status.state=ready with a Ready=True/Reconciled condition",
         120,
         || async {
-            let state = policy_state(&env.client, &name).await;
-            let ready = condition(&env.client, &name, "Ready").await;
+            let state = policy_state(env.client(), &name).await;
+            let ready = condition(env.client(), &name, "Ready").await;
             let done = state.as_deref() == Some("ready")
                 && ready
                     .as_ref()
@@ -147,7 +147,7 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
     // Labels: GPU nodes only.
     for n in GPU_NODES {
         eventually_secs(&format!("{n}: GPU and deploy labels"), 60, || async {
-            let l = node_labels(&env.client, n).await;
+            let l = node_labels(env.client(), n).await;
             let want = [
                 names::LABEL_GPU_PRESENT.to_string(),
                 deploy(operand::DEVICE_PLUGIN),
@@ -168,14 +168,14 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
         .await?;
     }
     for n in CPU_NODES {
-        let l = node_labels(&env.client, n).await;
+        let l = node_labels(env.client(), n).await;
         assert!(
             !l.keys().any(|k| k.starts_with("nvidia.com/gpu")),
             "{n} got GPU labels: {l:?}"
         );
     }
     // Operand pods: on GPU nodes only.
-    let pods = Api::<Pod>::namespaced(env.client.clone(), NS)
+    let pods = Api::<Pod>::namespaced(env.client().clone(), NS)
         .list(&Default::default())
         .await?;
     assert!(!pods.items.is_empty());
@@ -197,9 +197,9 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
             &format!("{n}: device plugin start and validator init times"),
             60,
             || async {
-                let dp = started_at(&env.client, names::app::DEVICE_PLUGIN, n).await;
-                let toolkit_ok = init_finished(&env.client, v, n, "toolkit-validation").await;
-                let plugin_ok = init_finished(&env.client, v, n, "plugin-validation").await;
+                let dp = started_at(env.client(), names::app::DEVICE_PLUGIN, n).await;
+                let toolkit_ok = init_finished(env.client(), v, n, "toolkit-validation").await;
+                let plugin_ok = init_finished(env.client(), v, n, "plugin-validation").await;
                 match (dp, toolkit_ok, plugin_ok) {
                     (Some(dp), Some(t), Some(p)) => Look::Done((dp, t, p)),
                     seen => Look::Seen(format!(
@@ -233,7 +233,7 @@ async fn time_slicing_config_from_the_policy_and_a_per_node_choice() -> Res {
     };
     // The namespace exists once the operator started.
     eventually_secs("operator namespace", 60, || {
-        let c = env.client.clone();
+        let c = env.client().clone();
         async move {
             Api::<k8s_openapi::api::core::v1::Namespace>::all(c)
                 .get_opt(NS)
@@ -247,25 +247,25 @@ async fn time_slicing_config_from_the_policy_and_a_per_node_choice() -> Res {
         "metadata": {"name": "time-slicing-config", "namespace": NS},
         "data": {"four": ts(4), "two": ts(2)}
     }))?;
-    Api::<ConfigMap>::namespaced(env.client.clone(), NS)
+    Api::<ConfigMap>::namespaced(env.client().clone(), NS)
         .create(&PostParams::default(), &cm)
         .await?;
     env.create_policy(minimal_with(json!({
         "devicePlugin": {"config": {"name": "time-slicing-config", "default": "four"}}
     }))?)
     .await?;
-    wait_allocatable(&env.client, "32 32 32 4", 240).await?;
+    wait_allocatable(env.client(), "32 32 32 4", 240).await?;
 
     // One node picks the other named config.
     let patch = json!({"metadata": {"labels": {names::LABEL_DEVICE_PLUGIN_CONFIG: "two"}}});
-    Api::<Node>::all(env.client.clone())
+    Api::<Node>::all(env.client().clone())
         .patch(
             "h100-80gb-1",
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
         .await?;
-    wait_allocatable(&env.client, "32 16 32 4", 120).await?;
+    wait_allocatable(env.client(), "32 16 32 4", 120).await?;
     op.stop().await;
     Ok(())
 }
@@ -276,8 +276,8 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     let op = env.operator()?;
     let policy = env.create_policy(minimal_with(json!({}))?).await?;
     let name = policy.metadata.name.clone().unwrap_or_default();
-    wait_allocatable(&env.client, "1 1", 240).await?;
-    let dss = Api::<DaemonSet>::namespaced(env.client.clone(), NS);
+    wait_allocatable(env.client(), "1 1", 240).await?;
+    let dss = Api::<DaemonSet>::namespaced(env.client().clone(), NS);
 
     // Deleted device-plugin DaemonSet: recreated (a new uid).
     let dp_name = eventually_secs("device plugin DaemonSet", 60, || {
@@ -308,14 +308,14 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     .await?;
 
     // Removed deploy label: restored.
-    let nodes = Api::<Node>::all(env.client.clone());
+    let nodes = Api::<Node>::all(env.client().clone());
     let key = deploy(operand::DEVICE_PLUGIN);
     let patch = json!({"metadata": {"labels": {key.clone(): null}}});
     nodes
         .patch("l4-0", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     eventually_secs("deploy label restored", 60, || {
-        let c = env.client.clone();
+        let c = env.client().clone();
         let key = key.clone();
         async move {
             (node_labels(&c, "l4-0").await.get(&key).map(String::as_str) == Some("true"))
@@ -330,7 +330,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
         .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        node_labels(&env.client, "l4-1")
+        node_labels(env.client(), "l4-1")
             .await
             .get(&key)
             .map(String::as_str),
@@ -347,11 +347,11 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
         .iter()
         .map(|d| d.metadata.resource_version.clone())
         .collect::<Vec<_>>();
-    let labels_before = node_labels(&env.client, "l4-0").await;
+    let labels_before = node_labels(env.client(), "l4-0").await;
     // A value outside the CRD's enum never reaches the operator: the API answers 422 with
     // the field path, as a real one does.
     let bad = json!({"spec": {"mig": {"strategy": "bogus"}}});
-    let refused = policies(&env.client)
+    let refused = policies(env.client())
         .patch(&name, &PatchParams::default(), &Patch::Merge(&bad))
         .await;
     assert!(
@@ -360,15 +360,15 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
     );
     // A spec the schema accepts but the operator refuses (NRI needs CDI and the toolkit).
     let bad = json!({"spec": {"toolkit": {"enabled": false}, "cdi": {"enabled": true, "nriPluginEnabled": true}}});
-    policies(&env.client)
+    policies(env.client())
         .patch(&name, &PatchParams::default(), &Patch::Merge(&bad))
         .await?;
     let msg = eventually_secs(
         "an Error condition naming cdi.nriPluginEnabled, state notReady",
         60,
         || async {
-            let error = condition(&env.client, &name, "Error").await;
-            let state = policy_state(&env.client, &name).await;
+            let error = condition(env.client(), &name, "Error").await;
+            let state = policy_state(env.client(), &name).await;
             match &error {
                 Some((s, _, m))
                     if s == "True"
@@ -400,7 +400,7 @@ async fn deleted_daemonset_and_removed_label_are_restored_and_bad_spec_changes_n
         rv_before, rv_after,
         "DaemonSets changed under an invalid spec"
     );
-    assert_eq!(labels_before, node_labels(&env.client, "l4-0").await);
+    assert_eq!(labels_before, node_labels(env.client(), "l4-0").await);
     op.stop().await;
     Ok(())
 }
@@ -415,11 +415,11 @@ async fn oldest_policy_wins_and_the_others_are_ignored() -> Res {
     second["metadata"]["name"] = json!("second");
     env.create_policy(second).await?;
     eventually_secs("second ignored", 60, || {
-        let c = env.client.clone();
+        let c = env.client().clone();
         async move { (policy_state(&c, "second").await.as_deref() == Some("ignored")).then_some(()) }
     })
     .await?;
-    let first = policy_state(&env.client, "minimal").await;
+    let first = policy_state(env.client(), "minimal").await;
     assert_ne!(first.as_deref(), Some("ignored"));
     op.stop().await;
     Ok(())
@@ -444,7 +444,7 @@ async fn kubectl_apply_and_jsonpath() -> Res {
         )?,
     )?;
     let kubectl = |args: Vec<String>| {
-        let kc = env.cp.kubeconfig_path().to_path_buf();
+        let kc = env.cp().kubeconfig_path().to_path_buf();
         let home = dir.path().to_path_buf();
         async move {
             let out = tokio::process::Command::new(KUBECTL)

@@ -43,7 +43,7 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     // rightly be rewritten by the next operator, so settle on ready first.
     // 600 operand pods on 200 nodes: on a saturated machine this is the slow part.
     eventually_secs("policy ready", 420, || {
-        let c = env.client.clone();
+        let c = env.client().clone();
         async move {
             match policy_state(&c, "minimal").await {
                 Some(s) if s == "ready" => Look::Done(()),
@@ -64,7 +64,7 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
     .await?;
     // A ready policy only resyncs every few minutes; a user's annotation edit forces the second.
     let patch = json!({"metadata": {"annotations": {"example.com/touched": "yes"}}});
-    policies(&env.client)
+    policies(env.client())
         .patch("minimal", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     eventually_secs("a second reconcile", 120, || {
@@ -76,7 +76,7 @@ async fn resync_of_200_gpu_nodes_makes_zero_writes() -> Res {
         second.api_writes(),
         0,
         "a resync wrote: {:?}",
-        second.written.lock().map(|l| l.clone()).unwrap_or_default()
+        second.recorder.writes()
     );
     assert_eq!(second.metrics.writes(), 0);
     second.stop().await;

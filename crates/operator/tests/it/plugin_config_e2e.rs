@@ -59,7 +59,7 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
     let env = Env::start("1xL4:1").await?;
     let op = env.operator()?;
     eventually_secs("operator namespace", 60, || {
-        let c = env.client.clone();
+        let c = env.client().clone();
         async move {
             Api::<k8s_openapi::api::core::v1::Namespace>::all(c)
                 .get_opt(NS)
@@ -69,7 +69,7 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
         }
     })
     .await?;
-    let cms = Api::<ConfigMap>::namespaced(env.client.clone(), NS);
+    let cms = Api::<ConfigMap>::namespaced(env.client().clone(), NS);
     let cm = |name: &str, n: u64| -> Res<ConfigMap> {
         Ok(serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": NS}, "data": {"ts": ts(n)}
@@ -84,15 +84,15 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
         .metadata
         .name
         .unwrap_or_default();
-    wait_allocatable(&env.client, "4", 240).await?;
+    wait_allocatable(env.client(), "4", 240).await?;
     eventually_secs("ready", 120, || async {
-        (policy_state(&env.client, &name).await.as_deref() == Some("ready")).then_some(())
+        (policy_state(env.client(), &name).await.as_deref() == Some("ready")).then_some(())
     })
     .await?;
 
     // A ConfigMap that does not exist: refused, capacity unchanged.
     let point = |cm: &'static str| json!({"spec": {"devicePlugin": {"config": {"name": cm, "default": "ts"}}}});
-    policies(&env.client)
+    policies(env.client())
         .patch(
             &name,
             &PatchParams::default(),
@@ -100,20 +100,20 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
         )
         .await?;
     let m = wait_refused(
-        &env.client,
+        env.client(),
         &name,
         "ConfigMap gpu-operator/later does not exist",
     )
     .await?;
     assert!(m.starts_with("spec.devicePlugin.config.name"), "{m}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(allocatable(&env.client).await?, "4", "capacity changed");
+    assert_eq!(allocatable(env.client()).await?, "4", "capacity changed");
 
     // Created: converges to the new config.
     cms.create(&PostParams::default(), &cm("later", 2)?).await?;
-    wait_allocatable(&env.client, "2", 120).await?;
+    wait_allocatable(env.client(), "2", 120).await?;
     eventually_secs("ready again", 120, || async {
-        (policy_state(&env.client, &name).await.as_deref() == Some("ready")).then_some(())
+        (policy_state(env.client(), &name).await.as_deref() == Some("ready")).then_some(())
     })
     .await?;
 
@@ -121,9 +121,9 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
     let patch = json!({"data": {"ts": ts(3)}});
     cms.patch("later", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    wait_allocatable(&env.client, "3", 120).await?;
+    wait_allocatable(env.client(), "3", 120).await?;
     let events =
-        Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client.clone(), "default");
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client().clone(), "default");
     eventually_secs("DevicePluginConfigApplied on the Node", 60, || async {
         let list = events.list(&Default::default()).await?;
         let applied: Vec<String> = list
@@ -146,10 +146,10 @@ async fn missing_or_invalid_plugin_config_map_changes_no_capacity() -> Res {
     let patch = json!({"data": {"ts": ts(100_000_000)}});
     cms.patch("later", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    let m = wait_refused(&env.client, &name, "replicas: must be <= 1024").await?;
+    let m = wait_refused(env.client(), &name, "replicas: must be <= 1024").await?;
     assert!(m.contains("got 100000000"), "{m}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(allocatable(&env.client).await?, "3", "capacity changed");
+    assert_eq!(allocatable(env.client()).await?, "3", "capacity changed");
     op.stop().await;
     Ok(())
 }

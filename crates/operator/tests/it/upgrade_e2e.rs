@@ -18,14 +18,11 @@ use gantry_api::cluster_policy::ClusterPolicy;
 use gantry_api::names;
 use gantry_gpu::Backend;
 use gantry_operator::upgrade::{self, Config, UpgradeOptions, UpgradeState};
-use gantry_sim::cluster::{self, Fault, SimCluster};
-use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_sim::cluster::Fault;
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -40,11 +37,8 @@ const V2: &str = "580.95.05";
 
 struct Env {
     client: kube::Client,
-    sim: SimCluster,
     tasks: Vec<JoinHandle<()>>,
-    _ctl: controllers::Controllers,
-    _tmp: tempfile::TempDir,
-    _cp: ControlPlane,
+    cluster: Cluster,
 }
 
 impl Drop for Env {
@@ -92,25 +86,14 @@ fn plain_ds(name: &str, app: &str, args: Option<&[&str]>) -> Res<DaemonSet> {
 }
 
 async fn start(max_parallel: i32, max_unavailable: serde_json::Value) -> Res<Env> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gu").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("3xH100-80GB:8,1xcpu")?,
-        default_registry(),
-    )
-    .await?;
-    let ctl = controllers::start(client.clone());
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in gantry_api::crds::all_crds()? {
-        crds.create(&PostParams::default(), &crd).await?;
-    }
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    let cluster = Cluster::builder()
+        .nodes("3xH100-80GB:8,1xcpu")
+        .controllers()
+        .crds()
+        .namespace(NS)
+        .start()
         .await?;
+    let client = cluster.client().clone();
     let cp_obj: ClusterPolicy = serde_json::from_value(json!({
         "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "cluster-policy"},
@@ -149,11 +132,8 @@ async fn start(max_parallel: i32, max_unavailable: serde_json::Value) -> Res<Env
     .await?;
     Ok(Env {
         client,
-        sim,
         tasks: Vec::new(),
-        _ctl: ctl,
-        _tmp: tmp,
-        _cp: cp,
+        cluster,
     })
 }
 
@@ -574,8 +554,10 @@ fn sim_driver_versions(env: &Env) -> Vec<String> {
     GPU_NODES
         .iter()
         .map(|n| {
-            env.sim
-                .node(n)
+            env.cluster
+                .sim()
+                .ok()
+                .and_then(|s| s.node(n))
                 .and_then(|n| n.backend.as_ref())
                 .and_then(|b| b.driver_version().ok())
                 .unwrap_or_default()
@@ -606,7 +588,7 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
     })
     .await?;
     let bad = GPU_NODES[0];
-    env.sim.fault(bad, &Fault::DriverFail).await?;
+    env.cluster.sim()?.fault(bad, &Fault::DriverFail).await?;
     change_driver_version(&env.client, V2).await?;
     eventually_secs(
         "the broken node failed and the others finished",
@@ -645,7 +627,7 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
     }
 
     // The driver is fixed: the new driver pod comes up and the node recovers on its own.
-    env.sim.fault(bad, &Fault::DriverOk).await?;
+    env.cluster.sim()?.fault(bad, &Fault::DriverOk).await?;
     eventually_secs("the failed node recovers", 120, || async {
         node_state(&rec, bad) == Some(UpgradeState::UpgradeDone)
     })

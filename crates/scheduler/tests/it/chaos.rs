@@ -281,14 +281,14 @@ async fn chaos_faults_churn_and_restarts_overcommit_nothing_and_recover() -> Res
                     _ => Fault::Xid { gpu, xid: 119 },
                 };
                 let ignored = matches!(fault, Fault::Xid { xid: 13 | 31, .. });
-                c.sim.fault(node, &fault).await?;
+                c.sim()?.fault(node, &fault).await?;
                 if !ignored {
                     disrupted.insert(node.clone(), std::time::Instant::now());
                 }
                 t.faults += 1;
             }
             86..95 => {
-                c.sim.fault(node, &Fault::Clear { gpu }).await?;
+                c.sim()?.fault(node, &Fault::Clear { gpu }).await?;
                 t.resets += 1;
             }
             _ => {
@@ -324,7 +324,7 @@ async fn chaos_faults_churn_and_restarts_overcommit_nothing_and_recover() -> Res
     // Healthy and take a whole-GPU pod.
     for node in &nodes {
         for gpu in 0..GPUS_PER_NODE {
-            c.sim.fault(node, &Fault::Clear { gpu }).await?;
+            c.sim()?.fault(node, &Fault::Clear { gpu }).await?;
         }
     }
     for name in live.drain(..) {

@@ -243,7 +243,7 @@ async fn off_bus_gpu_takes_no_share_and_a_whole_pod_runs_on_the_healthy_gpu() ->
         bad.index, bad.uuid, good.index, good.uuid
     );
 
-    c.sim
+    c.sim()?
         .fault(&node, &Fault::OffBus { gpu: bad.index })
         .await?;
     eventually_secs(

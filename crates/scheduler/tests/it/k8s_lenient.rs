@@ -43,7 +43,8 @@ async fn an_undecodable_pod_neither_stops_the_scheduler_nor_frees_its_gpu() -> R
         namespace: "default".into(),
         name: "legacy".into(),
     };
-    c.cp.api()
+    c.cp()
+        .api()
         .store
         .mutate::<StoreError>(&key, |_, _| Ok(Mutation::Put(legacy.clone())))?;
 

@@ -94,7 +94,7 @@ async fn killed_leader_leaves_no_double_binds_and_no_leaked_reservations() -> Re
     let c = Cluster::start("2xH100-80GB:4").await?;
     let lease = Duration::from_secs(3);
     // First scheduler on its own runtime and thread, so killing it kills everything it spawned.
-    let kc = c.cp.kubeconfig_path().to_path_buf();
+    let kc = c.kubeconfig_path().to_path_buf();
     let mut o1 = c.options();
     o1.leader_elect = true;
     o1.lease_duration = lease;

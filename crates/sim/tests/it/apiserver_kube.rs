@@ -1,8 +1,8 @@
 //! The embedded API server driven by kube-rs over HTTPS, the way Gantry's components use it.
 
 use futures::{StreamExt, TryStreamExt};
-use gantry_sim::{ControlPlane, ControlPlaneOptions};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_sim::ControlPlaneOptions;
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{
@@ -13,10 +13,10 @@ use serde_json::json;
 
 type Result<T = ()> = anyhow::Result<T>;
 
-async fn start() -> Result<(ControlPlane, kube::Client)> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    Ok((cp, client))
+async fn start() -> Result<(Cluster, kube::Client)> {
+    let env = Cluster::builder().start().await?;
+    let client = env.client().clone();
+    Ok((env, client))
 }
 
 fn cm(name: &str, data: serde_json::Value) -> Result<ConfigMap> {
@@ -27,7 +27,7 @@ fn cm(name: &str, data: serde_json::Value) -> Result<ConfigMap> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crud_conflicts_and_errors() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let created = api
         .create(&PostParams::default(), &cm("a", json!({"k": "1"}))?)
@@ -105,7 +105,7 @@ async fn crud_conflicts_and_errors() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generation_bumps_on_spec_change_only() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<Deployment> = Api::default_namespaced(client);
     let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "d"}, "spec": {
         "selector": {"matchLabels": {"app": "d"}},
@@ -143,7 +143,7 @@ async fn generation_bumps_on_spec_change_only() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selectors_and_pagination() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     for i in 0..10 {
         let mut c = cm(&format!("c{i}"), json!({}))?;
@@ -186,7 +186,7 @@ async fn selectors_and_pagination() -> Result {
 /// watch that follows the list: every page is read at the first page's resourceVersion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paged_list_is_one_snapshot_and_the_watch_after_it_misses_nothing() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     for name in ["a", "b", "c", "d"] {
         api.create(&PostParams::default(), &cm(name, json!({"v": "0"}))?)
@@ -246,7 +246,7 @@ async fn a_paged_list_is_one_snapshot_and_the_watch_after_it_misses_nothing() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_resumes_after_a_dropped_connection() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let c = api
         .create(&PostParams::default(), &cm("w", json!({"n": "0"}))?)
@@ -282,12 +282,14 @@ async fn watch_resumes_after_a_dropped_connection() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_old_resource_version_is_gone_and_relist_recovers() -> Result {
-    let cp = ControlPlane::start(ControlPlaneOptions {
-        watch_history: 16,
-        ..Default::default()
-    })
-    .await?;
-    let api: Api<ConfigMap> = Api::default_namespaced(cp.client()?);
+    let env = Cluster::builder()
+        .options(ControlPlaneOptions {
+            watch_history: 16,
+            ..Default::default()
+        })
+        .start()
+        .await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(env.client().clone());
     let first = api
         .create(&PostParams::default(), &cm("g", json!({}))?)
         .await?;
@@ -324,7 +326,7 @@ async fn too_old_resource_version_is_gone_and_relist_recovers() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflector_stays_in_sync_under_10000_writes() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let (reader, writer) = reflector::store::<ConfigMap>();
     let cfg = watcher::Config::default().streaming_lists();
@@ -380,7 +382,7 @@ async fn reflector_stays_in_sync_under_10000_writes() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_apply_removes_dropped_fields_and_reports_conflicts() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let m1 = PatchParams::apply("manager-one");
     let full = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s", "labels": {"a": "1", "b": "2"}}, "data": {"keep": "1", "drop": "2"}});
@@ -433,7 +435,7 @@ async fn server_side_apply_removes_dropped_fields_and_reports_conflicts() -> Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strategic_merge_patches_containers_by_name() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<Pod> = Api::default_namespaced(client);
     let pod: Pod =
         serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
@@ -454,7 +456,7 @@ async fn strategic_merge_patches_containers_by_name() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_collection_of_owned_objects() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let secrets: Api<Secret> = Api::default_namespaced(client.clone());
     let owned = |owner: &ConfigMap, name: &str| -> Result<Secret> {
@@ -535,7 +537,7 @@ async fn garbage_collection_of_owned_objects() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalizers_hold_a_delete_and_namespaces_cascade() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let mut c = cm("f", json!({}))?;
     c.metadata.finalizers = Some(vec!["example.com/f".into()]);
@@ -578,7 +580,7 @@ async fn finalizers_hold_a_delete_and_namespaces_cascade() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_binding_and_eviction() -> Result {
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let pod: Pod = serde_json::from_value(
         json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
@@ -630,7 +632,7 @@ async fn pod_binding_and_eviction() -> Result {
 async fn custom_resources_are_served_once_their_crd_exists() -> Result {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    let (_cp, client) = start().await?;
+    let (_env, client) = start().await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "metadata": {"name": "widgets.example.com"},
@@ -687,8 +689,8 @@ async fn custom_resources_are_served_once_their_crd_exists() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_without_the_token_get_401() -> Result {
-    let (cp, _client) = start().await?;
-    let mut cfg = cp.kube_config()?;
+    let (env, _client) = start().await?;
+    let mut cfg = env.kube_config()?;
     cfg.auth_info.token = None;
     let anon = kube::Client::try_from(cfg)?;
     let err = Api::<ConfigMap>::default_namespaced(anon)

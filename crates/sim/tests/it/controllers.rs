@@ -1,11 +1,9 @@
 //! The DaemonSet and Job controllers against the embedded API server with simulated nodes
 //! running the pods.
 
-use gantry_sim::cluster::{self, SimCluster};
-use gantry_sim::controllers::{self, daemonset};
+use gantry_sim::controllers::daemonset;
 use gantry_sim::kubelet::AgentRegistry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
-use gantry_testkit::eventually_secs;
+use gantry_testkit::{Cluster, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -14,27 +12,14 @@ use serde_json::json;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-async fn setup(
-    spec: &str,
-) -> Res<(
-    ControlPlane,
-    SimCluster,
-    controllers::Controllers,
-    tempfile::TempDir,
-    kube::Client,
-)> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gc").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan(spec)?,
-        AgentRegistry::new(),
-    )
-    .await?;
-    let ctl = controllers::start(client.clone());
-    Ok((cp, sim, ctl, tmp, client))
+/// Nodes per `spec` running pods without agents, and the controllers.
+async fn setup(spec: &str) -> Res<Cluster> {
+    Ok(Cluster::builder()
+        .nodes(spec)
+        .agents(AgentRegistry::new())
+        .controllers()
+        .start()
+        .await?)
 }
 
 fn ds_status(ds: &DaemonSet) -> (i32, i32, i32, i32) {
@@ -49,7 +34,8 @@ fn ds_status(ds: &DaemonSet) -> (i32, i32, i32, i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
-    let (_cp, _sim, _ctl, _tmp, client) = setup("2xL4:1,1xcpu").await?;
+    let env = setup("2xL4:1,1xcpu").await?;
+    let client = env.client().clone();
     let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let ds: DaemonSet = serde_json::from_value(json!({
@@ -145,7 +131,8 @@ async fn daemonset_runs_on_gpu_nodes_and_rolls() -> Res<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_runs_to_completion() -> Res<()> {
-    let (_cp, _sim, _ctl, _tmp, client) = setup("1xcpu").await?;
+    let env = setup("1xcpu").await?;
+    let client = env.client().clone();
     let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let job: Job = serde_json::from_value(json!({

@@ -1,6 +1,6 @@
 //! The real `kubectl` against the embedded API server, through the generated kubeconfig.
 
-use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use gantry_testkit::Cluster;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -56,11 +56,10 @@ async fn kubectl_round_trip() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let dir = tempfile::tempdir()?;
+    let env = Cluster::builder().start().await?;
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: dir.path(),
+        kubeconfig: env.kubeconfig_path(),
+        dir: env.dir(),
     };
 
     let cm = k.write(
@@ -202,7 +201,7 @@ async fn kubectl_round_trip() -> Result {
     // wait --for=condition while a "kubelet" reports the pod Ready.
     let pod = k.write("pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: busybox\n")?;
     k.run(&["create", "-f", &pod]).await?;
-    let pods: Api<Pod> = Api::default_namespaced(cp.client()?);
+    let pods: Api<Pod> = Api::default_namespaced(env.client().clone());
     let waiter = k
         .cmd(&["wait", "--for=condition=Ready", "pod/p", "--timeout=60s"])
         .output();
@@ -237,11 +236,10 @@ async fn kubectl_applies_gantry_crds_then_instances() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let dir = tempfile::tempdir()?;
+    let env = Cluster::builder().start().await?;
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: dir.path(),
+        kubeconfig: env.kubeconfig_path(),
+        dir: env.dir(),
     };
     let crds = k.write("crds.yaml", &gantry_api::crds::all_crds_yaml()?)?;
     let out = k.run(&["apply", "-f", &crds]).await?;
@@ -305,11 +303,10 @@ async fn kubectl_rejects_malformed_selectors() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let dir = tempfile::tempdir()?;
+    let env = Cluster::builder().start().await?;
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: dir.path(),
+        kubeconfig: env.kubeconfig_path(),
+        dir: env.dir(),
     };
     for (name, app) in [("web", "web"), ("db", "db")] {
         k.run(&["create", "configmap", name, "--from-literal=a=1"])

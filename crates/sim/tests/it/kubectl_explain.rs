@@ -2,7 +2,7 @@
 //! the kind's group (built-ins from k8s-openapi, custom resources from their CRDs).
 
 use crate::kubectl::{KUBECTL, Kubectl};
-use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use gantry_testkit::Cluster;
 use std::path::Path;
 
 type Result<T = ()> = anyhow::Result<T>;
@@ -13,11 +13,10 @@ async fn kubectl_explain_reads_builtin_and_crd_schemas() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let dir = tempfile::tempdir()?;
+    let env = Cluster::builder().start().await?;
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: dir.path(),
+        kubeconfig: env.kubeconfig_path(),
+        dir: env.dir(),
     };
 
     // Built-ins: a nested field through PodSpec to Container.

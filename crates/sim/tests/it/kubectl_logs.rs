@@ -3,11 +3,9 @@
 //! for a container that does not exist or has not started.
 
 use crate::kubectl::{KUBECTL, Kubectl};
-use gantry_sim::cluster;
 use gantry_sim::kubelet::agents::AgentFuture;
 use gantry_sim::kubelet::{AgentContext, AgentRegistry};
-use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
-use gantry_testkit::eventually_secs;
+use gantry_testkit::{Cluster, eventually_secs};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -63,15 +61,16 @@ async fn kubectl_logs_reads_follows_and_refuses_like_a_real_server() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("logs").tempdir_in("/tmp")?;
     let mut agents = AgentRegistry::new();
     agents.register("validator", Arc::new(ticker));
-    let _sim = cluster::start(client, tmp.path(), nodes::plan("1xL4:1")?, agents).await?;
+    let env = Cluster::builder()
+        .nodes("1xL4:1")
+        .agents(agents)
+        .start()
+        .await?;
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: tmp.path(),
+        kubeconfig: env.kubeconfig_path(),
+        dir: env.dir(),
     };
 
     let f = k.write("ticker.yaml", &pod("ticker", "", false, true))?;

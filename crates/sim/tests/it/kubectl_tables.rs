@@ -3,10 +3,8 @@
 //! ROLES / VERSION, events their OBJECT, and custom resources their CRD's printer columns.
 
 use crate::kubectl::{KUBECTL, Kubectl};
-use gantry_sim::cluster;
 use gantry_sim::kubelet::AgentRegistry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
-use gantry_testkit::eventually_secs;
+use gantry_testkit::{Cluster, eventually_secs};
 use std::path::Path;
 
 type Result<T = ()> = anyhow::Result<T>;
@@ -36,21 +34,14 @@ async fn kubectl_get_prints_the_servers_columns() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new()
-        .prefix("tables")
-        .tempdir_in("/tmp")?;
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xL4:1")?,
-        AgentRegistry::new(),
-    )
-    .await?;
+    let env = Cluster::builder()
+        .nodes("1xL4:1")
+        .agents(AgentRegistry::new())
+        .start()
+        .await?;
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: tmp.path(),
+        kubeconfig: env.kubeconfig_path(),
+        dir: env.dir(),
     };
 
     // Nodes: STATUS, ROLES, AGE, VERSION.

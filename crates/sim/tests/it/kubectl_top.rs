@@ -2,10 +2,8 @@
 //! what it requests, a node the sum over its running pods.
 
 use crate::kubectl::{KUBECTL, Kubectl};
-use gantry_sim::cluster;
 use gantry_sim::kubelet::AgentRegistry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
-use gantry_testkit::eventually_secs;
+use gantry_testkit::{Cluster, eventually_secs};
 use std::path::Path;
 
 type Result<T = ()> = anyhow::Result<T>;
@@ -22,18 +20,14 @@ async fn kubectl_top_shows_simulated_usage() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let tmp = tempfile::Builder::new().prefix("top").tempdir_in("/tmp")?;
-    let _sim = cluster::start(
-        cp.client()?,
-        tmp.path(),
-        nodes::plan("2xcpu")?,
-        AgentRegistry::new(),
-    )
-    .await?;
+    let env = Cluster::builder()
+        .nodes("2xcpu")
+        .agents(AgentRegistry::new())
+        .start()
+        .await?;
     let k = Kubectl {
-        kubeconfig: cp.kubeconfig_path(),
-        dir: tmp.path(),
+        kubeconfig: env.kubeconfig_path(),
+        dir: env.dir(),
     };
     let pod = |name: &str, cpu: &str, mem: &str| {
         format!(

@@ -4,12 +4,10 @@
 //! DaemonSet runs the real discovery agent, which labels its own Node.
 
 use gantry_api::names;
-use gantry_sim::cluster::{self, Fault};
-use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_sim::cluster::Fault;
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -22,21 +20,14 @@ async fn allocatable(api: &Api<Node>, node: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("ga").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("2xH100-80GB:8,1xcpu")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await;
+    let env = Cluster::builder()
+        .nodes("2xH100-80GB:8,1xcpu")
+        .controllers()
+        .namespace("gpu-operator")
+        .start()
+        .await?;
+    let client = env.client().clone();
+    let sim = env.sim()?;
     let ds: DaemonSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
@@ -104,17 +95,12 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
 /// own Node through server-side apply; the CPU node gets no GPU labels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_daemonset_labels_gpu_nodes() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gd").tempdir_in("/tmp")?;
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xH100-80GB:8,1xL4:1,1xcpu")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
+    let env = Cluster::builder()
+        .nodes("1xH100-80GB:8,1xL4:1,1xcpu")
+        .controllers()
+        .start()
+        .await?;
+    let client = env.client().clone();
     let ds: DaemonSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "gpu-feature-discovery", "namespace": "default"},
@@ -218,23 +204,16 @@ fn restarts(p: &Pod) -> i32 {
 /// chain, and the device plugin gated on `toolkit-ready`. Then the driver-fail fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gv").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xH100-80GB:8")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    let env = Cluster::builder()
+        .nodes("1xH100-80GB:8")
+        .controllers()
+        .namespace("gpu-operator")
+        .start()
         .await?;
+    let client = env.client().clone();
+    let sim = env.sim()?;
     let node = "h100-80gb-0";
-    let host = tmp.path().join(node);
+    let host = env.dir().join(node);
     let validations = host.join("run/nvidia/validations");
     let ds_api = Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator");
     let driver = daemonset(
@@ -426,21 +405,13 @@ async fn scrape(addr: &str) -> Res<String> {
 /// its pod; a scrape shows the node's GPUs and attributes a GPU to the workload pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exporter_daemonset_serves_per_node_with_attribution() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("ge").tempdir_in("/tmp")?;
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("2xL4:2")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    let env = Cluster::builder()
+        .nodes("2xL4:2")
+        .controllers()
+        .namespace("gpu-operator")
+        .start()
         .await?;
+    let client = env.client().clone();
     let ds_api = Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator");
     ds_api
         .create(
@@ -511,21 +482,13 @@ async fn exporter_daemonset_serves_per_node_with_attribution() -> Res<()> {
 /// device plugin config: the node label picks the key, else the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_reads_its_config_from_a_config_map() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gc").tempdir_in("/tmp")?;
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("2xL4:1")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    let env = Cluster::builder()
+        .nodes("2xL4:1")
+        .controllers()
+        .namespace("gpu-operator")
+        .start()
         .await?;
+    let client = env.client().clone();
     let sliced = |n: u32| {
         format!(
             "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {n}\n"
@@ -581,21 +544,14 @@ async fn discovery_reads_its_config_from_a_config_map() -> Res<()> {
 /// `GPUHealthy` one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xid_119_then_clear_recovers_without_a_plugin_restart() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("ga").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xL4:2")?,
-        default_registry(),
-    )
-    .await?;
-    let _ctl = controllers::start(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "gpu-operator"}}))?;
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await;
+    let env = Cluster::builder()
+        .nodes("1xL4:2")
+        .controllers()
+        .namespace("gpu-operator")
+        .start()
+        .await?;
+    let client = env.client().clone();
+    let sim = env.sim()?;
     let mut c = gantry("nvidia-device-plugin", &["device-plugin"]);
     c["env"]
         .as_array_mut()

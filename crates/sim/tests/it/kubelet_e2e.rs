@@ -2,7 +2,7 @@
 //! per node registering over the real kubelet socket, the real kubectl reading allocatable,
 //! and a GPU pod running through Allocate and PodResources.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
@@ -20,10 +20,9 @@ use gantry_node::proto::deviceplugin::{
 use gantry_node::proto::podresources::{
     ListPodResourcesRequest, pod_resources_lister_client::PodResourcesListerClient,
 };
-use gantry_sim::cluster::{self, Fault, SimCluster};
+use gantry_sim::cluster::{Fault, SimCluster};
 use gantry_sim::kubelet::{AgentRegistry, plugins};
-use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -229,20 +228,13 @@ fn gpu_pod(name: &str, node: &str, gpus: u32, run_time: Option<&str>) -> Res<Pod
     }))?)
 }
 
-fn short_root() -> Res<(tempfile::TempDir, PathBuf)> {
-    // Unix socket paths are limited to ~108 bytes: keep the root short.
-    let t = tempfile::Builder::new().prefix("gk").tempdir_in("/tmp")?;
-    let p = t.path().to_path_buf();
-    Ok((t, p))
-}
-
-async fn setup() -> Res<(ControlPlane, SimCluster, tempfile::TempDir, kube::Client)> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let (tmp, root) = short_root()?;
-    let plan = nodes::plan("2xH100-80GB:8")?;
-    let sim = cluster::start(client.clone(), &root, plan, AgentRegistry::new()).await?;
-    Ok((cp, sim, tmp, client))
+/// Two H100 nodes whose pods run no agents (the tests start their own device plugins).
+async fn setup() -> Res<Cluster> {
+    Ok(Cluster::builder()
+        .nodes("2xH100-80GB:8")
+        .agents(AgentRegistry::new())
+        .start()
+        .await?)
 }
 
 fn uuids(sim: &SimCluster, node: &str) -> Res<Vec<String>> {
@@ -257,12 +249,13 @@ fn uuids(sim: &SimCluster, node: &str) -> Res<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
-    let (cp, sim, _tmp, client) = setup().await?;
+    let env = setup().await?;
+    let (client, sim) = (env.client().clone(), env.sim()?);
     let nodes_api: Api<Node> = Api::all(client.clone());
     let mut plugs = Vec::new();
     for name in ["h100-80gb-0", "h100-80gb-1"] {
         let dir = sim.node(name).ok_or("node")?.dirs.device_plugins.clone();
-        plugs.push(start_plugin(&dir, uuids(&sim, name)?).await?);
+        plugs.push(start_plugin(&dir, uuids(sim, name)?).await?);
     }
     for name in ["h100-80gb-0", "h100-80gb-1"] {
         eventually_secs("8 allocatable GPUs", 60, || async {
@@ -272,7 +265,7 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
     }
     // The real kubectl reads the same thing.
     let out = std::process::Command::new("kubectl")
-        .env("KUBECONFIG", cp.kubeconfig_path())
+        .env("KUBECONFIG", env.kubeconfig_path())
         .args([
             "get",
             "nodes",
@@ -439,18 +432,18 @@ async fn plugins_register_and_gpu_pod_runs() -> Res<()> {
         gpu_alloc(&nodes_api, "h100-80gb-0").await == (Some("8".into()), Some("7".into()))
     })
     .await?;
-    drop(cp);
-    drop(sim);
+    drop(env);
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_death_restart_and_kubelet_restart() -> Res<()> {
-    let (_cp, sim, _tmp, client) = setup().await?;
+    let env = setup().await?;
+    let (client, sim) = (env.client().clone(), env.sim()?);
     let nodes_api: Api<Node> = Api::all(client.clone());
     let node = sim.node("h100-80gb-1").ok_or("node")?.clone();
     let dir = node.dirs.device_plugins.clone();
-    let ids = uuids(&sim, "h100-80gb-1")?;
+    let ids = uuids(sim, "h100-80gb-1")?;
     let p = start_plugin(&dir, ids.clone()).await?;
     eventually_secs("8 allocatable", 60, || async {
         gpu_alloc(&nodes_api, "h100-80gb-1").await == (Some("8".into()), Some("8".into()))

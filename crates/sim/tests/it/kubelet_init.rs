@@ -5,11 +5,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gantry_sim::cluster;
 use gantry_sim::kubelet::AgentRegistry;
 use gantry_sim::kubelet::agents::{AgentContext, AgentFuture};
-use gantry_sim::{ControlPlane, ControlPlaneOptions, nodes};
-use gantry_testkit::{Look, eventually_secs};
+use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -75,18 +73,14 @@ fn status(p: &Pod) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_containers_run_in_order_and_restart_with_backoff() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gi").tempdir_in("/tmp")?;
     let log = Arc::new(Mutex::new(Vec::new()));
     let calls = Arc::new(AtomicU32::new(0));
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xH100-80GB:8")?,
-        registry(log.clone(), calls.clone(), 2),
-    )
-    .await?;
+    let env = Cluster::builder()
+        .nodes("1xH100-80GB:8")
+        .agents(registry(log.clone(), calls.clone(), 2))
+        .start()
+        .await?;
+    let client = env.client().clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("op", "Always")?)
         .await?;
@@ -161,17 +155,13 @@ async fn init_containers_run_in_order_and_restart_with_backoff() -> Res<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_init_container_fails_a_never_restart_pod() -> Res<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gj").tempdir_in("/tmp")?;
     let log = Arc::new(Mutex::new(Vec::new()));
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xH100-80GB:8")?,
-        registry(log.clone(), Arc::new(AtomicU32::new(0)), u32::MAX),
-    )
-    .await?;
+    let env = Cluster::builder()
+        .nodes("1xH100-80GB:8")
+        .agents(registry(log.clone(), Arc::new(AtomicU32::new(0)), u32::MAX))
+        .start()
+        .await?;
+    let client = env.client().clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("once", "Never")?)
         .await?;

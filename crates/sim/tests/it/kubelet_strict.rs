@@ -6,25 +6,20 @@
 use gantry_api::names;
 use gantry_sim::kubelet::AgentRegistry;
 use gantry_sim::store::{Mutation, ObjKey, StoreError};
-use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, nodes};
-use gantry_testkit::eventually_secs;
+use gantry_testkit::{Cluster, eventually_secs};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 type Result<T = ()> = anyhow::Result<T>;
 
-async fn start() -> Result<(ControlPlane, cluster::SimCluster, tempfile::TempDir)> {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let tmp = tempfile::Builder::new().prefix("gk").tempdir_in("/tmp")?;
-    let sim = cluster::start(
-        cp.client()?,
-        tmp.path(),
-        nodes::plan("1xcpu")?,
-        AgentRegistry::new(),
-    )
-    .await?;
-    Ok((cp, sim, tmp))
+/// One CPU node whose pods run no agents.
+async fn start() -> Result<Cluster> {
+    Cluster::builder()
+        .nodes("1xcpu")
+        .agents(AgentRegistry::new())
+        .start()
+        .await
 }
 
 fn pod(name: &str, annotations: Value) -> Result<Pod> {
@@ -41,8 +36,8 @@ fn phase(p: &Pod) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_container_restarts_with_back_off() -> Result {
-    let (cp, _sim, _tmp) = start().await?;
-    let pods: Api<Pod> = Api::default_namespaced(cp.client()?);
+    let env = start().await?;
+    let pods: Api<Pod> = Api::default_namespaced(env.client().clone());
     let crash = pod(
         "crash",
         json!({names::ANNOTATION_SIM_RUN_TIME: "50ms", names::ANNOTATION_SIM_EXIT_CODE: "3"}),
@@ -81,8 +76,8 @@ async fn failing_container_restarts_with_back_off() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_pod_neither_wedges_the_kubelet_nor_stays_terminating() -> Result {
-    let (cp, _sim, _tmp) = start().await?;
-    let client = cp.client()?;
+    let env = start().await?;
+    let client = env.client().clone();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     pods.create(&PostParams::default(), &pod("before", json!({}))?)
         .await?;
@@ -115,7 +110,7 @@ async fn undecodable_pod_neither_wedges_the_kubelet_nor_stays_terminating() -> R
 
     // Such a pod stored by an earlier version (written to the store directly here), bound to
     // the node: the kubelet's pod watch relists and keeps going.
-    let store = &cp.api().store;
+    let store = &env.cp().api().store;
     let key = ObjKey {
         gr: "/pods".into(),
         namespace: "default".into(),

@@ -3,8 +3,7 @@
 //! a pod bound with `spec.nodeName` to a node its affinity excludes fails `NodeAffinity`.
 
 use gantry_sim::kubelet::AgentRegistry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, cluster, nodes};
-use gantry_testkit::eventually_secs;
+use gantry_testkit::{Cluster, eventually_secs};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -20,16 +19,12 @@ fn phase(p: &Pod) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_configmap_blocks_start_until_created() -> Result {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let tmp = tempfile::Builder::new().prefix("gk").tempdir_in("/tmp")?;
-    let _sim = cluster::start(
-        client.clone(),
-        tmp.path(),
-        nodes::plan("1xcpu")?,
-        AgentRegistry::new(),
-    )
-    .await?;
+    let env = Cluster::builder()
+        .nodes("1xcpu")
+        .agents(AgentRegistry::new())
+        .start()
+        .await?;
+    let client = env.client().clone();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "needs-cm"},

@@ -3,8 +3,8 @@
 //! deeply nested bodies and idle connections hammer it. Each case names the upstream
 //! behaviour it mirrors (issue #23, items 1–7).
 
-use gantry_sim::{ControlPlane, ControlPlaneOptions};
-use gantry_testkit::eventually_secs;
+use gantry_sim::ControlPlaneOptions;
+use gantry_testkit::{Cluster, eventually_secs};
 use kube::Client;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -404,20 +404,10 @@ async fn ready_in(client: &Client) -> Result<Duration> {
     Ok(t.elapsed())
 }
 
-async fn install_crds(client: &Client) -> Result {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api = kube::Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in gantry_api::crds::all_crds()? {
-        api.create(&Default::default(), &crd).await?;
-    }
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_upstream_answers() -> Result {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    install_crds(&client).await?;
+    let env = Cluster::builder().crds().start().await?;
+    let (cp, client) = (env.cp(), env.client().clone());
     let (code, sa) = send(
         &client,
         "POST",
@@ -507,12 +497,11 @@ async fn kubectl_sees_schema_errors_and_warnings() -> Result {
         eprintln!("skipping: {KUBECTL} is not installed");
         return Ok(());
     }
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    install_crds(&cp.client()?).await?;
-    let dir = tempfile::tempdir()?;
+    let env = Cluster::builder().crds().start().await?;
+    let (cp, dir) = (env.cp(), env.dir());
     let run = |args: Vec<String>| {
         let kc = cp.kubeconfig_path().to_path_buf();
-        let home = dir.path().to_path_buf();
+        let home = dir.to_path_buf();
         async move {
             let out = tokio::process::Command::new(KUBECTL)
                 .arg("--kubeconfig")
@@ -527,7 +516,7 @@ async fn kubectl_sees_schema_errors_and_warnings() -> Result {
             ))
         }
     };
-    let file = dir.path().join("cp.yaml");
+    let file = dir.join("cp.yaml");
     std::fs::write(
         &file,
         "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata:\n  name: cluster-policy\nspec:\n  devicePlugin:\n    enabeld: true\n  operator: {}\n  daemonsets: {}\n  driver: {}\n  toolkit: {}\n  dcgmExporter: {}\n  dcgm: {}\n  nodeStatusExporter: {}\n  gfd: {}\n",
@@ -556,7 +545,7 @@ async fn kubectl_sees_schema_errors_and_warnings() -> Result {
         "warn: {err}"
     );
     // Built-in kinds too: upstream's strict decoder refuses, the default mode warns.
-    let cm = dir.path().join("cm.yaml");
+    let cm = dir.join("cm.yaml");
     std::fs::write(
         &cm,
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\ndatta:\n  a: \"1\"\n",
@@ -627,8 +616,8 @@ async fn readyz_samples(client: &Client, during: &str) -> Result<Vec<Duration>> 
 async fn readyz_answers_during_nesting_and_idle_connection_attacks() -> Result {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
+    let env = Cluster::builder().start().await?;
+    let (cp, client) = (env.cp(), env.client().clone());
     ready_in(&client).await?;
     // Two clients keep sending 720 KB `{"a":{"a":...}}` bodies (the issue's freeze: 77 s).
     let refused = Arc::new(AtomicUsize::new(0));
@@ -700,12 +689,14 @@ async fn state_and_credential_files_are_private() -> Result {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("state");
-    let cp = ControlPlane::start(ControlPlaneOptions {
-        data_dir: Some(dir.clone()),
-        ..Default::default()
-    })
-    .await?;
-    let client = cp.client()?;
+    let env = Cluster::builder()
+        .options(ControlPlaneOptions {
+            data_dir: Some(dir.clone()),
+            ..Default::default()
+        })
+        .start()
+        .await?;
+    let (cp, client) = (env.cp(), env.client().clone());
     let secret =
         br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"stringData":{"k":"v"}}"#;
     let (code, _) = send(

@@ -4,7 +4,7 @@
 //! every field of KAI's CRD keeps them all, where a field KAI's CRD lacks is pruned as there.
 //! The objects are the corpus fixtures in `crates/gantry/tests/fixtures/upstream/`.
 
-use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use gantry_testkit::Cluster;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -20,15 +20,10 @@ const DRIVER_SAMPLE: &str =
 const POD_GROUP: &str =
     include_str!("../../../gantry/tests/fixtures/upstream/kai-podgroup-every-field.yaml");
 
-async fn start() -> Result<(ControlPlane, Client)> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-    let client = cp.client()?;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in gantry_api::crds::all_crds()? {
-        crds.create(&PostParams::default(), &crd).await?;
-    }
-    Ok((cp, client))
+async fn start() -> Result<(Cluster, Client)> {
+    let env = Cluster::builder().crds().start().await?;
+    let client = env.client().clone();
+    Ok((env, client))
 }
 
 /// Creates the YAML object and returns it as the server stored it.
@@ -59,7 +54,7 @@ fn upgrade_policy(auto_upgrade: bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_shaped_objects_read_back_with_upstream_defaults() -> Result {
-    let (cp, client) = start().await?;
+    let (env, client) = start().await?;
 
     let policy = create(&client, CLUSTER_POLICY, "clusterpolicies").await?;
     assert_eq!(
@@ -110,13 +105,13 @@ async fn upstream_shaped_objects_read_back_with_upstream_defaults() -> Result {
             &json!("570.148.08")
         )
     );
-    cp.shutdown().await;
+    env.shutdown().await;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_group_keeps_every_field_of_kais_crd() -> Result {
-    let (cp, client) = start().await?;
+    let (env, client) = start().await?;
     let sent: Value = serde_yaml::from_str(POD_GROUP)?;
     let stored = create(&client, POD_GROUP, "podgroups").await?;
     assert_eq!(stored.data["spec"], sent["spec"]);
@@ -145,6 +140,6 @@ async fn pod_group_keeps_every_field_of_kais_crd() -> Result {
     let stored = create(&client, &serde_yaml::to_string(&extra)?, "podgroups").await?;
     assert!(stored.data["spec"].get("notAKaiField").is_none());
     assert_eq!(stored.data["spec"], sent["spec"]);
-    cp.shutdown().await;
+    env.shutdown().await;
     Ok(())
 }

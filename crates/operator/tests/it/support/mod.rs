@@ -1,21 +1,17 @@
-//! Test harness: an in-process control plane with the CRDs, simulated nodes with the sim's
+//! Test harness: a `gantry_testkit::Cluster` with the CRDs, simulated nodes with the sim's
 //! DaemonSet/Job controllers and agent runners, and the operator running in-process.
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::Deref;
+use std::path::Path;
 use std::time::Duration;
 
 use gantry_operator::metrics::Metrics;
 use gantry_operator::run::{RunOptions, run};
-use gantry_sim::cluster::{self, SimCluster};
-use gantry_sim::kubelet::runners::default_registry;
-use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
+use gantry_testkit::{Cluster, Recorder};
 pub use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -25,21 +21,24 @@ pub type Res<T = ()> = anyhow::Result<T>;
 pub const NS: &str = "gpu-operator";
 pub const IMAGE: &str = "ghcr.io/gantry/gantry:test";
 
+/// A test cluster (`env.client()`, `env.cp()`, `env.sim()?`, `env.dir()` through `Deref`).
 pub struct Env {
-    pub cp: ControlPlane,
-    pub client: kube::Client,
-    pub sim: SimCluster,
-    _controllers: controllers::Controllers,
-    pub tmp: tempfile::TempDir,
+    cluster: Cluster,
+}
+
+impl Deref for Env {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
 }
 
 /// A running operator; stops when dropped or on [`Operator::stop`].
 pub struct Operator {
     pub metrics: Metrics,
-    /// Non-GET requests its client sent (lease excluded: leader election is off).
-    pub writes: Arc<AtomicU64>,
-    /// `METHOD path` of each write.
-    pub written: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Its client: records the non-GET requests it sent (lease excluded: leader election is off).
+    pub recorder: Recorder,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -55,7 +54,7 @@ impl Operator {
     }
 
     pub fn api_writes(&self) -> u64 {
-        self.writes.load(Ordering::SeqCst)
+        self.recorder.count()
     }
 }
 
@@ -69,50 +68,19 @@ impl Drop for Operator {
 
 impl Env {
     pub async fn start(spec: &str) -> Res<Env> {
-        let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-        let client = cp.client()?;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in gantry_api::crds::all_crds()? {
-            crds.create(&PostParams::default(), &crd).await?;
-        }
-        let tmp = tempfile::Builder::new().prefix("gop").tempdir_in("/tmp")?;
-        let sim = cluster::start(
-            client.clone(),
-            tmp.path(),
-            nodes::plan(spec)?,
-            default_registry(),
-        )
-        .await?;
-        let ctl = controllers::start(client.clone());
-        Ok(Env {
-            cp,
-            client,
-            sim,
-            _controllers: ctl,
-            tmp,
-        })
+        let cluster = Cluster::builder()
+            .crds()
+            .nodes(spec)
+            .controllers()
+            .start()
+            .await?;
+        Ok(Env { cluster })
     }
 
-    /// Start the operator with a client that counts the writes it sends.
+    /// Start the operator with a client that records the writes it sends.
     pub fn operator(&self) -> Res<Operator> {
-        let writes = Arc::new(AtomicU64::new(0));
-        let w = writes.clone();
-        let written = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = written.clone();
-        let layer =
-            tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-                let m = req.method();
-                if m != http::Method::GET && m != http::Method::HEAD {
-                    w.fetch_add(1, Ordering::SeqCst);
-                    if let Ok(mut l) = log.lock() {
-                        l.push(format!("{m} {}", req.uri()));
-                    }
-                }
-                req
-            });
-        let client = kube::client::ClientBuilder::try_from(self.cp.kube_config()?)?
-            .with_layer(&layer)
-            .build();
+        let recorder = self.recorder()?;
+        let client = recorder.client();
         let mut opts = RunOptions::new(NS, IMAGE);
         opts.leader_elect = false;
         let metrics = opts.metrics.clone();
@@ -128,20 +96,15 @@ impl Env {
         });
         Ok(Operator {
             metrics,
-            writes,
-            written,
+            recorder,
             stop: Some(tx),
             task: Some(task),
         })
     }
 
-    pub fn host_root(&self, node: &str) -> PathBuf {
-        self.sim.root().join(node)
-    }
-
     /// Apply a ClusterPolicy (or any object) given as JSON, creating it.
     pub async fn create_policy(&self, v: serde_json::Value) -> Res<DynamicObject> {
-        let api = policies(&self.client);
+        let api = policies(self.client());
         let obj: DynamicObject = serde_json::from_value(v)?;
         Ok(api.create(&PostParams::default(), &obj).await?)
     }

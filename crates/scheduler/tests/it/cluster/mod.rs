@@ -1,15 +1,15 @@
-//! Shared harness: the embedded control plane, simulated GPU nodes running the real device
-//! plugin and GPU feature discovery (as DaemonSets), the Job controller, the real kubectl,
-//! and a scheduler started in-process.
+//! Shared harness: a `gantry_testkit::Cluster` (the embedded control plane, simulated GPU nodes,
+//! the Job controller) with the real device plugin and GPU feature discovery running as
+//! DaemonSets, the real kubectl, and a scheduler started in-process.
 
 #![allow(dead_code)]
 
 use gantry_scheduler::k8s::Options;
-use gantry_sim::{ControlPlane, ControlPlaneOptions};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
+use std::ops::Deref;
 use std::path::Path;
 use std::time::Duration;
 use tokio::process::Command;
@@ -18,13 +18,18 @@ pub use gantry_testkit::{Look, eventually_secs};
 
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+/// The test cluster (`c.cp()`, `c.sim()?`, `c.dir()` through `Deref`) and its client.
 pub struct Cluster {
     pub client: kube::Client,
-    pub dir: tempfile::TempDir,
-    // Dropped last-to-first: nodes, controllers, control plane.
-    pub sim: gantry_sim::cluster::SimCluster,
-    _controllers: gantry_sim::controllers::Controllers,
-    pub cp: ControlPlane,
+    kit: gantry_testkit::Cluster,
+}
+
+impl Deref for Cluster {
+    type Target = gantry_testkit::Cluster;
+
+    fn deref(&self) -> &gantry_testkit::Cluster {
+        &self.kit
+    }
 }
 
 fn daemonset(name: &str, command: &[&str]) -> DaemonSet {
@@ -67,24 +72,16 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra device-plugin flags.
     pub async fn start_with_plugin_args(spec: &str, plugin_args: &[&str]) -> Result<Cluster> {
-        let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-        let client = cp.client()?;
-        let dir = tempfile::Builder::new().prefix("gs").tempdir_in("/tmp")?;
-        let controllers = gantry_sim::controllers::start(client.clone());
-        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        for n in ["kube-system", "default"] {
-            let o = serde_json::from_value(json!({"metadata": {"name": n}}))?;
-            let _ = ns.create(&PostParams::default(), &o).await;
-        }
         let plan = gantry_sim::nodes::plan(spec)?;
         let want: u64 = plan.iter().map(|p| u64::from(p.gpus)).sum();
-        let sim = gantry_sim::cluster::start(
-            client.clone(),
-            dir.path(),
-            plan,
-            gantry_sim::kubelet::runners::default_registry(),
-        )
-        .await?;
+        let kit = gantry_testkit::Cluster::builder()
+            .controllers()
+            .namespace("kube-system")
+            .namespace("default")
+            .nodes(spec)
+            .start()
+            .await?;
+        let client = kit.client().clone();
         let ds: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
         ds.create(
             &PostParams::default(),
@@ -99,13 +96,7 @@ impl Cluster {
             &daemonset("gfd", &["gantry", "node", "discovery"]),
         )
         .await?;
-        let c = Cluster {
-            client,
-            dir,
-            sim,
-            _controllers: controllers,
-            cp,
-        };
+        let c = Cluster { client, kit };
         eventually_secs("GPUs allocatable and GFD labels", 60, || async {
             let nodes = Api::<Node>::all(c.client.clone())
                 .list(&ListParams::default())
@@ -173,9 +164,9 @@ impl Cluster {
             Duration::from_secs(60),
             Command::new("/usr/bin/kubectl")
                 .arg("--kubeconfig")
-                .arg(self.cp.kubeconfig_path())
+                .arg(self.kubeconfig_path())
                 .args(args)
-                .env("HOME", self.dir.path())
+                .env("HOME", self.dir())
                 .kill_on_drop(true)
                 .output(),
         )
@@ -190,7 +181,7 @@ impl Cluster {
 
     /// `kubectl apply -f` of a manifest string.
     pub async fn apply(&self, name: &str, yaml: &str) -> Result<String> {
-        let p = self.dir.path().join(name);
+        let p = self.dir().join(name);
         std::fs::write(&p, yaml)?;
         self.kubectl(&["apply", "-f", &p.display().to_string()])
             .await
@@ -270,5 +261,5 @@ pub fn annotation(p: &Pod, k: &str) -> Option<String> {
 }
 
 pub fn kubeconfig(c: &Cluster) -> &Path {
-    c.cp.kubeconfig_path()
+    c.kubeconfig_path()
 }
