@@ -107,7 +107,10 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
         ("allocatable GPUs", progress.allocatable_gpus.to_string()),
         ("operator RSS at end", mib(rss)),
         ("operator peak RSS (VmHWM)", mib(hwm.or(Some(peak)))),
-        ("CPU: this process (API server, nodes, controllers)", cpu_s(cpu.0)),
+        (
+            "CPU: this process (API server, nodes, controllers)",
+            cpu_s(cpu.0),
+        ),
         ("CPU: operator", cpu_s(cpu.1)),
     ];
     let mut out = String::from("| metric | value |\n|---|---|\n");
@@ -117,7 +120,11 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
     // Where the simulated API server's time went.
     out.push_str("\n| API requests (top 12) | count |\n|---|---|\n");
     for ((verb, res, sub), n) in cp.api().requests.sorted().into_iter().take(12) {
-        let res = if sub.is_empty() { res } else { format!("{res}/{sub}") };
+        let res = if sub.is_empty() {
+            res
+        } else {
+            format!("{res}/{sub}")
+        };
         out.push_str(&format!("| {verb} {res} | {n} |\n"));
     }
     Ok(out)

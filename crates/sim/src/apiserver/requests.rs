@@ -13,7 +13,19 @@ pub type RequestKey = (&'static str, String, String);
 pub struct RequestCounts(Mutex<HashMap<RequestKey, u64>>);
 
 impl RequestCounts {
-    pub fn record(&self, verb: &'static str, resource: &str, sub: &str) {
+    /// Count one request: its method, whether it names an object, whether it watches.
+    pub fn record(
+        &self,
+        method: &http::Method,
+        named: bool,
+        watch: bool,
+        resource: &str,
+        sub: &str,
+    ) {
+        self.add(verb(method, named, watch), resource, sub);
+    }
+
+    fn add(&self, verb: &'static str, resource: &str, sub: &str) {
         if let Ok(mut m) = self.0.lock() {
             *m.entry((verb, resource.to_string(), sub.to_string()))
                 .or_default() += 1;
@@ -29,6 +41,17 @@ impl RequestCounts {
             .unwrap_or_default();
         v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         v
+    }
+
+    /// `GET /metrics`.
+    pub fn response(&self) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        (
+            http::StatusCode::OK,
+            [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            self.exposition(),
+        )
+            .into_response()
     }
 
     /// The Prometheus text exposition.
@@ -72,10 +95,10 @@ mod tests {
     #[test]
     fn counts_sort_largest_first_and_render_as_upstream_names_them() {
         let c = RequestCounts::default();
-        c.record("get", "nodes", "");
-        c.record("list", "pods", "");
-        c.record("list", "pods", "");
-        c.record("patch", "pods", "status");
+        c.add("get", "nodes", "");
+        c.record(&http::Method::GET, false, false, "pods", "");
+        c.add("list", "pods", "");
+        c.add("patch", "pods", "status");
         let s = c.sorted();
         assert_eq!(s[0], (("list", "pods".into(), String::new()), 2));
         assert_eq!(s.len(), 3);

@@ -169,12 +169,7 @@ async fn route(
     match segs.as_slice() {
         ["version"] if get => Ok(ok_json(StatusCode::OK, &discovery::version())),
         ["healthz"] | ["readyz"] | ["livez"] if get => Ok((StatusCode::OK, "ok").into_response()),
-        ["metrics"] if get => Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            srv.requests.exposition(),
-        )
-            .into_response()),
+        ["metrics"] if get => Ok(srv.requests.response()),
         ["api"] if get => Ok(ok_json(
             StatusCode::OK,
             &discovery::core_versions(&srv.address()),
@@ -314,11 +309,8 @@ async fn resource(
         )));
     }
     let is_watch = p.watch || truthy(q.get("watch"));
-    srv.requests.record(
-        super::requests::verb(&method, p.name.is_some(), is_watch),
-        &info.plural,
-        &sub,
-    );
+    srv.requests
+        .record(&method, p.name.is_some(), is_watch, &info.plural, &sub);
     match (method.clone(), p.name.as_deref()) {
         (Method::GET, None) if is_watch => watch_response(srv, t, &q, None).await,
         (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, Some(name)).await,

@@ -77,6 +77,19 @@ async fn kubectl_round_trip() -> Result {
         "{yaml}"
     );
     assert!(k.run(&["get", "configmaps"]).await?.contains("k1"));
+    // Requests served, named as kube-apiserver names them.
+    let metrics = k.run(&["get", "--raw", "/metrics"]).await?;
+    let count = |verb: &str| {
+        let key = format!(
+            "apiserver_request_total{{verb=\"{verb}\",resource=\"configmaps\",subresource=\"\"}} "
+        );
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(key.as_str())?.parse::<u64>().ok())
+    };
+    assert_eq!(count("CREATE"), Some(1), "{metrics}");
+    assert!(count("GET").is_some_and(|n| n >= 1), "{metrics}");
+    assert!(count("LIST").is_some_and(|n| n >= 1), "{metrics}");
 
     let deploy = |image: &str| {
         format!(
