@@ -8,9 +8,8 @@ use gantry_sim::cluster::SimCluster;
 use gantry_sim::controllers::Controllers;
 use gantry_sim::kubelet::agents::AgentRegistry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions};
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use tempfile::TempDir;
 
 use crate::Recorder;
@@ -169,20 +168,10 @@ impl ClusterBuilder {
                     .with_context(|| format!("creating CRD {name}"))?;
             }
         }
-        let namespaces: Api<Namespace> = Api::all(client.clone());
         for name in &self.namespaces {
-            let ns = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            match namespaces.create(&PostParams::default(), &ns).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e).with_context(|| format!("creating namespace {name}")),
-            }
+            gantry_runtime::ensure_namespace(&client, name)
+                .await
+                .with_context(|| format!("creating namespace {name}"))?;
         }
         let dir = tempfile::Builder::new()
             .prefix("gt")
@@ -232,7 +221,9 @@ mod tests {
             .list(&ListParams::default())
             .await?;
         assert_eq!(crds.items.len(), gantry_api::crds::all_crds()?.len());
-        Api::<Namespace>::all(c.client().clone()).get("a").await?;
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(c.client().clone())
+            .get("a")
+            .await?;
         let err = c.sim().err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("no nodes"), "{err}");
         let dir = c.dir().to_path_buf();

@@ -26,6 +26,12 @@ const H100_V: &str = "580.95.05";
 const OWNER: &str = names::LABEL_DRIVER_OWNER;
 
 impl Kubectl<'_> {
+    /// `kubectl get ds -n NS -l SELECTOR -o name`: the NVIDIADriver DaemonSets it selects.
+    async fn driver_daemonsets(&self, selector: &str) -> anyhow::Result<String> {
+        self.run(&["get", "ds", "-n", NS, "-l", selector, "-o", "name"])
+            .await
+    }
+
     /// `kubectl get nvd NAME -o jsonpath=…`.
     async fn nvd(&self, name: &str, path: &str) -> String {
         let jp = format!("jsonpath={path}");
@@ -178,18 +184,7 @@ async fn kubectl_per_pool_drivers_upgrade_one_pool_and_refuse_overlaps() -> Res 
         })
         .await?;
     }
-    let ds = k
-        .run(&[
-            "get",
-            "daemonsets",
-            "-n",
-            NS,
-            "-l",
-            "gantry.dev/nvidia-driver",
-            "-o",
-            "name",
-        ])
-        .await?;
+    let ds = k.driver_daemonsets("gantry.dev/nvidia-driver").await?;
     assert_eq!(ds.lines().count(), 2, "one driver DaemonSet per pool: {ds}");
     assert!(ds.contains("nvidia-gpu-driver-ubuntu"), "{ds}");
     // Nothing left to change: a round writes nothing.
@@ -290,16 +285,7 @@ async fn kubectl_per_pool_drivers_upgrade_one_pool_and_refuse_overlaps() -> Res 
     })
     .await?;
     let extra_ds = k
-        .run(&[
-            "get",
-            "ds",
-            "-n",
-            NS,
-            "-l",
-            "gantry.dev/nvidia-driver=h100-extra",
-            "-o",
-            "name",
-        ])
+        .driver_daemonsets("gantry.dev/nvidia-driver=h100-extra")
         .await?;
     assert!(extra_ds.trim().is_empty(), "{extra_ds}");
     assert_eq!(driver_pods(&client).await, after, "no driver pod changed");
@@ -364,18 +350,7 @@ async fn kubectl_per_pool_drivers_upgrade_one_pool_and_refuse_overlaps() -> Res 
         },
     )
     .await?;
-    let left = k
-        .run(&[
-            "get",
-            "ds",
-            "-n",
-            NS,
-            "-l",
-            "gantry.dev/nvidia-driver",
-            "-o",
-            "name",
-        ])
-        .await?;
+    let left = k.driver_daemonsets("gantry.dev/nvidia-driver").await?;
     assert_eq!(left.lines().count(), 1, "{left}");
     assert_eq!(
         plugin(client.clone()).await,
@@ -401,26 +376,15 @@ async fn kubectl_per_pool_drivers_upgrade_one_pool_and_refuse_overlaps() -> Res 
     ])
     .await?;
     k.run(&["delete", "nvd", "h100"]).await?;
-    let cr_objects = || async {
-        k.run(&[
-            "get",
-            "ds",
-            "-n",
-            NS,
-            "-l",
-            "gantry.dev/nvidia-driver",
-            "-o",
-            "name",
-        ])
-        .await
-        .unwrap_or_else(|e| format!("error: {e}"))
-    };
     eventually_secs(
         "handed back: no CR DaemonSet, no owner label",
         60,
         || async {
             let l = labels(&client).await;
-            cr_objects().await.trim().is_empty() && l.values().all(|l| !l.contains_key(OWNER))
+            k.driver_daemonsets("gantry.dev/nvidia-driver")
+                .await
+                .is_ok_and(|d| d.trim().is_empty())
+                && l.values().all(|l| !l.contains_key(OWNER))
         },
     )
     .await?;
