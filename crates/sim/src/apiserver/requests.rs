@@ -43,17 +43,6 @@ impl RequestCounts {
         v
     }
 
-    /// `GET /metrics`.
-    pub fn response(&self) -> axum::response::Response {
-        use axum::response::IntoResponse;
-        (
-            http::StatusCode::OK,
-            [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            self.exposition(),
-        )
-            .into_response()
-    }
-
     /// The Prometheus text exposition.
     pub fn exposition(&self) -> String {
         let name = "apiserver_request_total";

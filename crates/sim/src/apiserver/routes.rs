@@ -169,7 +169,6 @@ async fn route(
     match segs.as_slice() {
         ["version"] if get => Ok(ok_json(StatusCode::OK, &discovery::version())),
         ["healthz"] | ["readyz"] | ["livez"] if get => Ok((StatusCode::OK, "ok").into_response()),
-        ["metrics"] if get => Ok(srv.requests.response()),
         ["api"] if get => Ok(ok_json(
             StatusCode::OK,
             &discovery::core_versions(&srv.address()),

@@ -168,7 +168,8 @@ pub fn serve(
             (
                 http::StatusCode::OK,
                 [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                metrics_text(&srv.rbac),
+                // The authorizer's counters, then the requests served.
+                metrics_text(&srv.rbac) + &srv.requests.exposition(),
             )
                 .into_response(),
         ),
