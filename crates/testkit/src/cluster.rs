@@ -88,6 +88,14 @@ impl Cluster {
         self.cp.kubeconfig_path()
     }
 
+    /// The real kubectl against this cluster, with the test's directory as its HOME.
+    pub fn kubectl(&self) -> crate::Kubectl<'_> {
+        crate::Kubectl {
+            kubeconfig: self.kubeconfig_path(),
+            dir: self.dir(),
+        }
+    }
+
     /// The control plane's client configuration, for a client of a test's own.
     pub fn kube_config(&self) -> anyhow::Result<kube::Config> {
         self.cp

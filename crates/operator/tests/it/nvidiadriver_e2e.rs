@@ -25,7 +25,13 @@ const A100_V2: &str = "535.247.01";
 const H100_V: &str = "580.95.05";
 const OWNER: &str = names::LABEL_DRIVER_OWNER;
 
-impl Kubectl<'_> {
+/// What this test asks kubectl about NVIDIADrivers.
+trait NvdQueries {
+    async fn driver_daemonsets(&self, selector: &str) -> anyhow::Result<String>;
+    async fn nvd(&self, name: &str, path: &str) -> String;
+}
+
+impl NvdQueries for Kubectl<'_> {
     /// `kubectl get ds -n NS -l SELECTOR -o name`: the NVIDIADriver DaemonSets it selects.
     async fn driver_daemonsets(&self, selector: &str) -> anyhow::Result<String> {
         self.run(&["get", "ds", "-n", NS, "-l", selector, "-o", "name"])

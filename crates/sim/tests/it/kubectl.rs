@@ -8,47 +8,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 type Result<T = ()> = anyhow::Result<T>;
 
-pub(crate) const KUBECTL: &str = "/usr/bin/kubectl";
-
-/// The real kubectl with the sim's kubeconfig and its own HOME (the other kubectl tests use it).
-pub(crate) struct Kubectl<'a> {
-    pub kubeconfig: &'a Path,
-    pub dir: &'a Path,
-}
-
-impl Kubectl<'_> {
-    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(KUBECTL);
-        c.arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .args(args)
-            .env("HOME", self.dir)
-            .kill_on_drop(true);
-        c
-    }
-
-    /// Runs kubectl; fails with its stderr unless it exits 0.
-    pub async fn run(&self, args: &[&str]) -> Result<String> {
-        let out = tokio::time::timeout(Duration::from_secs(60), self.cmd(args).output()).await??;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        anyhow::ensure!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(stdout)
-    }
-
-    pub fn write(&self, name: &str, content: &str) -> Result<String> {
-        let p = self.dir.join(name);
-        std::fs::write(&p, content)?;
-        Ok(p.display().to_string())
-    }
-}
+pub(crate) use gantry_testkit::{KUBECTL, Kubectl};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_round_trip() -> Result {

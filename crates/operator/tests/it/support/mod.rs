@@ -196,35 +196,4 @@ pub async fn wait_quiet(
     .await?)
 }
 
-pub const KUBECTL: &str = "/usr/bin/kubectl";
-
-/// The real kubectl against a test cluster, as a user runs it (its own HOME for the cache).
-pub struct Kubectl<'a> {
-    pub kubeconfig: &'a Path,
-    pub dir: &'a Path,
-}
-
-impl Kubectl<'_> {
-    pub async fn run(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut c = tokio::process::Command::new(KUBECTL);
-        c.arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .args(args)
-            .env("HOME", self.dir)
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(60), c.output()).await??;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        anyhow::ensure!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(stdout)
-    }
-
-    pub async fn apply(&self, file: &str, content: &str) -> anyhow::Result<String> {
-        let p = self.dir.join(file);
-        std::fs::write(&p, content)?;
-        self.run(&["apply", "-f", &p.display().to_string()]).await
-    }
-}
+pub use gantry_testkit::{KUBECTL, Kubectl};

@@ -12,7 +12,6 @@ use serde_json::json;
 use std::ops::Deref;
 use std::path::Path;
 use std::time::Duration;
-use tokio::process::Command;
 
 pub use gantry_testkit::{Look, eventually_secs};
 
@@ -159,32 +158,14 @@ impl Cluster {
         (tx, h)
     }
 
+    /// The real kubectl against this cluster (`gantry_testkit::Kubectl::run`).
     pub async fn kubectl(&self, args: &[&str]) -> Result<String> {
-        let out = tokio::time::timeout(
-            Duration::from_secs(60),
-            Command::new("/usr/bin/kubectl")
-                .arg("--kubeconfig")
-                .arg(self.kubeconfig_path())
-                .args(args)
-                .env("HOME", self.dir())
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await??;
-        if !out.status.success() {
-            return Err(
-                format!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr)).into(),
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(self.kit.kubectl().run(args).await?)
     }
 
     /// `kubectl apply -f` of a manifest string.
     pub async fn apply(&self, name: &str, yaml: &str) -> Result<String> {
-        let p = self.dir().join(name);
-        std::fs::write(&p, yaml)?;
-        self.kubectl(&["apply", "-f", &p.display().to_string()])
-            .await
+        Ok(self.kit.kubectl().apply(name, yaml).await?)
     }
 
     pub async fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
