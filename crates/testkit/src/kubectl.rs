@@ -42,13 +42,19 @@ impl Kubectl<'_> {
             .await
             .with_context(|| format!("kubectl {args:?} took over {CALL_LIMIT:?}"))?
             .with_context(|| format!("running {KUBECTL}"))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        anyhow::ensure!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(stdout)
+        stdout_of("kubectl", args, &out)
+    }
+
+    /// [`Kubectl::run`] for tests without an async runtime at hand.
+    pub fn run_blocking(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = std::process::Command::new(KUBECTL)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .args(args)
+            .env("HOME", self.dir)
+            .output()
+            .with_context(|| format!("running {KUBECTL}"))?;
+        stdout_of("kubectl", args, &out)
     }
 
     /// Writes `content` to `name` in the test's directory; the path, for `-f`.
@@ -63,6 +69,22 @@ impl Kubectl<'_> {
         let p = self.write(name, content)?;
         self.run(&["apply", "-f", &p]).await
     }
+}
+
+/// A finished command's stdout, or an error naming the command, its arguments and its stderr
+/// (and the stdout, which often says more) unless it exited 0.
+pub fn stdout_of(
+    program: &str,
+    args: &[&str],
+    out: &std::process::Output,
+) -> anyhow::Result<String> {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    anyhow::ensure!(
+        out.status.success(),
+        "{program} {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(stdout)
 }
 
 #[cfg(test)]
@@ -81,8 +103,12 @@ mod tests {
             kubeconfig: &kc,
             dir: dir.path(),
         };
-        let e = k.run(&["get", "pods"]).await.unwrap_err().to_string();
-        assert!(e.contains(r#"kubectl ["get", "pods"] failed"#), "{e}");
-        assert!(e.contains("missing-kubeconfig"), "{e}");
+        for e in [
+            k.run(&["get", "pods"]).await.unwrap_err().to_string(),
+            k.run_blocking(&["get", "pods"]).unwrap_err().to_string(),
+        ] {
+            assert!(e.contains(r#"kubectl ["get", "pods"] failed"#), "{e}");
+            assert!(e.contains("missing-kubeconfig"), "{e}");
+        }
     }
 }

@@ -14,6 +14,6 @@ mod recorder;
 mod wait;
 
 pub use cluster::{Cluster, ClusterBuilder};
-pub use kubectl::{KUBECTL, Kubectl};
+pub use kubectl::{KUBECTL, Kubectl, stdout_of};
 pub use recorder::Recorder;
 pub use wait::{IntoLook, Look, Timeout, eventually, eventually_secs};

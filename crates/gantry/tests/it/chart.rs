@@ -80,14 +80,7 @@ pub(crate) fn run_helm(helm: &Path, args: &[&str], env: &[(&str, &Path)]) -> Res
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    anyhow::ensure!(
-        out.status.success(),
-        "helm {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(stdout)
+    gantry_testkit::stdout_of("helm", args, &cmd.output()?)
 }
 
 /// `helm template <release> <chart> -n <ns> <extra...>` parsed into its documents.
@@ -679,20 +672,11 @@ fn components_and_monitoring_switch_with_values() -> Result {
 
 /// kubectl against the embedded cluster; fails with its stderr.
 fn kubectl(kubeconfig: &Path, home: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .env("HOME", home)
-        .output()
-        .map_err(|e| anyhow::anyhow!("cannot run kubectl: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    anyhow::ensure!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(stdout)
+    gantry_testkit::Kubectl {
+        kubeconfig,
+        dir: home,
+    }
+    .run_blocking(args)
 }
 
 fn names_of(list_json: &str) -> Result<BTreeSet<String>> {
@@ -708,13 +692,8 @@ fn names_of(list_json: &str) -> Result<BTreeSet<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_installs_and_uninstalls_on_the_embedded_cluster() -> Result {
     let helm = helm_or_skip!().to_path_buf();
-    if Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipping: kubectl is not installed");
+    if !gantry_testkit::Kubectl::installed() {
+        eprintln!("skipping: {} is not installed", gantry_testkit::KUBECTL);
         return Ok(());
     }
     let env = gantry_testkit::Cluster::builder().start().await?;

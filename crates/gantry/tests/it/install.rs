@@ -97,27 +97,15 @@ impl Bare {
 }
 
 fn kubectl_as(kubeconfig: &Path, home: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .env("HOME", home)
-        .output()
-        .map_err(|e| anyhow::anyhow!("cannot run kubectl: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    anyhow::ensure!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(stdout)
+    gantry_testkit::Kubectl {
+        kubeconfig,
+        dir: home,
+    }
+    .run_blocking(args)
 }
 
 fn kubectl_missing() -> bool {
-    Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_err()
+    !gantry_testkit::Kubectl::installed()
 }
 
 const WORKLOADS: &str = r#"
