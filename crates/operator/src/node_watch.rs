@@ -11,6 +11,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use gantry_runtime::task::AbortOnDrop;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -27,14 +28,6 @@ pub struct NodeWatch {
     // concurrent waiters there (one oneshot waker), and three loops wait on this cache.
     ready: watch::Receiver<bool>,
     _task: Arc<AbortOnDrop>,
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl NodeWatch {

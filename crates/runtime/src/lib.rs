@@ -8,6 +8,7 @@
 //! - [`paged`]: lists in pages;
 //! - [`rounds`]: the round loop every operator controller runs (list, decide, write; woken by
 //!   watches, a requeue, never faster than a minimum interval);
+//! - [`task`]: a task aborted with its owner (`AbortOnDrop`);
 //! - [`ensure_namespace`].
 
 pub mod client;
@@ -16,6 +17,7 @@ pub mod lease;
 pub mod paged;
 pub mod rounds;
 pub mod shutdown;
+pub mod task;
 pub mod tls;
 
 pub use client::{ClientError, client};

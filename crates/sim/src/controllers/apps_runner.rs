@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use gantry_runtime::task::AbortOnDrop;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
@@ -135,14 +136,6 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
         }
     });
     vec![t1, t2, main]
-}
-
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 pub(super) fn random_suffix() -> String {

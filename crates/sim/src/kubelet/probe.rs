@@ -23,6 +23,7 @@ use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
 use super::plugins::{dial, validate_resource_name};
+use gantry_runtime::task::AbortOnDrop;
 
 /// What to probe.
 #[derive(Debug, Clone)]
@@ -461,14 +462,6 @@ pub async fn run(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
         pre_start_called,
     });
     Ok(report)
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// The report as text, one fact a line.
