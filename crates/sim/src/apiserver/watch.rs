@@ -47,14 +47,7 @@ impl Filter {
             return Some(line(kind.as_str(), &self.target.present(&ev.object)));
         }
         // Built-in kinds are sent as stored: one encoding per event, whatever the watchers.
-        let obj = encodings.get(ev);
-        let mut v = Vec::with_capacity(obj.len() + 32);
-        v.extend_from_slice(b"{\"type\":\"");
-        v.extend_from_slice(kind.as_str().as_bytes());
-        v.extend_from_slice(b"\",\"object\":");
-        v.extend_from_slice(&obj);
-        v.extend_from_slice(b"}\n");
-        Some(Bytes::from(v))
+        Some(encoded_line(kind.as_str(), &encodings.get(ev)))
     }
 
     /// The event type a watcher of this filter sees for a store event, if any.
@@ -124,8 +117,18 @@ impl Encodings {
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    v.push(b'\n');
+    encoded_line(kind, &serde_json::to_vec(object).unwrap_or_default())
+}
+
+/// One event line, `{"type":KIND,"object":OBJECT}` and a newline, around an object already
+/// encoded as JSON.
+fn encoded_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(object.len() + 32);
+    v.extend_from_slice(b"{\"type\":\"");
+    v.extend_from_slice(kind.as_bytes());
+    v.extend_from_slice(b"\",\"object\":");
+    v.extend_from_slice(object);
+    v.extend_from_slice(b"}\n");
     Bytes::from(v)
 }
 
@@ -274,6 +277,10 @@ mod tests {
         );
         let back: Value = serde_json::from_slice(&a).unwrap();
         assert_eq!(back, *e.object);
+        let l = line("MODIFIED", &e.object);
+        assert!(l.ends_with(b"}\n"), "one event a line");
+        let ev: Value = serde_json::from_slice(&l).unwrap();
+        assert_eq!(ev, json!({"type": "MODIFIED", "object": *e.object}));
         for rv in 8..(8 + ENCODINGS_KEPT as u64 + 10) {
             enc.get(&event(rv));
         }
