@@ -67,7 +67,7 @@ mod tests {
     use super::*;
     use crate::upgrade::plan::Action;
     use crate::upgrade::state::UpgradeState;
-    use crate::upgrade::view::{DriverPod, NodeView, PodKey};
+    use crate::upgrade::view::{DriverPod, NodeView};
 
     fn node(name: &str, owner: &str) -> NodeView {
         NodeView {
@@ -79,19 +79,7 @@ mod tests {
     }
 
     fn driver(node: &str, in_sync: bool) -> DriverPod {
-        DriverPod {
-            key: PodKey {
-                namespace: "gpu-operator".into(),
-                name: format!("driver-{node}"),
-            },
-            node: node.into(),
-            in_sync,
-            ready: true,
-            settling: false,
-            restarts: 0,
-            terminating: false,
-            created: 1,
-        }
+        crate::upgrade::tests::driver(node, in_sync, true)
     }
 
     /// Nodes the plan walks: any action but marking an up-to-date node `upgrade-done`.

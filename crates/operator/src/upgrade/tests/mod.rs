@@ -33,7 +33,8 @@ fn node(name: &str, state: UpgradeState) -> NodeView {
     }
 }
 
-fn driver(node: &str, in_sync: bool, ready: bool) -> DriverPod {
+/// A driver pod on `node` (the pool planning tests use it too).
+pub(super) fn driver(node: &str, in_sync: bool, ready: bool) -> DriverPod {
     DriverPod {
         key: PodKey {
             namespace: "gpu-operator".into(),
