@@ -1,7 +1,8 @@
 //! The FGD paper's protocol without the `gantry` binary (same library call as
 //! `gantry bench schedule --protocol paper`):
 //! `cargo run --release -p gantry-bench --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`;
-//! `POLICIES=FGD,Gantry` runs only those (all by default).
+//! `POLICIES=FGD,Gantry` runs only those (all by default); `FIRST_SEED=N` starts the seeds
+//! at N (42, the paper's, by default).
 use gantry_bench::schedule::paper::{PaperOptions, run_paper};
 use gantry_scheduler::gpushare::SharePolicy;
 use std::path::PathBuf;
@@ -27,7 +28,10 @@ fn main() {
             },
             Err(_) => SharePolicy::ALL.to_vec(),
         },
-        first_seed: 42,
+        first_seed: std::env::var("FIRST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(42),
         tune_ratio: 1.3,
     };
     match run_paper(&opts) {

@@ -2,7 +2,9 @@
 //! files, several seeds per trace, every policy on the same arrival streams; medians and
 //! min–max printed beside the paper's own figures when its result table is given.
 
-use gantry_scheduler::gpushare::replay::{LEVELS, paper_arrivals, paper_nodes, run, spread};
+use gantry_scheduler::gpushare::replay::{
+    LEVELS, paired, paper_arrivals, paper_nodes, run, spread,
+};
 use gantry_scheduler::gpushare::{NodeSpec, PodShape, SharePolicy};
 use gantry_scheduler::workload::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
 use std::collections::BTreeMap;
@@ -215,6 +217,40 @@ impl fmt::Display for PaperReport {
                 c.placements as f64 / c.elapsed.as_secs_f64().max(1e-9),
             )?;
         }
+        self.fmt_paired(f)
+    }
+}
+
+impl PaperReport {
+    /// Gantry against every other policy of the run, seed by seed at 100 %: medians of a few
+    /// seeds move with the seeds, the paired difference shows which policy is lower.
+    fn fmt_paired(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gantry = SharePolicy::Gantry.name();
+        let mut header = false;
+        for (trace, policy, c) in &self.rows {
+            let Some((_, _, g)) = self.rows.iter().find(|(t, p, _)| t == trace && p == gantry)
+            else {
+                continue;
+            };
+            if policy == gantry {
+                continue;
+            }
+            let Some(d) = paired(&g.per_level[2], &c.per_level[2]) else {
+                continue;
+            };
+            if !header {
+                writeln!(
+                    f,
+                    "\nGantry - policy at 100 %, paired by seed: mean ± standard error, seeds where Gantry is lower"
+                )?;
+                header = true;
+            }
+            writeln!(
+                f,
+                "{:<28} {:<14} {:>+7.3} ± {:.3} {:>5}/{}",
+                trace, policy, d.mean, d.std_err, d.lower, d.seeds
+            )?;
+        }
         Ok(())
     }
 }
@@ -233,5 +269,70 @@ mod tests {
         let bad = "openb_x 01-Random 10 1.0 [1.0-2.0]\n";
         let e = parse_paper_results("r.md", bad).unwrap_err().to_string();
         assert!(e.starts_with("r.md:1:"), "{e}");
+    }
+
+    #[test]
+    fn the_report_pairs_gantry_with_each_policy_seed_by_seed() {
+        use gantry_scheduler::gpushare::ModelSet;
+        // 100 GPUs and no pod over one, so most seeds have arrivals that round to 100 %.
+        let specs: Vec<NodeSpec> = (0..50)
+            .map(|i| NodeSpec {
+                name: format!("n{i}"),
+                cpu: 32_000,
+                mem: 1 << 18,
+                gpus: 2,
+                model: 0,
+            })
+            .collect();
+        let pod = |milli: u16, num_gpu: u8| PodShape {
+            cpu: 2000,
+            mem: 1024,
+            num_gpu,
+            milli,
+            models: ModelSet::Any,
+        };
+        let shapes = vec![
+            pod(300, 1),
+            pod(700, 1),
+            pod(1000, 1),
+            pod(1000, 2),
+            pod(0, 0),
+        ];
+        let opts = PaperOptions {
+            nodes: PathBuf::new(),
+            pods: vec![],
+            policies: vec![SharePolicy::BestFit, SharePolicy::Fgd, SharePolicy::Gantry],
+            first_seed: 7,
+            seeds: 4,
+            tune_ratio: 1.3,
+            paper_results: None,
+        };
+        let rows = run_trace(&specs, &shapes, &opts)
+            .into_iter()
+            .map(|(p, c)| ("t".to_string(), p.name().to_string(), c))
+            .collect();
+        let report = PaperReport {
+            seeds: 4,
+            rows,
+            paper: PaperFigures::new(),
+        };
+        let text = report.to_string();
+        let paired: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Gantry - policy"))
+            .skip(1)
+            .collect();
+        assert_eq!(paired.len(), 2, "{text}");
+        assert!(
+            paired[0].starts_with("t ") && paired[0].contains("BestFit"),
+            "{text}"
+        );
+        let at_100 = report.rows[0].2.per_level[2].len();
+        assert!(at_100 >= 2, "{text}");
+        let tail = format!("/{at_100}");
+        assert!(
+            paired[1].contains("FGD") && paired[1].ends_with(&tail),
+            "{text}"
+        );
     }
 }

@@ -160,10 +160,49 @@ pub fn spread(v: &[f64]) -> Option<(f64, f64, f64)> {
     Some((med, s[0], s[n - 1]))
 }
 
+/// Two policies run on the same seeds: the per-seed difference `a - b`, its mean and the
+/// mean's standard error, and on how many seeds `a` was lower. Paired, because the seed
+/// moves both policies far more than the policies differ.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Paired {
+    pub mean: f64,
+    pub std_err: f64,
+    pub lower: usize,
+    pub seeds: usize,
+}
+
+/// `None` unless both have the same number (at least two) of per-seed figures.
+pub fn paired(a: &[f64], b: &[f64]) -> Option<Paired> {
+    if a.len() != b.len() || a.len() < 2 {
+        return None;
+    }
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    let n = d.len() as f64;
+    let mean = d.iter().sum::<f64>() / n;
+    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Some(Paired {
+        mean,
+        std_err: (var / n).sqrt(),
+        lower: d.iter().filter(|&&x| x < 0.0).count(),
+        seeds: d.len(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gpushare::model::ModelSet;
+
+    #[test]
+    fn paired_differences_per_seed() {
+        let p = paired(&[4.0, 5.0, 6.0], &[4.5, 5.0, 6.5]).unwrap();
+        assert!((p.mean - (-1.0 / 3.0)).abs() < 1e-12);
+        // Differences -0.5, 0, -0.5: sample variance 1/12, standard error sqrt(1/36).
+        assert!((p.std_err - (1.0f64 / 36.0).sqrt()).abs() < 1e-12);
+        assert_eq!((p.lower, p.seeds), (2, 3));
+        assert!(paired(&[1.0], &[2.0]).is_none());
+        assert!(paired(&[1.0, 2.0], &[2.0]).is_none());
+    }
 
     fn pod(num_gpu: u8, milli: u16) -> PodShape {
         PodShape {
