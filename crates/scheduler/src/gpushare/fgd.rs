@@ -2,7 +2,7 @@
 //! expected task types could not use, weighted by how often each type arrives. The types
 //! ("typical pods") come from the workload itself, CPU-only pods included.
 
-use super::model::{ModelSet, NodeFree, PodShape};
+use super::model::{MAX_GPUS, ModelSet, NodeFree, PodShape};
 use std::collections::HashMap;
 
 /// One task type and its share of the workload.
@@ -88,6 +88,44 @@ impl TaskMix {
     }
 }
 
+/// Arrivals Gantry's measure looks ahead: free GPU counts as lost in proportion to the
+/// chance that none of the next `LOOKAHEAD` pods could use it (FGD's measure is 1).
+pub const LOOKAHEAD: i32 = 2;
+
+impl TaskMix {
+    /// Free GPU milli of a node that none of the next `k` arrivals (drawn from the mix) could
+    /// use: each device's free milli times the `k`-th power of the share of the mix that
+    /// cannot use that device (the whole node when the type does not fit there at all, else
+    /// the device when it has less free than the type asks per device). For `k` = 1 this is
+    /// [`TaskMix::node_frag`]. A device that a common type can still use is nearly never lost,
+    /// however many rare types it is too small for: the workload keeps arriving, and under a
+    /// full cluster capacity that the next pods fill is not wasted.
+    pub fn node_frag_ahead(&self, n: &NodeFree, k: i32) -> f64 {
+        if n.gpu_free() == 0 {
+            return 0.0;
+        }
+        let gpus = n.gpus();
+        let mut unusable = [0.0f64; MAX_GPUS];
+        for t in &self.types {
+            let s = &t.shape;
+            let fits = s.wants_gpu()
+                && s.models.allows(n.model)
+                && n.cpu >= s.cpu
+                && (!self.check_mem || n.mem >= s.mem)
+                && n.fitting(s.milli) >= usize::from(s.num_gpu);
+            for (u, &g) in unusable.iter_mut().zip(gpus) {
+                if !fits || g < s.milli {
+                    *u += t.weight;
+                }
+            }
+        }
+        gpus.iter()
+            .zip(unusable)
+            .map(|(&g, u)| f64::from(g) * u.min(1.0).powi(k))
+            .sum()
+    }
+}
+
 fn type_frag(t: &PodShape, n: &NodeFree, total: i64, check_mem: bool) -> i64 {
     // A CPU-only type never uses GPU: every free milli is a fragment to it.
     if !t.wants_gpu() || !t.models.allows(n.model) {
@@ -138,6 +176,55 @@ mod tests {
         assert!((mix.types[0].weight - 6.0 / 9.0).abs() < 1e-12);
         let all = TaskMix::from_workload(&pods, 0.95, false);
         assert_eq!(all.types.len(), 3);
+    }
+
+    #[test]
+    fn looking_one_arrival_ahead_is_the_papers_measure() {
+        let mut m = Models::default();
+        let t4 = m.intern("T4").unwrap();
+        let pods = vec![
+            shape(1000, 1, 500),
+            shape(1000, 1, 500),
+            shape(2000, 1, MILLI),
+            shape(64_000, 2, MILLI),
+            shape(4000, 0, 0),
+        ];
+        let mix = TaskMix::from_workload(&pods, ALL_TYPES, false);
+        let mut n = NodeFree::new(8000, 0, t4, 4);
+        for gpus in [
+            [1000, 1000, 1000, 1000],
+            [300, 1000, 0, 700],
+            [450, 0, 0, 0],
+        ] {
+            n.gpu[..4].copy_from_slice(&gpus);
+            let paper = mix.node_frag(&n);
+            assert!(
+                (mix.node_frag_ahead(&n, 1) - paper).abs() < 1e-9,
+                "{gpus:?}"
+            );
+            assert!(
+                mix.node_frag_ahead(&n, LOOKAHEAD) <= paper + 1e-9,
+                "{gpus:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn capacity_a_common_type_can_use_is_nearly_never_lost() {
+        let mut m = Models::default();
+        let t4 = m.intern("T4").unwrap();
+        // Nine in ten pods take one GPU, one in ten takes two.
+        let mut pods = vec![shape(1000, 1, MILLI); 9];
+        pods.push(shape(1000, 2, MILLI));
+        let mix = TaskMix::from_workload(&pods, ALL_TYPES, false);
+        let mut n = NodeFree::new(8000, 0, t4, 2);
+        n.gpu[0] = 0;
+        // One idle device: the two-GPU type cannot use it, the one-GPU type can.
+        assert!((mix.node_frag(&n) - 100.0).abs() < 1e-9);
+        assert!((mix.node_frag_ahead(&n, 2) - 10.0).abs() < 1e-9);
+        // A 300 left over is lost to every type: as lost ahead as now.
+        n.gpu[1] = 300;
+        assert!((mix.node_frag_ahead(&n, 2) - 300.0).abs() < 1e-9);
     }
 
     #[test]
