@@ -28,10 +28,16 @@ fn main() {
             },
             Err(_) => SharePolicy::ALL.to_vec(),
         },
-        first_seed: std::env::var("FIRST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(42),
+        first_seed: match std::env::var("FIRST_SEED") {
+            Ok(s) => match s.parse() {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("error: FIRST_SEED={s:?}: {e}");
+                    std::process::exit(2);
+                }
+            },
+            Err(_) => 42,
+        },
         tune_ratio: 1.3,
     };
     match run_paper(&opts) {

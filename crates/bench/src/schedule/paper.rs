@@ -294,8 +294,8 @@ mod tests {
         let shapes = vec![
             pod(300, 1),
             pod(700, 1),
+            pod(450, 1),
             pod(1000, 1),
-            pod(1000, 2),
             pod(0, 0),
         ];
         let opts = PaperOptions {

@@ -107,14 +107,9 @@ impl TaskMix {
         let gpus = n.gpus();
         let mut unusable = [0.0f64; MAX_GPUS];
         for t in &self.types {
-            let s = &t.shape;
-            let fits = s.wants_gpu()
-                && s.models.allows(n.model)
-                && n.cpu >= s.cpu
-                && (!self.check_mem || n.mem >= s.mem)
-                && n.fitting(s.milli) >= usize::from(s.num_gpu);
+            let fits = runs_on(&t.shape, n, self.check_mem);
             for (u, &g) in unusable.iter_mut().zip(gpus) {
-                if !fits || g < s.milli {
+                if !fits || g < t.shape.milli {
                     *u += t.weight;
                 }
             }
@@ -126,13 +121,19 @@ impl TaskMix {
     }
 }
 
+/// Whether a type could take GPU on the node at all: its model, CPU (and memory where the
+/// mix looks at it), and enough devices with its per-device milli free. A CPU-only type
+/// never uses GPU, so every free milli is a fragment to it.
+fn runs_on(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
+    t.wants_gpu()
+        && t.models.allows(n.model)
+        && n.cpu >= t.cpu
+        && (!check_mem || n.mem >= t.mem)
+        && n.fitting(t.milli) >= usize::from(t.num_gpu)
+}
+
 fn type_frag(t: &PodShape, n: &NodeFree, total: i64, check_mem: bool) -> i64 {
-    // A CPU-only type never uses GPU: every free milli is a fragment to it.
-    if !t.wants_gpu() || !t.models.allows(n.model) {
-        return total;
-    }
-    let cpu_ok = n.cpu >= t.cpu && (!check_mem || n.mem >= t.mem);
-    if !cpu_ok || n.fitting(t.milli) < usize::from(t.num_gpu) {
+    if !runs_on(t, n, check_mem) {
         return total;
     }
     n.gpus()
