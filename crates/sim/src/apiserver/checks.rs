@@ -3,7 +3,7 @@
 //! structural schema (unknown fields per `fieldValidation`), then etcd's size limit.
 
 use super::objects::Target;
-use super::schema::{self, Checks, FieldValidation};
+use super::schema::{self, Checks, CrdSchema, FieldValidation};
 use super::status::ApiError;
 use super::{ApiServer, decode, validate};
 use serde_json::Value;
@@ -14,17 +14,14 @@ impl ApiServer {
     /// The `openAPIV3Schema` of `t`'s CRD in the requested version, if it declares one.
     /// Reads the store: call it before `Store::mutate`, never inside (the lock is not
     /// re-entrant).
-    pub(crate) fn crd_schema(&self, t: &Target) -> Option<Value> {
+    pub(crate) fn crd_schema(&self, t: &Target) -> Option<CrdSchema> {
         if t.info.builtin {
             return None;
         }
-        let crd = self.store.get(CRDS, "", t.info.crd.as_deref()?)?;
-        crd.pointer("/spec/versions")?
-            .as_array()?
-            .iter()
-            .find(|v| v.get("name").and_then(Value::as_str) == Some(t.version.as_str()))?
-            .pointer("/schema/openAPIV3Schema")
-            .cloned()
+        CrdSchema::of(
+            self.store.get(CRDS, "", t.info.crd.as_deref()?)?,
+            &t.version,
+        )
     }
 
     /// Validates (and, for custom resources, prunes and defaults) `obj` in place.
@@ -45,7 +42,7 @@ impl ApiServer {
         if !info.builtin
             && let Some(schema) = &checks.schema
         {
-            let walk = schema::apply(schema, obj);
+            let walk = schema::apply(schema.value(), obj);
             let name = obj
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)

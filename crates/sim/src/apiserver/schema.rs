@@ -6,6 +6,7 @@
 
 use super::status::{ApiError, FieldError};
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// `?fieldValidation=`: what an unknown field does. Upstream's default is Warn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,7 +36,34 @@ impl FieldValidation {
 pub struct Checks {
     pub mode: FieldValidation,
     pub warnings: Vec<String>,
-    pub schema: Option<Value>,
+    pub schema: Option<CrdSchema>,
+}
+
+/// A custom resource version's `openAPIV3Schema`, read in place from the stored CRD (shared,
+/// not copied: a CRD's schema can be tens of kilobytes and every write of its kind reads it).
+#[derive(Debug, Clone)]
+pub struct CrdSchema {
+    crd: Arc<Value>,
+    version: usize,
+}
+
+impl CrdSchema {
+    /// The schema of `version` in `crd`, if the CRD serves that version with a schema.
+    pub fn of(crd: Arc<Value>, version: &str) -> Option<Self> {
+        let version = crd
+            .pointer("/spec/versions")?
+            .as_array()?
+            .iter()
+            .position(|v| {
+                v.get("name").and_then(Value::as_str) == Some(version)
+                    && v.pointer("/schema/openAPIV3Schema").is_some()
+            })?;
+        Some(Self { crd, version })
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.crd["spec"]["versions"][self.version]["schema"]["openAPIV3Schema"]
+    }
 }
 
 impl Checks {

@@ -330,6 +330,34 @@ impl Store {
         Ok(Some(event_obj))
     }
 
+    /// As `mutate`, but `f` decides outside the store's lock, on the object as read just
+    /// before; the decision is stored only if nobody wrote the object in between, else `f`
+    /// decides again on the newer one (upstream's `GuaranteedUpdate`). Every write and watch
+    /// takes that lock, so the lock covers only the commit, not decoding and validating.
+    pub fn guaranteed_update<E: From<StoreError>>(
+        &self,
+        key: &ObjKey,
+        mut f: impl FnMut(Option<&Arc<Value>>) -> Result<Mutation, E>,
+    ) -> Result<Option<Arc<Value>>, E> {
+        loop {
+            let seen = self.get(&key.gr, &key.namespace, &key.name);
+            let decision = f(seen.as_ref())?;
+            let mut stale = false;
+            let out = self.mutate(key, |cur, _| {
+                let same = match (cur, seen.as_ref()) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                };
+                stale = !same;
+                Ok(if same { decision } else { Mutation::Unchanged })
+            })?;
+            if !stale {
+                return Ok(out);
+            }
+        }
+    }
+
     /// Starts a watch after `rv`: the kept events newer than `rv` and a receiver for what
     /// follows, taken atomically so nothing falls between them.
     pub fn watch_from(&self, rv: u64) -> Result<WatchStart, TooOld> {
@@ -420,6 +448,38 @@ mod tests {
         assert_eq!(store.list("/configmaps", Some("default"), None).0.len(), 1);
         assert_eq!(store.list("/configmaps", None, None).0.len(), 2);
         assert_eq!(store.list("/secrets", None, None).0.len(), 0);
+    }
+
+    #[test]
+    fn a_guaranteed_update_decides_again_when_the_object_changed_under_it() {
+        let store = Store::memory(16);
+        put(&store, "a");
+        let mut tries = Vec::new();
+        let out = store.guaranteed_update::<StoreError>(&key("a"), |cur| {
+            let seen = cur.and_then(|c| c["data"]["n"].as_i64()).unwrap_or(0);
+            tries.push(seen);
+            if tries.len() == 1 {
+                // Another writer lands between this read and the commit.
+                let _ = store.mutate::<StoreError>(&key("a"), |_, _| {
+                    Ok(Mutation::Put(
+                        json!({"metadata": {"name": "a"}, "data": {"n": 5}}),
+                    ))
+                });
+            }
+            Ok(Mutation::Put(
+                json!({"metadata": {"name": "a"}, "data": {"n": seen + 1}}),
+            ))
+        });
+        // The first decision (from n = 0) is dropped; the second builds on the other write.
+        assert_eq!(tries, vec![0, 5]);
+        let stored = out.ok().flatten().expect("stored");
+        assert_eq!(stored["data"]["n"], 6);
+        assert_eq!(
+            store
+                .get("/configmaps", "default", "a")
+                .map(|o| o["data"]["n"].clone()),
+            Some(json!(6))
+        );
     }
 
     fn del(store: &Store, name: &str) {

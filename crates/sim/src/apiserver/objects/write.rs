@@ -64,9 +64,14 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<Value, ApiError> {
         checks.schema = self.crd_schema(t);
-        let out = self.store.mutate(&t.key(name), |cur, _| match cur {
-            None => Err(t.not_found(name)),
-            Some(cur) => self.prepare_update(t, cur, body, sub, Some(manager), checks),
+        let warnings = checks.warnings.len();
+        let out = self.store.guaranteed_update(&t.key(name), |cur| {
+            // A retry decides afresh: drop the warnings of the try it replaces.
+            checks.warnings.truncate(warnings);
+            match cur {
+                None => Err(t.not_found(name)),
+                Some(cur) => self.prepare_update(t, cur, body.clone(), sub, Some(manager), checks),
+            }
         })?;
         self.after_write(t);
         Ok(t.present(&out.unwrap_or_default()))
@@ -112,7 +117,9 @@ impl ApiServer {
         if kind == PatchType::Apply {
             return self.server_side_apply(t, name, sub, body, manager, force, &what, checks);
         }
-        let out = self.store.mutate(&t.key(name), |cur, _| {
+        let warnings = checks.warnings.len();
+        let out = self.store.guaranteed_update(&t.key(name), |cur| {
+            checks.warnings.truncate(warnings);
             let Some(cur) = cur else {
                 return Err(t.not_found(name));
             };
@@ -192,7 +199,7 @@ impl ApiServer {
                 "Required value",
             ));
         }
-        self.store.mutate(&t.key(pod), |cur, _| {
+        self.store.guaranteed_update(&t.key(pod), |cur| {
             let Some(cur) = cur else { return Err(t.not_found(pod)) };
             if cur.pointer("/metadata/deletionTimestamp").is_some() {
                 return Err(ApiError::conflict("pods", "", pod, "the pod is being deleted"));
