@@ -61,38 +61,40 @@ impl ApiServer {
             }
             self.ensure_namespace(t)?;
         }
-        let out = self.store.mutate(&t.key(name), |cur, _| match cur {
-            None => {
-                created = true;
-                let mut obj = ssa::apply(None, &applied, &writer, force, &lk)?;
-                obj["metadata"]["name"] = json!(name);
-                let mf = obj.pointer("/metadata/managedFields").cloned();
-                let mut obj = self.prepare_create(t, obj, manager, checks)?;
-                if let Some(mf) = mf {
-                    obj["metadata"]["managedFields"] = mf;
+        let out = self.guaranteed_write(&t.key(name), checks, |cur, checks| {
+            created = cur.is_none();
+            match cur {
+                None => {
+                    let mut obj = ssa::apply(None, &applied, &writer, force, &lk)?;
+                    obj["metadata"]["name"] = json!(name);
+                    let mf = obj.pointer("/metadata/managedFields").cloned();
+                    let mut obj = self.prepare_create(t, obj, manager, checks)?;
+                    if let Some(mf) = mf {
+                        obj["metadata"]["managedFields"] = mf;
+                    }
+                    Ok(Mutation::Put(obj))
                 }
-                Ok(Mutation::Put(obj))
-            }
-            Some(cur) => {
-                if let Some(rv) = applied.pointer("/metadata/resourceVersion").and_then(Value::as_str)
-                    && rv != rv_of(cur)
-                {
-                    return Err(ApiError::conflict(&t.info.plural, &t.info.group, name, "the object has been modified; please apply your changes to the latest version and try again"));
-                }
-                let merged = ssa::apply(Some(cur), &applied, &writer, force, &lk)?;
-                let mf = merged.pointer("/metadata/managedFields").cloned();
-                let mut m = self.prepare_update(t, cur, merged, sub, None, checks)?;
-                if let Mutation::Put(obj) | Mutation::Delete(obj) = &mut m {
-                    match mf {
-                        Some(mf) => obj["metadata"]["managedFields"] = mf,
-                        None => {
-                            if let Some(meta) = obj["metadata"].as_object_mut() {
-                                meta.remove("managedFields");
+                Some(cur) => {
+                    if let Some(rv) = applied.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+                        && rv != rv_of(cur)
+                    {
+                        return Err(ApiError::conflict(&t.info.plural, &t.info.group, name, "the object has been modified; please apply your changes to the latest version and try again"));
+                    }
+                    let merged = ssa::apply(Some(cur), &applied, &writer, force, &lk)?;
+                    let mf = merged.pointer("/metadata/managedFields").cloned();
+                    let mut m = self.prepare_update(t, cur, merged, sub, None, checks)?;
+                    if let Mutation::Put(obj) | Mutation::Delete(obj) = &mut m {
+                        match mf {
+                            Some(mf) => obj["metadata"]["managedFields"] = mf,
+                            None => {
+                                if let Some(meta) = obj["metadata"].as_object_mut() {
+                                    meta.remove("managedFields");
+                                }
                             }
                         }
                     }
+                    Ok(m)
                 }
-                Ok(m)
             }
         })?;
         self.after_write(t);

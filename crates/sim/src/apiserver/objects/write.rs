@@ -7,8 +7,9 @@ use super::super::schema::Checks;
 use super::super::status::ApiError;
 use super::super::{ApiServer, now};
 use super::{DeleteOpts, ListOpts, Target, meta_str, rv_of};
-use crate::store::Mutation;
+use crate::store::{Mutation, ObjKey};
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 impl ApiServer {
     pub fn create(&self, t: &Target, body: Value, manager: &str) -> Result<Value, ApiError> {
@@ -64,14 +65,9 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<Value, ApiError> {
         checks.schema = self.crd_schema(t);
-        let warnings = checks.warnings.len();
-        let out = self.store.guaranteed_update(&t.key(name), |cur| {
-            // A retry decides afresh: drop the warnings of the try it replaces.
-            checks.warnings.truncate(warnings);
-            match cur {
-                None => Err(t.not_found(name)),
-                Some(cur) => self.prepare_update(t, cur, body.clone(), sub, Some(manager), checks),
-            }
+        let out = self.guaranteed_write(&t.key(name), checks, |cur, checks| match cur {
+            None => Err(t.not_found(name)),
+            Some(cur) => self.prepare_update(t, cur, body.clone(), sub, Some(manager), checks),
         })?;
         self.after_write(t);
         Ok(t.present(&out.unwrap_or_default()))
@@ -117,9 +113,7 @@ impl ApiServer {
         if kind == PatchType::Apply {
             return self.server_side_apply(t, name, sub, body, manager, force, &what, checks);
         }
-        let warnings = checks.warnings.len();
-        let out = self.store.guaranteed_update(&t.key(name), |cur| {
-            checks.warnings.truncate(warnings);
+        let out = self.guaranteed_write(&t.key(name), checks, |cur, checks| {
             let Some(cur) = cur else {
                 return Err(t.not_found(name));
             };
@@ -226,6 +220,21 @@ impl ApiServer {
             Ok(Mutation::Put(obj))
         })?;
         Ok(())
+    }
+
+    /// `Store::guaranteed_update` for a request's write: every try starts from the warnings
+    /// the request had before it, so a decision taken again does not report them twice.
+    pub(super) fn guaranteed_write(
+        &self,
+        key: &ObjKey,
+        checks: &mut Checks,
+        mut f: impl FnMut(Option<&Arc<Value>>, &mut Checks) -> Result<Mutation, ApiError>,
+    ) -> Result<Option<Arc<Value>>, ApiError> {
+        let before = checks.warnings.len();
+        self.store.guaranteed_update(key, |cur| {
+            checks.warnings.truncate(before);
+            f(cur, checks)
+        })
     }
 
     /// Re-reads CRDs after a write to them, so new custom resources are served at once.
