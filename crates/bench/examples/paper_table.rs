@@ -2,7 +2,8 @@
 //! `gantry bench schedule --protocol paper`):
 //! `cargo run --release -p gantry-bench --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`;
 //! `POLICIES=FGD,Gantry` runs only those (all by default); `FIRST_SEED=N` starts the seeds
-//! at N (42, the paper's, by default).
+//! at N (42, the paper's, by default); `STREAMS=chacha8` draws the seeds from ChaCha8
+//! instead of Go's `math/rand` (the paper's own draws, the default).
 use gantry_bench::schedule::paper::{PaperOptions, run_paper};
 use gantry_scheduler::gpushare::SharePolicy;
 use std::path::PathBuf;
@@ -39,6 +40,16 @@ fn main() {
             Err(_) => 42,
         },
         tune_ratio: 1.3,
+        streams: match std::env::var("STREAMS") {
+            Ok(s) => match s.parse() {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("error: STREAMS: {e}");
+                    std::process::exit(2);
+                }
+            },
+            Err(_) => Default::default(),
+        },
     };
     match run_paper(&opts) {
         Ok(r) => print!("{r}"),

@@ -2,9 +2,7 @@
 //! files, several seeds per trace, every policy on the same arrival streams; medians and
 //! min–max printed beside the paper's own figures when its result table is given.
 
-use gantry_scheduler::gpushare::replay::{
-    LEVELS, paired, paper_arrivals, paper_nodes, run, spread,
-};
+use gantry_scheduler::gpushare::replay::{LEVELS, Streams, paired, run, seed_streams, spread};
 use gantry_scheduler::gpushare::{NodeSpec, PodShape, SharePolicy};
 use gantry_scheduler::workload::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
 use std::collections::BTreeMap;
@@ -24,6 +22,7 @@ pub struct PaperOptions {
     pub tune_ratio: f64,
     /// The paper's result table (`fgd-paper-results.md` layout), printed alongside.
     pub paper_results: Option<PathBuf>,
+    pub streams: Streams,
 }
 
 /// The paper's (median, min, max) at each level, by (trace, policy).
@@ -70,7 +69,9 @@ pub fn trace_name(p: &Path) -> String {
 }
 
 pub fn run_paper(opts: &PaperOptions) -> Result<PaperReport, PaperError> {
-    let nodes = read_trace_nodes(&opts.nodes)?;
+    // In name order, as the simulator sorts them before drawing.
+    let mut nodes = read_trace_nodes(&opts.nodes)?;
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let mut report = PaperReport {
         seeds: opts.seeds,
         ..Default::default()
@@ -79,7 +80,8 @@ pub fn run_paper(opts: &PaperOptions) -> Result<PaperReport, PaperError> {
         report.paper = read_paper_results(p)?;
     }
     for file in &opts.pods {
-        let pods = read_trace_pods(file)?;
+        let mut pods = read_trace_pods(file)?;
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
         let (specs, shapes) = to_shapes(&nodes, &pods);
         let name = trace_name(file);
         for cell in run_trace(&specs, &shapes, opts) {
@@ -104,8 +106,8 @@ pub fn run_trace(
         .map(|&p| (p, Cell::default()))
         .collect();
     for seed in opts.first_seed..opts.first_seed + opts.seeds {
-        let arrivals = paper_arrivals(shapes, capacity, opts.tune_ratio, seed);
-        let nodes = paper_nodes(specs, seed);
+        let (arrivals, nodes) =
+            seed_streams(opts.streams, shapes, specs, capacity, opts.tune_ratio, seed);
         for (policy, cell) in cells.iter_mut() {
             let f = run(*policy, &nodes, &arrivals, shapes, seed, true, None);
             for (i, v) in f.unalloc.iter().enumerate() {
@@ -306,6 +308,7 @@ mod tests {
             seeds: 4,
             tune_ratio: 1.3,
             paper_results: None,
+            streams: Default::default(),
         };
         let rows = run_trace(&specs, &shapes, &opts)
             .into_iter()

@@ -78,6 +78,11 @@ pub struct ScheduleBenchArgs {
     /// Paper protocol: the paper's result table (fgd-paper-results.md), printed alongside.
     #[arg(long)]
     paper_results: Option<std::path::PathBuf>,
+    /// Paper protocol: `go` draws each seed's shuffle, samples and node order from Go's
+    /// math/rand as the authors' simulator does (seeds 42-51 are then the paper's own);
+    /// `chacha8` from independent ChaCha8 streams.
+    #[arg(long, default_value = "go")]
+    streams: gantry_scheduler::gpushare::replay::Streams,
     /// Policies to compare, comma-separated.
     #[arg(
         long,
@@ -280,6 +285,7 @@ fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
             seeds: args.seeds.max(1),
             tune_ratio: args.tune_ratio,
             paper_results: args.paper_results,
+            streams: args.streams,
         };
         print!("{}", gantry_bench::schedule::paper::run_paper(&opts)?);
         return Ok(ExitCode::SUCCESS);

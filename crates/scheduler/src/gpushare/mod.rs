@@ -5,6 +5,8 @@
 pub mod cluster;
 pub mod fast;
 pub mod fgd;
+pub mod gorand;
+mod gorand_table;
 pub mod model;
 pub mod policy;
 pub mod replay;

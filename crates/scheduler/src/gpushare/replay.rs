@@ -6,6 +6,7 @@
 use super::cluster::{Cluster, Decision, choose_simple};
 use super::fast::FastChooser;
 use super::fgd::{ALL_TYPES, COVERAGE, TaskMix};
+use super::gorand::GoRand;
 use super::model::{NodeSpec, PodShape};
 use super::policy::SharePolicy;
 use rand::seq::SliceRandom;
@@ -14,6 +15,52 @@ use rand_chacha::ChaCha8Rng;
 use std::time::{Duration, Instant};
 
 pub const LEVELS: [u32; 3] = [90, 95, 100];
+
+/// Where a seed's random draws come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Streams {
+    /// Go's `math/rand`, drawn in the simulator's order: the paper's own seeds.
+    #[default]
+    Go,
+    /// ChaCha8 streams: independent of Go, for checking that a result is not one stream's.
+    ChaCha8,
+}
+
+impl std::str::FromStr for Streams {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "go" => Ok(Streams::Go),
+            "chacha8" => Ok(Streams::ChaCha8),
+            _ => Err(format!("unknown streams {s:?}: go or chacha8")),
+        }
+    }
+}
+
+/// Draws other goroutines of the authors' simulator take from Go's global generator between
+/// its tuning and its node permutation: the scheduler's informers, started in between, each
+/// draw a watch timeout (`rand.Float64`, one `Int63`) after their first list. Found by
+/// replaying 0–40: only 10 reproduces the paper's published figures (every deterministic
+/// baseline to within 0.01 on all ten traces; `docs/benchmarks.md`).
+pub const GO_SIDE_DRAWS: usize = 10;
+
+/// The arrival stream and the node order for one seed. `pods` and `nodes` in name order.
+pub fn seed_streams(
+    streams: Streams,
+    pods: &[PodShape],
+    nodes: &[NodeSpec],
+    capacity: i64,
+    ratio: f64,
+    seed: u64,
+) -> (Vec<PodShape>, Vec<NodeSpec>) {
+    match streams {
+        Streams::Go => go_streams(pods, nodes, capacity, ratio, seed as i64, GO_SIDE_DRAWS),
+        Streams::ChaCha8 => (
+            paper_arrivals(pods, capacity, ratio, seed),
+            paper_nodes(nodes, seed),
+        ),
+    }
+}
 
 /// The arrival stream for one seed, as the authors' simulator builds it: the trace's pods
 /// shuffled, then tuned to `ratio` × GPU capacity — pods sampled with replacement appended
@@ -55,6 +102,54 @@ pub fn paper_nodes(nodes: &[NodeSpec], seed: u64) -> Vec<NodeSpec> {
     let mut out = nodes.to_vec();
     out.shuffle(&mut rng);
     out
+}
+
+/// The arrival stream and node order for one seed drawn exactly as the authors' simulator
+/// draws them, from Go's `math/rand` seeded with the seed: one `rand.Int()` it logs, the
+/// shuffle of the trace's pods (in name order), the tuning samples (`rand.Intn` over the
+/// trace's pods), `skip` draws taken by others sharing the global generator, then
+/// `rand.Perm` over the nodes (in name order), whose i-th entry prefixes node i's name.
+/// `pods` and `nodes` must be in name order, as the simulator sorts them.
+pub fn go_streams(
+    pods: &[PodShape],
+    nodes: &[NodeSpec],
+    capacity: i64,
+    ratio: f64,
+    seed: i64,
+    skip: usize,
+) -> (Vec<PodShape>, Vec<NodeSpec>) {
+    let mut rng = GoRand::new(seed);
+    rng.int();
+    let mut out = pods.to_vec();
+    rng.shuffle(&mut out);
+    if !pods.is_empty() && pods.iter().any(PodShape::wants_gpu) {
+        let target = ratio * capacity as f64;
+        let mut total: i64 = out.iter().map(PodShape::gpu_total).sum();
+        if (total as f64) < target {
+            loop {
+                let p = pods[rng.intn(pods.len())];
+                if (total + i64::from(p.milli)) as f64 > target {
+                    break;
+                }
+                total += p.gpu_total();
+                out.push(p);
+            }
+        } else {
+            while total as f64 > target && !out.is_empty() {
+                let gone = out.remove(rng.intn(out.len()));
+                total -= gone.gpu_total();
+            }
+        }
+    }
+    for _ in 0..skip {
+        rng.int63();
+    }
+    let perm = rng.perm(nodes.len());
+    let mut order: Vec<Option<NodeSpec>> = vec![None; nodes.len()];
+    for (node, place) in nodes.iter().zip(perm) {
+        order[place] = Some(node.clone());
+    }
+    (out, order.into_iter().flatten().collect())
 }
 
 /// The task mix a policy scores against, from the trace's own pods (the simulator computes
@@ -238,6 +333,66 @@ mod tests {
             .map(PodShape::gpu_total)
             .sum();
         assert_eq!(total, 13_000);
+    }
+
+    fn nodes(n: usize) -> Vec<NodeSpec> {
+        (0..n)
+            .map(|i| NodeSpec {
+                name: format!("node-{i:04}"),
+                cpu: 64_000,
+                mem: 1 << 20,
+                gpus: 8,
+                model: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn go_streams_draw_in_the_simulators_order() {
+        let pods = vec![pod(1, 500), pod(0, 0), pod(2, 1000), pod(1, 250)];
+        let specs = nodes(5);
+        let (a, n) = go_streams(&pods, &specs, 10_000, 1.3, 42, GO_SIDE_DRAWS);
+        // The same draws by hand: one Int, the shuffle, the samples until the next would
+        // overshoot, the side draws, then Perm, whose i-th entry is node i's place.
+        let mut r = GoRand::new(42);
+        r.int();
+        let mut want = pods.clone();
+        r.shuffle(&mut want);
+        let mut total: i64 = want.iter().map(PodShape::gpu_total).sum();
+        loop {
+            let p = pods[r.intn(pods.len())];
+            if total + i64::from(p.milli) > 13_000 {
+                break;
+            }
+            total += p.gpu_total();
+            want.push(p);
+        }
+        assert_eq!(a, want);
+        for _ in 0..GO_SIDE_DRAWS {
+            r.int63();
+        }
+        let perm = r.perm(specs.len());
+        for (i, place) in perm.iter().enumerate() {
+            assert_eq!(n[*place].name, specs[i].name);
+        }
+        // Seeded: the same seed gives the same streams, another seed others.
+        assert_eq!(
+            (a.clone(), n.clone()),
+            go_streams(&pods, &specs, 10_000, 1.3, 42, 10)
+        );
+        assert_ne!(a, go_streams(&pods, &specs, 10_000, 1.3, 43, 10).0);
+        // Through the dispatcher, both kinds keep every node once.
+        for kind in [Streams::Go, Streams::ChaCha8] {
+            let (_, mut n) = seed_streams(kind, &pods, &specs, 10_000, 1.3, 42);
+            n.sort_by(|x, y| x.name.cmp(&y.name));
+            assert_eq!(n, specs);
+        }
+        assert_eq!("chacha8".parse::<Streams>(), Ok(Streams::ChaCha8));
+        assert!(
+            "mt".parse::<Streams>()
+                .unwrap_err()
+                .contains("go or chacha8")
+        );
     }
 
     #[test]
