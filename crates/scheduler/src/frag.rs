@@ -49,6 +49,7 @@ impl Mix {
                     num_gpu,
                     milli,
                     models: pod_models(s, &models, p.class as usize),
+                    spec: 0,
                 })
             })
             .collect();
@@ -109,6 +110,7 @@ impl Mix {
             num_gpu,
             milli,
             models: ModelSet::Any,
+            spec: 0,
         })
     }
 

@@ -292,6 +292,7 @@ mod tests {
             num_gpu,
             milli,
             models: ModelSet::Any,
+            spec: 0,
         };
         let shapes = vec![
             pod(300, 1),

@@ -118,6 +118,7 @@ mod tests {
             num_gpu: 1,
             milli: 400,
             models: ModelSet::Any,
+            spec: 0,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mix = TaskMix::default();

@@ -253,6 +253,7 @@ mod tests {
                     } else {
                         ModelSet::Any
                     },
+                    spec: 0,
                 }
             })
             .collect();

@@ -45,7 +45,7 @@ impl TaskMix {
         // Most common first; equal counts: the larger request first (the paper's order).
         v.sort_by(|a, b| {
             b.1.cmp(&a.1).then_with(|| {
-                let k = |s: &PodShape| (s.cpu, s.milli, s.num_gpu, s.models, s.mem);
+                let k = |s: &PodShape| (s.cpu, s.milli, s.num_gpu, s.spec, s.models, s.mem);
                 k(&b.0).cmp(&k(&a.0))
             })
         });
@@ -55,12 +55,21 @@ impl TaskMix {
             covered += v[kept].1;
             kept += 1;
         }
+        // Weights as the paper's simulator computes them, division for division: a share of
+        // all pods, renormalised over the kept types only when some were cut. Its integer
+        // score truncates, so the last bit of a weight can decide a tie.
+        let cut = kept < v.len();
         v.truncate(kept);
         let types = v
             .into_iter()
-            .map(|(shape, c)| TaskType {
-                shape,
-                weight: c as f64 / covered.max(1) as f64,
+            .map(|(shape, c)| {
+                let share = c as f64 / total;
+                let weight = if cut {
+                    share / (covered as f64 / total)
+                } else {
+                    share
+                };
+                TaskType { shape, weight }
             })
             .collect();
         TaskMix {
@@ -80,11 +89,16 @@ impl TaskMix {
         if total == 0 {
             return 0.0;
         }
-        let mut f = 0.0;
+        // Summed the way the paper's simulator sums: each type's part into its fragment
+        // category (lacking GPU and CPU, lacking GPU, lacking CPU, CPU-only fits, CPU-only
+        // lacks CPU, wrong model), then the categories in that order. The same value to the
+        // last bit keeps the integer score's ties and truncations the paper's.
+        let mut bins = [0.0f64; 6];
         for t in &self.types {
-            f += t.weight * type_frag(&t.shape, n, total, self.check_mem) as f64;
+            let (bin, milli) = category(&t.shape, n, total, self.check_mem);
+            bins[bin] += t.weight * milli as f64;
         }
-        f
+        bins.iter().fold(0.0, |a, b| a + b)
     }
 }
 
@@ -132,15 +146,32 @@ fn runs_on(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
         && n.fitting(t.milli) >= usize::from(t.num_gpu)
 }
 
-fn type_frag(t: &PodShape, n: &NodeFree, total: i64, check_mem: bool) -> i64 {
-    if !runs_on(t, n, check_mem) {
-        return total;
+/// A type's fragment category on a node and the free milli it counts there: all of it,
+/// except where the type fits, which loses only the devices too small for it.
+fn category(t: &PodShape, n: &NodeFree, total: i64, check_mem: bool) -> (usize, i64) {
+    const LACK_BOTH: usize = 0;
+    const LACK_GPU: usize = 1;
+    const LACK_CPU: usize = 2;
+    const CPU_FITS: usize = 3;
+    const CPU_LACKS: usize = 4;
+    const NO_ACCESS: usize = 5;
+    let cpu_ok = n.cpu >= t.cpu && (!check_mem || n.mem >= t.mem);
+    if !t.wants_gpu() {
+        return (if cpu_ok { CPU_FITS } else { CPU_LACKS }, total);
     }
-    n.gpus()
-        .iter()
-        .filter(|&&g| g < t.milli)
-        .map(|&g| i64::from(g))
-        .sum()
+    if !t.models.allows(n.model) {
+        return (NO_ACCESS, total);
+    }
+    let gpu_ok = n.fitting(t.milli) >= usize::from(t.num_gpu);
+    match (gpu_ok, cpu_ok) {
+        (true, true) => {
+            let small = n.gpus().iter().filter(|&&g| g < t.milli);
+            (LACK_GPU, small.map(|&g| i64::from(g)).sum())
+        }
+        (true, false) => (LACK_CPU, total),
+        (false, true) => (LACK_GPU, total),
+        (false, false) => (LACK_BOTH, total),
+    }
 }
 
 /// Whether any type of the mix asks for specific models (then model scarcity matters).
@@ -162,6 +193,7 @@ mod tests {
             num_gpu,
             milli,
             models: ModelSet::Any,
+            spec: 0,
         }
     }
 
@@ -177,6 +209,80 @@ mod tests {
         assert!((mix.types[0].weight - 6.0 / 9.0).abs() < 1e-12);
         let all = TaskMix::from_workload(&pods, 0.95, false);
         assert_eq!(all.types.len(), 3);
+        // The simulator's arithmetic to the bit: a share of all pods, then renormalised.
+        assert_eq!(mix.types[0].weight, (6.0 / 10.0) / (9.0 / 10.0));
+        assert_eq!(all.types[2].weight, 1.0 / 10.0);
+    }
+
+    #[test]
+    fn equal_counts_keep_the_simulators_order() {
+        // Same count, CPU, GPU: the request written later in string order comes first, so
+        // the cut at the threshold keeps the same types the simulator keeps.
+        let a = PodShape {
+            spec: 1,
+            ..shape(1000, 1, 500)
+        };
+        let b = PodShape {
+            spec: 2,
+            ..shape(1000, 1, 500)
+        };
+        let pods = vec![shape(8000, 1, MILLI), shape(8000, 1, MILLI), a, b];
+        let mix = TaskMix::from_workload(&pods, 0.7, false);
+        let kept: Vec<PodShape> = mix.types.iter().map(|t| t.shape).collect();
+        assert_eq!(kept, vec![shape(8000, 1, MILLI), b]);
+    }
+
+    #[test]
+    fn fragment_categories_sum_to_the_plain_measure() {
+        let mut m = Models::default();
+        let (t4, g2) = (m.intern("T4").unwrap(), m.intern("G2").unwrap());
+        let pods = vec![
+            shape(1000, 1, 300),
+            shape(6000, 1, 700),
+            shape(9000, 1, MILLI),
+            shape(2000, 2, MILLI),
+            shape(4000, 0, 0),
+            PodShape {
+                models: m.set_of(&["G2"]),
+                spec: 1,
+                ..shape(1000, 1, 500)
+            },
+        ];
+        let mix = TaskMix::from_workload(&pods, ALL_TYPES, false);
+        for model in [t4, g2] {
+            for (cpu, gpus) in [(8000, [1000, 400, 0, 650]), (1500, [200, 1000, 1000, 0])] {
+                let mut n = NodeFree::new(cpu, 0, model, 4);
+                n.gpu[..4].copy_from_slice(&gpus);
+                let total = n.gpu_free() as f64;
+                // Straightforward: all free GPU for a type that cannot run here, else the
+                // devices too small for it.
+                let plain: f64 = mix
+                    .types
+                    .iter()
+                    .map(|t| {
+                        let s = &t.shape;
+                        let runs = s.wants_gpu()
+                            && s.models.allows(n.model)
+                            && n.cpu >= s.cpu
+                            && n.fitting(s.milli) >= usize::from(s.num_gpu);
+                        let lost = if runs {
+                            n.gpus()
+                                .iter()
+                                .filter(|&&g| g < s.milli)
+                                .map(|&g| f64::from(g))
+                                .sum()
+                        } else {
+                            total
+                        };
+                        t.weight * lost
+                    })
+                    .sum();
+                assert!(
+                    (mix.node_frag(&n) - plain).abs() < 1e-9,
+                    "{model} {cpu} {gpus:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -253,6 +359,7 @@ mod tests {
         assert_eq!(mix(shape(9000, 1, 500)).node_frag(&n), 1300.0);
         let on_g2 = PodShape {
             models: m.set_of(&["G2"]),
+            spec: 0,
             ..half
         };
         assert!(on_g2.models.allows(g2));

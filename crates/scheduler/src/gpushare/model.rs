@@ -83,6 +83,10 @@ pub struct PodShape {
     pub num_gpu: u8,
     pub milli: u16,
     pub models: ModelSet,
+    /// Rank of the pod's GPU-model request as written (`gpu_spec`) among the workload's, 0
+    /// for none. It only groups and orders task types the way the paper's simulator does
+    /// (its key is the request string): `models` is what placement reads.
+    pub spec: u16,
 }
 
 impl PodShape {
@@ -206,6 +210,7 @@ mod tests {
             num_gpu: 1,
             milli,
             models: ModelSet::Any,
+            spec: 0,
         }
     }
 
@@ -233,6 +238,7 @@ mod tests {
         assert!(only_v100.allows(v100) && !only_v100.allows(t4));
         assert!(!n.fits(&PodShape {
             models: only_v100,
+            spec: 0,
             ..share(500)
         }));
         // Unknown names match nothing; empty names mean any.
@@ -252,6 +258,7 @@ mod tests {
             num_gpu: 2,
             milli: 1000,
             models: ModelSet::Any,
+            spec: 0,
         };
         let after = n.after(&p, 0b0110);
         assert_eq!(after.gpus(), &[300, 0, 0, 1000]);

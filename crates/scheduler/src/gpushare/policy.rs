@@ -366,6 +366,7 @@ mod tests {
             num_gpu,
             milli,
             models: ModelSet::Any,
+            spec: 0,
         }
     }
 

@@ -306,6 +306,7 @@ mod tests {
             num_gpu,
             milli,
             models: ModelSet::Any,
+            spec: 0,
         }
     }
 

@@ -257,9 +257,28 @@ pub fn to_shapes(nodes: &[TraceNode], pods: &[TracePod]) -> (Vec<NodeSpec>, Vec<
                 .unwrap_or(crate::gpushare::model::NO_MODEL),
         })
         .collect();
+    // GPU-model requests as the simulator keys them: the non-empty names joined by `|`,
+    // none for a pod without GPUs; ranked in string order.
+    let spec_of = |p: &TracePod| {
+        if p.num_gpu == 0 {
+            String::new()
+        } else {
+            p.gpu_spec
+                .iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("|")
+        }
+    };
+    let mut requests: Vec<String> = pods.iter().map(spec_of).collect();
+    requests.push(String::new());
+    requests.sort();
+    requests.dedup();
     let shapes = pods
         .iter()
         .map(|p| {
+            let rank = requests.binary_search(&spec_of(p)).unwrap_or(0);
             let (num_gpu, milli) = if p.num_gpu == 0 || p.gpu_milli == 0 {
                 (0, 0)
             } else {
@@ -271,6 +290,7 @@ pub fn to_shapes(nodes: &[TraceNode], pods: &[TracePod]) -> (Vec<NodeSpec>, Vec<
                 num_gpu,
                 milli,
                 models: models.set_of(&p.gpu_spec),
+                spec: u16::try_from(rank).unwrap_or(u16::MAX),
             }
         })
         .collect();

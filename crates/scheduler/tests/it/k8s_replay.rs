@@ -134,6 +134,7 @@ async fn trace_slice_places_as_the_core_policy() -> Result {
             num_gpu,
             milli: if num_gpu == 0 { 0 } else { milli },
             models: ModelSet::Any,
+            spec: 0,
         };
         shapes.push(shape);
         pods.create(

@@ -69,6 +69,10 @@ fn pod_files_with_and_without_optional_columns() {
     };
     assert!(shapes[3].models.allows(specs[1].model) && shapes[3].models.allows(specs[2].model));
     assert_eq!(shapes[0].models, ModelSet::Any);
+    // The request as written ranks the pod's type for the paper's FGD order; no request
+    // ranks first.
+    assert_eq!(shapes[0].spec, 0);
+    assert!(shapes[3].spec > 0);
 }
 
 #[test]
