@@ -188,12 +188,14 @@ pub fn run(
 ) -> RunFigures {
     let mix = mix_for(policy, workload);
     let mut cluster = Cluster::new(nodes.to_vec());
-    let cap = cluster.gpu_capacity().max(1) as f64;
+    let gpus = (cluster.gpu_capacity() as f64 / 1000.0).max(1e-3);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908);
     let mut chooser =
         (fast && FastChooser::supports(policy)).then(|| FastChooser::new(policy, &cluster, &mix));
     let (mut requested, mut allocated) = (0i64, 0i64);
-    let mut sums = [(0.0f64, 0u32); 3];
+    // Per arrival: (arrived % rounded to a whole level, allocated % to two decimals), as
+    // the authors' analysis script rounds them (Python's round: ties to even).
+    let mut points: Vec<(f64, f64)> = Vec::with_capacity(arrivals.len());
     let mut out = RunFigures {
         unalloc: [None; 3],
         arrived: 0,
@@ -219,24 +221,30 @@ pub fn run(
         if let Some(t) = trail.as_deref_mut() {
             t.push(d);
         }
-        let arrived_pct = (requested as f64 / cap * 100.0).round();
-        for (i, level) in LEVELS.iter().enumerate() {
-            if arrived_pct == f64::from(*level) {
-                sums[i].0 += allocated as f64 / cap * 100.0;
-                sums[i].1 += 1;
-            }
-        }
-        if arrived_pct > f64::from(LEVELS[2]) {
+        let arrived_pct = (requested as f64 / gpus / 10.0).round_ties_even();
+        let allocated_pct = (allocated as f64 / gpus / 10.0 * 100.0).round_ties_even() / 100.0;
+        points.push((arrived_pct, allocated_pct));
+        if arrived_pct > f64::from(LEVELS[2]) + 1.0 {
             break;
         }
     }
     out.elapsed = start.elapsed();
-    for (i, (sum, n)) in sums.iter().enumerate() {
-        if *n > 0 {
-            out.unalloc[i] = Some(100.0 - sum / f64::from(*n));
-        }
+    for (i, level) in LEVELS.iter().enumerate() {
+        out.unalloc[i] = level_mean(&points, f64::from(*level)).map(|a| 100.0 - a);
     }
     out
+}
+
+/// Mean allocated % over the arrivals at `level` (or, when none rounds to it, within one
+/// point of it, as the analysis script falls back), to two decimals.
+fn level_mean(points: &[(f64, f64)], level: f64) -> Option<f64> {
+    let mean = |keep: &dyn Fn(f64) -> bool| {
+        let v: Vec<f64> = points.iter().filter(|p| keep(p.0)).map(|p| p.1).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    mean(&|a| a == level)
+        .or_else(|| mean(&|a| (a - level).abs() <= 1.0))
+        .map(|m| (m * 100.0).round_ties_even() / 100.0)
 }
 
 /// Median, min and max of some figures.
@@ -412,5 +420,15 @@ mod tests {
         assert_eq!(f.unalloc[1].map(|v| v.round()), Some(5.0));
         assert_eq!(f.unalloc[2].map(|v| v.round()), Some(0.0));
         assert_eq!(spread(&[3.0, 1.0, 2.0, 10.0]), Some((2.5, 1.0, 10.0)));
+    }
+
+    #[test]
+    fn a_level_no_arrival_rounds_to_takes_its_neighbours_and_two_decimals() {
+        // Arrivals at 89 % and 91 % only: the 90 % level takes both, as the analysis
+        // script's one-point window does; the mean is kept to two decimals, ties to even.
+        let points = [(89.0, 80.0), (91.0, 80.25), (95.0, 90.0)];
+        assert_eq!(level_mean(&points, 90.0), Some(80.12));
+        assert_eq!(level_mean(&points, 95.0), Some(90.0));
+        assert_eq!(level_mean(&points, 100.0), None);
     }
 }
