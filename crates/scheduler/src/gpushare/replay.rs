@@ -70,14 +70,28 @@ pub fn paper_arrivals(pods: &[PodShape], capacity: i64, ratio: f64, seed: u64) -
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut out = pods.to_vec();
     out.shuffle(&mut rng);
+    tune(pods, &mut out, capacity, ratio, |n| rng.random_range(0..n));
+    out
+}
+
+/// Tunes the shuffled trace `out` to `ratio` × capacity the simulator's way: pods of the
+/// trace drawn with replacement (`pick(n)` in 0..n) appended until the next would overshoot
+/// (it compares the sample's per-device milli), or random pods dropped while above.
+fn tune(
+    pods: &[PodShape],
+    out: &mut Vec<PodShape>,
+    capacity: i64,
+    ratio: f64,
+    mut pick: impl FnMut(usize) -> usize,
+) {
+    if pods.is_empty() || !pods.iter().any(PodShape::wants_gpu) {
+        return;
+    }
     let target = ratio * capacity as f64;
     let mut total: i64 = out.iter().map(PodShape::gpu_total).sum();
-    if pods.is_empty() || !pods.iter().any(PodShape::wants_gpu) {
-        return out;
-    }
     if (total as f64) < target {
         loop {
-            let p = pods[rng.random_range(0..pods.len())];
+            let p = pods[pick(pods.len())];
             if (total + i64::from(p.milli)) as f64 > target {
                 break;
             }
@@ -86,11 +100,10 @@ pub fn paper_arrivals(pods: &[PodShape], capacity: i64, ratio: f64, seed: u64) -
         }
     } else {
         while total as f64 > target && !out.is_empty() {
-            let gone = out.remove(rng.random_range(0..out.len()));
+            let gone = out.remove(pick(out.len()));
             total -= gone.gpu_total();
         }
     }
-    out
 }
 
 /// The node order for one seed. The authors' simulator prefixes every node's name with its
@@ -122,25 +135,7 @@ pub fn go_streams(
     rng.int();
     let mut out = pods.to_vec();
     rng.shuffle(&mut out);
-    if !pods.is_empty() && pods.iter().any(PodShape::wants_gpu) {
-        let target = ratio * capacity as f64;
-        let mut total: i64 = out.iter().map(PodShape::gpu_total).sum();
-        if (total as f64) < target {
-            loop {
-                let p = pods[rng.intn(pods.len())];
-                if (total + i64::from(p.milli)) as f64 > target {
-                    break;
-                }
-                total += p.gpu_total();
-                out.push(p);
-            }
-        } else {
-            while total as f64 > target && !out.is_empty() {
-                let gone = out.remove(rng.intn(out.len()));
-                total -= gone.gpu_total();
-            }
-        }
-    }
+    tune(pods, &mut out, capacity, ratio, |n| rng.intn(n));
     for _ in 0..skip {
         rng.int63();
     }
