@@ -318,6 +318,10 @@ async fn resource(
             if let Some(rv) = q.get("resourceVersion") {
                 fresh_enough(&srv, rv).await?;
             }
+            if t.info.builtin && table::requested(headers).is_none() {
+                let list = srv.list_shared(&t, &opts)?;
+                return Ok(json_response(StatusCode::OK, &list));
+            }
             let list = srv.list(&t, &opts)?;
             Ok(ok_json(
                 StatusCode::OK,

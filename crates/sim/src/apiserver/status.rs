@@ -213,7 +213,7 @@ impl IntoResponse for ApiError {
 }
 
 /// A JSON response with the content type kubectl requires.
-pub fn json_response(code: StatusCode, body: &Value) -> Response {
+pub fn json_response<T: serde::Serialize + ?Sized>(code: StatusCode, body: &T) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     (
         code,

@@ -157,6 +157,35 @@ impl ApiServer {
     }
 
     pub fn list(&self, t: &Target, opts: &ListOpts) -> Result<Value, ApiError> {
+        let (items, meta) = self.list_items(t, opts)?;
+        let items: Vec<Value> = items.iter().map(|o| t.present(o)).collect();
+        Ok(json!({
+            "kind": format!("{}List", t.info.kind),
+            "apiVersion": t.api_version(),
+            "metadata": meta,
+            "items": items,
+        }))
+    }
+
+    /// The same list with the stored objects themselves as items, written out without a
+    /// copy of each (a list of thousands of pods would otherwise clone them all). Only for
+    /// built-in kinds, which are served as stored; custom resources take [`Self::list`].
+    pub fn list_shared(&self, t: &Target, opts: &ListOpts) -> Result<SharedList, ApiError> {
+        let (items, metadata) = self.list_items(t, opts)?;
+        Ok(SharedList {
+            kind: format!("{}List", t.info.kind),
+            api_version: t.api_version(),
+            metadata,
+            items,
+        })
+    }
+
+    /// The stored objects of one page of a list and the list's metadata.
+    fn list_items(
+        &self,
+        t: &Target,
+        opts: &ListOpts,
+    ) -> Result<(Vec<Arc<Value>>, Value), ApiError> {
         let ns = t
             .info
             .namespaced
@@ -191,7 +220,7 @@ impl ApiServer {
                 remaining = 1;
                 break;
             }
-            items.push(t.present(o));
+            items.push(o.clone());
         }
         if remaining > 0 {
             remaining += matching.count();
@@ -210,11 +239,68 @@ impl ApiServer {
                 meta["remainingItemCount"] = json!(remaining);
             }
         }
-        Ok(json!({
-            "kind": format!("{}List", t.info.kind),
-            "apiVersion": t.api_version(),
-            "metadata": meta,
-            "items": items,
-        }))
+        Ok((items, meta))
+    }
+}
+
+/// A list response over shared stored objects; serializes as the `…List` object would.
+pub struct SharedList {
+    kind: String,
+    api_version: String,
+    metadata: Value,
+    items: Vec<Arc<Value>>,
+}
+
+impl serde::Serialize for SharedList {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let items: Vec<&Value> = self.items.iter().map(|o| o.as_ref()).collect();
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("kind", &self.kind)?;
+        m.serialize_entry("apiVersion", &self.api_version)?;
+        m.serialize_entry("metadata", &self.metadata)?;
+        m.serialize_entry("items", &items)?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    #[test]
+    fn a_shared_list_writes_the_same_bytes_as_the_copied_one() {
+        let srv = ApiServer::new(Store::memory(100), None);
+        let t = srv.target("", "v1", "pods", "default").unwrap();
+        for i in 0..5 {
+            let pod = json!({
+                "metadata": {"name": format!("p{i}"), "labels": {"n": i.to_string()}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            });
+            srv.create(&t, pod, "test").unwrap();
+        }
+        let bytes = |shared: bool, opts: &ListOpts| {
+            if shared {
+                serde_json::to_vec(&srv.list_shared(&t, opts).unwrap()).unwrap()
+            } else {
+                serde_json::to_vec(&srv.list(&t, opts).unwrap()).unwrap()
+            }
+        };
+        let all = ListOpts::default();
+        assert_eq!(bytes(true, &all), bytes(false, &all));
+        // A page and its continue token, as served both ways.
+        let page = ListOpts {
+            limit: Some(2),
+            ..ListOpts::default()
+        };
+        assert_eq!(bytes(true, &page), bytes(false, &page));
+        let first = srv.list(&t, &page).unwrap();
+        assert_eq!(first["items"].as_array().map(Vec::len), Some(2));
+        let next = ListOpts {
+            continue_token: first["metadata"]["continue"].as_str().map(str::to_string),
+            ..page
+        };
+        assert_eq!(bytes(true, &next), bytes(false, &next));
     }
 }
