@@ -139,11 +139,17 @@ impl TaskMix {
 /// mix looks at it), and enough devices with its per-device milli free. A CPU-only type
 /// never uses GPU, so every free milli is a fragment to it.
 fn runs_on(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
-    t.wants_gpu()
-        && t.models.allows(n.model)
-        && n.cpu >= t.cpu
-        && (!check_mem || n.mem >= t.mem)
-        && n.fitting(t.milli) >= usize::from(t.num_gpu)
+    t.wants_gpu() && t.models.allows(n.model) && cpu_fits(t, n, check_mem) && gpu_fits(t, n)
+}
+
+/// The type's CPU (and memory where the mix looks at it) fits the node's free.
+fn cpu_fits(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
+    n.cpu >= t.cpu && (!check_mem || n.mem >= t.mem)
+}
+
+/// The node has as many devices with the type's per-device milli free as it asks for.
+fn gpu_fits(t: &PodShape, n: &NodeFree) -> bool {
+    n.fitting(t.milli) >= usize::from(t.num_gpu)
 }
 
 /// A type's fragment category on a node and the free milli it counts there: all of it,
@@ -155,15 +161,14 @@ fn category(t: &PodShape, n: &NodeFree, total: i64, check_mem: bool) -> (usize, 
     const CPU_FITS: usize = 3;
     const CPU_LACKS: usize = 4;
     const NO_ACCESS: usize = 5;
-    let cpu_ok = n.cpu >= t.cpu && (!check_mem || n.mem >= t.mem);
+    let cpu_ok = cpu_fits(t, n, check_mem);
     if !t.wants_gpu() {
         return (if cpu_ok { CPU_FITS } else { CPU_LACKS }, total);
     }
     if !t.models.allows(n.model) {
         return (NO_ACCESS, total);
     }
-    let gpu_ok = n.fitting(t.milli) >= usize::from(t.num_gpu);
-    match (gpu_ok, cpu_ok) {
+    match (gpu_fits(t, n), cpu_ok) {
         (true, true) => {
             let small = n.gpus().iter().filter(|&&g| g < t.milli);
             (LACK_GPU, small.map(|&g| i64::from(g)).sum())

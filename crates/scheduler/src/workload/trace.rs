@@ -271,14 +271,16 @@ pub fn to_shapes(nodes: &[TraceNode], pods: &[TracePod]) -> (Vec<NodeSpec>, Vec<
                 .join("|")
         }
     };
-    let mut requests: Vec<String> = pods.iter().map(spec_of).collect();
+    let keys: Vec<String> = pods.iter().map(spec_of).collect();
+    let mut requests = keys.clone();
     requests.push(String::new());
     requests.sort();
     requests.dedup();
     let shapes = pods
         .iter()
-        .map(|p| {
-            let rank = requests.binary_search(&spec_of(p)).unwrap_or(0);
+        .zip(&keys)
+        .map(|(p, key)| {
+            let rank = requests.binary_search(key).unwrap_or(0);
             let (num_gpu, milli) = if p.num_gpu == 0 || p.gpu_milli == 0 {
                 (0, 0)
             } else {

@@ -156,36 +156,15 @@ impl ApiServer {
             .ok_or_else(|| t.not_found(name))
     }
 
+    /// The list as a value, each item as served in the requested version.
     pub fn list(&self, t: &Target, opts: &ListOpts) -> Result<Value, ApiError> {
-        let (items, meta) = self.list_items(t, opts)?;
-        let items: Vec<Value> = items.iter().map(|o| t.present(o)).collect();
-        Ok(json!({
-            "kind": format!("{}List", t.info.kind),
-            "apiVersion": t.api_version(),
-            "metadata": meta,
-            "items": items,
-        }))
+        Ok(self.list_shared(t, opts)?.into_value(t))
     }
 
-    /// The same list with the stored objects themselves as items, written out without a
-    /// copy of each (a list of thousands of pods would otherwise clone them all). Only for
-    /// built-in kinds, which are served as stored; custom resources take [`Self::list`].
+    /// The list with the stored objects themselves as items, written out without a copy of
+    /// each (a list of thousands of pods would otherwise clone them all). Served as is only
+    /// for built-in kinds, which are stored as served; [`Self::list`] presents each item.
     pub fn list_shared(&self, t: &Target, opts: &ListOpts) -> Result<SharedList, ApiError> {
-        let (items, metadata) = self.list_items(t, opts)?;
-        Ok(SharedList {
-            kind: format!("{}List", t.info.kind),
-            api_version: t.api_version(),
-            metadata,
-            items,
-        })
-    }
-
-    /// The stored objects of one page of a list and the list's metadata.
-    fn list_items(
-        &self,
-        t: &Target,
-        opts: &ListOpts,
-    ) -> Result<(Vec<Arc<Value>>, Value), ApiError> {
         let ns = t
             .info
             .namespaced
@@ -239,7 +218,12 @@ impl ApiServer {
                 meta["remainingItemCount"] = json!(remaining);
             }
         }
-        Ok((items, meta))
+        Ok(SharedList {
+            kind: format!("{}List", t.info.kind),
+            api_version: t.api_version(),
+            metadata: meta,
+            items,
+        })
     }
 }
 
@@ -249,6 +233,18 @@ pub struct SharedList {
     api_version: String,
     metadata: Value,
     items: Vec<Arc<Value>>,
+}
+
+impl SharedList {
+    fn into_value(self, t: &Target) -> Value {
+        let items: Vec<Value> = self.items.iter().map(|o| t.present(o)).collect();
+        json!({
+            "kind": self.kind,
+            "apiVersion": self.api_version,
+            "metadata": self.metadata,
+            "items": items,
+        })
+    }
 }
 
 impl serde::Serialize for SharedList {
