@@ -2,7 +2,8 @@
 //! expected task types could not use, weighted by how often each type arrives. The types
 //! ("typical pods") come from the workload itself, CPU-only pods included.
 
-use super::model::{MAX_GPUS, ModelSet, NodeFree, PodShape};
+use super::fill::FillTables;
+use super::model::{ModelSet, NodeFree, PodShape};
 use std::collections::HashMap;
 
 /// One task type and its share of the workload.
@@ -19,6 +20,8 @@ pub struct TaskMix {
     /// Count a type as able to run only where its memory fits too (the paper looks at CPU
     /// and GPU alone).
     pub check_mem: bool,
+    /// Gantry's waste tables, built on demand ([`TaskMix::node_waste`]).
+    pub(super) fill: FillTables,
 }
 
 /// Share of pods the most common types must cover (the paper's popularity threshold).
@@ -75,6 +78,7 @@ impl TaskMix {
         TaskMix {
             types,
             check_mem: with_mem,
+            fill: FillTables::default(),
         }
     }
 
@@ -102,48 +106,8 @@ impl TaskMix {
     }
 }
 
-/// Arrivals Gantry's measure looks ahead: free GPU counts as lost in proportion to the
-/// chance that none of the next `LOOKAHEAD` pods could use it (FGD's measure is 1).
-pub const LOOKAHEAD: i32 = 2;
-
-impl TaskMix {
-    /// Free GPU milli of a node that none of the next `k` arrivals (drawn from the mix) could
-    /// use: each device's free milli times the `k`-th power of the share of the mix that
-    /// cannot use that device (the whole node when the type does not fit there at all, else
-    /// the device when it has less free than the type asks per device). For `k` = 1 this is
-    /// [`TaskMix::node_frag`]. A device that a common type can still use is nearly never lost,
-    /// however many rare types it is too small for: the workload keeps arriving, and under a
-    /// full cluster capacity that the next pods fill is not wasted.
-    pub fn node_frag_ahead(&self, n: &NodeFree, k: i32) -> f64 {
-        if n.gpu_free() == 0 {
-            return 0.0;
-        }
-        let gpus = n.gpus();
-        let mut unusable = [0.0f64; MAX_GPUS];
-        for t in &self.types {
-            let fits = runs_on(&t.shape, n, self.check_mem);
-            for (u, &g) in unusable.iter_mut().zip(gpus) {
-                if !fits || g < t.shape.milli {
-                    *u += t.weight;
-                }
-            }
-        }
-        gpus.iter()
-            .zip(unusable)
-            .map(|(&g, u)| f64::from(g) * u.min(1.0).powi(k))
-            .sum()
-    }
-}
-
-/// Whether a type could take GPU on the node at all: its model, CPU (and memory where the
-/// mix looks at it), and enough devices with its per-device milli free. A CPU-only type
-/// never uses GPU, so every free milli is a fragment to it.
-fn runs_on(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
-    t.wants_gpu() && t.models.allows(n.model) && cpu_fits(t, n, check_mem) && gpu_fits(t, n)
-}
-
 /// The type's CPU (and memory where the mix looks at it) fits the node's free.
-fn cpu_fits(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
+pub(super) fn cpu_fits(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
     n.cpu >= t.cpu && (!check_mem || n.mem >= t.mem)
 }
 
@@ -291,55 +255,6 @@ mod tests {
     }
 
     #[test]
-    fn looking_one_arrival_ahead_is_the_papers_measure() {
-        let mut m = Models::default();
-        let t4 = m.intern("T4").unwrap();
-        let pods = vec![
-            shape(1000, 1, 500),
-            shape(1000, 1, 500),
-            shape(2000, 1, MILLI),
-            shape(64_000, 2, MILLI),
-            shape(4000, 0, 0),
-        ];
-        let mix = TaskMix::from_workload(&pods, ALL_TYPES, false);
-        let mut n = NodeFree::new(8000, 0, t4, 4);
-        for gpus in [
-            [1000, 1000, 1000, 1000],
-            [300, 1000, 0, 700],
-            [450, 0, 0, 0],
-        ] {
-            n.gpu[..4].copy_from_slice(&gpus);
-            let paper = mix.node_frag(&n);
-            assert!(
-                (mix.node_frag_ahead(&n, 1) - paper).abs() < 1e-9,
-                "{gpus:?}"
-            );
-            assert!(
-                mix.node_frag_ahead(&n, LOOKAHEAD) <= paper + 1e-9,
-                "{gpus:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn capacity_a_common_type_can_use_is_nearly_never_lost() {
-        let mut m = Models::default();
-        let t4 = m.intern("T4").unwrap();
-        // Nine in ten pods take one GPU, one in ten takes two.
-        let mut pods = vec![shape(1000, 1, MILLI); 9];
-        pods.push(shape(1000, 2, MILLI));
-        let mix = TaskMix::from_workload(&pods, ALL_TYPES, false);
-        let mut n = NodeFree::new(8000, 0, t4, 2);
-        n.gpu[0] = 0;
-        // One idle device: the two-GPU type cannot use it, the one-GPU type can.
-        assert!((mix.node_frag(&n) - 100.0).abs() < 1e-9);
-        assert!((mix.node_frag_ahead(&n, 2) - 10.0).abs() < 1e-9);
-        // A 300 left over is lost to every type: as lost ahead as now.
-        n.gpu[1] = 300;
-        assert!((mix.node_frag_ahead(&n, 2) - 300.0).abs() < 1e-9);
-    }
-
-    #[test]
     fn fragment_per_type_follows_the_paper() {
         let mut m = Models::default();
         let t4 = m.intern("T4").unwrap();
@@ -352,7 +267,7 @@ mod tests {
                 shape: s,
                 weight: 1.0,
             }],
-            check_mem: false,
+            ..TaskMix::default()
         };
         // The 300 left on device 0 is too small for a half-GPU pod.
         assert_eq!(mix(half).node_frag(&n), 300.0);

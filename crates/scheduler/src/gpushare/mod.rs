@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod fast;
 pub mod fgd;
+pub mod fill;
 pub mod gorand;
 mod gorand_table;
 pub mod model;

@@ -2,7 +2,7 @@
 //! there. Baselines follow the FGD paper's definitions (its simulator's score plugins),
 //! integer scores and all; higher is better.
 
-use super::fgd::{LOOKAHEAD, TaskMix};
+use super::fgd::TaskMix;
 use super::model::{MAX_GPUS, MILLI, NodeFree, PodShape};
 
 /// Normalisation constants of the paper's scores (largest node: 128 CPUs, 8 GPUs).
@@ -27,12 +27,12 @@ pub enum SharePolicy {
     /// Fragmentation gradient descent as the paper ships it: sigmoid of the fragmentation
     /// drop, as an integer score 0-100.
     Fgd,
-    /// Gantry's: FGD's integer score of the fragmentation drop, with fragmentation looking
-    /// two arrivals ahead (free GPU that neither of the next two pods could use, see
-    /// [`TaskMix::node_frag_ahead`]) against every task type of the workload (not only the
-    /// most common ones covering 95 %); the fitting device with the least free for a share
-    /// (as KAI's `gpupack`); among equal scores a CPU-only pod goes where the least GPU is
-    /// free; then node order.
+    /// Gantry's: FGD's integer score of the drop in the node's expected waste, the free GPU
+    /// still unused when a stream of arrivals from the workload's mix has filled what it can
+    /// ([`TaskMix::node_waste`]), against every task type of the workload (not only the most
+    /// common ones covering 95 %); the fitting device with the least free for a share (as
+    /// KAI's `gpupack`); among equal scores a CPU-only pod goes where the least GPU is free;
+    /// then node order.
     Gantry,
 }
 
@@ -228,8 +228,7 @@ pub fn score_node(
         SharePolicy::Gantry => {
             let c = best_fit_device(n, p);
             let mask = c.resolve(n, p, |_| 0);
-            let ahead = |n: &NodeFree| mix.node_frag_ahead(n, LOOKAHEAD);
-            let drop = ahead(n) - ahead(&n.after(p, mask));
+            let drop = mix.node_waste(n) - mix.node_waste(&n.after(p, mask));
             // Among equal scores a CPU-only pod takes CPU where the least GPU is left: CPU
             // taken beside free GPUs is what strands them. GPU pods keep the node order.
             let secondary = if p.wants_gpu() {
@@ -408,7 +407,7 @@ mod tests {
                 shape: pod(1, 500),
                 weight: 1.0,
             }],
-            check_mem: false,
+            ..TaskMix::default()
         };
         let n = node(&[700, 500]);
         for policy in [SharePolicy::Fgd, SharePolicy::Gantry] {
@@ -429,7 +428,7 @@ mod tests {
                 shape: pod(1, MILLI),
                 weight: 1.0,
             }],
-            check_mem: false,
+            ..TaskMix::default()
         };
         let cpu = pod(0, 0);
         let (free, _) =
