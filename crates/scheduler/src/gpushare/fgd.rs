@@ -151,11 +151,12 @@ pub fn any_constrained(mix: &TaskMix) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::gpushare::model::{MILLI, Models};
 
-    fn shape(cpu: i64, num_gpu: u8, milli: u16) -> PodShape {
+    /// A pod shape on any GPU model (shared with `fill`'s tests).
+    pub(in crate::gpushare) fn shape(cpu: i64, num_gpu: u8, milli: u16) -> PodShape {
         PodShape {
             cpu,
             mem: 0,

@@ -120,19 +120,9 @@ impl TaskMix {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpushare::fgd::tests::shape;
     use crate::gpushare::fgd::{ALL_TYPES, TaskType};
-    use crate::gpushare::model::{ModelSet, Models};
-
-    fn shape(cpu: i64, num_gpu: u8, milli: u16) -> PodShape {
-        PodShape {
-            cpu,
-            mem: 0,
-            num_gpu,
-            milli,
-            models: ModelSet::Any,
-            spec: 0,
-        }
-    }
+    use crate::gpushare::model::Models;
 
     fn one(s: PodShape) -> TaskMix {
         TaskMix {
