@@ -94,12 +94,19 @@ impl TaskMix {
     ///                       + weight of the rest * w(f))`, solved for `w(f)` from 0 up.
     fn waste_table(&self, runs: &[u64]) -> Table {
         let g = FILL_HORIZON / (FILL_HORIZON + 1.0);
-        let items: Vec<(usize, f64)> = self
-            .types
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| runs[i / 64] & (1 << (i % 64)) != 0)
-            .map(|(_, t)| (usize::from(t.shape.milli), t.weight))
+        // Types that differ only in CPU or models take the same milli: one item per size keeps
+        // a table's cost to the sizes, however many types a varied workload has.
+        let mut by_milli = vec![0.0f64; usize::from(MILLI) + 1];
+        for (i, t) in self.types.iter().enumerate() {
+            // A size above a whole device never fits one: no item.
+            let size = by_milli.get_mut(usize::from(t.shape.milli));
+            if let (true, Some(weight)) = (runs[i / 64] & (1 << (i % 64)) != 0, size) {
+                *weight += t.weight;
+            }
+        }
+        let items: Vec<(usize, f64)> = (1..by_milli.len())
+            .filter(|&m| by_milli[m] > 0.0)
+            .map(|m| (m, by_milli[m]))
             .collect();
         let all: f64 = self.types.iter().map(|t| t.weight).sum();
         let mut w = vec![0.0f64; usize::from(MILLI) + 1];
@@ -152,6 +159,20 @@ mod tests {
         assert!((mix.node_waste(&device(600)) - w600).abs() < 1e-9);
         assert!((mix.node_waste(&device(1000)) - w1000).abs() < 1e-9);
         assert_eq!(mix.node_waste(&device(0)), 0.0);
+    }
+
+    #[test]
+    fn types_of_one_size_fill_as_one() {
+        // Two types that differ only in CPU, both able to run: the same as one type of that
+        // size; on a node with CPU for one of them only, that one fills alone.
+        let pods = [shape(1000, 1, 400), shape(6000, 1, 400)];
+        let two = TaskMix::from_workload(&pods, ALL_TYPES, false);
+        let one = one(shape(1000, 1, 400));
+        let n = device(1000);
+        assert!((two.node_waste(&n) - one.node_waste(&n)).abs() < 1e-9);
+        let mut short = n;
+        short.cpu = 2000;
+        assert!(two.node_waste(&short) > one.node_waste(&short));
     }
 
     #[test]
