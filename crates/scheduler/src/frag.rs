@@ -26,7 +26,7 @@ impl Mix {
     /// arrivals the policy places, so they are no task type.
     pub fn from_snapshot(s: &Snapshot<'_>) -> Mix {
         let mut models = Models::default();
-        let node_model = s
+        let node_model: Vec<u8> = s
             .nodes
             .iter()
             .map(|n| models.intern(n.gpu_model).unwrap_or(NO_MODEL))
@@ -54,14 +54,16 @@ impl Mix {
             })
             .collect();
         let any_gpu = shapes.iter().any(PodShape::wants_gpu);
-        Mix {
-            mix: if any_gpu {
-                TaskMix::from_workload(&shapes, ALL_TYPES, false)
-            } else {
-                TaskMix::default()
-            },
-            node_model,
+        let mut mix = TaskMix::default();
+        if any_gpu {
+            mix = TaskMix::from_workload(&shapes, ALL_TYPES, false);
+            let gpus = s
+                .nodes
+                .iter()
+                .map(|n| u8::try_from(n.gpus).unwrap_or(u8::MAX));
+            mix.set_reach(node_model.iter().copied().zip(gpus));
         }
+        Mix { mix, node_model }
     }
 
     pub fn is_empty(&self) -> bool {

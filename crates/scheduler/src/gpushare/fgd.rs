@@ -20,6 +20,9 @@ pub struct TaskMix {
     /// Count a type as able to run only where its memory fits too (the paper looks at CPU
     /// and GPU alone).
     pub check_mem: bool,
+    /// Per type, the share of the cluster's GPU capacity on models it may use (empty: all
+    /// of it); see [`TaskMix::set_reach`].
+    pub(super) reach: Vec<f64>,
     /// Gantry's waste tables, built on demand ([`TaskMix::node_waste`]).
     pub(super) fill: FillTables,
 }
@@ -78,6 +81,7 @@ impl TaskMix {
         TaskMix {
             types,
             check_mem: with_mem,
+            reach: Vec::new(),
             fill: FillTables::default(),
         }
     }

@@ -10,6 +10,13 @@
 //! probability `1 / (1 + FILL_HORIZON)`. What is free when it ends is the device's expected
 //! waste. One table per set of types that can run on a node maps a device's free milli to
 //! that expectation; tables are built once per set and kept.
+//!
+//! Two facts of the cluster enter as well. A type confined to some GPU models arrives at
+//! their devices as often as its share of the workload over their share of the capacity
+//! ([`TaskMix::set_reach`]), so a small pool that a constrained type depends on counts as
+//! filling fast and unconstrained pods go elsewhere. And the tables ignore CPU: a node whose
+//! free CPU cannot feed its free GPU at the runnable types' GPU-per-CPU rate wastes at least
+//! the difference, so CPU taken beside free GPUs counts as the GPU it strands.
 
 use super::fgd::{TaskMix, cpu_fits};
 use super::model::{MILLI, NodeFree, PodShape};
@@ -59,6 +66,35 @@ fn can_run(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
 }
 
 impl TaskMix {
+    /// Tells the measure where each type may run: `nodes` are the cluster's (GPU model,
+    /// device count). A type confined to some models arrives at their devices as often as
+    /// its share of the workload over their share of the capacity: a pool that a constrained
+    /// type's whole demand falls on fills faster than the cluster at large, and a pod that
+    /// could go anywhere is better placed elsewhere. Types that may use every model are
+    /// unchanged, as is every type on a cluster of one model.
+    pub fn set_reach(&mut self, nodes: impl IntoIterator<Item = (u8, u8)>) {
+        let mut by_model: HashMap<u8, f64> = HashMap::new();
+        for (model, gpus) in nodes {
+            *by_model.entry(model).or_default() += f64::from(gpus);
+        }
+        let total: f64 = by_model.values().sum();
+        self.reach = self
+            .types
+            .iter()
+            .map(|t| {
+                let mut on: Vec<(u8, f64)> = by_model
+                    .iter()
+                    .filter(|(m, _)| t.shape.models.allows(**m))
+                    .map(|(m, g)| (*m, *g))
+                    .collect();
+                on.sort_by_key(|&(m, _)| m);
+                let reach = on.iter().map(|(_, g)| g).sum::<f64>() / total;
+                if reach > 0.0 { reach.min(1.0) } else { 1.0 }
+            })
+            .collect();
+        self.fill = FillTables::default();
+    }
+
     /// Expected free milli of the node still unused when the arrivals stop (see the module
     /// comment); 0 for a node with no free GPU, all of it where no type can run.
     pub fn node_waste(&self, n: &NodeFree) -> f64 {
@@ -68,12 +104,25 @@ impl TaskMix {
         if n.gpu_free() == 0 {
             return 0.0;
         }
+        // One pass over the types: which can run here (the table's key), and their CPU and
+        // GPU per arrival (what the node's CPU can feed).
         let mut key = vec![0u64; self.types.len().div_ceil(64)].into_boxed_slice();
+        let (mut cpu, mut gpu) = (0.0, 0.0);
         for (i, t) in self.types.iter().enumerate() {
             if can_run(&t.shape, n, self.check_mem) {
                 key[i / 64] |= 1 << (i % 64);
+                let rate = t.weight / self.reach(i);
+                cpu += rate * t.shape.cpu as f64;
+                gpu += rate * t.shape.gpu_total() as f64;
             }
         }
+        // The tables fill each device as if CPU never ran out; a node whose CPU gives out
+        // first wastes at least the GPU its free CPU cannot feed at the runnable types' rate.
+        let cpu_stranded = if cpu > 0.0 {
+            (n.gpu_free() as f64 - n.cpu as f64 * gpu / cpu).max(0.0)
+        } else {
+            0.0
+        };
         let table = {
             let mut tables = self.fill.0.lock().unwrap_or_else(PoisonError::into_inner);
             match tables.get(&key) {
@@ -85,7 +134,13 @@ impl TaskMix {
                 }
             }
         };
-        n.gpus().iter().map(|&g| table[usize::from(g)]).sum()
+        let devices: f64 = n.gpus().iter().map(|&g| table[usize::from(g)]).sum();
+        devices.max(cpu_stranded)
+    }
+
+    /// Type `i`'s share of the GPU capacity (1 when reach was not set).
+    fn reach(&self, i: usize) -> f64 {
+        self.reach.get(i).copied().unwrap_or(1.0)
     }
 
     /// Expected waste of one device by its free milli, when only the types in `runs` can
@@ -101,7 +156,7 @@ impl TaskMix {
             // A size above a whole device never fits one: no item.
             let size = by_milli.get_mut(usize::from(t.shape.milli));
             if let (true, Some(weight)) = (runs[i / 64] & (1 << (i % 64)) != 0, size) {
-                *weight += t.weight;
+                *weight += t.weight / self.reach(i);
             }
         }
         let items: Vec<(usize, f64)> = (1..by_milli.len())
@@ -173,6 +228,44 @@ mod tests {
         let mut short = n;
         short.cpu = 2000;
         assert!(two.node_waste(&short) > one.node_waste(&short));
+    }
+
+    #[test]
+    fn a_small_pool_that_a_constrained_type_needs_fills_faster() {
+        let mut m = Models::default();
+        let t4 = m.intern("T4").unwrap();
+        let g2 = m.intern("G2").unwrap();
+        let only = |name: &str| PodShape {
+            models: m.set_of(&[name]),
+            ..shape(1000, 1, MILLI)
+        };
+        // Half the pods go anywhere, a quarter need T4 (2 GPUs), a quarter G2 (64 GPUs).
+        let pods = [
+            shape(1000, 1, MILLI),
+            shape(1000, 1, MILLI),
+            only("T4"),
+            only("G2"),
+        ];
+        let mut mix = TaskMix::from_workload(&pods, ALL_TYPES, false);
+        let on = |model| NodeFree::new(8000, 0, model, 1);
+        // Without the cluster's shape both pools look alike.
+        assert!((mix.node_waste(&on(t4)) - mix.node_waste(&on(g2))).abs() < 1e-9);
+        let mut nodes = vec![(t4, 2)];
+        nodes.extend(std::iter::repeat_n((g2, 8), 8));
+        mix.set_reach(nodes);
+        // The T4 device will be taken by T4 pods: less is wasted there than on a G2 device,
+        // so a pod that may go anywhere gains more by taking the G2 one.
+        assert!(mix.node_waste(&on(t4)) < mix.node_waste(&on(g2)));
+    }
+
+    #[test]
+    fn gpu_the_free_cpu_cannot_feed_is_wasted() {
+        // One GPU per 8 cores: 16 cores feed two of four idle devices.
+        let mix = one(shape(8000, 1, MILLI));
+        let mut n = NodeFree::new(16_000, 0, 0, 4);
+        assert!(mix.node_waste(&n) >= 2000.0);
+        n.cpu = 32_000;
+        assert!(mix.node_waste(&n) < 1000.0);
     }
 
     #[test]

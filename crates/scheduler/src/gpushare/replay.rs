@@ -148,10 +148,15 @@ pub fn go_streams(
 }
 
 /// The task mix a policy scores against, from the trace's own pods (the simulator computes
-/// its typical pods before tuning): the paper's for FGD, every type for Gantry's.
-pub fn mix_for(policy: SharePolicy, workload: &[PodShape]) -> TaskMix {
+/// its typical pods before tuning): the paper's for FGD, every type for Gantry's, which also
+/// knows how much of the cluster each type may use.
+pub fn mix_for(policy: SharePolicy, workload: &[PodShape], nodes: &[NodeSpec]) -> TaskMix {
     match policy {
-        SharePolicy::Gantry => TaskMix::from_workload(workload, ALL_TYPES, false),
+        SharePolicy::Gantry => {
+            let mut mix = TaskMix::from_workload(workload, ALL_TYPES, false);
+            mix.set_reach(nodes.iter().map(|n| (n.model, n.gpus)));
+            mix
+        }
         SharePolicy::Fgd => TaskMix::from_workload(workload, COVERAGE, false),
         _ => TaskMix::default(),
     }
@@ -181,7 +186,7 @@ pub fn run(
     fast: bool,
     mut trail: Option<&mut Trail>,
 ) -> RunFigures {
-    let mix = mix_for(policy, workload);
+    let mix = mix_for(policy, workload, nodes);
     let mut cluster = Cluster::new(nodes.to_vec());
     let gpus = (cluster.gpu_capacity() as f64 / 1000.0).max(1e-3);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908);

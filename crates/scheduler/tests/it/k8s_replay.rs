@@ -157,7 +157,8 @@ async fn trace_slice_places_as_the_core_policy() -> Result {
         .await?;
         // The core's best nodes for this pod, with the mix the scheduler's snapshot holds:
         // every pod so far, this one included.
-        let mix = TaskMix::from_workload(&shapes, ALL_TYPES, false);
+        let mut mix = TaskMix::from_workload(&shapes, ALL_TYPES, false);
+        mix.set_reach(specs.iter().map(|s| (s.model, s.gpus)));
         let mut best: Option<Score> = None;
         let mut set: Vec<(usize, u16)> = Vec::new();
         for (i, free) in core.free.iter().enumerate() {
