@@ -20,7 +20,7 @@
 
 use super::fgd::{TaskMix, cpu_fits};
 use super::model::{MILLI, NodeFree, PodShape};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Mean number of arrivals the measure follows a device through. Chosen on seeds 100-129 of
@@ -73,7 +73,8 @@ impl TaskMix {
     /// could go anywhere is better placed elsewhere. Types that may use every model are
     /// unchanged, as is every type on a cluster of one model.
     pub fn set_reach(&mut self, nodes: impl IntoIterator<Item = (u8, u8)>) {
-        let mut by_model: HashMap<u8, f64> = HashMap::new();
+        // GPU counts are whole numbers: the sums are exact in any order.
+        let mut by_model: BTreeMap<u8, f64> = BTreeMap::new();
         for (model, gpus) in nodes {
             *by_model.entry(model).or_default() += f64::from(gpus);
         }
@@ -82,14 +83,12 @@ impl TaskMix {
             .types
             .iter()
             .map(|t| {
-                let mut on: Vec<(u8, f64)> = by_model
+                let on: f64 = by_model
                     .iter()
                     .filter(|(m, _)| t.shape.models.allows(**m))
-                    .map(|(m, g)| (*m, *g))
-                    .collect();
-                on.sort_by_key(|&(m, _)| m);
-                let reach = on.iter().map(|(_, g)| g).sum::<f64>() / total;
-                if reach > 0.0 { reach.min(1.0) } else { 1.0 }
+                    .map(|(_, g)| g)
+                    .sum();
+                if on > 0.0 { (on / total).min(1.0) } else { 1.0 }
             })
             .collect();
         self.fill = FillTables::default();
