@@ -1,6 +1,7 @@
 //! A simulated cluster for a test: the embedded control plane, its client, and on request the
 //! CRDs, namespaces, simulated nodes (kubelets and agent runners) and the sim's controllers.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use anyhow::Context;
@@ -8,11 +9,12 @@ use gantry_sim::cluster::SimCluster;
 use gantry_sim::controllers::Controllers;
 use gantry_sim::kubelet::agents::AgentRegistry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use tempfile::TempDir;
 
-use crate::Recorder;
+use crate::{Look, Recorder};
 
 /// What to start; see [`Cluster::builder`].
 #[must_use = "a builder does nothing until `start`"]
@@ -192,9 +194,11 @@ impl ClusterBuilder {
                 let agents = self
                     .agents
                     .unwrap_or_else(gantry_sim::kubelet::runners::default_registry);
+                let names: Vec<String> = plan.iter().map(|p| p.name.clone()).collect();
                 let sim = gantry_sim::cluster::start(client.clone(), dir.path(), plan, agents)
                     .await
                     .with_context(|| format!("starting nodes {spec:?}"))?;
+                registered(&client, &names).await?;
                 Some(sim)
             }
             None => None,
@@ -210,6 +214,29 @@ impl ClusterBuilder {
             dir,
         })
     }
+}
+
+/// Waits until every planned node has registered its Node object: the kubelets register in
+/// the background, and a test addresses its nodes by name from its first line.
+async fn registered(client: &kube::Client, names: &[String]) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    crate::eventually_secs("the simulated nodes registered", 120, || async {
+        let listed = match api.list(&ListParams::default()).await {
+            Ok(l) => l,
+            Err(e) => return Look::Seen(format!("listing nodes: {e}")),
+        };
+        let have: HashSet<String> = listed
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        match names.iter().find(|n| !have.contains(*n)) {
+            Some(missing) => Look::Seen(format!("node {missing} not registered yet")),
+            None => Look::Done(()),
+        }
+    })
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]
