@@ -4,7 +4,7 @@
 
 use super::fill::FillTables;
 use super::model::{ModelSet, NodeFree, PodShape};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// One task type and its share of the workload.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,6 +23,8 @@ pub struct TaskMix {
     /// Per type, the share of the cluster's GPU capacity on models it may use (empty: all
     /// of it); see [`TaskMix::set_reach`].
     pub(super) reach: Vec<f64>,
+    /// GPU capacity per model (empty: not known); see [`TaskMix::set_reach`].
+    pub(super) capacity: BTreeMap<u8, f64>,
     /// Gantry's waste tables, built on demand ([`TaskMix::node_waste`]).
     pub(super) fill: FillTables,
 }
@@ -82,6 +84,7 @@ impl TaskMix {
             types,
             check_mem: with_mem,
             reach: Vec::new(),
+            capacity: BTreeMap::new(),
             fill: FillTables::default(),
         }
     }

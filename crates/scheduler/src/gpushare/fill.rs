@@ -78,20 +78,47 @@ impl TaskMix {
         for (model, gpus) in nodes {
             *by_model.entry(model).or_default() += f64::from(gpus);
         }
-        let total: f64 = by_model.values().sum();
-        self.reach = self
-            .types
-            .iter()
-            .map(|t| {
-                let on: f64 = by_model
-                    .iter()
-                    .filter(|(m, _)| t.shape.models.allows(**m))
-                    .map(|(_, g)| g)
-                    .sum();
-                if on > 0.0 { (on / total).min(1.0) } else { 1.0 }
-            })
-            .collect();
+        self.capacity = by_model;
+        self.reach = self.types.iter().map(|t| self.reach_of(&t.shape)).collect();
+        if self.reach.iter().all(|&r| r >= 1.0) {
+            // No type is confined: nothing is ever displaced, and scoring skips that pass.
+            self.capacity.clear();
+        }
         self.fill = FillTables::default();
+    }
+
+    /// The share of the GPU capacity on models `p` may use (1 when unknown or none).
+    fn reach_of(&self, p: &PodShape) -> f64 {
+        let total: f64 = self.capacity.values().sum();
+        let on: f64 = self
+            .capacity
+            .iter()
+            .filter(|(m, _)| p.models.allows(**m))
+            .map(|(_, g)| g)
+            .sum();
+        if on > 0.0 { (on / total).min(1.0) } else { 1.0 }
+    }
+
+    /// The share of the arrivals at a `model` device that come from types confined to less
+    /// of the cluster than `p`. Those have nowhere else to go: GPU that `p` takes there is, in
+    /// that share, GPU one of them will not get (0 when no type is more confined, as on a
+    /// cluster of one model or a workload without model constraints).
+    pub fn displaced(&self, p: &PodShape, model: u8) -> f64 {
+        if self.capacity.is_empty() {
+            return 0.0;
+        }
+        let reach = self.reach_of(p);
+        let (mut all, mut confined) = (0.0, 0.0);
+        for (i, t) in self.types.iter().enumerate() {
+            if t.shape.wants_gpu() && t.shape.models.allows(model) {
+                let rate = t.weight / self.reach(i);
+                all += rate;
+                if self.reach(i) < reach {
+                    confined += rate;
+                }
+            }
+        }
+        if all > 0.0 { confined / all } else { 0.0 }
     }
 
     /// Expected free milli of the node still unused when the arrivals stop (see the module
@@ -184,6 +211,7 @@ mod tests {
     use crate::gpushare::fgd::tests::shape;
     use crate::gpushare::fgd::{ALL_TYPES, TaskType};
     use crate::gpushare::model::Models;
+    use crate::gpushare::policy::SharePolicy;
 
     fn one(s: PodShape) -> TaskMix {
         TaskMix {
@@ -255,6 +283,40 @@ mod tests {
         // The T4 device will be taken by T4 pods: less is wasted there than on a G2 device,
         // so a pod that may go anywhere gains more by taking the G2 one.
         assert!(mix.node_waste(&on(t4)) < mix.node_waste(&on(g2)));
+    }
+
+    #[test]
+    fn gpu_taken_from_a_pool_its_confined_pods_need_is_displaced() {
+        let mut m = Models::default();
+        let t4 = m.intern("T4").unwrap();
+        let g2 = m.intern("G2").unwrap();
+        let only_t4 = PodShape {
+            models: m.set_of(&["T4"]),
+            ..shape(1000, 1, MILLI)
+        };
+        let any = shape(1000, 1, MILLI);
+        let mut mix = TaskMix::from_workload(&[any, any, only_t4], ALL_TYPES, false);
+        // Not known where the models are: nothing is displaced.
+        assert_eq!(mix.displaced(&any, t4), 0.0);
+        mix.set_reach([(t4, 2), (g2, 62)]);
+        // On T4, T4-only pods arrive at 1/3 / (2/64) against 2/3 for the rest.
+        let share = (1.0 / 3.0 * 32.0) / (1.0 / 3.0 * 32.0 + 2.0 / 3.0);
+        assert!((mix.displaced(&any, t4) - share).abs() < 1e-9);
+        assert_eq!(mix.displaced(&any, g2), 0.0);
+        // A T4-only pod displaces nobody: no type is more confined than it.
+        assert_eq!(mix.displaced(&only_t4, t4), 0.0);
+        // So a pod that may go anywhere scores the G2 device above the T4 one.
+        let on = |model| NodeFree::new(8000, 0, model, 1);
+        let score = |model| {
+            super::super::policy::score_node(SharePolicy::Gantry, &on(model), &any, &mix, &[])
+                .unwrap()
+                .0
+        };
+        assert!(score(g2).beats(&score(t4)));
+        // A workload without model constraints: nothing is displaced anywhere.
+        let mut plain = TaskMix::from_workload(&[any, shape(1000, 1, 500)], ALL_TYPES, false);
+        plain.set_reach([(t4, 2), (g2, 62)]);
+        assert_eq!(plain.displaced(&any, t4), 0.0);
     }
 
     #[test]

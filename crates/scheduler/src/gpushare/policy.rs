@@ -228,7 +228,11 @@ pub fn score_node(
         SharePolicy::Gantry => {
             let c = best_fit_device(n, p);
             let mask = c.resolve(n, p, |_| 0);
-            let drop = mix.node_waste(n) - mix.node_waste(&n.after(p, mask));
+            // What the node's waste drops by, less the GPU taken from pods that can only run
+            // on its model's pool.
+            let drop = mix.node_waste(n)
+                - mix.node_waste(&n.after(p, mask))
+                - p.gpu_total() as f64 * mix.displaced(p, n.model);
             // Among equal scores a CPU-only pod takes CPU where the least GPU is left: CPU
             // taken beside free GPUs is what strands them. GPU pods keep the node order.
             let secondary = if p.wants_gpu() {
