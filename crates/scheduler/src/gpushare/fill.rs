@@ -16,7 +16,9 @@
 //! ([`TaskMix::set_reach`]), so a small pool that a constrained type depends on counts as
 //! filling fast and unconstrained pods go elsewhere. And the tables ignore CPU: a node whose
 //! free CPU cannot feed its free GPU at the runnable types' GPU-per-CPU rate wastes at least
-//! the difference, so CPU taken beside free GPUs counts as the GPU it strands.
+//! the difference, so CPU taken beside free GPUs counts as the GPU it strands. The policy
+//! also charges a pod for the GPU it takes from pods confined to the node's pool
+//! ([`TaskMix::displaced`]).
 
 use super::fgd::{TaskMix, cpu_fits};
 use super::model::{MILLI, NodeFree, PodShape};

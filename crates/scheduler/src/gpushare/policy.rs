@@ -30,7 +30,8 @@ pub enum SharePolicy {
     /// Gantry's: FGD's integer score of the drop in the node's expected waste, the free GPU
     /// still unused when a stream of arrivals from the workload's mix has filled what it can
     /// ([`TaskMix::node_waste`]), against every task type of the workload (not only the most
-    /// common ones covering 95 %); the fitting device with the least free for a share (as
+    /// common ones covering 95 %), less the GPU taken from pods confined to the node's pool
+    /// ([`TaskMix::displaced`]); the fitting device with the least free for a share (as
     /// KAI's `gpupack`); among equal scores a CPU-only pod goes where the least GPU is free;
     /// then node order.
     Gantry,
