@@ -19,37 +19,12 @@ fn main() {
         paper_results: Some(PathBuf::from(&a[1])),
         seeds: a[2].parse().unwrap_or(10),
         pods: a[3..].iter().map(PathBuf::from).collect(),
-        policies: match std::env::var("POLICIES") {
-            Ok(list) => match list.split(',').map(str::parse).collect() {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("error: POLICIES: {e}");
-                    std::process::exit(2);
-                }
-            },
-            Err(_) => SharePolicy::ALL.to_vec(),
-        },
-        first_seed: match std::env::var("FIRST_SEED") {
-            Ok(s) => match s.parse() {
-                Ok(n) => n,
-                Err(e) => {
-                    eprintln!("error: FIRST_SEED={s:?}: {e}");
-                    std::process::exit(2);
-                }
-            },
-            Err(_) => 42,
-        },
+        policies: env_or("POLICIES", SharePolicy::ALL.to_vec(), |list| {
+            list.split(',').map(str::parse).collect()
+        }),
+        first_seed: env_or("FIRST_SEED", 42, str::parse),
         tune_ratio: 1.3,
-        streams: match std::env::var("STREAMS") {
-            Ok(s) => match s.parse() {
-                Ok(v) => v,
-                Err(e) => {
-                    eprintln!("error: STREAMS: {e}");
-                    std::process::exit(2);
-                }
-            },
-            Err(_) => Default::default(),
-        },
+        streams: env_or("STREAMS", Default::default(), str::parse),
     };
     match run_paper(&opts) {
         Ok(r) => print!("{r}"),
@@ -57,5 +32,21 @@ fn main() {
             eprintln!("error: {e}");
             std::process::exit(1);
         }
+    }
+}
+
+/// The variable's value parsed, or `default` when it is unset; exits 2 naming the variable
+/// and its value when the value does not parse.
+fn env_or<T, E: std::fmt::Display>(
+    name: &str,
+    default: T,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> T {
+    match std::env::var(name) {
+        Ok(s) => parse(&s).unwrap_or_else(|e| {
+            eprintln!("error: {name}={s:?}: {e}");
+            std::process::exit(2)
+        }),
+        Err(_) => default,
     }
 }

@@ -119,7 +119,7 @@ pub(super) fn cpu_fits(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
 }
 
 /// The node has as many devices with the type's per-device milli free as it asks for.
-fn gpu_fits(t: &PodShape, n: &NodeFree) -> bool {
+pub(super) fn gpu_fits(t: &PodShape, n: &NodeFree) -> bool {
     n.fitting(t.milli) >= usize::from(t.num_gpu)
 }
 

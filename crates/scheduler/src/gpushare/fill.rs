@@ -20,7 +20,7 @@
 //! also charges a pod for the GPU it takes from pods confined to the node's pool
 //! ([`TaskMix::displaced`]).
 
-use super::fgd::{TaskMix, cpu_fits};
+use super::fgd::{TaskMix, cpu_fits, gpu_fits};
 use super::model::{MILLI, NodeFree, PodShape};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,7 +64,7 @@ fn can_run(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
     t.wants_gpu()
         && t.models.allows(n.model)
         && cpu_fits(t, n, check_mem)
-        && (t.num_gpu <= 1 || n.fitting(t.milli) >= usize::from(t.num_gpu))
+        && (t.num_gpu <= 1 || gpu_fits(t, n))
 }
 
 impl TaskMix {
