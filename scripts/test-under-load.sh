@@ -2,9 +2,11 @@
 # Runs the test phase of scripts/test.sh RUNS times (default 5) with two CPU-burning processes
 # beside it, as on a busy machine, and prints each run's counts. Exits non-zero if any run had
 # a failure; the full output of a failed run is kept in target/under-load/run-N.log. Build
-# first (scripts/test.sh, or `cargo nextest run --workspace --no-run`).
+# first (scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The same compiler settings as scripts/test.sh's build, so its test binaries are reused as built.
+source scripts/clippy-env.sh
 runs="${1:-5}"
 shift || true
 

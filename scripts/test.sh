@@ -49,10 +49,11 @@ phase setup
 scripts/pure-crates.sh
 cargo fmt --all -- --check
 phase fmt
-cargo clippy --workspace --all-targets --locked -- -D warnings
-phase clippy
+
+# Lints (clippy, -D warnings) and the test build in one compile: scripts/clippy-env.sh says how.
+source scripts/clippy-env.sh
 cargo nextest run --workspace --locked --no-run
-phase build
+phase build+clippy
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

@@ -195,7 +195,12 @@ fn typed<T: serde::de::DeserializeOwned>(
     let mut track = serde_path_to_error::Track::new();
     let mut unknown = Vec::new();
     let de = serde_path_to_error::Deserializer::new(obj, &mut track);
-    match serde_ignored::deserialize::<_, _, T>(de, |p| unknown.push(UnknownField::of(&p))) {
+    // One callback type for every `T`: a closure here would be a new type per kind, and
+    // serde_ignored's wrappers would instantiate the whole decode tree (ObjectMeta, PodSpec
+    // ...) once per kind, not once per type (issue #39: minutes of release build time).
+    let mut on_unknown = |p: serde_ignored::Path<'_>| unknown.push(UnknownField::of(&p));
+    let on_unknown: &mut dyn FnMut(serde_ignored::Path<'_>) = &mut on_unknown;
+    match serde_ignored::deserialize::<_, _, T>(de, on_unknown) {
         Ok(_) => Ok(unknown),
         Err(e) => {
             let path = track.path().to_string();
