@@ -11,7 +11,8 @@
 #           second fresh clone running beside it (the test command on a busy machine)
 #
 # Environment: REF (commit to clone, default HEAD), WORK (work directory, default a new one
-# under /tmp), FRESH_CARGO_HOME=1 (an empty cargo registry too, so crate downloads count).
+# under /tmp), FRESH_CARGO_HOME=1 (an empty cargo registry too, so crate downloads count),
+# TIMINGS=1 (the demo's build with `--timings`: cargo's per-crate report, kept in the work dir).
 # Targets on a 2-core machine: demo <= 12 min, tests <= 20 min (docs/benchmarks.md, "Build time").
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -54,7 +55,12 @@ note "load: $(uptime)"
 case "$what" in
 demo | all)
     clone demo
-    timed demo "$work/demo" cargo run --release -- demo
+    if [ "${TIMINGS:-0}" = 1 ]; then
+        timed demo "$work/demo" cargo run --release --timings -- demo
+        cp "$work"/demo/target/cargo-timings/cargo-timing.html "$work/demo-timings.html" || true
+    else
+        timed demo "$work/demo" cargo run --release -- demo
+    fi
     ;;
 esac
 case "$what" in
