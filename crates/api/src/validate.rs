@@ -438,6 +438,20 @@ mod tests {
     }
 
     #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        let n = 100_000;
+        let deep = format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        let m = msgs(&deep);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with("<document>: nested more than 128 levels deep"),
+            "{m:?}"
+        );
+        assert!(notes_text(&deep).is_empty());
+        assert!(msgs("a: [[[1]]]\n").iter().all(|p| !p.contains("nested")));
+    }
+
+    #[test]
     fn empty_and_syntax() {
         assert!(msgs("")[0].contains("file is empty"));
         assert!(msgs("# only a comment\n")[0].contains("file is empty"));
