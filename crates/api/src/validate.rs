@@ -57,6 +57,17 @@ const MANIFESTS: &[(&str, &str, DocKind)] = &[
 /// skipped. A syntax error ends the list with a problem naming line and column.
 pub fn parse_documents(text: &str) -> (Vec<Value>, Option<Problem>) {
     let mut docs = Vec::new();
+    // Checked before parsing: the YAML parser spends minutes on 100,000 nested brackets.
+    if gantry_k8s_rules::depth::too_deep(text.as_bytes(), true) {
+        let max = gantry_k8s_rules::depth::MAX_DEPTH;
+        return (
+            docs,
+            Some(Problem::new(
+                "<document>",
+                format!("nested more than {max} levels deep (the API server's limit): not parsed"),
+            )),
+        );
+    }
     for de in serde_yaml::Deserializer::from_str(text) {
         match Value::deserialize(de) {
             Ok(Value::Null) => {}
@@ -424,6 +435,20 @@ mod tests {
             .iter()
             .map(ToString::to_string)
             .collect()
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        let n = 100_000;
+        let deep = format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        let m = msgs(&deep);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with("<document>: nested more than 128 levels deep"),
+            "{m:?}"
+        );
+        assert!(notes_text(&deep).is_empty());
+        assert!(msgs("a: [[[1]]]\n").iter().all(|p| !p.contains("nested")));
     }
 
     #[test]

@@ -10,8 +10,10 @@
 //! - [`quantity`]: resource quantities (`500m`, `2Gi`, `1e3`)
 //! - [`duration`]: Go durations (`1h30m`, `300ms`)
 //! - [`mig`]: the MIG strategy (`none`, `single`, `mixed`)
+//! - [`depth`]: the nesting limit for request bodies and manifests
 
 pub mod affinity;
+pub mod depth;
 pub mod duration;
 pub mod fields;
 pub mod mig;

@@ -110,6 +110,34 @@ pub fn label_value_problem(value: &str) -> Option<String> {
     None
 }
 
+/// What is wrong with a ConfigMap or Secret data key (apimachinery's `IsConfigMapKey`): one
+/// message per broken rule, in upstream's order and words.
+pub fn config_key_problems(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if key.len() > SUBDOMAIN_MAX {
+        out.push(format!("must be no more than {SUBDOMAIN_MAX} characters"));
+    }
+    let shape_ok = !key.is_empty()
+        && key
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    if !shape_ok {
+        out.push(
+            "a valid config key must consist of alphanumeric characters, '-', '_' or '.' \
+             (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is \
+             '[-._a-zA-Z0-9]+')"
+                .into(),
+        );
+    }
+    match key {
+        "." => out.push("must not be '.'".into()),
+        ".." => out.push("must not be '..'".into()),
+        k if k.starts_with("..") => out.push("must not start with '..'".into()),
+        _ => {}
+    }
+    out
+}
+
 pub fn is_label_key(key: &str) -> bool {
     label_key_problem(key).is_none()
 }
@@ -121,6 +149,21 @@ pub fn is_label_value(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_keys() {
+        for ok in ["a", "key.name", "KEY_NAME", "key-name", ".hidden", "a..b"] {
+            assert!(config_key_problems(ok).is_empty(), "{ok}");
+        }
+        assert_eq!(config_key_problems(".."), vec!["must not be '..'"]);
+        assert_eq!(config_key_problems("."), vec!["must not be '.'"]);
+        assert_eq!(config_key_problems("..x"), vec!["must not start with '..'"]);
+        let p = config_key_problems("ключ");
+        assert_eq!(p.len(), 1);
+        assert!(p[0].starts_with("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or"), "{}", p[0]);
+        assert_eq!(config_key_problems("").len(), 1);
+        assert_eq!(config_key_problems(&"a".repeat(254)).len(), 1);
+    }
 
     #[test]
     fn keys() {

@@ -24,6 +24,9 @@ pub struct ControlPlaneOptions {
     pub kubeconfig: Option<PathBuf>,
     /// Events kept for watches resuming from an older resourceVersion.
     pub watch_history: usize,
+    /// Connections served at once; None: from the open-file limit
+    /// ([`crate::serve::connection_limit`]).
+    pub max_connections: Option<usize>,
 }
 
 impl Default for ControlPlaneOptions {
@@ -33,6 +36,7 @@ impl Default for ControlPlaneOptions {
             port: 0,
             kubeconfig: None,
             watch_history: 100_000,
+            max_connections: None,
         }
     }
 }
@@ -107,7 +111,8 @@ impl ControlPlane {
             acceptor,
             api.clone(),
             stop_rx.clone(),
-            crate::serve::connection_limit(),
+            opts.max_connections
+                .unwrap_or_else(crate::serve::connection_limit),
         ));
         let collector = tokio::spawn(gc::run(api.clone(), stop_rx));
         Ok(Self {

@@ -1,20 +1,29 @@
 //! The HTTPS accept loop, with the hygiene a server facing careless or hostile clients
 //! needs: a bound on open connections, a TLS handshake timeout, idle timeouts on
 //! kept-alive connections, back-off when `accept` fails (at the file-descriptor limit it
-//! fails at once, every time) and rate-limited logging of repeated errors.
+//! fails at once, every time) and rate-limited logging of repeated errors. Connections that
+//! have shown no valid token are few and short-lived, and one client (one token) holds at
+//! most half the connections ([`Admission`]), so idle or hostile sockets cannot take the
+//! slots everyone else needs.
 
 use crate::apiserver::ApiServer;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
+use tower::ServiceExt as _;
 
 /// A client must finish the TLS handshake within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// An HTTP/1 connection waiting longer than this for a request's headers is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A connection that has sent no request with a valid token this long after it was accepted
+/// is closed (kube-apiserver closes one that sends no request headers within 32 s).
+pub const UNAUTHENTICATED_TIMEOUT: Duration = Duration::from_secs(32);
 /// Accept back-off bounds (as Go's net/http: 5 ms doubling to 1 s).
 const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -71,6 +80,168 @@ fn next_backoff(cur: Option<Duration>) -> Duration {
     cur.map_or(BACKOFF_MIN, |d| (d * 2).min(BACKOFF_MAX))
 }
 
+/// Who may hold a connection. A connection is unauthenticated from `accept` until it sends a
+/// request with a bearer token that the server accepts; unauthenticated connections are
+/// capped at a quarter of the limit, and a new one past the cap closes the oldest (a client
+/// that means business sends its request within milliseconds of connecting). Authenticated
+/// connections count against their token: one client may hold half the limit.
+pub struct Admission {
+    state: Mutex<AdmissionState>,
+    unauthenticated_limit: usize,
+    per_client_limit: usize,
+}
+
+#[derive(Default)]
+struct AdmissionState {
+    next: u64,
+    /// Unauthenticated connections, oldest first, with the signal that closes each.
+    unauthenticated: BTreeMap<u64, Arc<Notify>>,
+    /// Authenticated connections per client (a hash of its token).
+    clients: HashMap<u64, usize>,
+}
+
+/// One admitted connection; dropping it releases its place.
+pub struct Conn {
+    id: u64,
+    admission: Arc<Admission>,
+    /// Notified when the connection must close: to make room, or because a watch on it was
+    /// closed for not reading.
+    pub close: Arc<Notify>,
+    client: Mutex<Option<u64>>,
+}
+
+impl Admission {
+    pub fn new(max_connections: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::default(),
+            unauthenticated_limit: (max_connections / 4).max(8),
+            per_client_limit: (max_connections / 2).max(8),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AdmissionState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admits a new connection as unauthenticated, closing the oldest such one past the cap.
+    pub fn accept(self: &Arc<Self>) -> Conn {
+        let close = Arc::new(Notify::new());
+        let mut st = self.lock();
+        let id = st.next;
+        st.next += 1;
+        st.unauthenticated.insert(id, close.clone());
+        while st.unauthenticated.len() > self.unauthenticated_limit {
+            if let Some((_, oldest)) = st.unauthenticated.pop_first() {
+                oldest.notify_one();
+            }
+        }
+        Conn {
+            id,
+            admission: self.clone(),
+            close,
+            client: Mutex::new(None),
+        }
+    }
+
+    /// Unauthenticated connections held now.
+    pub fn unauthenticated(&self) -> usize {
+        self.lock().unauthenticated.len()
+    }
+}
+
+impl Conn {
+    /// Records that this connection's client (`token`) was accepted; false if that client
+    /// already holds its share of the connections.
+    pub fn authenticate(&self, token: &[u8]) -> bool {
+        let mut mine = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if mine.is_some() {
+            return true;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        token.hash(&mut h);
+        let client = h.finish();
+        let mut st = self.admission.lock();
+        let held = st.clients.entry(client).or_default();
+        if *held >= self.admission.per_client_limit {
+            return false;
+        }
+        *held += 1;
+        *mine = Some(client);
+        st.unauthenticated.remove(&self.id);
+        true
+    }
+
+    pub fn is_authenticated(&self) -> bool {
+        self.client.lock().map(|c| c.is_some()).unwrap_or(false)
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let client = self.client.lock().ok().and_then(|c| *c);
+        let mut st = self.admission.lock();
+        st.unauthenticated.remove(&self.id);
+        if let Some(c) = client
+            && let Some(n) = st.clients.get_mut(&c)
+        {
+            *n -= 1;
+            if *n == 0 {
+                st.clients.remove(&c);
+            }
+        }
+    }
+}
+
+/// 429 for a request over its client's share of the connections; the connection closes.
+fn too_many_connections() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let mut r = crate::apiserver::status::ApiError::new(
+        429,
+        "TooManyRequests",
+        "too many connections from this client; close some or retry later",
+    )
+    .into_response();
+    r.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    r.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    r
+}
+
+/// The router as seen by one connection: the first request with a token the server accepts
+/// authenticates the connection, counted against that client (over its share: 429 and the
+/// connection closes, before the request is served).
+fn per_connection(router: axum::Router, api: Arc<ApiServer>, conn: Arc<Conn>) -> ConnService {
+    tower::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let (router, api, conn) = (router.clone(), api.clone(), conn.clone());
+        async move {
+            if !conn.is_authenticated()
+                && let Some(token) = req
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                && api.authenticates(token)
+                && !conn.authenticate(token.as_bytes())
+            {
+                return Ok(too_many_connections());
+            }
+            router.oneshot(req).await
+        }
+    })
+    .boxed_clone()
+}
+
+type ConnService = tower::util::BoxCloneService<
+    http::Request<hyper::body::Incoming>,
+    axum::response::Response,
+    std::convert::Infallible,
+>;
+
 /// Serves `api` on `listener` over TLS until `stop` changes.
 pub async fn serve(
     listener: TcpListener,
@@ -79,8 +250,9 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
     max_connections: usize,
 ) {
-    let router = api.router();
+    let router = api.clone().router();
     let slots = Arc::new(Semaphore::new(max_connections));
+    let admission = Admission::new(max_connections);
     let mut conns = tokio::task::JoinSet::new();
     let mut backoff: Option<Duration> = None;
     let mut accept_log = RateLimitedLog::new("accepting a connection");
@@ -112,40 +284,68 @@ pub async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(router.clone());
+        let conn = Arc::new(admission.accept());
+        let service =
+            TowerToHyperService::new(per_connection(router.clone(), api.clone(), conn.clone()));
         conns.spawn(async move {
             let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
+            let unauthenticated_too_long = async {
+                tokio::time::sleep(UNAUTHENTICATED_TIMEOUT).await;
+                if conn.is_authenticated() {
+                    std::future::pending::<()>().await;
                 }
             };
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(IDLE_TIMEOUT);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Some(IDLE_TIMEOUT / 2))
-                .keep_alive_timeout(HANDSHAKE_TIMEOUT);
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended");
+            let served = crate::apiserver::watch::CLOSE_CONNECTION
+                .scope(conn.close.clone(), serve_connection(tcp, peer, acceptor, service));
+            tokio::select! {
+                _ = served => {}
+                _ = conn.close.notified() => {
+                    tracing::debug!(%peer, "closed a connection (to make room, or a watch on it did not read)");
+                }
+                _ = unauthenticated_too_long => {
+                    tracing::debug!(%peer, "closed a connection that sent no valid token");
+                }
             }
         });
         while conns.try_join_next().is_some() {}
     }
     conns.abort_all();
+}
+
+/// The TLS handshake (bounded by [`HANDSHAKE_TIMEOUT`]) and HTTP on one connection.
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+    service: TowerToHyperService<ConnService>,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(IDLE_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(IDLE_TIMEOUT / 2))
+        .keep_alive_timeout(HANDSHAKE_TIMEOUT);
+    if let Err(e) = builder
+        .serve_connection_with_upgrades(TokioIo::new(tls), service)
+        .await
+    {
+        tracing::debug!(%peer, error = %e, "connection ended");
+    }
 }
 
 #[cfg(test)]
@@ -174,5 +374,50 @@ mod tests {
         assert_eq!(logged, 0);
         assert_eq!(log.suppressed, 10_000);
         assert!(connection_limit() >= 64);
+    }
+
+    #[test]
+    fn unauthenticated_connections_past_the_cap_close_the_oldest() {
+        let adm = Admission::new(64); // 16 unauthenticated, 32 per client
+        let first: Vec<Conn> = (0..16).map(|_| adm.accept()).collect();
+        assert_eq!(adm.unauthenticated(), 16);
+        // A client that authenticates leaves the unauthenticated pool.
+        assert!(first[1].authenticate(b"Bearer a"));
+        assert!(first[1].is_authenticated());
+        assert_eq!(adm.unauthenticated(), 15);
+        let _more: Vec<Conn> = (0..2).map(|_| adm.accept()).collect();
+        assert_eq!(adm.unauthenticated(), 16);
+        // The oldest unauthenticated one (0) was told to close; the authenticated one was not.
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut told = |c: &Conn| {
+            let n = c.close.notified();
+            futures::pin_mut!(n);
+            n.poll(&mut cx).is_ready()
+        };
+        use std::future::Future as _;
+        assert!(told(&first[0]));
+        assert!(!told(&first[1]));
+        assert!(!told(&first[3]));
+        drop(first);
+        assert_eq!(adm.unauthenticated(), 2);
+    }
+
+    #[test]
+    fn one_client_holds_at_most_half_the_connections() {
+        let adm = Admission::new(64);
+        let conns: Vec<Conn> = (0..33).map(|_| adm.accept()).collect();
+        let ok = conns.iter().filter(|c| c.authenticate(b"Bearer a")).count();
+        assert_eq!(ok, 32);
+        assert!(
+            conns[32].authenticate(b"Bearer b"),
+            "another client still gets in"
+        );
+        drop(conns);
+        let c = adm.accept();
+        assert!(
+            c.authenticate(b"Bearer a"),
+            "places come back when connections end"
+        );
     }
 }

@@ -140,3 +140,27 @@ fn validate_reads_stdin_and_reports_missing_files() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("/nonexistent/x.yaml: cannot read"));
 }
+
+#[test]
+fn validate_refuses_deep_nesting_before_parsing() {
+    // 100,000 levels: the API server refuses it at once; validate must too (the YAML parser
+    // alone would take minutes), naming the file and the limit.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("deep.json");
+    let n = 100_000;
+    let body = format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n));
+    std::fs::write(&path, body).unwrap_or_else(|e| panic!("{e}"));
+    let out = gantry()
+        .args(["validate", "-f"])
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let want = format!(
+        "{}: <document>: nested more than 128 levels deep",
+        path.display()
+    );
+    assert!(stdout.contains(&want), "{stdout}");
+    assert!(!stdout.contains("note:"), "nothing else is said: {stdout}");
+}

@@ -32,8 +32,10 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<(), ApiError> {
         let info = &t.info;
+        let mut reported = false;
         validate::builtin(info, &t.version, obj, |unknown, obj| {
             let list: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+            reported = true;
             unknown_fields(t, &list, checks)?;
             // As upstream's typed decode, which has nowhere to keep them.
             unknown.iter().for_each(|f| f.prune(obj));
@@ -47,6 +49,7 @@ impl ApiServer {
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
+            reported = true;
             unknown_fields(t, &walk.unknown, checks)?;
             if !walk.errors.is_empty() {
                 return Err(ApiError::invalid_fields(
@@ -56,17 +59,26 @@ impl ApiServer {
                 ));
             }
         }
+        if !reported {
+            unknown_fields(t, &[], checks)?;
+        }
         decode::check_object_size(obj)
     }
 }
 
 /// Unknown fields per `fieldValidation`: `Strict` refuses the object (400, upstream's strict
 /// decoding error), `Warn` sends a `Warning` per field, `Ignore` drops them silently.
+/// Keys the body repeats are reported the same way, after the unknown fields (the last value
+/// of a repeated key is the one kept, as upstream).
 fn unknown_fields(t: &Target, unknown: &[String], checks: &mut Checks) -> Result<(), ApiError> {
-    if unknown.is_empty() {
+    let duplicates = std::mem::take(&mut checks.duplicates);
+    if unknown.is_empty() && duplicates.is_empty() {
         return Ok(());
     }
-    let list = unknown.iter().map(|f| format!("unknown field {f:?}"));
+    let list = unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .chain(duplicates.iter().map(|f| format!("duplicate field {f:?}")));
     match checks.mode {
         FieldValidation::Strict => Err(ApiError::bad_request(format!(
             "{kind} in version {v:?} cannot be handled as a {kind}: strict decoding error: {}",

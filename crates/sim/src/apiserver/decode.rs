@@ -10,8 +10,8 @@ use serde_json::Value;
 pub const MAX_REQUEST_BYTES: usize = 3 << 20;
 /// etcd's default `--max-request-bytes` (1.5 MiB): the largest object that can be stored.
 pub const MAX_OBJECT_BYTES: usize = 3 << 19;
-/// Deepest nesting of objects and arrays accepted (serde_json's own recursion limit).
-pub const MAX_DEPTH: usize = 128;
+/// Deepest nesting of objects and arrays accepted (shared with `gantry validate`).
+pub use gantry_k8s_rules::depth::MAX_DEPTH;
 
 /// The body formats a write may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,42 +55,8 @@ pub fn too_large(limit: usize) -> ApiError {
     )
 }
 
-/// The deepest nesting of `{`/`[` outside strings, stopping at `limit + 1`. Linear; quotes
-/// are JSON's (and YAML's double quotes); YAML single-quoted scalars are skipped too.
-pub fn nesting_depth(body: &[u8], limit: usize, yaml: bool) -> usize {
-    let (mut depth, mut max) = (0usize, 0usize);
-    let mut i = 0;
-    while i < body.len() {
-        match body[i] {
-            b'"' => {
-                i += 1;
-                while i < body.len() && body[i] != b'"' {
-                    i += if body[i] == b'\\' { 2 } else { 1 };
-                }
-            }
-            b'\'' if yaml => {
-                i += 1;
-                while i < body.len() && body[i] != b'\'' {
-                    i += 1;
-                }
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                max = max.max(depth);
-                if max > limit {
-                    return max;
-                }
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
-    }
-    max
-}
-
 fn check_depth(body: &[u8], yaml: bool, what: &str) -> Result<(), ApiError> {
-    if nesting_depth(body, MAX_DEPTH, yaml) > MAX_DEPTH {
+    if gantry_k8s_rules::depth::too_deep(body, yaml) {
         return Err(ApiError::bad_request(format!(
             "the body of the {what} request is nested more than {MAX_DEPTH} levels deep"
         )));
@@ -116,6 +82,104 @@ pub fn yaml(body: &[u8], what: &str) -> Result<Value, ApiError> {
             "the body of the {what} request is not valid YAML: {e}"
         ))
     })
+}
+
+/// [`duplicate_fields`] of a body sent as JSON (under content type `ct`); none for YAML and
+/// protobuf bodies, and for bodies too deep to decode (they are refused anyway).
+pub fn repeated_keys(ct: Option<&str>, body: &[u8]) -> Vec<String> {
+    let json = matches!(Format::from_content_type(ct), Ok(Format::Json));
+    if !json
+        || body.starts_with(super::protobuf::MAGIC)
+        || gantry_k8s_rules::depth::too_deep(body, false)
+    {
+        return Vec::new();
+    }
+    duplicate_fields(body)
+}
+
+/// The paths of keys that repeat within one JSON object (`data.a`, `spec.containers[0].name`),
+/// as upstream's strict decoder reports them (`duplicate field "data.a"`). Empty for bodies
+/// that are not JSON objects; the body has passed [`json`] already.
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let _ = serde::de::DeserializeSeed::deserialize(
+        Dups {
+            path: String::new(),
+            found: &mut found,
+        },
+        &mut de,
+    );
+    found
+}
+
+/// Walks one value, recording repeated keys under `path`.
+struct Dups<'a> {
+    path: String,
+    found: &'a mut Vec<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Dups<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Dups<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(k) = m.next_key::<String>()? {
+            let path = if self.path.is_empty() {
+                k.clone()
+            } else {
+                format!("{}.{k}", self.path)
+            };
+            if !seen.insert(k) {
+                self.found.push(path.clone());
+            }
+            m.next_value_seed(Dups {
+                path,
+                found: &mut *self.found,
+            })?;
+        }
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while s
+            .next_element_seed(Dups {
+                path: format!("{}[{i}]", self.path),
+                found: &mut *self.found,
+            })?
+            .is_some()
+        {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
 }
 
 /// Decodes a request body in `format`; an empty body is an empty object.
@@ -153,18 +217,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn depth_is_counted_outside_strings() {
-        assert_eq!(
-            nesting_depth(br#"{"a":{"b":[1,{"c":"{{{["}]}}"#, 100, false),
-            4
-        );
-        assert_eq!(nesting_depth(br#"{"a":"\"{{"}"#, 100, false), 1);
-        assert_eq!(nesting_depth(b"a: '{{{'\nb: [1]", 100, true), 1);
-        let deep = "{\"a\":".repeat(100_000);
-        assert_eq!(nesting_depth(deep.as_bytes(), 128, false), 129);
-    }
-
-    #[test]
     fn json_is_only_json() {
         assert!(json(br#"{"a": 1,}"#, "create").is_err(), "trailing comma");
         assert!(json(b"a: 1", "create").is_err(), "YAML");
@@ -175,6 +227,13 @@ mod tests {
         assert_eq!((e.code, e.reason), (400, "BadRequest"));
         assert!(e.message.contains("128 levels"), "{}", e.message);
         assert!(yaml(deep.as_bytes(), "create").is_err());
+    }
+
+    #[test]
+    fn repeated_keys_are_found_with_their_paths() {
+        let body = br#"{"data":{"a":"1","b":"2","a":"3"},"metadata":{"name":"x"},"list":[{"k":1,"k":2}],"data":{}}"#;
+        assert_eq!(duplicate_fields(body), vec!["data.a", "list[0].k", "data"]);
+        assert!(duplicate_fields(br#"{"a":{"a":{"a":1}}}"#).is_empty());
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct ApiServer {
     pub rbac: rbac::Rbac,
     /// Recent events' JSON, shared by every watcher that sends them.
     pub(crate) encodings: watch::Encodings,
+    /// Open watches and slow ones closed (`/metrics`).
+    pub watches: watch::WatchCounts,
     /// Requests served by verb and resource (`/metrics`).
     pub requests: requests::RequestCounts,
 }
@@ -65,6 +67,7 @@ impl ApiServer {
             address: OnceLock::new(),
             rbac: rbac::Rbac::default(),
             encodings: watch::Encodings::default(),
+            watches: watch::WatchCounts::default(),
             requests: requests::RequestCounts::default(),
         });
         srv.refresh_crds();
@@ -121,6 +124,12 @@ impl ApiServer {
         axum::Router::new().fallback(entry).with_state(self)
     }
 
+    /// Whether `bearer` is a token this server accepts (the connection limits count
+    /// connections by it).
+    pub fn authenticates(&self, bearer: &str) -> bool {
+        rbac::authenticate(self, self.token.as_deref(), Some(bearer)).is_some()
+    }
+
     /// Who sent the request (None: no valid token).
     fn user(&self, req: &Request) -> Option<rbac::User> {
         let bearer = req
@@ -163,6 +172,11 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
         .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
+    if let Err(e) =
+        rbac::escalation::check(&srv, &user, parts.method.as_str(), &path, &query, ct, &body)
+    {
+        return e.into_response();
+    }
     if let Some(r) = rbac::serve(&srv, parts.method.as_str(), &path, ct, &body) {
         return r;
     }

@@ -112,6 +112,17 @@ fn body_json(headers: &HeaderMap, body: &Bytes, what: &str) -> Result<Value, Api
     decode::body(body, format, what)
 }
 
+/// The keys a JSON body repeats, when `fieldValidation` wants them reported (not Ignore).
+fn duplicates(headers: &HeaderMap, body: &Bytes, checks: &Checks) -> Vec<String> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if checks.mode == FieldValidation::Ignore {
+        return Vec::new();
+    }
+    decode::repeated_keys(ct, body)
+}
+
 /// The field manager of a write: the query parameter, else the user agent's program name.
 fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
     if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
@@ -415,6 +426,7 @@ fn write(
             ))
         }
         (Method::POST, None) => {
+            checks.duplicates = duplicates(headers, body, &checks);
             let body = body_json(headers, body, "create")?;
             let obj = srv.create_checked(&t, body, &mgr, &mut checks)?;
             Ok(with_warnings(ok_json(StatusCode::CREATED, &obj), &checks))
@@ -440,6 +452,7 @@ fn write(
         }
         (Method::PUT, Some(name)) => {
             let sub = if sub == "finalize" { "" } else { sub };
+            checks.duplicates = duplicates(headers, body, &checks);
             let body = body_json(headers, body, "update")?;
             let obj = srv.update_checked(&t, name, sub, body, &mgr, &mut checks)?;
             Ok(with_warnings(ok_json(StatusCode::OK, &obj), &checks))

@@ -37,6 +37,8 @@ pub struct Checks {
     pub mode: FieldValidation,
     pub warnings: Vec<String>,
     pub schema: Option<CrdSchema>,
+    /// Keys the JSON body repeats (their paths), reported with the unknown fields.
+    pub duplicates: Vec<String>,
 }
 
 /// A custom resource version's `openAPIV3Schema`, read in place from the stored CRD (shared,

@@ -14,6 +14,8 @@ use serde_json::Value;
 
 /// Upstream's total size limit of a ConfigMap's or Secret's data (1 MiB).
 const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// Upstream's limit on the total size of an object's annotations, keys and values (256 KiB).
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 << 10;
 
 /// The kind as upstream names it in errors: `Pod`, `ClusterPolicy.nvidia.com`.
 pub fn qualified_kind(info: &ResourceInfo) -> String {
@@ -93,6 +95,22 @@ pub fn metadata(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), A
                 if let Some(p) = label_value_problem(v) {
                     errs.push(FieldError::invalid(path, &Value::String(v.into()), &p));
                 }
+            } else if let Some(p) = label_key_problem(&k.to_lowercase()) {
+                // Annotation keys are qualified names, whatever their case.
+                let path = "metadata.annotations";
+                errs.push(FieldError::invalid(path, &Value::String(k.clone()), &p));
+            }
+        }
+        if field == "annotations" {
+            let size: usize = map
+                .iter()
+                .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+                .sum();
+            if size > MAX_ANNOTATIONS_BYTES {
+                errs.push(FieldError::too_long(
+                    "metadata.annotations",
+                    MAX_ANNOTATIONS_BYTES,
+                ));
             }
         }
     }
@@ -461,6 +479,7 @@ pub fn builtin(
         }
     }
     if matches!(info.kind.as_str(), "ConfigMap" | "Secret") && info.group.is_empty() {
+        config_keys(obj, &mut errs);
         let size: usize = ["data", "binaryData", "stringData"]
             .iter()
             .filter_map(|k| obj.get(*k).and_then(Value::as_object))
@@ -475,6 +494,35 @@ pub fn builtin(
         Ok(())
     } else {
         Err(ApiError::invalid_fields(&qualified_kind(info), name, &errs))
+    }
+}
+
+/// The keys of a ConfigMap's or Secret's data (`IsConfigMapKey`), and a ConfigMap key present
+/// in both `data` and `binaryData`. A Secret's `stringData` is merged into `data` upstream
+/// before this check, so its keys are reported under `data` too.
+fn config_keys(obj: &Value, errs: &mut Vec<FieldError>) {
+    let keys = |field: &str| -> Vec<String> {
+        obj.get(field)
+            .and_then(Value::as_object)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let binary = keys("binaryData");
+    for (field, path) in [
+        ("data", "data"),
+        ("stringData", "data"),
+        ("binaryData", "binaryData"),
+    ] {
+        for k in keys(field) {
+            let at = format!("{path}[{k}]");
+            for p in gantry_k8s_rules::names::config_key_problems(&k) {
+                errs.push(FieldError::invalid(&at, &Value::String(k.clone()), &p));
+            }
+            if field == "data" && binary.contains(&k) {
+                let why = "duplicate of key present in binaryData";
+                errs.push(FieldError::invalid(&at, &Value::String(k.clone()), why));
+            }
+        }
     }
 }
 

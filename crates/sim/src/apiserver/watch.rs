@@ -9,7 +9,9 @@ use super::status::ApiError;
 use crate::store::{Event, EventType};
 use axum::body::Bytes;
 use serde_json::{Value, json};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
@@ -138,6 +140,165 @@ fn parse_rv(rv: &str) -> Result<u64, ApiError> {
     })
 }
 
+/// Body chunks (event lines) a watcher may have waiting for its client: its buffer. The
+/// stream behind it (HTTP/2 window or HTTP/1 write buffer, TLS, socket) adds a bounded amount.
+pub const WATCHER_BUFFER: usize = 64;
+/// A watcher whose buffer stays full this long is closed, as kube-apiserver's cacher closes
+/// an unresponsive watcher ("Forcing watcher close due to unresponsiveness"): the client sees
+/// the watch end and resumes from its last resourceVersion, or lists again on 410.
+pub const SLOW_WATCHER_TIMEOUT: Duration = Duration::from_secs(5);
+
+tokio::task_local! {
+    /// Closes the HTTP/1 connection a request came on (set by the accept loop around each
+    /// connection). A watch closed for not reading ends its connection too: its client has
+    /// left the server's bytes unread in the socket, so the connection could never be used
+    /// again and would hold its buffers. HTTP/2 streams run on their own tasks and never see
+    /// it; their flow-control window bounds them and the stream just ends.
+    pub static CLOSE_CONNECTION: Arc<tokio::sync::Notify>;
+}
+
+/// Open watches and those closed for being too slow (`/metrics`).
+#[derive(Default)]
+pub struct WatchCounts {
+    open: AtomicI64,
+    terminated: Mutex<BTreeMap<String, u64>>,
+}
+
+impl WatchCounts {
+    pub fn open(&self) -> i64 {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Watchers closed for not reading, over all resources.
+    pub fn terminated(&self) -> u64 {
+        self.terminated
+            .lock()
+            .map(|m| m.values().sum())
+            .unwrap_or(0)
+    }
+
+    fn terminate(&self, resource: &str) {
+        if let Ok(mut m) = self.terminated.lock() {
+            *m.entry(resource.to_string()).or_default() += 1;
+        }
+    }
+
+    /// The Prometheus text exposition, with upstream's metric names.
+    pub fn exposition(&self) -> String {
+        let mut out = format!(
+            "# HELP apiserver_registered_watchers Number of currently registered watchers.\n\
+             # TYPE apiserver_registered_watchers gauge\napiserver_registered_watchers {}\n\
+             # HELP apiserver_terminated_watchers_total Counter of watchers closed due to unresponsiveness broken by resource type.\n\
+             # TYPE apiserver_terminated_watchers_total counter\n",
+            self.open()
+        );
+        for (r, n) in self
+            .terminated
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+        {
+            let _ = writeln!(
+                out,
+                "apiserver_terminated_watchers_total{{resource=\"{r}\"}} {n}"
+            );
+        }
+        out
+    }
+}
+
+/// Counts a watch as open while it lives.
+struct Registered(Arc<ApiServer>);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.watches.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+type Tx = mpsc::Sender<Result<Bytes, std::convert::Infallible>>;
+
+/// Why a watch stops sending.
+enum Stop {
+    /// The client went away.
+    Gone,
+    /// Its buffer stayed full past [`SLOW_WATCHER_TIMEOUT`].
+    Slow,
+}
+
+/// Queues one chunk, waiting at most [`SLOW_WATCHER_TIMEOUT`] for room.
+async fn send(tx: &Tx, chunk: Bytes) -> Result<(), Stop> {
+    match tx.try_send(Ok(chunk)) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(Stop::Gone),
+        Err(mpsc::error::TrySendError::Full(c)) => {
+            match tokio::time::timeout(SLOW_WATCHER_TIMEOUT, tx.send(c)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(Stop::Gone),
+                Err(_) => Err(Stop::Slow),
+            }
+        }
+    }
+}
+
+/// Where a watch starts: the objects to send as ADDED first (a snapshot of shared stored
+/// objects, encoded one at a time as the client takes them, never a list per watcher), the
+/// resourceVersion they are at, the kept events after it and the live subscription.
+struct Start {
+    initial: Vec<Arc<Value>>,
+    end_bookmark: bool,
+    rv: u64,
+    backlog: Vec<Arc<Event>>,
+    sub: Option<broadcast::Receiver<Arc<Event>>>,
+    error: Option<Value>,
+}
+
+fn begin(srv: &ApiServer, filter: &Filter) -> Result<Start, ApiError> {
+    let rv = filter.opts.resource_version.clone().unwrap_or_default();
+    let from_now = rv.is_empty() || rv == "0";
+    let initial = filter.opts.send_initial_events.unwrap_or(from_now);
+    if initial || from_now {
+        let ns = (filter.target.info.namespaced && !filter.target.namespace.is_empty())
+            .then_some(filter.target.namespace.as_str());
+        let (objs, list_rv) = if initial {
+            srv.store.list(&filter.gr, ns, None)
+        } else {
+            (Vec::new(), srv.store.current_rv())
+        };
+        let (backlog, sub) = srv
+            .store
+            .watch_from(list_rv)
+            .map_err(|e| ApiError::gone(e.to_string()))?;
+        return Ok(Start {
+            initial: objs,
+            end_bookmark: filter.opts.send_initial_events == Some(true),
+            rv: list_rv,
+            backlog,
+            sub: Some(sub),
+            error: None,
+        });
+    }
+    let want = parse_rv(&rv)?;
+    Ok(match srv.store.watch_from(want) {
+        Ok((backlog, sub)) => Start {
+            initial: Vec::new(),
+            end_bookmark: false,
+            rv: want,
+            backlog,
+            sub: Some(sub),
+            error: None,
+        },
+        Err(e) => Start {
+            initial: Vec::new(),
+            end_bookmark: false,
+            rv: want,
+            backlog: Vec::new(),
+            sub: None,
+            error: Some(ApiError::gone(e.to_string()).to_status()),
+        },
+    })
+}
+
 /// Starts a watch; the returned channel yields the response body chunks.
 pub fn start(
     srv: Arc<ApiServer>,
@@ -149,99 +310,81 @@ pub fn start(
         target,
         opts,
     };
-    let rv = filter.opts.resource_version.clone().unwrap_or_default();
-    let initial = match filter.opts.send_initial_events {
-        Some(b) => b,
-        None => rv.is_empty() || rv == "0",
-    };
-    let (tx, rx) = mpsc::channel(256);
-    let mut first: Vec<Bytes> = Vec::new();
-    let (start_rv, backlog, sub) = if initial || rv.is_empty() || rv == "0" {
-        let list = srv.list(
-            &filter.target,
-            &super::objects::ListOpts {
-                labels: filter.opts.labels.clone(),
-                fields: filter.opts.fields.clone(),
-                ..Default::default()
-            },
-        )?;
-        let list_rv = parse_rv(
-            list.pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .unwrap_or("0"),
-        )?;
-        if initial {
-            for item in list["items"].as_array().into_iter().flatten() {
-                first.push(line("ADDED", item));
-            }
-        }
-        if filter.opts.send_initial_events == Some(true) {
-            first.push(line("BOOKMARK", &filter.bookmark(list_rv, true)));
-        }
-        match srv.store.watch_from(list_rv) {
-            Ok((b, s)) => (list_rv, b, Some(s)),
-            Err(e) => return Err(ApiError::gone(e.to_string())),
-        }
-    } else {
-        let want = parse_rv(&rv)?;
-        match srv.store.watch_from(want) {
-            Ok((b, s)) => (want, b, Some(s)),
-            Err(e) => {
-                let status = ApiError::gone(e.to_string()).to_status();
-                first.push(line("ERROR", &status));
-                (want, Vec::new(), None)
-            }
-        }
-    };
+    let start = begin(&srv, &filter)?;
+    let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
+    srv.watches.open.fetch_add(1, Ordering::Relaxed);
+    let registered = Registered(srv.clone());
+    let close = CLOSE_CONNECTION.try_with(Arc::clone).ok();
     tokio::spawn(async move {
-        for chunk in first {
-            if tx.send(Ok(chunk)).await.is_err() {
-                return;
-            }
-        }
-        let Some(mut sub) = sub else { return };
-        let mut last = start_rv;
-        for ev in backlog {
-            last = last.max(ev.rv);
-            if let Some(l) = filter.line_for(&ev, &srv.encodings)
-                && tx.send(Ok(l)).await.is_err()
-            {
-                return;
-            }
-        }
-        let deadline = tokio::time::sleep(filter.opts.timeout.unwrap_or(DEFAULT_TIMEOUT));
-        tokio::pin!(deadline);
-        let mut tick = tokio::time::interval(BOOKMARK_EVERY);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = &mut deadline => return,
-                _ = tx.closed() => return,
-                _ = tick.tick(), if filter.opts.bookmarks => {
-                    if tx.send(Ok(line("BOOKMARK", &filter.bookmark(last, false)))).await.is_err() {
-                        return;
-                    }
-                }
-                got = sub.recv() => match got {
-                    Ok(ev) => {
-                        if ev.rv <= last {
-                            continue;
-                        }
-                        last = ev.rv;
-                        if let Some(l) = filter.line_for(&ev, &srv.encodings)
-                            && tx.send(Ok(l)).await.is_err()
-                        {
-                            return;
-                        }
-                    }
-                    // Too slow to keep up, or shutting down: end the watch; the client
-                    // resumes from its last resourceVersion (or relists on 410).
-                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
-                },
+        let _registered = registered;
+        if let Err(Stop::Slow) = run(&srv, &filter, start, &tx).await {
+            tracing::debug!(resource = %filter.gr, "closing a watcher that does not read");
+            srv.watches.terminate(&filter.target.info.plural);
+            if let Some(c) = close {
+                c.notify_one();
             }
         }
     });
     Ok(rx)
+}
+
+/// Sends a watch's events until it times out, its client goes or falls behind.
+async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<(), Stop> {
+    if let Some(status) = start.error {
+        return send(tx, line("ERROR", &status)).await;
+    }
+    for item in start.initial {
+        if !filter.matches(&item) {
+            continue;
+        }
+        let l = if filter.target.info.builtin {
+            encoded_line("ADDED", &serde_json::to_vec(&*item).unwrap_or_default())
+        } else {
+            line("ADDED", &filter.target.present(&item))
+        };
+        send(tx, l).await?;
+    }
+    if start.end_bookmark {
+        send(tx, line("BOOKMARK", &filter.bookmark(start.rv, true))).await?;
+    }
+    let Some(mut sub) = start.sub else {
+        return Ok(());
+    };
+    let mut last = start.rv;
+    for ev in start.backlog {
+        last = last.max(ev.rv);
+        if let Some(l) = filter.line_for(&ev, &srv.encodings) {
+            send(tx, l).await?;
+        }
+    }
+    let deadline = tokio::time::sleep(filter.opts.timeout.unwrap_or(DEFAULT_TIMEOUT));
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return Ok(()),
+            _ = tx.closed() => return Err(Stop::Gone),
+            _ = tick.tick(), if filter.opts.bookmarks => {
+                send(tx, line("BOOKMARK", &filter.bookmark(last, false))).await?;
+            }
+            got = sub.recv() => match got {
+                Ok(ev) => {
+                    if ev.rv <= last {
+                        continue;
+                    }
+                    last = ev.rv;
+                    if let Some(l) = filter.line_for(&ev, &srv.encodings) {
+                        send(tx, l).await?;
+                    }
+                }
+                // Behind by more than the store's event ring, or shutting down: end the
+                // watch; the client resumes from its last resourceVersion (or lists on 410).
+                Err(broadcast::error::RecvError::Lagged(_)) => return Err(Stop::Slow),
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+        }
+    }
 }
 
 #[cfg(test)]

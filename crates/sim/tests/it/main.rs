@@ -2,6 +2,7 @@
 //! instead of one per file (docs/testing.md).
 
 mod apiserver_kube;
+mod connections;
 mod controllers;
 mod deployments;
 mod durability;
@@ -19,3 +20,4 @@ mod probe;
 mod strictness;
 mod up_side_by_side;
 mod upstream_defaults;
+mod write_paths;

@@ -10,6 +10,17 @@ use super::{Target, generate_suffix, meta_str, rv_of, same_content, spec_part};
 use crate::store::Mutation;
 use serde_json::{Value, json};
 
+/// A body may leave the namespace out (the request's is used) but not name another one:
+/// upstream's `EnsureObjectNamespaceMatchesRequestNamespace`, on create, update and patch.
+pub(super) fn namespace_matches(t: &Target, body_ns: &str) -> Result<(), ApiError> {
+    if body_ns.is_empty() || body_ns == t.namespace {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        "the namespace of the provided object does not match the namespace sent on the request",
+    ))
+}
+
 impl ApiServer {
     pub(super) fn ensure_namespace(&self, t: &Target) -> Result<(), ApiError> {
         if !t.info.namespaced {
@@ -84,12 +95,7 @@ impl ApiServer {
             .as_object_mut()
             .ok_or_else(|| ApiError::internal("metadata vanished"))?;
         if info.namespaced {
-            if !body_ns.is_empty() && body_ns != t.namespace {
-                return Err(ApiError::bad_request(format!(
-                    "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({})",
-                    t.namespace
-                )));
-            }
+            namespace_matches(t, &body_ns)?;
             meta.insert("namespace".into(), json!(t.namespace));
         } else {
             meta.remove("namespace");
@@ -139,6 +145,9 @@ impl ApiServer {
             )));
         }
         validate::api_version(info, &t.version, &new)?;
+        if info.namespaced {
+            namespace_matches(t, meta_str(&new, "namespace").unwrap_or_default())?;
+        }
         if let Some(rv) = meta_str(&new, "resourceVersion")
             && !rv.is_empty()
             && rv != rv_of(cur)

@@ -65,6 +65,10 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<Value, ApiError> {
         checks.schema = self.crd_schema(t);
+        if t.info.namespaced {
+            let ns = super::meta_str(&body, "namespace").unwrap_or_default();
+            super::prepare::namespace_matches(t, ns)?;
+        }
         let out = self.guaranteed_write(&t.key(name), checks, |cur, checks| match cur {
             None => Err(t.not_found(name)),
             Some(cur) => self.prepare_update(t, cur, body.clone(), sub, Some(manager), checks),
@@ -118,6 +122,14 @@ impl ApiServer {
                 return Err(t.not_found(name));
             };
             let patched = patch::apply_simple(kind, cur, body, &what)?;
+            // The patched object must still be this one (upstream's `checkName`): a
+            // strategic `{"$patch": "delete"}` or a patch removing the name leaves none.
+            let patched_name = super::meta_str(&patched, "name").unwrap_or_default();
+            if patched_name != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({patched_name}) does not match the name on the URL ({name})"
+                )));
+            }
             let manager = manager.unwrap_or("unknown");
             self.prepare_update(t, cur, patched, sub, Some(manager), checks)
         })?;

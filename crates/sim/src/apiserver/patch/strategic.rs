@@ -79,6 +79,11 @@ fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Resul
             )));
         }
     }
+    // Upstream clears the keys not retained first, then merges the patch in.
+    if let Some(retain) = patch.get("$retainKeys").and_then(Value::as_array) {
+        let keep: Vec<&str> = retain.iter().filter_map(Value::as_str).collect();
+        orig.retain(|k, _| keep.contains(&k.as_str()));
+    }
     for (key, pv) in patch {
         if key == "$patch" || key == "$retainKeys" || key.starts_with(SET_ORDER) {
             continue;
@@ -122,10 +127,6 @@ fn merge_map(orig: &mut Map<String, Value>, patch: &Map<String, Value>) -> Resul
                 orig.insert(key.clone(), other.clone());
             }
         }
-    }
-    if let Some(retain) = patch.get("$retainKeys").and_then(Value::as_array) {
-        let keep: Vec<&str> = retain.iter().filter_map(Value::as_str).collect();
-        orig.retain(|k, _| keep.contains(&k.as_str()));
     }
     Ok(())
 }

@@ -7,9 +7,11 @@
 //! ServiceAccount (same uid), the pod it was bound to, and its expiry last. Its requests are
 //! authorized against Roles, ClusterRoles and their bindings ([`rules`]); a denial is a 403
 //! worded as upstream's, logged and counted in `apiserver_authorization_decisions_total`
-//! (served on `/metrics`).
+//! (served on `/metrics`). Writes of roles and bindings that would grant more than the
+//! writer holds are refused ([`escalation`]).
 
 pub mod attrs;
+pub mod escalation;
 pub mod rules;
 mod tokens;
 
@@ -169,7 +171,7 @@ pub fn serve(
                 http::StatusCode::OK,
                 [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
                 // The authorizer's counters, then the requests served.
-                metrics_text(&srv.rbac) + &srv.requests.exposition(),
+                metrics_text(&srv.rbac) + &srv.requests.exposition() + &srv.watches.exposition(),
             )
                 .into_response(),
         ),

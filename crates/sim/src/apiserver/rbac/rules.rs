@@ -119,12 +119,67 @@ pub fn rule_allows(rule: &PolicyRule, a: &Attributes) -> bool {
     }
 }
 
-fn url_matches(pattern: &str, path: &str) -> bool {
+pub fn url_matches(pattern: &str, path: &str) -> bool {
     pattern == "*"
         || pattern == path
         || pattern
             .strip_suffix('*')
             .is_some_and(|prefix| path.starts_with(prefix))
+}
+
+/// Every rule granted to `user` in `namespace` ("": cluster-wide only): its ClusterRoleBindings'
+/// roles, then its RoleBindings' roles in that namespace (upstream's `RulesFor`).
+pub fn rules_for<'p>(policy: &'p Policy, user: &User, namespace: &str) -> Vec<&'p PolicyRule> {
+    let cluster_role = |name: &str| {
+        policy
+            .cluster_roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+    };
+    let mut out = Vec::new();
+    for b in &policy.cluster_bindings {
+        if b.subjects
+            .iter()
+            .flatten()
+            .any(|s| subject_matches(s, user, ""))
+            && b.role_ref.kind == "ClusterRole"
+            && let Some(r) = cluster_role(&b.role_ref.name)
+        {
+            out.extend(r.rules.iter().flatten());
+        }
+    }
+    // RoleBindings grant only inside their namespace (and never cluster-scoped requests).
+    if namespace.is_empty() {
+        return out;
+    }
+    for b in policy
+        .bindings
+        .iter()
+        .filter(|b| b.metadata.namespace.as_deref() == Some(namespace))
+    {
+        if !b
+            .subjects
+            .iter()
+            .flatten()
+            .any(|s| subject_matches(s, user, namespace))
+        {
+            continue;
+        }
+        let rules = match b.role_ref.kind.as_str() {
+            "ClusterRole" => cluster_role(&b.role_ref.name).and_then(|r| r.rules.as_ref()),
+            "Role" => policy
+                .roles
+                .iter()
+                .find(|r| {
+                    r.metadata.namespace.as_deref() == Some(namespace)
+                        && r.metadata.name.as_deref() == Some(b.role_ref.name.as_str())
+                })
+                .and_then(|r| r.rules.as_ref()),
+            _ => None,
+        };
+        out.extend(rules.into_iter().flatten());
+    }
+    out
 }
 
 /// Whether `policy` lets `user` do `a`.
@@ -139,60 +194,19 @@ pub fn allows(policy: &Policy, user: &User, a: &Attributes) -> bool {
     {
         return true;
     }
-    let cluster_role = |name: &str| {
-        policy
-            .cluster_roles
-            .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(name))
-    };
-    let any_rule =
-        |rules: Option<&Vec<PolicyRule>>| rules.into_iter().flatten().any(|r| rule_allows(r, a));
-    for b in &policy.cluster_bindings {
-        if b.subjects
-            .iter()
-            .flatten()
-            .any(|s| subject_matches(s, user, ""))
-            && b.role_ref.kind == "ClusterRole"
-            && cluster_role(&b.role_ref.name).is_some_and(|r| any_rule(r.rules.as_ref()))
-        {
-            return true;
-        }
+    let ns = a.resource.as_ref().map_or("", |r| r.namespace.as_str());
+    rules_for(policy, user, ns)
+        .into_iter()
+        .any(|r| rule_allows(r, a))
+}
+
+/// The discovery rule every authenticated user holds (see [`DISCOVERY_PATHS`]).
+pub fn discovery_rule() -> PolicyRule {
+    PolicyRule {
+        verbs: vec!["get".into()],
+        non_resource_urls: Some(DISCOVERY_PATHS.iter().map(|p| p.to_string()).collect()),
+        ..Default::default()
     }
-    // RoleBindings grant only inside their namespace (and never cluster-scoped requests).
-    let ns = match &a.resource {
-        Some(r) if !r.namespace.is_empty() => r.namespace.as_str(),
-        _ => return false,
-    };
-    for b in policy
-        .bindings
-        .iter()
-        .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
-    {
-        if !b
-            .subjects
-            .iter()
-            .flatten()
-            .any(|s| subject_matches(s, user, ns))
-        {
-            continue;
-        }
-        let rules = match b.role_ref.kind.as_str() {
-            "ClusterRole" => cluster_role(&b.role_ref.name).and_then(|r| r.rules.as_ref()),
-            "Role" => policy
-                .roles
-                .iter()
-                .find(|r| {
-                    r.metadata.namespace.as_deref() == Some(ns)
-                        && r.metadata.name.as_deref() == Some(b.role_ref.name.as_str())
-                })
-                .and_then(|r| r.rules.as_ref()),
-            _ => None,
-        };
-        if any_rule(rules) {
-            return true;
-        }
-    }
-    false
 }
 
 /// The message of a 403, as upstream's `forbiddenMessage` words it.
