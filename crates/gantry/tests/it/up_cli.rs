@@ -100,7 +100,9 @@ fn an_interrupted_start_leaves_no_temporary_directory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let tmp = dir.path().join("tmp");
     std::fs::create_dir(&tmp).expect("TMPDIR");
-    let mut child = up_in(&tmp, dir.path(), &["--nodes", "5000xcpu"])
+    // 400 nodes: their 800 sockets fit a 1,024-descriptor limit, and starting them takes long
+    // enough (~0.3 s) for the signal to land part-way.
+    let mut child = up_in(&tmp, dir.path(), &["--nodes", "400xcpu"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -116,7 +118,7 @@ fn an_interrupted_start_leaves_no_temporary_directory() {
             child.try_wait().expect("waiting").is_none(),
             "gantry up exited before starting its nodes"
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let sent = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
