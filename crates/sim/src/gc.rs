@@ -1,11 +1,18 @@
 //! Garbage collection the way kube-controller-manager does it: dependents of a deleted
 //! owner are deleted (background), `orphan` owners release their dependents first,
-//! `foregroundDeletion` owners wait until their dependents are gone, and a terminating
-//! namespace is emptied before it disappears.
+//! `foregroundDeletion` owners wait until their blocking dependents are gone, a terminating
+//! namespace is emptied before it disappears, and a deleted CRD takes its custom objects with
+//! it (`customresourcecleanup.apiextensions.k8s.io`). Every object written with
+//! ownerReferences is checked against its owners ([`owners::decide`]), so a dependent whose
+//! owner is gone or was re-created (another uid) is collected even when it was written after
+//! the owner's deletion; a periodic pass does the same for everything.
+
+mod owners;
 
 use crate::apiserver::ApiServer;
 use crate::apiserver::objects::{DeleteOpts, Target};
 use crate::store::{Event, EventType};
+use owners::{Action, Owner};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,21 +22,31 @@ use tokio::sync::{broadcast, watch};
 pub const FOREGROUND: &str = "foregroundDeletion";
 /// Finalizer of an owner deleted with `propagationPolicy: Orphan`.
 pub const ORPHAN: &str = "orphan";
+/// Finalizer of a deleted CRD until its custom objects are gone.
+pub const CRD_CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
+const CRDS: &str = "apiextensions.k8s.io/customresourcedefinitions";
 /// The namespace spec finalizer the namespace controller clears.
 const NAMESPACE_FINALIZER: &str = "kubernetes";
 const MANAGER: &str = "gantry-garbage-collector";
+/// How often every owner reference in the store is checked (events cover the rest).
+const OWNER_SWEEP: Duration = Duration::from_secs(30);
 
 /// Runs until `stop` turns true.
 pub async fn run(api: Arc<ApiServer>, mut stop: watch::Receiver<bool>) {
     let (mut rx, _) = api.store.subscribe();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut owner_tick = tokio::time::interval(OWNER_SWEEP);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => sweep(&api),
+            _ = owner_tick.tick() => sweep_owners(&api),
             ev = rx.recv() => match ev {
                 Ok(ev) => on_event(&api, &ev),
-                Err(broadcast::error::RecvError::Lagged(_)) => sweep(&api),
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    sweep(&api);
+                    sweep_owners(&api);
+                }
                 Err(broadcast::error::RecvError::Closed) => return,
             },
         }
@@ -51,12 +68,6 @@ fn meta<'v>(obj: &'v Value, f: &str) -> &'v str {
         .and_then(|m| m.get(f))
         .and_then(Value::as_str)
         .unwrap_or_default()
-}
-
-fn has_finalizer(obj: &Value, f: &str) -> bool {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|l| l.iter().any(|x| x == f))
 }
 
 fn owner_uids(obj: &Value) -> Vec<String> {
@@ -82,14 +93,54 @@ fn dependents(api: &ApiServer, uid: &str, namespace: &str) -> Vec<(String, Arc<V
     out
 }
 
-fn uid_exists(api: &ApiServer, uid: &str) -> bool {
-    api.store.resources().iter().any(|gr| {
-        api.store
-            .list(gr, None, None)
-            .0
-            .iter()
-            .any(|o| meta(o, "uid") == uid)
-    })
+/// Where the owner a reference names stands, looked up in the dependent's namespace (or
+/// cluster-wide for a cluster-scoped kind).
+fn resolve(api: &ApiServer, dependent_ns: &str, r: &owners::OwnerRef) -> Owner {
+    let Some(info) = api.registry.by_kind(r.group(), &r.kind) else {
+        return Owner::Unresolvable;
+    };
+    let ns = if info.namespaced {
+        // A cluster-scoped dependent cannot have a namespaced owner.
+        if dependent_ns.is_empty() {
+            return Owner::Absent;
+        }
+        dependent_ns
+    } else {
+        ""
+    };
+    owners::classify(r, api.store.get(&info.gr(), ns, &r.name).as_deref())
+}
+
+/// Check one dependent against its owners and act on the decision. `seen` may be an old
+/// event's copy: the decision is taken on the object as stored now, if it is the same one.
+fn attempt(api: &ApiServer, gr: &str, seen: &Value) {
+    if owners::refs(seen).is_empty() {
+        return;
+    }
+    let (ns, name, uid) = (
+        meta(seen, "namespace"),
+        meta(seen, "name"),
+        meta(seen, "uid"),
+    );
+    let Some(dep) = api.store.get(gr, ns, name) else {
+        return;
+    };
+    if meta(&dep, "uid") != uid {
+        return;
+    }
+    let states: Vec<(String, Owner)> = owners::refs(&dep)
+        .iter()
+        .map(|r| (r.uid.clone(), resolve(api, ns, r)))
+        .collect();
+    match owners::decide(&dep, &states) {
+        Action::Keep => {}
+        Action::Delete(propagation) => delete_as(api, gr, ns, name, propagation, Some(uid)),
+        Action::DropRefs(uids) => modify(api, gr, ns, name, |o| {
+            for u in &uids {
+                drop_owner(o, u);
+            }
+        }),
+    }
 }
 
 /// Rewrites an object with `f`, retrying on conflicts.
@@ -133,15 +184,29 @@ fn remove_finalizer(api: &ApiServer, gr: &str, ns: &str, name: &str, fin: &str) 
 }
 
 fn delete(api: &ApiServer, gr: &str, ns: &str, name: &str, propagation: &str) {
+    delete_as(api, gr, ns, name, propagation, None)
+}
+
+/// A delete with `propagation`, only of the object with `uid` when given.
+fn delete_as(
+    api: &ApiServer,
+    gr: &str,
+    ns: &str,
+    name: &str,
+    propagation: &str,
+    uid: Option<&str>,
+) {
     let Some(t) = target_for(api, gr, ns) else {
         return;
     };
     let opts = DeleteOpts {
         propagation: Some(propagation.into()),
+        uid: uid.map(str::to_string),
         ..Default::default()
     };
     if let Err(e) = api.delete(&t, name, &opts)
         && e.code != 404
+        && e.code != 409
     {
         tracing::warn!(%gr, %ns, %name, error = %e, "garbage collector delete failed");
     }
@@ -161,6 +226,8 @@ fn on_event(api: &ApiServer, ev: &Event) {
             if ev.object.pointer("/metadata/deletionTimestamp").is_some() {
                 finalize(api, &ev.key.gr, &ev.key.namespace, &ev.key.name);
             }
+            // A dependent written after its owner went (or naming an old uid).
+            attempt(api, &ev.key.gr, &ev.object);
         }
     }
 }
@@ -173,16 +240,7 @@ fn collect_dependents(api: &ApiServer, uid: &str, owner_ns: &str, owner_gr: &str
     // Dependents of a cluster-scoped owner may live in any namespace.
     let scoped = target_for(api, owner_gr, owner_ns).is_some_and(|t| t.info.namespaced);
     for (gr, dep) in dependents(api, uid, if scoped { owner_ns } else { "" }) {
-        let (ns, name) = (
-            meta(&dep, "namespace").to_string(),
-            meta(&dep, "name").to_string(),
-        );
-        let others: Vec<String> = owner_uids(&dep).into_iter().filter(|u| u != uid).collect();
-        if others.iter().any(|u| uid_exists(api, u)) {
-            modify(api, &gr, &ns, &name, |o| drop_owner(o, uid));
-        } else {
-            delete(api, &gr, &ns, &name, "Background");
-        }
+        attempt(api, &gr, &dep);
     }
 }
 
@@ -212,7 +270,7 @@ fn finalize(api: &ApiServer, gr: &str, ns: &str, name: &str) {
         return;
     };
     let uid = meta(&obj, "uid").to_string();
-    if has_finalizer(&obj, ORPHAN) {
+    if owners::has_finalizer(&obj, ORPHAN) {
         for (dgr, dep) in dependents(api, &uid, "") {
             modify(
                 api,
@@ -223,26 +281,60 @@ fn finalize(api: &ApiServer, gr: &str, ns: &str, name: &str) {
             );
         }
         remove_finalizer(api, gr, ns, name, ORPHAN);
-    } else if has_finalizer(&obj, FOREGROUND) {
+    } else if owners::has_finalizer(&obj, FOREGROUND) {
+        // Every dependent goes; the owner waits only for those that block it.
         let deps = dependents(api, &uid, "");
-        if deps.is_empty() {
+        if !deps.iter().any(|(_, d)| blocks(d, &uid)) {
             remove_finalizer(api, gr, ns, name, FOREGROUND);
         }
         for (dgr, dep) in deps {
-            if dep.pointer("/metadata/deletionTimestamp").is_none() {
-                delete(
-                    api,
-                    &dgr,
-                    meta(&dep, "namespace"),
-                    meta(&dep, "name"),
-                    "Foreground",
-                );
-            }
+            attempt(api, &dgr, &dep);
         }
     }
     if gr == "/namespaces" {
         finish_namespace(api, name);
     }
+    if gr == CRDS && owners::has_finalizer(&obj, CRD_CLEANUP) {
+        finish_crd(api, &obj);
+    }
+}
+
+/// The dependent's reference to `uid` has `blockOwnerDeletion: true`.
+fn blocks(dep: &Value, uid: &str) -> bool {
+    dep.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|r| {
+            r.get("uid").and_then(Value::as_str) == Some(uid)
+                && r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true)
+        })
+}
+
+/// Deletes a terminating CRD's custom objects (each as a client's delete would: their
+/// finalizers hold them); once none is left, the CRD's cleanup finalizer goes, and with it
+/// the CRD.
+fn finish_crd(api: &ApiServer, crd: &Value) {
+    let name = meta(crd, "name");
+    if let Some(info) = crate::apiserver::resources::from_crd(crd) {
+        let gr = info.gr();
+        let objs = api.store.list(&gr, None, None).0;
+        if !objs.is_empty() {
+            for o in objs {
+                if o.pointer("/metadata/deletionTimestamp").is_none() {
+                    delete(
+                        api,
+                        &gr,
+                        meta(&o, "namespace"),
+                        meta(&o, "name"),
+                        "Background",
+                    );
+                }
+            }
+            return;
+        }
+    }
+    remove_finalizer(api, CRDS, "", name, CRD_CLEANUP);
 }
 
 /// Deletes everything in a terminating namespace; once empty, the namespace goes.
@@ -294,6 +386,48 @@ fn finish_namespace(api: &ApiServer, ns: &str) {
             }
             _ => Ok(crate::store::Mutation::Unchanged),
         });
+}
+
+/// Checks every dependent against its owners, and drops custom objects whose CRD is gone
+/// (left by a server that did not clean up after a CRD deletion): catches up after lag or
+/// restarts.
+fn sweep_owners(api: &ApiServer) {
+    for gr in api.store.resources() {
+        let objs = api.store.list(&gr, None, None).0;
+        // Asked after the list: a CRD created meanwhile serves its new objects by now.
+        if !api.registry.all().iter().any(|r| r.gr() == gr) {
+            purge(api, &gr, &objs);
+            continue;
+        }
+        for o in objs {
+            attempt(api, &gr, &o);
+        }
+    }
+}
+
+/// Removes objects of a resource nobody serves any more (each only as listed: same uid).
+fn purge(api: &ApiServer, gr: &str, objs: &[Arc<Value>]) {
+    for o in objs {
+        let uid = meta(o, "uid");
+        let key = crate::store::ObjKey {
+            gr: gr.to_string(),
+            namespace: meta(o, "namespace").to_string(),
+            name: meta(o, "name").to_string(),
+        };
+        let r = api
+            .store
+            .mutate::<crate::store::StoreError>(&key, |cur, _| {
+                Ok(match cur {
+                    Some(c) if meta(c, "uid") == uid => {
+                        crate::store::Mutation::Delete((**c).clone())
+                    }
+                    _ => crate::store::Mutation::Unchanged,
+                })
+            });
+        if let Err(e) = r {
+            tracing::warn!(%key, error = %e, "removing an object of a deleted CRD failed");
+        }
+    }
 }
 
 /// Periodic pass over everything being deleted (catches up after lag or restarts).

@@ -48,15 +48,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
+        // Ctrl-C (or SIGTERM) while starting stops the start and cleans up what it made (the
+        // sim's temporary directory), as it does once serving.
+        let mut signal = std::pin::pin!(gantry_runtime::shutdown::signal());
         let opts = ControlPlaneOptions {
             data_dir: args.data_dir.clone(),
             port: args.port,
             kubeconfig: Some(args.kubeconfig.clone()),
             ..Default::default()
         };
-        let cp = ControlPlane::start(opts)
-            .await
-            .context("starting the control plane")?;
+        let cp = tokio::select! {
+            cp = ControlPlane::start(opts) => cp.context("starting the control plane")?,
+            () = &mut signal => return Ok(interrupted()),
+        };
         println!("gantry control plane serving at {}", cp.base_url());
         println!("kubeconfig: {}", cp.kubeconfig_path().display());
         match &args.data_dir {
@@ -75,9 +79,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     default_scheduler: true,
                     components: super::in_process::runners(),
                 };
-                let up = gantry_sim::cluster::up_with(&cp, args.data_dir.as_deref(), spec, opts)
-                    .await
-                    .context("starting the simulated nodes")?;
+                let start = gantry_sim::cluster::up_with(&cp, args.data_dir.as_deref(), spec, opts);
+                let up = tokio::select! {
+                    up = start => up.context("starting the simulated nodes")?,
+                    () = &mut signal => return Ok(interrupted()),
+                };
                 let target = match &args.data_dir {
                     Some(d) => format!("--data-dir {}", d.display()),
                     None => format!("--sim-dir {}", up.cluster.root().display()),
@@ -154,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }))
         };
-        gantry_runtime::shutdown::signal().await;
+        signal.await;
         println!("stopping");
         let _ = stop_operator.send(());
         if let Some(o) = operator {
@@ -170,8 +176,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let _ = task.await;
             drop(server);
         }
-        drop(sim);
+        if let Some(up) = sim {
+            up.stop().await;
+        }
         cp.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// A signal during the start: what was started is dropped (and cleaned up) on return.
+fn interrupted() -> ExitCode {
+    eprintln!("interrupted while starting; stopped");
+    ExitCode::from(130)
 }

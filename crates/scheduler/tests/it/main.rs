@@ -14,6 +14,7 @@ mod k8s_affinity;
 mod k8s_e2e;
 mod k8s_kai;
 mod k8s_lenient;
+mod k8s_node_lifecycle;
 mod k8s_reclaim;
 mod k8s_replay;
 mod k8s_restart;

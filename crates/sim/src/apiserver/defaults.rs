@@ -34,6 +34,10 @@ pub fn on_create(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
                     spec.entry(k).or_insert(v);
                 }
             }
+            // The DefaultTolerationSeconds admission plugin.
+            if let Some(spec) = obj.get_mut("spec") {
+                crate::controllers::node_lifecycle::add_default_tolerations(spec);
+            }
             obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
         }
         ("", "services") => service_ip(obj),

@@ -1,4 +1,5 @@
-//! What a delete does to a stored object: finalizers, graceful pod deletion, namespaces.
+//! What a delete does to a stored object: finalizers, graceful pod deletion, namespaces, and
+//! CRDs (which wait, Terminating, until the garbage collector has deleted their objects).
 
 use super::objects::{DeleteOpts, same_content};
 use super::resources::ResourceInfo;
@@ -24,6 +25,15 @@ pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> M
         _ => {}
     }
     let deleting = cur.pointer("/metadata/deletionTimestamp").is_some();
+    let is_crd = info.builtin && info.plural == "customresourcedefinitions";
+    if is_crd && !deleting {
+        // As apiextensions-apiserver: the cleanup finalizer holds the CRD until the garbage
+        // collector has deleted every custom object, so none comes back with a new CRD.
+        if !finalizers.contains(&json!(crate::gc::CRD_CLEANUP)) {
+            finalizers.push(json!(crate::gc::CRD_CLEANUP));
+        }
+        set_terminating(&mut obj);
+    }
     let is_pod = info.builtin && info.plural == "pods";
     let phase = cur
         .pointer("/status/phase")
@@ -79,6 +89,45 @@ pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> M
     } else {
         Mutation::Put(obj)
     }
+}
+
+/// The CRD's `Terminating` condition, as its first delete sets it.
+fn set_terminating(crd: &mut Value) {
+    let cond = json!({"type": "Terminating", "status": "True", "reason": "InstanceDeletionPending",
+        "message": "CustomResourceDefinition marked for deletion; instance deletion pending",
+        "lastTransitionTime": super::now()});
+    let Some(status) = crd
+        .as_object_mut()
+        .map(|o| o.entry("status").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let list = status.entry("conditions").or_insert_with(|| json!([]));
+    if let Some(list) = list.as_array_mut() {
+        list.retain(|c| c.get("type").and_then(Value::as_str) != Some("Terminating"));
+        list.push(cond);
+    }
+}
+
+/// A create of a custom object whose CRD is being deleted, refused as the real server does.
+pub fn refuse_create(
+    srv: &super::ApiServer,
+    info: &ResourceInfo,
+) -> Result<(), super::status::ApiError> {
+    let Some(crd) = info.crd.as_deref() else {
+        return Ok(());
+    };
+    let terminating = srv
+        .store
+        .get("apiextensions.k8s.io/customresourcedefinitions", "", crd)
+        .is_some_and(|c| c.pointer("/metadata/deletionTimestamp").is_some());
+    if terminating {
+        return Err(super::status::ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
+    Ok(())
 }
 
 /// An update of an object being deleted whose last finalizer went away removes it.

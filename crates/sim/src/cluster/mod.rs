@@ -130,6 +130,23 @@ pub struct Up {
     _temp: Option<tempfile::TempDir>,
 }
 
+impl Up {
+    /// Stop the nodes and controllers, then remove the in-memory sim's directory once nothing
+    /// writes to it any more (dropping removes it at once, which can race the nodes' sockets).
+    pub async fn stop(self) {
+        let Up {
+            cluster,
+            _controllers,
+            _temp,
+        } = self;
+        drop(cluster);
+        drop(_controllers);
+        if let Some(t) = _temp {
+            remove_temp(t).await;
+        }
+    }
+}
+
 /// What [`up_with`] adds to the plain [`up`].
 #[derive(Default)]
 pub struct UpOptions {
@@ -188,12 +205,40 @@ pub async fn up_with(
     if !opts.components.is_empty() {
         crate::kubelet::components::register(&mut agents, cp.kube_config()?, opts.components);
     }
-    let cluster = start(client, &root, plan, agents).await?;
+    let cluster = match start(client, &root, plan, agents).await {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(t) = temp {
+                remove_temp(t).await;
+            }
+            return Err(e.into());
+        }
+    };
     Ok(Up {
         cluster,
         _controllers: controllers,
         _temp: temp,
     })
+}
+
+/// Removes a failed start's temporary directory. The nodes that did start are stopped, but
+/// their aborted servers close their sockets only when next polled (and at 100,000 nodes
+/// those hold every file descriptor `remove_dir_all` needs): retry while they go.
+async fn remove_temp(t: tempfile::TempDir) {
+    let path = t.path().to_path_buf();
+    let t = t.keep();
+    let mut last = None;
+    for _ in 0..50 {
+        match std::fs::remove_dir_all(&t) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    if let Some(e) = last {
+        tracing::warn!(dir = %path.display(), error = %e, "could not remove the sim's temporary directory");
+    }
 }
 
 /// A running set of simulated nodes.
@@ -243,7 +288,13 @@ pub async fn start(
         reason: e.to_string(),
     })?;
     let root = abs.as_path();
-    let mut nodes = BTreeMap::new();
+    // Built up as nodes start: a failure part-way drops it, which stops what did start (and
+    // lets the caller remove the directory with nothing still writing to it).
+    let mut cluster = SimCluster {
+        root: root.to_path_buf(),
+        nodes: BTreeMap::new(),
+        tasks: Vec::new(),
+    };
     for p in &plan {
         let backend = p
             .gpu
@@ -255,10 +306,11 @@ pub async fn start(
         node.dirs
             .seed_host(if p.gpu.is_some() { p.gpus } else { 0 })
             .await?;
+        cluster.nodes.insert(p.name.clone(), node.clone());
         node.start_servers().await?;
-        nodes.insert(p.name.clone(), node);
     }
-    let mut tasks = Vec::new();
+    let nodes = cluster.nodes.clone();
+    let tasks = &mut cluster.tasks;
     for node in nodes.values() {
         tasks.push(tokio::spawn(node_sync::run(node.clone(), client.clone())));
     }
@@ -276,19 +328,15 @@ pub async fn start(
         agents: Arc::new(agents),
         nodes: node_store,
     };
-    let nodes_arc = Arc::new(nodes.clone());
+    let nodes_arc = Arc::new(nodes);
     tasks.push(tokio::spawn(watch_pods(
         client.clone(),
         nodes_arc.clone(),
         env,
     )));
     let control = control::serve(root, nodes_arc).await?;
-    tasks.push(control);
-    Ok(SimCluster {
-        root: root.to_path_buf(),
-        nodes,
-        tasks,
-    })
+    cluster.tasks.push(control);
+    Ok(cluster)
 }
 
 /// One watch over all pods, routed to the kubelet of `spec.nodeName`. Pods are read as

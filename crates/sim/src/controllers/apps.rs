@@ -135,6 +135,7 @@ impl Reconciler {
     pub(super) async fn schedule_defaults(&self, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) {
         let mut bound: Vec<Pod> = pods.iter().map(|p| (**p).clone()).collect();
         let mut binds = Vec::new();
+        let mut unschedulable = Vec::new();
         let mut seen = HashSet::new();
         for p in pods.iter().filter(|p| default_scheduler::wants(p)) {
             let key = (p.namespace().unwrap_or_default(), p.name_any());
@@ -152,7 +153,10 @@ impl Reconciler {
                     binds.push((key, node));
                 }
                 Err(why) => {
-                    tracing::debug!(pod = %key.1, namespace = %key.0, %why, "default scheduler: no node")
+                    tracing::debug!(pod = %key.1, namespace = %key.0, %why, "default scheduler: no node");
+                    if default_scheduler::report_due(p, &why) {
+                        unschedulable.push((p.clone(), why));
+                    }
                 }
             }
         }
@@ -177,5 +181,34 @@ impl Reconciler {
             .buffer_unordered(BIND_BURST)
             .collect::<Vec<()>>()
             .await;
+        for (p, why) in unschedulable {
+            self.report_unschedulable(&p, &why).await;
+        }
+    }
+
+    /// kube-scheduler's report of a pod that fits no node: `PodScheduled=False`
+    /// (`Unschedulable`) and a `FailedScheduling` Warning, once per distinct reason.
+    async fn report_unschedulable(&self, p: &Pod, why: &str) {
+        let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
+        let patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": why, "lastTransitionTime": now()}]}});
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
+            tracing::debug!(pod = %name, error = %e, "default scheduler: condition not set");
+            return;
+        }
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        super::writes::pod_event(
+            &self.client,
+            (&ns, &name, &uid),
+            "Warning",
+            "FailedScheduling",
+            why,
+            default_scheduler::NAME,
+        )
+        .await;
     }
 }

@@ -43,7 +43,10 @@ pub fn requests(spec: &PodSpec) -> BTreeMap<String, i128> {
         .flatten()
         {
             for (k, v) in src {
-                if let Some(q) = Quantity::parse(&v.0).ok().and_then(|q| q.milli_value()) {
+                // A quantity past int64 is capped, as stored (so `cpu: 1e100` fits nowhere).
+                let milli = Quantity::parse(&v.0).ok();
+                let milli = milli.and_then(|q| crate::kubelet::admission::scaled_capped(&q, 3));
+                if let Some(q) = milli {
                     m.insert(k.clone(), q);
                 }
             }
@@ -63,6 +66,17 @@ pub fn requests(spec: &PodSpec) -> BTreeMap<String, i128> {
         }
     }
     sum
+}
+
+/// Whether an unschedulable pod has yet to say so: its `PodScheduled` condition is not yet
+/// False with this message (the scheduler then sets it and records `FailedScheduling`).
+pub fn report_due(pod: &Pod, why: &str) -> bool {
+    let cond = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+    !cond.is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(why))
 }
 
 fn allocatable(node: &Node) -> BTreeMap<String, i128> {

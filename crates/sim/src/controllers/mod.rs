@@ -1,6 +1,6 @@
 //! Controllers a real cluster's kube-controller-manager (and kube-scheduler) runs that Gantry
-//! needs: DaemonSet, Job, Deployment, ReplicaSet, and a default scheduler for pods no other
-//! scheduler claims. Each is a pure core (desired state from plain values) plus a thin
+//! needs: DaemonSet, Job, Deployment, ReplicaSet, node lifecycle (taint-based eviction and the
+//! pod GC of deleted nodes), and a default scheduler for pods no other scheduler claims. Each is a pure core (desired state from plain values) plus a thin
 //! reconcile shell.
 
 mod apps;
@@ -10,6 +10,8 @@ pub mod daemonset;
 pub mod default_scheduler;
 pub mod deployment;
 pub mod job;
+pub mod node_lifecycle;
+mod node_lifecycle_runner;
 pub mod replicaset;
 pub mod runner;
 mod writes;

@@ -43,7 +43,7 @@ impl Drop for Controllers {
 
 pub use super::apps_runner::Options;
 
-/// Start the DaemonSet, Job, Deployment and ReplicaSet controllers.
+/// Start the DaemonSet, Job, Deployment, ReplicaSet and node-lifecycle controllers.
 pub fn start(client: kube::Client) -> Controllers {
     start_with(client, Options::default())
 }
@@ -54,6 +54,10 @@ pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
     let trigger = Arc::new(Notify::new());
     let caches = cache::Shared::default();
     let mut tasks = cache::start(&client, &caches, &trigger);
+    tasks.push(super::node_lifecycle_runner::start(
+        client.clone(),
+        caches.clone(),
+    ));
     let mut r = Reconciler {
         client,
         caches,

@@ -14,16 +14,27 @@ pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
 pub const PODS: &str = "pods";
 
+/// The largest quantity the API server keeps: it caps any larger one (`1e100`) at
+/// 2^63-1 units, so such a request is simply more than any node has.
+pub const MAX_UNITS: i128 = i64::MAX as i128;
+
+/// `q` times `10^scale`, rounded up as Kubernetes rounds, with values past [`MAX_UNITS`]
+/// capped there first (as the API server stores them).
+pub fn scaled_capped(q: &gantry_k8s_rules::Quantity, scale: u32) -> Option<i128> {
+    let cap = MAX_UNITS * 10i128.pow(scale);
+    match q.ceil_scaled(scale as i32) {
+        Some(v) => Some(v.min(cap)),
+        None if !q.is_negative() => Some(cap),
+        None => None,
+    }
+}
+
 /// A quantity in the base unit of `resource` (millicores for cpu), rounded up as Kubernetes
 /// rounds (`MilliValue` / `Value`).
 pub fn base_units(resource: &str, q: &Quantity) -> Result<i128, String> {
     let v = gantry_k8s_rules::Quantity::parse(&q.0).map_err(|e| e.to_string())?;
-    let scaled = if resource == CPU {
-        v.milli_value()
-    } else {
-        v.value()
-    };
-    scaled.ok_or_else(|| format!("quantity {:?} is out of range", q.0))
+    scaled_capped(&v, if resource == CPU { 3 } else { 0 })
+        .ok_or_else(|| format!("quantity {:?} is out of range", q.0))
 }
 
 fn container_requests(c: &Container) -> Result<Requests, String> {
@@ -51,7 +62,8 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Requests, String> {
     let mut sum = Requests::new();
     for c in &spec.containers {
         for (k, v) in container_requests(c)? {
-            *sum.entry(k).or_insert(0) += v;
+            let e = sum.entry(k).or_insert(0);
+            *e = e.saturating_add(v);
         }
     }
     for c in spec.init_containers.iter().flatten() {
@@ -62,7 +74,8 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Requests, String> {
     }
     if let Some(overhead) = &spec.overhead {
         for (k, q) in overhead {
-            *sum.entry(k.clone()).or_insert(0) += base_units(k, q)?;
+            let e = sum.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(base_units(k, q)?);
         }
     }
     sum.insert(PODS.to_string(), 1);
@@ -85,7 +98,8 @@ pub fn admit<'a>(
     let mut used = Requests::new();
     for r in admitted {
         for (k, v) in r {
-            *used.entry(k.clone()).or_insert(0) += v;
+            let e = used.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
         }
     }
     for (k, want) in wanted {
@@ -94,7 +108,7 @@ pub fn admit<'a>(
         }
         let cap = allocatable.get(k).copied().unwrap_or(0);
         let in_use = used.get(k).copied().unwrap_or(0);
-        if in_use + want > cap {
+        if in_use.saturating_add(*want) > cap {
             return Err(Rejection {
                 reason: format!("OutOf{k}"),
                 message: format!(
@@ -143,6 +157,32 @@ mod tests {
         );
         assert_eq!(base_units("cpu", &Quantity("250m".into())).unwrap(), 250);
         assert_eq!(base_units("cpu", &Quantity("1.5".into())).unwrap(), 1500);
+        // Past int64, capped as the API server stores it (and so more than any node has).
+        assert_eq!(base_units("cpu", &q("1e100")), Ok(MAX_UNITS * 1000));
+        assert_eq!(base_units("memory", &q("1e100")), Ok(MAX_UNITS));
+        assert_eq!(
+            base_units("memory", &q("9223372036854775808")),
+            Ok(MAX_UNITS)
+        );
+        assert!(base_units("cpu", &q("-1e100")).is_err());
+    }
+
+    #[test]
+    fn a_huge_request_is_out_of_cpu() {
+        let spec = PodSpec {
+            containers: vec![
+                c("a", &[("cpu", "1e100")], &[]),
+                c("b", &[("cpu", "1e100")], &[]),
+            ],
+            ..Default::default()
+        };
+        let want = pod_requests(&spec).unwrap();
+        let alloc: Requests = [("cpu".to_string(), 8000), ("pods".to_string(), 10)]
+            .into_iter()
+            .collect();
+        let err = admit(&want, &alloc, [&want]).unwrap_err();
+        assert_eq!(err.reason, "OutOfcpu");
+        assert!(err.message.contains("capacity: 8000"), "{}", err.message);
     }
 
     #[test]

@@ -680,10 +680,11 @@ async fn custom_resources_are_served_once_their_crd_exists() -> Result {
     );
     crds.delete("widgets.example.com", &DeleteParams::default())
         .await?;
-    assert!(
-        widgets.list(&ListParams::default()).await.is_err(),
-        "no longer served"
-    );
+    // Once the garbage collector has deleted its objects, the CRD goes.
+    eventually_secs("no longer served", 60, || async {
+        widgets.list(&ListParams::default()).await.is_err()
+    })
+    .await?;
     Ok(())
 }
 

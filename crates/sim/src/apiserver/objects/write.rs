@@ -25,6 +25,7 @@ impl ApiServer {
         checks: &mut Checks,
     ) -> Result<Value, ApiError> {
         self.ensure_namespace(t)?;
+        super::super::deletion::refuse_create(self, &t.info)?;
         checks.schema = self.crd_schema(t);
         let obj = self.prepare_create(t, body, manager, checks)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();

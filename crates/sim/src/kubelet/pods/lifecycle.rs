@@ -141,9 +141,22 @@ pub(super) async fn pod_task(
         run_pod(&mut ctx, &pod).await;
     }
     wait_stopping(&mut ctx.rx).await;
+    wait_powered(&mut ctx).await;
     ctx.finalize().await;
     // Drop our own handle (unless a new pod with the same uid replaced it: impossible).
     lock(&ctx.node.pods).remove(&ctx.r.uid);
+}
+
+/// A kubelet without power confirms no deletion: the pod stays Terminating until the node
+/// is back (or the pod is force-deleted, e.g. by the pod GC once the node is deleted).
+async fn wait_powered(ctx: &mut Ctx) {
+    let mut power = ctx.node.power.subscribe();
+    while !*power.borrow_and_update() && ctx.rx.borrow().is_some() {
+        tokio::select! {
+            c = power.changed() => if c.is_err() { return },
+            c = ctx.rx.changed() => if c.is_err() { return },
+        }
+    }
 }
 
 /// Does the node refuse the pod (affinity, NoExecute taints)? The cached Node answers when it
@@ -174,8 +187,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     };
     // ---- admission: the node, then volumes (waiting, as the kubelet does) ----
     if let Some((reason, message)) = node_refuses(ctx, &spec).await {
-        ctx.patch_status("Failed", &waiting, None, 0, Some((&reason, &message)))
-            .await;
+        reject(ctx, &waiting, &reason, &message).await;
         return;
     }
     if !mount_volumes(ctx, &spec, &waiting).await {
@@ -187,14 +199,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     let wanted = match admission::pod_requests(&spec) {
         Ok(w) => w,
         Err(e) => {
-            ctx.patch_status(
-                "Failed",
-                &waiting,
-                None,
-                0,
-                Some(("InvalidResourceRequests", &e)),
-            )
-            .await;
+            reject(ctx, &waiting, "InvalidResourceRequests", &e).await;
             return;
         }
     };
@@ -210,14 +215,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         r.err()
     };
     if let Some(rej) = rejection {
-        ctx.patch_status(
-            "Failed",
-            &waiting,
-            None,
-            0,
-            Some((&rej.reason, &rej.message)),
-        )
-        .await;
+        reject(ctx, &waiting, &rej.reason, &rej.message).await;
         return;
     }
     // ---- devices ----
@@ -237,14 +235,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     };
     if let Err(e) = alloc_result {
         release(&node, &ctx.r.uid, &[]);
-        ctx.patch_status(
-            "Failed",
-            &waiting,
-            None,
-            0,
-            Some(("UnexpectedAdmissionError", &e)),
-        )
-        .await;
+        reject(ctx, &waiting, "UnexpectedAdmissionError", &e).await;
         return;
     }
     {
@@ -274,6 +265,16 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     let pids = start_gpu_load(&node, &gpu_ids);
     run_containers_with_restarts(ctx, pod, &spec).await;
     release(&node, &ctx.r.uid, &pids);
+}
+
+/// The kubelet's `rejectPod`: a Warning Event with the reason, and the pod Failed with it.
+async fn reject(ctx: &Ctx, waiting: &CState, reason: &str, message: &str) {
+    let event = message
+        .strip_prefix("Pod was rejected: ")
+        .unwrap_or(message);
+    volumes::warn_event(&ctx.env.client, &ctx.r, &ctx.node.name, reason, event).await;
+    ctx.patch_status("Failed", waiting, None, 0, Some((reason, message)))
+        .await;
 }
 
 /// Waits until every ConfigMap and Secret the pod mounts exists, leaving the pod Pending
