@@ -243,6 +243,8 @@ async fn missing_plugin_config_holds_back_only_the_device_plugin() -> Res {
         (policy_state(env.client(), &name).await.as_deref() == Some("ready")).then_some(())
     };
     eventually_secs("ready", 240, ready).await?;
+    // Settled: the next round is the 300 s resync unless something wakes the operator.
+    wait_quiet("the operator's writes", 3, 120, || op.api_writes()).await?;
 
     // Deleted: notReady within seconds (not at the next resync), naming it; capacity stays.
     cms.delete("later", &Default::default()).await?;
@@ -273,6 +275,7 @@ async fn missing_plugin_config_holds_back_only_the_device_plugin() -> Res {
     // Back, then made invalid in place: notReady within seconds again.
     cms.create(&PostParams::default(), &cm(4)?).await?;
     eventually_secs("ready again", 60, ready).await?;
+    wait_quiet("the operator's writes", 3, 120, || op.api_writes()).await?;
     cms.patch(
         "later",
         &PatchParams::default(),

@@ -15,7 +15,7 @@ use gantry_operator::upgrade::UpgradeState;
 use gantry_testkit::{Look, eventually_secs};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 use crate::upgrade_e2e::*;
@@ -270,16 +270,18 @@ async fn driver_upgrade_goes_on_past_a_node_whose_gpu_pod_cannot_be_evicted() ->
         "{warning}"
     );
 
-    // As docs/operations.md says: remove the cause and the state label, and the node walks
-    // again and finishes.
+    // As docs/operations.md says: remove the cause and delete the node's driver pod; the
+    // new one runs the current template and the node recovers on its own, uncordoned.
     pods.delete("stuck", &DeleteParams::default()).await?;
-    nodes
-        .patch(
-            bad,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {names::LABEL_UPGRADE_STATE: null}}})),
-        )
-        .await?;
+    let driver_pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let lp = ListParams::default()
+        .labels(&format!("{}={}", names::LABEL_APP, names::app::DRIVER))
+        .fields(&format!("spec.nodeName={bad}"));
+    for p in driver_pods.list(&lp).await?.items {
+        if let Some(name) = p.metadata.name {
+            driver_pods.delete(&name, &DeleteParams::default()).await?;
+        }
+    }
     eventually_secs("every GPU node on v2", 180, || all_done_on(&env, V2)).await?;
     Ok(())
 }
