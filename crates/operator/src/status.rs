@@ -111,6 +111,17 @@ pub struct Observed {
     pub gpu_nodes: usize,
     /// Some node carries an NFD label.
     pub nfd_present: bool,
+    /// States held back (not applied) and why: the policy is `notReady` with this reason.
+    pub held: Option<Held>,
+}
+
+/// States the reconciler holds back until something they read is fixed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Held {
+    pub reason: &'static str,
+    /// What is wrong, naming the object (the condition's message starts with it).
+    pub message: String,
+    pub states: Vec<State>,
 }
 
 /// Conditions `Ready`/`Error` without timestamps (set by [`with_times`]).
@@ -148,16 +159,24 @@ fn pair(ok: bool, reason: &str, message: String) -> Vec<Condition> {
 
 /// The active policy's status from what was observed.
 pub fn compute(namespace: &str, obs: &Observed) -> ClusterPolicyStatus {
+    let held: &[State] = obs.held.as_ref().map_or(&[], |h| &h.states);
     let not_ready: Vec<&str> = obs
         .states
         .iter()
-        .filter(|(_, r)| *r == Readiness::NotReady)
+        .filter(|(s, r)| *r == Readiness::NotReady && !held.contains(s))
         .map(|(s, _)| s.name())
         .collect();
-    let (state, conditions) = if !not_ready.is_empty() || !obs.crash_looping.is_empty() {
-        let mut msg = String::new();
+    let (state, conditions) = if obs.held.is_some()
+        || !not_ready.is_empty()
+        || !obs.crash_looping.is_empty()
+    {
+        let mut parts = Vec::new();
+        if let Some(h) = &obs.held {
+            let names: Vec<&str> = h.states.iter().map(|s| s.name()).collect();
+            parts.push(format!("{}; held back: [{}]", h.message, names.join(" ")));
+        }
         if !not_ready.is_empty() {
-            msg = format!("states not ready: [{}]", not_ready.join(" "));
+            parts.push(format!("states not ready: [{}]", not_ready.join(" ")));
         }
         if !obs.crash_looping.is_empty() {
             // Name the first few nodes; the status must stay small on big clusters.
@@ -173,20 +192,20 @@ pub fn compute(namespace: &str, obs: &Observed) -> ClusterPolicyStatus {
                     obs.crash_looping.len() - MAX_NAMED_NODES
                 ));
             }
-            if !msg.is_empty() {
-                msg.push_str("; ");
-            }
-            msg.push_str(&format!(
+            parts.push(format!(
                 "operand pods crash-looping on nodes: [{}]",
                 nodes.join(", ")
             ));
         }
-        let reason = if not_ready == [State::Driver.name()] {
-            condition::REASON_DRIVER_NOT_READY
-        } else {
-            condition::REASON_OPERAND_NOT_READY
+        let reason = match &obs.held {
+            Some(h) => h.reason,
+            None if not_ready == [State::Driver.name()] => condition::REASON_DRIVER_NOT_READY,
+            None => condition::REASON_OPERAND_NOT_READY,
         };
-        (ClusterPolicyState::NotReady, pair(false, reason, msg))
+        (
+            ClusterPolicyState::NotReady,
+            pair(false, reason, parts.join("; ")),
+        )
     } else if obs.gpu_nodes == 0 {
         let (reason, msg) = if obs.nfd_present {
             (
@@ -358,6 +377,7 @@ mod tests {
             )]),
             gpu_nodes: 1,
             nfd_present: true,
+            held: None,
         };
         let s = compute("gpu-operator", &obs);
         assert_eq!(s.state, ClusterPolicyState::NotReady);
@@ -369,6 +389,39 @@ mod tests {
             err.message,
             "states not ready: [state-driver]; operand pods crash-looping on nodes: [h100-0 (nvidia-driver-daemonset-x/nvidia-driver-ctr)]"
         );
+    }
+
+    #[test]
+    fn held_states_name_their_cause_first() {
+        let obs = Observed {
+            states: vec![
+                (State::Driver, Readiness::Ready),
+                (State::DevicePlugin, Readiness::NotReady),
+                (State::Gfd, Readiness::NotReady),
+            ],
+            gpu_nodes: 1,
+            nfd_present: true,
+            held: Some(Held {
+                reason: "DevicePluginConfigInvalid",
+                message: "ConfigMap gpu-operator/ts does not exist".into(),
+                states: vec![State::DevicePlugin],
+            }),
+            ..Default::default()
+        };
+        let s = compute("gpu-operator", &obs);
+        assert_eq!(s.state, ClusterPolicyState::NotReady);
+        let conds = s.conditions.unwrap();
+        let err = conds.iter().find(|c| c.type_ == condition::ERROR).unwrap();
+        assert_eq!(err.reason, "DevicePluginConfigInvalid");
+        assert_eq!(
+            err.message,
+            "ConfigMap gpu-operator/ts does not exist; held back: [state-device-plugin]; \
+             states not ready: [gpu-feature-discovery]"
+        );
+        // Held even when every state is ready (a device plugin still on its old config).
+        let mut ready = obs.clone();
+        ready.states = vec![(State::DevicePlugin, Readiness::Ready)];
+        assert_eq!(compute("ns", &ready).state, ClusterPolicyState::NotReady);
     }
 
     #[test]

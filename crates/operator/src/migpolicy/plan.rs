@@ -67,10 +67,7 @@ pub struct Decision {
 /// Decide for every policy. `now` stamps conditions that change.
 pub fn decide(policies: &[MigClusterPolicy], nodes: &[NodeView], now: &Time) -> Decision {
     let mut out = Decision::default();
-    let owners: Vec<Option<usize>> = nodes
-        .iter()
-        .map(|n| MigClusterPolicy::owner_of(policies, &n.labels))
-        .collect();
+    let owners = owners(policies, nodes);
     for (pi, p) in policies.iter().enumerate() {
         let name = p.metadata.name.clone().unwrap_or_default();
         if p.metadata.deletion_timestamp.is_some() {
@@ -83,6 +80,19 @@ pub fn decide(policies: &[MigClusterPolicy], nodes: &[NodeView], now: &Time) -> 
         out.statuses.insert(name, status);
     }
     out
+}
+
+/// Each node's owner: the oldest *valid* live policy selecting it. An invalid policy changes
+/// no node, so it owns none: it must not keep a valid one off the nodes both select.
+fn owners(policies: &[MigClusterPolicy], nodes: &[NodeView]) -> Vec<Option<usize>> {
+    let valid: Vec<usize> = (0..policies.len())
+        .filter(|&i| policies[i].spec.validate().is_empty())
+        .collect();
+    let candidates: Vec<MigClusterPolicy> = valid.iter().map(|&i| policies[i].clone()).collect();
+    nodes
+        .iter()
+        .map(|n| MigClusterPolicy::owner_of(&candidates, &n.labels).map(|j| valid[j]))
+        .collect()
 }
 
 fn decide_policy(
@@ -180,7 +190,7 @@ fn decide_policy(
     status.ready_nodes = Some(ready as i32);
     status.nodes = Some(entries);
     let mut conds = Vec::new();
-    conds.push(if ready == owned_nodes.len() {
+    conds.push(if ready == owned_nodes.len() && conflicts.is_empty() {
         cond(
             prev,
             condition::READY,
@@ -198,6 +208,20 @@ fn decide_policy(
             &format!(
                 "MIG config {wanted:?} failed on {}; see status.nodes",
                 failed.join(", ")
+            ),
+            now,
+        )
+    } else if ready == owned_nodes.len() {
+        // Done where it may act, but some selected nodes keep another policy's layout.
+        cond(
+            prev,
+            condition::READY,
+            false,
+            "OwnedByOlderPolicy",
+            &format!(
+                "{ready} of {} selected node(s) at MIG config {wanted:?}; the others are owned by an older MigClusterPolicy: {}",
+                selected.len(),
+                conflicts.join(", ")
             ),
             now,
         )

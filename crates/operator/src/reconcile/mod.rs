@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt};
 use gantry_api::cluster_policy::{ClusterPolicy, ClusterPolicyStatus, condition};
 use gantry_runtime::rounds::Rounds;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -242,6 +242,13 @@ pub async fn run(
         async move { s.wait_until_ready().await.is_ok() }.boxed()
     });
 
+    // The operator namespace's ConfigMaps: the device-plugin config the status depends on
+    // (created, edited, deleted) must be re-decided at once, not at the next resync.
+    rounds.on_changes(Api::<PartialObjectMeta<ConfigMap>>::namespaced(
+        client.clone(),
+        &opts.namespace,
+    ));
+
     // Operand objects, by the render's state label.
     let mut children = Vec::new();
     for kind in apply::watched() {
@@ -419,15 +426,17 @@ async fn reconcile_active(
         }
     };
 
-    if let Some(msg) = plugin_config::check(ctx, spec).await? {
-        tracing::warn!(error = %msg, "not rolling out: the device plugin config is unusable");
-        let st = status::failed(ns, plugin_config::REASON, msg);
-        write_status(ctx, obj, st).await?;
-        return Ok((Outcome::NotReady, Some(REQUEUE_NOT_READY)));
-    }
+    // An unusable device-plugin ConfigMap holds back only the states that read it.
+    let plugin_problem = plugin_config::check(ctx, spec).await?;
+    let held: &[render::State] = if let Some(msg) = &plugin_problem {
+        tracing::warn!(error = %msg, "holding back the device plugin: its config is unusable");
+        plugin_config::HELD
+    } else {
+        &[]
+    };
     nodes::write_all(ctx, &plans.changes).await?;
-    let desired = operands::apply_all(ctx, &rendered).await?;
-    operands::delete_stale(ctx, &desired, &facts).await?;
+    let desired = operands::apply_all(ctx, &rendered, held).await?;
+    operands::delete_stale(ctx, &desired, &facts, held).await?;
 
     let (states, crash_looping) = operands::readiness(ctx, &rendered).await?;
     let observed = Observed {
@@ -435,6 +444,11 @@ async fn reconcile_active(
         crash_looping,
         gpu_nodes: plans.gpu_nodes.len(),
         nfd_present: plans.nfd_present,
+        held: plugin_problem.map(|message| status::Held {
+            reason: plugin_config::REASON,
+            message,
+            states: held.to_vec(),
+        }),
     };
     let st = status::compute(ns, &observed);
     let ready = st.state == gantry_api::cluster_policy::ClusterPolicyState::Ready;

@@ -14,7 +14,7 @@ use super::apply::{self, KindInfo, ObjectKey};
 use super::operand_pods::OperandPod;
 use super::{Ctx, Error};
 use crate::FIELD_MANAGER;
-use crate::render::{ClusterFacts, LABEL_MANAGED_BY, LABEL_STATE, MANAGED_BY, StateObjects};
+use crate::render::{ClusterFacts, LABEL_MANAGED_BY, LABEL_STATE, MANAGED_BY, State, StateObjects};
 use crate::status::{self, Readiness};
 
 pub(crate) async fn crd_exists(ctx: &Ctx, name: &str) -> Result<bool, Error> {
@@ -65,13 +65,18 @@ async fn current(ctx: &Ctx, info: &KindInfo, key: &ObjectKey) -> Result<Option<V
     Ok(got.map(|o| serde_json::to_value(o).unwrap_or_default()))
 }
 
-/// Apply every enabled state's objects that are not up to date; returns the keys rendered.
+/// Apply every enabled state's objects that are not up to date, except the `held` states'
+/// (left as they are); returns the keys rendered.
 pub(crate) async fn apply_all(
     ctx: &Ctx,
     rendered: &[StateObjects],
+    held: &[State],
 ) -> Result<HashSet<ObjectKey>, Error> {
     let mut desired = HashSet::new();
-    for st in rendered.iter().filter(|s| s.enabled) {
+    for st in rendered
+        .iter()
+        .filter(|s| s.enabled && !held.contains(&s.state))
+    {
         let state = st.state.name();
         for obj in &st.objects {
             let want = apply::stamp(obj.clone());
@@ -122,16 +127,20 @@ fn key_of_stored(info: &KindInfo, o: &DynamicObject) -> ObjectKey {
     )
 }
 
-/// Delete operator objects (by `LABEL_STATE` and managed-by) that nothing renders now.
+/// Delete operator objects (by `LABEL_STATE` and managed-by) that nothing renders now; the
+/// `held` states' objects stay.
 pub(crate) async fn delete_stale(
     ctx: &Ctx,
     desired: &HashSet<ObjectKey>,
     facts: &ClusterFacts,
+    held: &[State],
 ) -> Result<(), Error> {
+    let held_names: Vec<&str> = held.iter().map(|s| s.name()).collect();
+    let keep = |o: &DynamicObject| ours(o).is_none_or(|s| held_names.contains(&s));
     let mut stale: Vec<(KindInfo, ObjectKey)> = Vec::new();
     for (info, store) in &ctx.children {
         for o in store.state() {
-            if o.metadata.deletion_timestamp.is_some() || ours(&o).is_none() {
+            if o.metadata.deletion_timestamp.is_some() || keep(&o) {
                 continue;
             }
             let key = key_of_stored(info, &o);
@@ -154,7 +163,7 @@ pub(crate) async fn delete_stale(
             .list(&ListParams::default().labels(LABEL_STATE))
             .await
             .map_err(|e| Error::api("listing", format!("{kind}s"), e))?;
-        for o in list.items.iter().filter(|o| ours(o).is_some()) {
+        for o in list.items.iter().filter(|o| !keep(o)) {
             let key = key_of_stored(&info, o);
             if !desired.contains(&key) {
                 stale.push((info.clone(), key));

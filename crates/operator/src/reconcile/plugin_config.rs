@@ -1,18 +1,29 @@
 //! The device plugin's config ConfigMap (`devicePlugin.config.name`) must exist and read
-//! cleanly before the operator rolls out anything: a device-plugin DaemonSet pointing at a
-//! missing or broken ConfigMap would restart every plugin without its sharing config and
-//! shrink allocatable under running pods. Until it is fixed, nothing is applied, the
-//! ClusterPolicy is `notReady` with a condition that says why, and the reconcile is retried
-//! (so it converges once the ConfigMap is created or fixed).
+//! cleanly before the operator rolls out what reads it: a device-plugin DaemonSet pointing at
+//! a missing or broken ConfigMap would restart every plugin without its sharing config and
+//! shrink allocatable under running pods. Until it is fixed, the states in [`HELD`] are held
+//! back (their objects left exactly as they are, none created, none deleted), the other
+//! operands roll out as usual, the ClusterPolicy is `notReady` with a condition naming the
+//! ConfigMap, and the operator's watch on its namespace's ConfigMaps re-decides as soon as
+//! the ConfigMap is created, fixed, broken or deleted.
+//!
+//! GPU feature discovery is not held back, though it reads the same ConfigMap: it labels from
+//! the last config it read cleanly (the defaults until then), so a missing or broken one
+//! never changes its labels, and it relabels as soon as a good one appears (it watches it).
 
 use gantry_api::cluster_policy::ClusterPolicySpec;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
 use super::{Ctx, Error};
+use crate::render::State;
 
 /// Condition reason for a missing or invalid device-plugin ConfigMap.
 pub const REASON: &str = "DevicePluginConfigInvalid";
+
+/// The states that wait for a usable ConfigMap: the device plugin, and the MPS control
+/// daemon (its config-manager mounts the ConfigMap).
+pub const HELD: &[State] = &[State::DevicePlugin, State::MpsControlDaemon];
 
 /// Why the named ConfigMap blocks a rollout (`None`: it is fine). `cm` is the ConfigMap as
 /// read (`None`: it does not exist).

@@ -31,7 +31,7 @@ use writes::*;
 
 use crate::node_watch::NodeWatch;
 
-use super::plan::{self, Action, Config, PlanError};
+use super::plan::{self, Action, Config, PlanError, PolicyAt};
 use super::pools::plan_pools;
 use super::state::UpgradeState;
 use super::view::{self, ClusterView};
@@ -284,7 +284,11 @@ pub async fn reconcile_once(
         settling = v.driver_pods.iter().any(|d| d.settling);
         match (&pools, up) {
             (Some(pools), _) => (plan_pools(&v, pools, &opts.config, now), v.nodes.len()),
-            (None, Some(up)) => (plan::plan(&v, &up, &opts.config, now)?, v.nodes.len()),
+            (None, Some(up)) => {
+                let at =
+                    PolicyAt::cluster_policy(policy.metadata.name.as_deref().unwrap_or_default());
+                (plan::plan(&v, &up, &at, &opts.config, now)?, v.nodes.len())
+            }
             (None, None) => return Ok(Round::default()),
         }
     };

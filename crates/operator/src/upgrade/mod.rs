@@ -25,5 +25,5 @@ pub mod view;
 mod tests;
 
 pub use controller::{Round, UpgradeError, UpgradeOptions, reconcile_once, run};
-pub use plan::{Action, Config, Plan, PlanError, plan};
+pub use plan::{Action, Config, Plan, PlanError, PolicyAt, plan};
 pub use state::UpgradeState;

@@ -91,18 +91,45 @@ impl Action {
     }
 }
 
+/// Where the upgrade policy lives, so messages name the field a user sets: the ClusterPolicy's
+/// `spec.driver.upgradePolicy` or an NVIDIADriver's `spec.upgradePolicy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyAt {
+    /// `ClusterPolicy cluster-policy`, `NVIDIADriver a100`.
+    pub object: String,
+    pub path: &'static str,
+}
+
+impl PolicyAt {
+    pub fn cluster_policy(name: &str) -> Self {
+        PolicyAt {
+            object: format!("ClusterPolicy {name}"),
+            path: "spec.driver.upgradePolicy",
+        }
+    }
+    pub fn nvidia_driver(name: &str) -> Self {
+        PolicyAt {
+            object: format!("NVIDIADriver {name}"),
+            path: "spec.upgradePolicy",
+        }
+    }
+    /// `field` of the policy, in full: `ClusterPolicy cluster-policy spec.driver.upgradePolicy.drain`.
+    pub fn field(&self, field: &str) -> String {
+        format!("{} {}.{field}", self.object, self.path)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("ClusterPolicy spec.driver.upgradePolicy.{field}: {source}")]
+    #[error("{field}: {source}")]
     Selector {
-        field: &'static str,
+        /// The policy field, in full ([`PolicyAt::field`]).
+        field: String,
         #[source]
         source: SelectorError,
     },
-    #[error(
-        "ClusterPolicy spec.driver.upgradePolicy.maxUnavailable: {value:?} is not a count or a percentage like \"25%\""
-    )]
-    MaxUnavailable { value: String },
+    #[error("{field}: {value:?} is not a count or a percentage like \"25%\"")]
+    MaxUnavailable { field: String, value: String },
 }
 
 /// The result of one round.
@@ -131,6 +158,7 @@ pub fn disable(view: &ClusterView) -> Plan {
 
 pub(super) struct Ctx<'a> {
     policy: &'a EffectiveUpgradePolicy,
+    at: &'a PolicyAt,
     cfg: &'a Config,
     now: i64,
     wait_selector: Selector,
@@ -147,15 +175,29 @@ fn is_true(v: Option<&str>) -> bool {
     v == Some("true")
 }
 
-/// Plan one round.
+impl Ctx<'_> {
+    /// The (non-driver) pods bound to `node`.
+    pub(super) fn pods_on(&self, node: &str) -> &[&PodView] {
+        self.pods_by_node
+            .get(node)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+/// Plan one round under `policy`, which lives `at` (for messages).
 pub fn plan(
     view: &ClusterView,
     policy: &EffectiveUpgradePolicy,
+    at: &PolicyAt,
     cfg: &Config,
     now: i64,
 ) -> Result<Plan, PlanError> {
-    let sel = |field: &'static str, s: &str| {
-        Selector::parse(s).map_err(|source| PlanError::Selector { field, source })
+    let sel = |field: &str, s: &str| {
+        Selector::parse(s).map_err(|source| PlanError::Selector {
+            field: at.field(field),
+            source,
+        })
     };
     let wait_selector = sel(
         "waitForCompletion.podSelector",
@@ -168,7 +210,7 @@ pub fn plan(
         &["true".into()],
     )
     .map_err(|reason| PlanError::Selector {
-        field: "drain.podSelector",
+        field: at.field("drain.podSelector"),
         source: SelectorError {
             input: names::LABEL_UPGRADE_DRAIN_SKIP.into(),
             reason,
@@ -195,13 +237,13 @@ pub fn plan(
         .filter_map(|n| driver.get(n.name.as_str()).map(|d| (n, *d)))
         .collect();
     managed.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-    let counts = SlotInput::count(
-        managed
-            .iter()
-            .map(|(n, _)| (state_of(n), n.unschedulable || !n.ready)),
-    );
+    let counts = SlotInput::count(managed.iter().map(|(n, d)| {
+        let state = state_of(n);
+        (state, (n.unschedulable || !n.ready) && !parked(state, d))
+    }));
     let max_unavailable =
         slots::max_unavailable(policy, counts.total).ok_or_else(|| PlanError::MaxUnavailable {
+            field: at.field("maxUnavailable"),
             value: match &policy.max_unavailable {
                 k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => i.to_string(),
                 k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s.clone(),
@@ -214,6 +256,7 @@ pub fn plan(
     }
     let ctx = Ctx {
         policy,
+        at,
         cfg,
         now,
         wait_selector,
@@ -229,6 +272,14 @@ pub fn plan(
         actions,
         waiting: None,
     })
+}
+
+/// A failed node whose driver was never replaced (its pods would not leave): parked, it does
+/// not count against `maxUnavailable`, so the rollout goes on past it. A node whose *new*
+/// driver failed still counts: a version that breaks every node it reaches stops after
+/// `maxUnavailable` nodes instead of cordoning the whole cluster one node at a time.
+fn parked(state: UpgradeState, driver: &DriverPod) -> bool {
+    state == UpgradeState::UpgradeFailed && !driver.in_sync
 }
 
 pub(super) fn set(out: &mut Vec<Action>, node: &NodeView, state: UpgradeState) {
@@ -313,11 +364,7 @@ fn step(
     slots_left: &mut u32,
     out: &mut Vec<Action>,
 ) {
-    let pods: &[&PodView] = ctx
-        .pods_by_node
-        .get(node.name.as_str())
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let pods = ctx.pods_on(&node.name);
     let p = ctx.policy;
     match state_of(node) {
         s @ (UpgradeState::Unknown | UpgradeState::UpgradeDone) => {
@@ -411,7 +458,7 @@ fn step(
                 key,
                 force: p.pod_deletion_force,
                 delete_empty_dir: p.pod_deletion_delete_empty_dir,
-                option: "gpuPodDeletion",
+                option: ctx.at.field("podDeletion"),
                 timeout_s: p.pod_deletion_timeout_seconds,
             };
             remove_pods(ctx, node, &step, gpu, out, fail);
@@ -435,7 +482,7 @@ fn step(
                 key,
                 force: p.drain_force,
                 delete_empty_dir: p.drain_delete_empty_dir,
-                option: "drain",
+                option: ctx.at.field("drain"),
                 timeout_s: p.drain_timeout_seconds,
             };
             remove_pods(ctx, node, &step, targets, out, fail);

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use gantry_api::common::EffectiveUpgradePolicy;
 use gantry_api::names;
 
-use super::plan::{self, Config, Plan};
+use super::plan::{self, Config, Plan, PolicyAt};
 use super::view::ClusterView;
 
 /// Plan each NVIDIADriver pool (the nodes carrying its owner label) under its own policy: a
@@ -31,7 +31,7 @@ pub fn plan_pools(
         owned.extend(nodes.iter().copied());
         let sub = v.restrict(&nodes);
         let p = if up.auto_upgrade {
-            match plan::plan(&sub, up, cfg, now) {
+            match plan::plan(&sub, up, &PolicyAt::nvidia_driver(owner), cfg, now) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(nvidiadriver = %owner, "driver upgrade of this pool skipped: {e}");

@@ -1,5 +1,10 @@
 //! Removing a node's pods during a driver upgrade (GPU pod deletion, drain): which pods may go,
 //! evicting them, and giving up when they cannot go or the step's time-out passes.
+//!
+//! GPU reservation pods (the scheduler's placeholders that hold a shared GPU for fractional
+//! pods) have no controller, yet are not work that would be lost: they go with the pods they
+//! reserve for. Once no pod on the node shares a reservation's GPU any more, the reservation
+//! is released (deleted); while one does, it waits for that pod to leave.
 
 use super::plan::{Action, Ctx, annotate, set, timed_out};
 use super::state::UpgradeState;
@@ -11,7 +16,8 @@ pub(super) struct Removal {
     pub key: &'static str,
     pub force: bool,
     pub delete_empty_dir: bool,
-    pub option: &'static str,
+    /// The policy's field of this step (`… spec.driver.upgradePolicy.podDeletion`).
+    pub option: String,
     pub timeout_s: i32,
 }
 
@@ -25,24 +31,32 @@ pub(super) fn remove_pods<'a>(
     out: &mut Vec<Action>,
     fail: impl Fn(&mut Vec<Action>, String),
 ) {
-    match removable(targets, step.force, step.delete_empty_dir, step.option) {
-        Err(why) => fail(out, why),
-        Ok(left) if left.is_empty() => {
-            annotate(out, node, step.key, None);
-            set(out, node, UpgradeState::PodRestartRequired);
-        }
-        Ok(left) => {
-            let timeout = i64::from(step.timeout_s);
-            if timed_out(ctx, node, step.key, timeout, out) {
-                let why = format!(
-                    "timed out after {timeout}s; still there: {}",
-                    names_of(&left)
-                );
-                fail(out, why);
-            } else {
-                evict_all(node, &left, out);
-            }
-        }
+    let (reservations, pods): (Vec<&PodView>, Vec<&PodView>) =
+        targets.partition(|p| p.reservation.is_some());
+    let mut left = match removable(
+        pods.into_iter(),
+        step.force,
+        step.delete_empty_dir,
+        &step.option,
+    ) {
+        Ok(left) => left,
+        Err(why) => return fail(out, why),
+    };
+    left.extend(reservations);
+    if left.is_empty() {
+        annotate(out, node, step.key, None);
+        set(out, node, UpgradeState::PodRestartRequired);
+        return;
+    }
+    let timeout = i64::from(step.timeout_s);
+    if timed_out(ctx, node, step.key, timeout, out) {
+        let why = format!(
+            "timed out after {timeout}s; still there: {}",
+            names_of(&left)
+        );
+        fail(out, why);
+    } else {
+        evict_all(node, &left, ctx.pods_on(&node.name), out);
     }
 }
 
@@ -58,13 +72,13 @@ fn removable<'a>(
         if !p.terminating {
             if !p.controlled && !force {
                 return Err(format!(
-                    "pod {} has no controller and would not come back (set {option}.force to delete it anyway)",
+                    "pod {} has no controller and would not come back (set {option}.force: true to delete it anyway)",
                     p.key
                 ));
             }
             if p.empty_dir && !delete_empty_dir {
                 return Err(format!(
-                    "pod {} uses emptyDir storage that would be lost (set {option}.deleteEmptyDir to allow it)",
+                    "pod {} uses emptyDir storage that would be lost (set {option}.deleteEmptyDir: true to allow it)",
                     p.key
                 ));
             }
@@ -74,12 +88,23 @@ fn removable<'a>(
     Ok(out)
 }
 
-fn evict_all(node: &NodeView, pods: &[&PodView], out: &mut Vec<Action>) {
+/// Evict the pods; release each reservation no pod on the node shares any more (one a pod
+/// still shares, terminating or not, waits for it).
+fn evict_all(node: &NodeView, pods: &[&PodView], on_node: &[&PodView], out: &mut Vec<Action>) {
     for p in pods.iter().filter(|p| !p.terminating) {
-        out.push(Action::Evict {
-            node: node.name.clone(),
-            pod: p.key.clone(),
-        });
+        let pod = p.key.clone();
+        let node = node.name.clone();
+        match &p.reservation {
+            None => out.push(Action::Evict { node, pod }),
+            Some(group) => {
+                let shared = on_node
+                    .iter()
+                    .any(|q| !q.finished() && q.gpu_groups.contains(group));
+                if !shared {
+                    out.push(Action::DeletePod { node, pod });
+                }
+            }
+        }
     }
 }
 

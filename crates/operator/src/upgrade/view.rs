@@ -70,8 +70,15 @@ pub struct PodView {
     pub node: String,
     pub labels: BTreeMap<String, String>,
     pub phase: String,
-    /// A container requests or limits `nvidia.com/gpu*` or `nvidia.com/mig-*`.
+    /// A container requests or limits `nvidia.com/gpu*` or `nvidia.com/mig-*`, or the pod
+    /// shares a GPU as a fraction (it has [`PodView::gpu_groups`]).
     pub uses_gpu: bool,
+    /// A GPU reservation pod (the scheduler's, as KAI's binder makes them: `app` label
+    /// `kai-resource-reservation`): the GPU group it holds for fractional pods.
+    pub reservation: Option<String>,
+    /// The GPU groups a fractional pod shares (label `runai-gpu-group`, or one
+    /// `runai-gpu-group/<group>` label per GPU); empty for every other pod.
+    pub gpu_groups: Vec<String>,
     /// Owned by a DaemonSet (drains and GPU pod deletion leave these alone).
     pub daemonset: bool,
     /// Has a controller owner (a Job, ReplicaSet, ...): recreated elsewhere once evicted.
@@ -188,20 +195,47 @@ fn node_of(pod: &Pod) -> Option<String> {
     pod.spec.as_ref()?.node_name.clone()
 }
 
+/// The GPU group a reservation pod holds, from its labels.
+fn reservation_group(labels: &BTreeMap<String, String>) -> Option<String> {
+    let app = labels.get(names::LABEL_APP).map(String::as_str);
+    (app == Some(names::RESERVATION_APP))
+        .then(|| labels.get(names::LABEL_GPU_GROUP).cloned())
+        .flatten()
+}
+
+/// The GPU groups a (non-reservation) pod shares, from its labels.
+fn shared_groups(labels: &BTreeMap<String, String>) -> Vec<String> {
+    let multi = format!("{}/", names::LABEL_GPU_GROUP);
+    labels
+        .iter()
+        .filter(|(k, _)| *k == names::LABEL_GPU_GROUP || k.starts_with(&multi))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
 pub fn pod_view(pod: &Pod) -> Option<PodView> {
     let spec = pod.spec.as_ref()?;
     let owners = pod.metadata.owner_references.iter().flatten();
     let controller = owners.clone().find(|o| o.controller == Some(true));
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let reservation = reservation_group(&labels);
+    let gpu_groups = if reservation.is_some() {
+        Vec::new()
+    } else {
+        shared_groups(&labels)
+    };
     Some(PodView {
         key: key_of(pod)?,
         node: node_of(pod)?,
-        labels: pod.metadata.labels.clone().unwrap_or_default(),
         phase: pod
             .status
             .as_ref()
             .and_then(|s| s.phase.clone())
             .unwrap_or_default(),
-        uses_gpu: uses_gpu(spec),
+        uses_gpu: uses_gpu(spec) || !gpu_groups.is_empty(),
+        reservation,
+        gpu_groups,
+        labels,
         daemonset: controller.is_some_and(|o| o.kind == "DaemonSet"),
         controlled: controller.is_some(),
         mirror: pod
@@ -362,6 +396,31 @@ mod tests {
         assert!(pod_view(&init).unwrap().uses_gpu);
         let unbound = pod(json!({"metadata": {"name": "b"}, "spec": {"containers": []}}));
         assert!(pod_view(&unbound).is_none());
+    }
+
+    #[test]
+    fn reservation_pods_and_their_fractional_tenants_are_recognised() {
+        let r = pod(
+            json!({"metadata": {"name": "gpu-reservation-1", "namespace": "gantry-reservation",
+            "labels": {"app": "kai-resource-reservation", "runai-gpu-group": "g1"}},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}),
+        );
+        let v = pod_view(&r).unwrap();
+        assert_eq!(v.reservation.as_deref(), Some("g1"));
+        assert!(v.uses_gpu && !v.controlled && v.gpu_groups.is_empty());
+        // A fraction asks for no GPU resource: its group label makes it a GPU pod.
+        let half = pod(json!({"metadata": {"name": "half", "namespace": "team",
+            "labels": {"runai-gpu-group": "g1"}, "annotations": {"gpu-fraction": "0.5"}},
+            "spec": {"nodeName": "n", "containers": [{"name": "c"}]}}));
+        let v = pod_view(&half).unwrap();
+        assert_eq!(
+            (v.reservation, v.gpu_groups, v.uses_gpu),
+            (None, vec!["g1".to_string()], true)
+        );
+        let two = pod(json!({"metadata": {"name": "two",
+            "labels": {"runai-gpu-group/g1": "g1", "runai-gpu-group/g2": "g2"}},
+            "spec": {"nodeName": "n", "containers": [{"name": "c"}]}}));
+        assert_eq!(pod_view(&two).unwrap().gpu_groups, ["g1", "g2"]);
     }
 
     fn ds(generation: i64) -> DaemonSet {

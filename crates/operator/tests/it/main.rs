@@ -9,4 +9,5 @@ mod operator_e2e;
 mod operator_steady_state;
 mod plugin_config_e2e;
 mod support;
+mod upgrade_blockers_e2e;
 mod upgrade_e2e;

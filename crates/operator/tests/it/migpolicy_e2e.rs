@@ -420,3 +420,75 @@ async fn kubectl_applied_policy_repartitions_a100_nodes_one_at_a_time() -> Resul
     reconciler.await?;
     Ok(())
 }
+
+/// `Ready` condition of a policy: (status, reason).
+async fn ready_of(api: &Api<MigClusterPolicy>, policy: &str) -> Option<(String, String)> {
+    let p = api.get(policy).await.ok()?;
+    let c = p
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some((c.status, c.reason))
+}
+
+/// Issue #44: an invalid MigClusterPolicy owns no node, so it does not keep a valid one off
+/// the nodes both select; and a policy whose nodes all belong to an older one is not Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_policy_blocks_nothing_and_a_blocked_one_is_not_ready() -> Result {
+    let c = Cluster::builder()
+        .nodes("1xA100-80GB:1")
+        .crds()
+        .namespace(NS)
+        .start()
+        .await?;
+    let client = c.client().clone();
+    let mut opts = MigPolicyOptions::new(NS);
+    opts.requeue = Duration::from_secs(1);
+    let nodes = gantry_operator::node_watch::NodeWatch::start(client.clone());
+    let reconciler = tokio::spawn(migpolicy::run(
+        client.clone(),
+        opts,
+        nodes,
+        std::future::pending(),
+    ));
+    let api: Api<MigClusterPolicy> = Api::all(client.clone());
+    let node = A100_NODES[0];
+    let policy = |name: &str, config: &str, max: i32| {
+        json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "MigClusterPolicy",
+               "metadata": {"name": name},
+               "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": node}},
+                        "layout": {"config": config}, "maxUnavailable": max}})
+    };
+    // The older one (names break creation-time ties) is invalid: maxUnavailable 0.
+    create(&api, policy("a-broken", "all-1g.10gb", 0)).await?;
+    create(&api, policy("b-slices", "all-balanced", 1)).await?;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    eventually_secs("the valid policy's layout on the node", 60, || async {
+        let n = nodes_api.get(node).await.ok()?;
+        (label(&n, names::LABEL_MIG_CONFIG).as_deref() == Some("all-balanced")).then_some(())
+    })
+    .await?;
+    eventually_secs("the invalid one says so", 60, || async {
+        (ready_of(&api, "a-broken").await == Some(("False".into(), "InvalidSpec".into())))
+            .then_some(())
+    })
+    .await?;
+    // A third, valid but newer: the node is b-slices'; c-late is not Ready and says why.
+    create(&api, policy("c-late", "all-3g.40gb", 1)).await?;
+    let seen = eventually_secs("the blocked policy not Ready", 60, || async {
+        match ready_of(&api, "c-late").await {
+            Some((s, r)) if s == "False" && r == "OwnedByOlderPolicy" => Look::Done(()),
+            other => Look::Seen(format!("Ready {other:?}")),
+        }
+    })
+    .await;
+    let n = nodes_api.get(node).await?;
+    reconciler.abort();
+    seen?;
+    assert_eq!(
+        label(&n, names::LABEL_MIG_CONFIG).as_deref(),
+        Some("all-balanced")
+    );
+    Ok(())
+}

@@ -97,7 +97,7 @@ async fn bare_gpu_nodes_to_ready_cluster_with_upstream_policy() -> Res {
     let env = Env::start(SPEC).await?;
     let op = env.operator()?;
     // The policy names the device-plugin ConfigMap `time-slicing-config` (default key
-    // `any`); the operator rolls nothing out while it is missing (issue #24), so create it,
+    // `any`); the device plugin waits while it is missing (issues #24, #37), so create it,
     // here with a config that shares nothing.
     eventually_secs("operator namespace", 60, || {
         let c = env.client().clone();

@@ -28,17 +28,17 @@ use kube::runtime::watcher;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-const NS: &str = "gpu-operator";
-const GPU_NODES: [&str; 3] = ["h100-80gb-0", "h100-80gb-1", "h100-80gb-2"];
-const V1: &str = "570.172.08";
-const V2: &str = "580.95.05";
+pub(crate) const NS: &str = "gpu-operator";
+pub(crate) const GPU_NODES: [&str; 3] = ["h100-80gb-0", "h100-80gb-1", "h100-80gb-2"];
+pub(crate) const V1: &str = "570.172.08";
+pub(crate) const V2: &str = "580.95.05";
 
-struct Env {
-    client: kube::Client,
-    tasks: Vec<JoinHandle<()>>,
-    cluster: Cluster,
+pub(crate) struct Env {
+    pub(crate) client: kube::Client,
+    pub(crate) tasks: Vec<JoinHandle<()>>,
+    pub(crate) cluster: Cluster,
 }
 
 impl Drop for Env {
@@ -49,7 +49,7 @@ impl Drop for Env {
     }
 }
 
-fn driver_image(version: &str) -> String {
+pub(crate) fn driver_image(version: &str) -> String {
     format!("nvcr.io/nvidia/driver:{version}-ubuntu24.04")
 }
 
@@ -85,7 +85,7 @@ fn plain_ds(name: &str, app: &str, args: Option<&[&str]>) -> Res<DaemonSet> {
     }))?)
 }
 
-async fn start(max_parallel: i32, max_unavailable: serde_json::Value) -> Res<Env> {
+pub(crate) async fn start(max_parallel: i32, max_unavailable: serde_json::Value) -> Res<Env> {
     let cluster = Cluster::builder()
         .nodes("3xH100-80GB:8,1xcpu")
         .controllers()
@@ -137,7 +137,7 @@ async fn start(max_parallel: i32, max_unavailable: serde_json::Value) -> Res<Env
     })
 }
 
-fn state_of(n: &Node) -> UpgradeState {
+pub(crate) fn state_of(n: &Node) -> UpgradeState {
     UpgradeState::parse(
         n.metadata
             .labels
@@ -148,7 +148,7 @@ fn state_of(n: &Node) -> UpgradeState {
     )
 }
 
-fn unschedulable(n: &Node) -> bool {
+pub(crate) fn unschedulable(n: &Node) -> bool {
     n.spec
         .as_ref()
         .and_then(|s| s.unschedulable)
@@ -156,15 +156,15 @@ fn unschedulable(n: &Node) -> bool {
 }
 
 #[derive(Default)]
-struct Record {
+pub(crate) struct Record {
     /// Each node's state labels in the order seen (repeats collapsed).
-    walks: BTreeMap<String, Vec<UpgradeState>>,
-    now: BTreeMap<String, UpgradeState>,
-    max_in_flight: usize,
+    pub(crate) walks: BTreeMap<String, Vec<UpgradeState>>,
+    pub(crate) now: BTreeMap<String, UpgradeState>,
+    pub(crate) max_in_flight: usize,
 }
 
 /// Watch the nodes and record every state label change.
-fn record(client: &kube::Client) -> (Arc<Mutex<Record>>, JoinHandle<()>) {
+pub(crate) fn record(client: &kube::Client) -> (Arc<Mutex<Record>>, JoinHandle<()>) {
     let rec = Arc::new(Mutex::new(Record::default()));
     let r = rec.clone();
     let api: Api<Node> = Api::all(client.clone());
@@ -294,7 +294,7 @@ async fn gpu_jobs(client: &kube::Client) -> Res<()> {
     Ok(())
 }
 
-async fn running_gpu_pods(client: &kube::Client) -> Vec<Pod> {
+pub(crate) async fn running_gpu_pods(client: &kube::Client) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.list(&ListParams::default())
         .await
@@ -312,7 +312,7 @@ async fn running_gpu_pods(client: &kube::Client) -> Vec<Pod> {
 
 /// Change `driver.version` the way the reconcile loop would: the ClusterPolicy and the
 /// rendered driver DaemonSet's image.
-async fn change_driver_version(client: &kube::Client, version: &str) -> Res<()> {
+pub(crate) async fn change_driver_version(client: &kube::Client, version: &str) -> Res<()> {
     let pp = PatchParams::default();
     Api::<ClusterPolicy>::all(client.clone())
         .patch(
@@ -332,7 +332,7 @@ async fn change_driver_version(client: &kube::Client, version: &str) -> Res<()> 
     Ok(())
 }
 
-async fn driver_images(client: &kube::Client) -> BTreeMap<String, String> {
+pub(crate) async fn driver_images(client: &kube::Client) -> BTreeMap<String, String> {
     let lp = ListParams::default().labels(&format!("{}={}", names::LABEL_APP, names::app::DRIVER));
     Api::<Pod>::namespaced(client.clone(), NS)
         .list(&lp)
@@ -350,7 +350,7 @@ async fn driver_images(client: &kube::Client) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-fn spawn_controller(env: &mut Env, max_driver_restarts: i32) {
+pub(crate) fn spawn_controller(env: &mut Env, max_driver_restarts: i32) {
     let opts = UpgradeOptions {
         namespace: NS.into(),
         // Long enough that only events and the in-flight re-plan move the walk.
@@ -374,7 +374,7 @@ fn spawn_controller(env: &mut Env, max_driver_restarts: i32) {
 }
 
 /// Wait until every GPU node runs a Ready driver pod of `version` and the GPUs are allocatable.
-async fn settled_on(env: &Env, version: &str) -> Res<()> {
+pub(crate) async fn settled_on(env: &Env, version: &str) -> Res<()> {
     let want = driver_image(version);
     let nodes: Api<Node> = Api::all(env.client.clone());
     eventually_secs("driver pods on every GPU node", 60, || async {
@@ -550,7 +550,7 @@ async fn driver_version_change_walks_gpu_nodes_one_at_a_time() -> Res<()> {
 }
 
 /// The driver version each GPU node's simulated NVML reports.
-fn sim_driver_versions(env: &Env) -> Vec<String> {
+pub(crate) fn sim_driver_versions(env: &Env) -> Vec<String> {
     GPU_NODES
         .iter()
         .map(|n| {
@@ -565,7 +565,7 @@ fn sim_driver_versions(env: &Env) -> Vec<String> {
         .collect()
 }
 
-fn node_state(rec: &Arc<Mutex<Record>>, node: &str) -> Option<UpgradeState> {
+pub(crate) fn node_state(rec: &Arc<Mutex<Record>>, node: &str) -> Option<UpgradeState> {
     rec.lock().ok()?.now.get(node).copied()
 }
 

@@ -120,6 +120,44 @@ fn oldest_policy_wins_and_the_other_reports_the_conflict() {
         cond_of(&d.statuses["old"], condition::CONFLICT).status,
         "False"
     );
+    // Nothing of its own to do, but its layout is not applied: not Ready.
+    let r = cond_of(lost, condition::READY);
+    assert_eq!(
+        (r.status.as_str(), r.reason.as_str()),
+        ("False", "OwnedByOlderPolicy")
+    );
+}
+
+#[test]
+fn an_invalid_older_policy_owns_no_node() {
+    // Older, selecting the same nodes, but with both layout kinds: invalid.
+    let mut bad = policy("bad", 1, A100, "all-1g.10gb", 1);
+    bad.spec.layout.custom = Some(Default::default());
+    assert!(!bad.spec.validate().is_empty());
+    let good = policy("good", 5, A100, "all-balanced", 1);
+    let nodes = vec![node("a-0", A100, None, None)];
+    let d = decide(&[bad, good.clone()], &nodes, &t(9));
+    assert_eq!(d.actions, vec![set("a-0", "all-balanced")]);
+    let st = &d.statuses["good"];
+    assert_eq!(cond_of(st, condition::CONFLICT).status, "False");
+    let r = cond_of(st, condition::READY);
+    assert_eq!(
+        (r.status.as_str(), r.reason.as_str()),
+        ("False", "RollingOut")
+    );
+    assert_eq!(
+        cond_of(&d.statuses["bad"], condition::READY).reason,
+        "InvalidSpec"
+    );
+    // Once the node is at the good layout, good is Ready.
+    let nodes = vec![node("a-0", A100, Some("all-balanced"), Some("success"))];
+    let mut bad = policy("bad", 1, A100, "all-1g.10gb", 1);
+    bad.spec.layout.custom = Some(Default::default());
+    let d = decide(&[bad, good], &nodes, &t(10));
+    assert_eq!(
+        cond_of(&d.statuses["good"], condition::READY).status,
+        "True"
+    );
 }
 
 #[test]

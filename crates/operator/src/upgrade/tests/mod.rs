@@ -7,11 +7,15 @@ use gantry_api::common::{EffectiveUpgradePolicy, UpgradePolicy};
 use gantry_api::names;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::plan::{Action, Config, PlanError, disable, plan};
+use super::plan::{Action, Config, PlanError, PolicyAt, disable, plan};
 use super::state::UpgradeState::{self, *};
 use super::view::{ClusterView, DriverPod, NodeView, PodKey, PodView};
 
 const NOW: i64 = 1_000_000;
+
+fn at() -> PolicyAt {
+    PolicyAt::cluster_policy("cluster-policy")
+}
 
 fn policy() -> EffectiveUpgradePolicy {
     let mut p = UpgradePolicy::default().effective(true);
@@ -91,7 +95,7 @@ fn one(n: NodeView, d: DriverPod, pods: Vec<PodView>) -> ClusterView {
 }
 
 fn run(v: &ClusterView, p: &EffectiveUpgradePolicy) -> Vec<Action> {
-    plan(v, p, &Config::default(), NOW).unwrap().actions
+    plan(v, p, &at(), &Config::default(), NOW).unwrap().actions
 }
 
 fn to(node: &str, state: UpgradeState) -> Action {
@@ -238,6 +242,23 @@ fn failed_nodes_do_not_hold_a_slot() {
 }
 
 #[test]
+fn a_node_whose_pods_would_not_leave_does_not_count_against_max_unavailable() {
+    let mut p = policy();
+    p.max_unavailable = IntOrString::Int(1);
+    // a failed before its driver was replaced (its driver pod runs the old template): parked,
+    // cordoned, and the rollout goes on past it.
+    let mut v = many(&[
+        ("a", UpgradeFailed, true),
+        ("b", UpgradeRequired, false),
+        ("c", UpgradeRequired, false),
+    ]);
+    assert_eq!(states(&run(&v, &p)), vec![("b".into(), CordonRequired)]);
+    // a's new driver is what failed: a bad version stops at maxUnavailable nodes.
+    v.driver_pods[0] = driver("a", true, false);
+    assert_eq!(states(&run(&v, &p)), vec![]);
+}
+
+#[test]
 fn max_unavailable_limits_even_with_parallel_slots() {
     let mut p = policy();
     p.max_parallel_upgrades = 0;
@@ -375,7 +396,7 @@ fn failed_node_recovers_when_its_driver_is_ready_on_the_new_revision() {
 fn incomplete_driver_daemonset_pauses_everything() {
     let mut v = one(node("a", CordonRequired), driver("a", false, true), vec![]);
     v.driver_pods_complete = false;
-    let p = plan(&v, &policy(), &Config::default(), NOW).unwrap();
+    let p = plan(&v, &policy(), &at(), &Config::default(), NOW).unwrap();
     assert!(p.actions.is_empty());
     assert!(p.waiting.is_some());
 }
@@ -404,12 +425,12 @@ fn bad_policy_values_name_the_field() {
     let v = one(node("a", Unknown), driver("a", true, true), vec![]);
     let mut p = policy();
     p.drain_pod_selector = "app in x".into();
-    let e = plan(&v, &p, &Config::default(), NOW).unwrap_err();
+    let e = plan(&v, &p, &at(), &Config::default(), NOW).unwrap_err();
     assert!(matches!(e, PlanError::Selector { .. }));
     assert!(e.to_string().contains("drain.podSelector"), "{e}");
     let mut p = policy();
     p.max_unavailable = IntOrString::String("lots".into());
-    let e = plan(&v, &p, &Config::default(), NOW).unwrap_err();
+    let e = plan(&v, &p, &at(), &Config::default(), NOW).unwrap_err();
     assert!(e.to_string().contains("maxUnavailable"), "{e}");
 }
 

@@ -139,7 +139,7 @@ proptest! {
         let cfg = Config { validation_timeout_s: 600, max_driver_restarts: 2 };
         let mut quiet = 0;
         for round in 0..400i64 {
-            let actions = plan(&m.view(), &p, &cfg, NOW + round).unwrap().actions;
+            let actions = plan(&m.view(), &p, &at(), &cfg, NOW + round).unwrap().actions;
             m.apply(&actions);
             if parallel > 0 {
                 let flying = (0..m.nodes.len())

@@ -78,6 +78,112 @@ fn pod_deletion_failure_goes_to_drain_or_failed() {
 }
 
 #[test]
+fn a_pod_without_controller_names_the_policy_field_to_set() {
+    let mut bare = pod("a", "bare");
+    bare.controlled = false;
+    let v = one(
+        node("a", PodDeletionRequired),
+        driver("a", false, true),
+        vec![bare],
+    );
+    let why: Vec<String> = run(&v, &policy())
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Event { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        why.iter()
+            .any(|m| m.contains("default/bare has no controller")
+                && m.contains(
+                    "ClusterPolicy cluster-policy spec.driver.upgradePolicy.podDeletion.force: true"
+                )),
+        "{why:?}"
+    );
+}
+
+fn reservation(node: &str, name: &str, group: &str) -> PodView {
+    let mut r = pod(node, name);
+    r.key.namespace = "gantry-reservation".into();
+    r.controlled = false;
+    r.reservation = Some(group.into());
+    r
+}
+
+fn tenant(node: &str, name: &str, group: &str) -> PodView {
+    let mut t = pod(node, name);
+    t.gpu_groups = vec![group.into()];
+    t
+}
+
+#[test]
+fn reservation_pods_go_with_the_fractions_they_hold() {
+    let key = names::ANNOTATION_UPGRADE_POD_DELETION_START;
+    let mut n = node("a", PodDeletionRequired);
+    n.annotations.insert(key.into(), NOW.to_string());
+    let evict = |name: &str| Action::Evict {
+        node: "a".into(),
+        pod: pod("a", name).key,
+    };
+    let release = |name: &str| Action::DeletePod {
+        node: "a".into(),
+        pod: reservation("a", name, "g").key,
+    };
+    // Two fractions share g1; g2's tenant is gone already. The fractions are evicted, g2's
+    // reservation is released, g1's waits for its tenants; none of it is a failure.
+    let pods = vec![
+        tenant("a", "half-1", "g1"),
+        tenant("a", "half-2", "g1"),
+        reservation("a", "res-1", "g1"),
+        reservation("a", "res-2", "g2"),
+    ];
+    let v = one(n.clone(), driver("a", false, true), pods);
+    assert_eq!(
+        run(&v, &policy()),
+        vec![evict("half-1"), evict("half-2"), release("res-2")]
+    );
+    // A leaving tenant still holds its GPU.
+    let mut going = tenant("a", "half-1", "g1");
+    going.terminating = true;
+    let v = one(
+        n.clone(),
+        driver("a", false, true),
+        vec![going, reservation("a", "res-1", "g1")],
+    );
+    assert_eq!(run(&v, &policy()), vec![]);
+    // Tenants gone: released; then the step is done.
+    let v = one(
+        n.clone(),
+        driver("a", false, true),
+        vec![reservation("a", "res-1", "g1")],
+    );
+    assert_eq!(run(&v, &policy()), vec![release("res-1")]);
+    let v = one(n, driver("a", false, true), vec![]);
+    assert_eq!(
+        states(&run(&v, &policy())),
+        vec![("a".into(), PodRestartRequired)]
+    );
+}
+
+#[test]
+fn a_drain_releases_idle_reservations_too() {
+    let mut p = policy();
+    p.drain_enable = true;
+    let v = one(
+        node("a", DrainRequired),
+        driver("a", false, true),
+        vec![reservation("a", "res", "g")],
+    );
+    let a = run(&v, &p);
+    assert!(!has_warning(&a), "{a:?}");
+    assert!(a.contains(&Action::DeletePod {
+        node: "a".into(),
+        pod: reservation("a", "res", "g").key
+    }));
+}
+
+#[test]
 fn pod_deletion_times_out() {
     let key = names::ANNOTATION_UPGRADE_POD_DELETION_START;
     let mut n = node("a", PodDeletionRequired);
