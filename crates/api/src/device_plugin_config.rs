@@ -317,6 +317,14 @@ impl SharingStrategy {
     }
 }
 
+/// Why the device plugin refuses sharing by `strategy` under MIG strategy `mig` (upstream's
+/// flag validation), or `None`. The plugin and GPU feature discovery both decide with this,
+/// so a config the plugin refuses never yields sharing labels the capacity does not match.
+pub fn sharing_refused(strategy: SharingStrategy, mig: MigStrategy) -> Option<&'static str> {
+    (strategy == SharingStrategy::Mps && mig == MigStrategy::Mixed)
+        .then_some("MPS sharing cannot be combined with flags.migStrategy: mixed")
+}
+
 /// `nvidia.com/` is prepended to a resource name without a prefix.
 pub fn full_resource_name(name: &str) -> String {
     if name.contains('/') {

@@ -194,6 +194,10 @@ pub const ANNOTATION_SIM_EXIT_CODE: &str = "sim.gantry.dev/exit-code";
 /// Sim: where an in-process operand (exporter, validator metrics) serves its metrics on this
 /// host (`127.0.0.1:PORT`); the sim kubelet's runner publishes it on the operand's pod.
 pub const ANNOTATION_SIM_METRICS_ADDRESS: &str = "sim.gantry.dev/metrics-address";
+/// Sim: prefix of the pod annotations that say where an in-process component serves one of
+/// its container ports on this host: `sim.gantry.dev/port-9443: 127.0.0.1:40123`. Service
+/// routing (the API server calling a webhook's Service) reads them as the pod's endpoints.
+pub const ANNOTATION_SIM_PORT_PREFIX: &str = "sim.gantry.dev/port-";
 
 // ---- GFD labels: CUDA, per-resource helpers ------------------------------------------------
 

@@ -1,14 +1,41 @@
-//! The operator and the scheduler, run in-process against the demo's cluster exactly as
-//! `gantry operator` / `gantry scheduler` run them against a real one.
+//! The operator, the scheduler and its admission webhook, run in-process against the demo's
+//! cluster exactly as `gantry operator` / `gantry scheduler` / `gantry admission` run them
+//! against a real one. `gantry up` starts the webhook through [`admission`] too.
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use gantry_scheduler::k8s::admission::AdmissionConfig;
+use gantry_scheduler::k8s::webhook_local;
 
 use crate::DemoError;
 
 pub struct Components {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    admission: webhook_local::Local,
+}
+
+/// The GPU-sharing admission webhook for `scheduler_name`, served in-process (loopback, a
+/// fresh CA) and registered with the API server: fractional pods created from now on get
+/// their share's environment.
+pub async fn admission(
+    client: kube::Client,
+    scheduler_name: &str,
+) -> Result<webhook_local::Local, String> {
+    let tls = gantry_sim::tls::generate().map_err(|e| e.to_string())?;
+    let certs = webhook_local::Certificates {
+        ca_pem: tls.ca_pem,
+        cert_pem: tls.cert_pem,
+        key_pem: tls.key_pem,
+    };
+    let cfg = AdmissionConfig {
+        scheduler_name: scheduler_name.to_string(),
+        ..Default::default()
+    };
+    webhook_local::start(client, &certs, cfg)
+        .await
+        .map_err(|e| format!("starting the admission webhook: {e}"))
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {
@@ -35,19 +62,27 @@ impl Components {
                 tracing::error!(error = %e, "operator stopped");
             }
         }));
+        let opts = gantry_scheduler::k8s::Options {
+            leader_elect: false,
+            ..Default::default()
+        };
+        let hook = admission(client.clone(), &opts.scheduler_name)
+            .await
+            .map_err(DemoError::Start)?;
         tasks.push(tokio::spawn(async move {
-            let opts = gantry_scheduler::k8s::Options {
-                leader_elect: false,
-                ..Default::default()
-            };
             if let Err(e) = gantry_scheduler::k8s::run(client, opts, rx).await {
                 tracing::error!(error = %e, "scheduler stopped");
             }
         }));
-        Ok(Components { stop, tasks })
+        Ok(Components {
+            stop,
+            tasks,
+            admission: hook,
+        })
     }
 
     pub async fn stop(self) {
+        self.admission.stop().await;
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;

@@ -4,6 +4,7 @@
 //!   simulated nodes, the sim's controllers), owning all of it for as long as the test runs.
 //! - [`Recorder`]: a client of such a cluster that records every write it sends.
 //! - [`Kubectl`]: the real kubectl against such a cluster, as a user runs it.
+//! - [`share`]: fractional-GPU pods that print their share, and checks of what they print.
 //! - [`eventually`]: the one way to assert something another task writes (a label, an event,
 //!   a status, a metric): it waits with a deadline, never assumes the order of two writes, and
 //!   on timeout says what it last saw.
@@ -11,6 +12,7 @@
 mod cluster;
 mod kubectl;
 mod recorder;
+pub mod share;
 mod wait;
 
 pub use cluster::{Cluster, ClusterBuilder};

@@ -116,11 +116,8 @@ impl DevicePluginConfig {
                 }
             }
             if s.mps.is_some() {
-                if self.mig_strategy() == MigStrategy::Mixed {
-                    out.push(Problem::new(
-                        "sharing.mps",
-                        "MPS sharing cannot be combined with flags.migStrategy: mixed",
-                    ));
+                if let Some(why) = sharing_refused(SharingStrategy::Mps, self.mig_strategy()) {
+                    out.push(Problem::new("sharing.mps", why));
                 }
                 if self.mps_root().is_none() {
                     out.push(Problem::new(

@@ -2,3 +2,4 @@
 //! instead of one per file (docs/testing.md).
 
 mod demo_e2e;
+mod fractions;

@@ -26,12 +26,25 @@ pub struct Args {
     runtime_class: String,
 }
 
+impl Args {
+    /// The address and port the container serves on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The serving certificate (`tls.crt`, `tls.key` under `--cert-dir`) and what to inject.
+    pub fn server(&self) -> Result<(webhook::ServerTls, AdmissionConfig), webhook::WebhookError> {
+        let tls = webhook::tls_config_from_dir(&self.cert_dir)?;
+        let cfg = AdmissionConfig {
+            scheduler_name: self.scheduler_name.clone(),
+            runtime_class: Some(self.runtime_class.clone()).filter(|r| !r.is_empty()),
+        };
+        Ok((tls, cfg))
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let tls = webhook::tls_config_from_dir(&args.cert_dir)?;
-    let cfg = AdmissionConfig {
-        scheduler_name: args.scheduler_name,
-        runtime_class: Some(args.runtime_class).filter(|r| !r.is_empty()),
-    };
+    let (tls, cfg) = args.server()?;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
         let (tx, rx) = tokio::sync::watch::channel(false);

@@ -1,7 +1,9 @@
-//! `gantry operator` and `gantry scheduler` as the sim's kubelet runs them for pods of
-//! Gantry's image (the Helm chart's Deployments): the container's args parsed by the same
-//! clap definitions as the CLI, env-backed flags read from the container's env (never this
-//! process's), and the component's API client authenticated as the pod's ServiceAccount.
+//! `gantry operator`, `gantry scheduler` and `gantry admission` as the sim's kubelet runs them
+//! for pods of Gantry's image (the Helm chart's Deployments): the container's args parsed by
+//! the same clap definitions as the CLI, env-backed flags read from the container's env (never
+//! this process's), and the component's API client authenticated as the pod's ServiceAccount.
+//! The admission webhook serves its container port on a loopback port of its own, published
+//! on its pod, so the API server reaches it through the chart's Service.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,12 +22,14 @@ pub fn runners() -> BTreeMap<String, ComponentRunner> {
     let mut m: BTreeMap<String, ComponentRunner> = BTreeMap::new();
     m.insert("operator".into(), Arc::new(operator));
     m.insert("scheduler".into(), Arc::new(scheduler));
+    m.insert("admission".into(), Arc::new(admission));
     m
 }
 
 fn operator(ctx: ComponentContext) -> AgentFuture {
     Box::pin(async move {
         let args: super::operator::Args = gantry_node::args::parse("gantry", &ctx.args, &ctx.env)?;
+        let client = ctx.client("operator")?;
         let mut opts = super::operator::options(&args);
         opts.metrics_address = Some(LOOPBACK_ANY_PORT);
         opts.identity = ctx.pod_name.clone();
@@ -33,7 +37,7 @@ fn operator(ctx: ComponentContext) -> AgentFuture {
         let stop = async move {
             let _ = stop.wait_for(|v| *v).await;
         };
-        gantry_operator::run::run(ctx.client, opts, stop)
+        gantry_operator::run::run(client, opts, stop)
             .await
             .map_err(|e| e.to_string().into())
     })
@@ -45,8 +49,23 @@ fn scheduler(ctx: ComponentContext) -> AgentFuture {
         let mut opts = super::scheduler::options(&args);
         opts.metrics_address = Some(LOOPBACK_ANY_PORT);
         opts.identity = ctx.pod_name.clone();
-        gantry_scheduler::k8s::run(ctx.client, opts, ctx.shutdown)
+        gantry_scheduler::k8s::run(ctx.client("scheduler")?, opts, ctx.shutdown)
             .await
             .map_err(|e| e.to_string().into())
+    })
+}
+
+fn admission(ctx: ComponentContext) -> AgentFuture {
+    Box::pin(async move {
+        let args: super::admission::Args = gantry_node::args::parse("gantry", &ctx.args, &ctx.env)?;
+        let (tls, cfg) = args.server().map_err(|e| e.to_string())?;
+        let (addr, serve) =
+            gantry_scheduler::k8s::webhook::bind(LOOPBACK_ANY_PORT, tls, cfg, ctx.shutdown.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+        ctx.ports.publish(args.address().port(), addr).await?;
+        tracing::info!(%addr, container_port = args.address().port(), "admission webhook serving");
+        serve.await;
+        Ok(())
     })
 }

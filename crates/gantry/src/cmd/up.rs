@@ -118,6 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if args.bare {
             println!("bare: no in-process operator or scheduler (install them: helm install gantry deploy/helm/gantry -n gantry --create-namespace)");
         }
+        let mut admission = None;
         let scheduler = if args.no_scheduler || args.bare {
             None
         } else {
@@ -129,6 +130,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .await
                 .context("building the scheduler's client")?;
             println!("scheduler: {} (in-process)", opts.scheduler_name);
+            // Its GPU-sharing webhook, as the chart deploys it: fractional pods get their
+            // share's environment (the same startup as `gantry demo`'s).
+            let hook = gantry_demo::components::admission(
+                cp.client().context("client for the admission webhook")?,
+                &opts.scheduler_name,
+            )
+            .await
+            .map_err(anyhow::Error::msg)?;
+            println!(
+                "admission webhook: https://{} (in-process; fractional pods get their GPU share)",
+                hook.address
+            );
+            admission = Some(hook);
             Some(tokio::spawn(async move {
                 if let Err(e) = gantry_scheduler::k8s::run(client, opts, scheduler_stop).await {
                     eprintln!("scheduler stopped: {e}");
@@ -165,6 +179,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _ = stop_operator.send(());
         if let Some(o) = operator {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), o).await;
+        }
+        if let Some(hook) = admission {
+            hook.stop().await;
         }
         let _ = stop_scheduler.send(true);
         if let Some(s) = scheduler {

@@ -1,6 +1,6 @@
 //! `helm install` of the chart against `gantry up --bare`, end to end, with RBAC enforced:
-//! the chart's operator and scheduler run from their Deployments (the sim's kubelet runs
-//! Gantry's image in-process, as the pods' ServiceAccounts), bring the ClusterPolicy to
+//! the chart's operator, scheduler and admission webhook run from their Deployments (the
+//! sim's kubelet runs Gantry's image in-process, as the pods' ServiceAccounts), bring the ClusterPolicy to
 //! `ready`, advertise the GPUs and schedule a KAI gang and a fractional pod, with no RBAC
 //! denial; `helm upgrade` rolls the changed Deployment and `helm uninstall` removes what the
 //! docs say it removes. And a ServiceAccount without a role gets upstream's 403.
@@ -14,10 +14,11 @@ use super::chart::{chart, helm, run_helm};
 
 type Result<T = ()> = anyhow::Result<T>;
 
-/// `gantry up --bare` as a child process (the binary as users run it); killed on drop.
-struct Bare {
+/// `gantry up --bare` (or another `gantry up`) as a child process (the binary as users run
+/// it); killed on drop.
+pub(crate) struct Bare {
     child: Child,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Drop for Bare {
@@ -28,10 +29,17 @@ impl Drop for Bare {
 }
 
 impl Bare {
-    fn start(nodes: Option<&str>) -> Result<Bare> {
+    pub(crate) fn start(nodes: Option<&str>) -> Result<Bare> {
+        Self::start_with(&["--bare"], nodes)
+    }
+
+    /// `gantry up ARGS --no-ui --port 0 [--nodes NODES]`.
+    pub(crate) fn start_with(args: &[&str], nodes: Option<&str>) -> Result<Bare> {
         let dir = tempfile::tempdir()?;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gantry"));
-        cmd.args(["up", "--bare", "--no-ui", "--port", "0", "--kubeconfig"])
+        cmd.arg("up")
+            .args(args)
+            .args(["--no-ui", "--port", "0", "--kubeconfig"])
             .arg(dir.path().join("kubeconfig"))
             .current_dir(dir.path())
             .stdin(Stdio::null())
@@ -50,11 +58,11 @@ impl Bare {
         self.dir.path().join("kubeconfig")
     }
 
-    fn kubectl(&self, args: &[&str]) -> Result<String> {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> Result<String> {
         kubectl_as(&self.kubeconfig(), self.dir.path(), args)
     }
 
-    fn helm(&self, helm: &Path, args: &[&str]) -> Result<String> {
+    pub(crate) fn helm(&self, helm: &Path, args: &[&str]) -> Result<String> {
         let kc = self.kubeconfig();
         let mut all: Vec<&str> = args.to_vec();
         let kcs = kc.to_string_lossy().into_owned();
@@ -63,7 +71,7 @@ impl Bare {
     }
 
     /// RBAC's denials so far, from the API server's `/metrics`.
-    fn denials(&self) -> Result<u64> {
+    pub(crate) fn denials(&self) -> Result<u64> {
         let m = self.kubectl(&["get", "--raw", "/metrics"])?;
         let line = m
             .lines()
@@ -76,7 +84,7 @@ impl Bare {
     }
 
     /// The sim's log lines naming an RBAC denial (for failure messages).
-    fn denial_log(&self) -> String {
+    pub(crate) fn denial_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("up.log"))
             .unwrap_or_default()
             .lines()
@@ -86,7 +94,7 @@ impl Bare {
             .join("\n")
     }
 
-    async fn wait_ready(&self, nodes: usize) -> Result<()> {
+    pub(crate) async fn wait_ready(&self, nodes: usize) -> Result<()> {
         eventually_secs("gantry up --bare serving its nodes", 60, || async {
             let out = self.kubectl(&["get", "nodes", "-o", "name"])?;
             anyhow::Ok(out.lines().count() == nodes)
@@ -104,7 +112,7 @@ fn kubectl_as(kubeconfig: &Path, home: &Path, args: &[&str]) -> Result<String> {
     .run_blocking(args)
 }
 
-fn kubectl_missing() -> bool {
+pub(crate) fn kubectl_missing() -> bool {
     !gantry_testkit::Kubectl::installed()
 }
 
@@ -198,11 +206,6 @@ async fn helm_install_upgrade_uninstall_on_gantry_up_bare() -> Result {
             "-n",
             "gantry",
             "--create-namespace",
-            // The GPU-sharing webhook is called through its Service, which the sim does not
-            // route (docs/sim.md); its path is tested through a URL in the scheduler's
-            // `fraction_env` test.
-            "--set",
-            "scheduler.admission.enabled=false",
             "--wait",
             "--timeout",
             "180s",
@@ -338,8 +341,6 @@ async fn helm_install_upgrade_uninstall_on_gantry_up_bare() -> Result {
             "gantry",
             "--set",
             "operator.logging.level=debug",
-            "--set",
-            "scheduler.admission.enabled=false",
             "--wait",
             "--timeout",
             "180s",

@@ -6,6 +6,7 @@ mod chart_upstream;
 mod cli_api;
 mod demo_cli;
 mod dependencies;
+mod fractions;
 mod image;
 mod install;
 mod observability;

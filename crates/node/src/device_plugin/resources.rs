@@ -156,7 +156,10 @@ pub fn build(inv: &Inventory, settings: &Settings) -> Result<Vec<ResourceSet>, D
             if settings.mps_root.is_none() {
                 return Err(DevicePluginError::MpsWithoutRoot);
             }
-            if settings.mig_strategy == MigStrategy::Mixed {
+            let mps = gantry_api::device_plugin_config::SharingStrategy::Mps;
+            if gantry_api::device_plugin_config::sharing_refused(mps, settings.mig_strategy)
+                .is_some()
+            {
                 return Err(DevicePluginError::MpsWithMixed);
             }
         }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
+use gantry_api::device_plugin_config::sharing_refused;
 use gantry_gpu::{Backend, GpuError};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
@@ -98,18 +99,34 @@ fn effective(
         (None, None) => config::DiscoveryConfig::default(),
     };
     let no_timestamp = opts.no_timestamp || file.no_timestamp.unwrap_or(false);
+    let mig_strategy = opts.mig_strategy.or(file.mig_strategy).unwrap_or_default();
     Ok(Effective {
         label_opts: LabelOptions {
-            mig_strategy: opts.mig_strategy.or(file.mig_strategy).unwrap_or_default(),
+            mig_strategy,
             timestamp: (!no_timestamp).then_some(started),
         },
-        sharing: file.sharing,
+        sharing: applied_sharing(file.sharing, mig_strategy),
         sleep: opts
             .sleep_interval
             .or(file.sleep_interval)
             .unwrap_or(Some(DEFAULT_SLEEP_INTERVAL)),
         oneshot: opts.oneshot || file.oneshot.unwrap_or(false),
     })
+}
+
+/// The sharing the device plugin applies: none when it refuses the config's strategy under
+/// `mig` (the same decision, [`sharing_refused`]), so the labels never claim replicas the
+/// node does not advertise.
+fn applied_sharing(sharing: Sharing, mig: MigStrategy) -> Sharing {
+    match sharing_refused(sharing.strategy, mig) {
+        Some(why) => {
+            tracing::warn!(
+                "the device plugin refuses this sharing config ({why}): labelling the GPUs as not shared"
+            );
+            Sharing::none()
+        }
+        None => sharing,
+    }
 }
 
 fn unix_now() -> u64 {
@@ -362,5 +379,41 @@ mod tests {
             "nvidia.com/gpu.present=true\n"
         );
         assert!(!path.with_extension("tmp").exists());
+    }
+
+    #[test]
+    fn labels_agree_with_what_the_device_plugin_advertises() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("config.yaml");
+        let text = "version: v1\nflags:\n  migStrategy: mixed\n  mpsRoot: /run/nvidia/mps\n\
+                    sharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 10}\n";
+        std::fs::write(&cfg, text).expect("write");
+        let backend = gantry_gpu::SimBackend::new(
+            gantry_gpu::SimConfig::for_model("H100-80GB", 2, 1).expect("model"),
+        );
+        let mut opts = DiscoveryOptions {
+            config_file: Some(cfg.clone()),
+            host_root: dir.path().into(),
+            no_timestamp: true,
+            ..Default::default()
+        };
+        let gpu = |l: &Labels, k: &str| l.get(&format!("nvidia.com/gpu.{k}")).cloned();
+        // Under mixed the device plugin refuses MPS: no MPS replicas to label.
+        let refused = crate::device_plugin::load::parse_settings(&cfg, text.as_bytes());
+        assert!(refused.is_err_and(|e| e.to_string().contains("migStrategy: mixed")));
+        let labels = labels_once(&opts, &backend).expect("labels");
+        assert_eq!(gpu(&labels, "sharing-strategy").as_deref(), Some("none"));
+        assert_eq!(gpu(&labels, "replicas").as_deref(), Some("1"));
+        // With MIG_STRATEGY=none folded in, the plugin takes the same file: 10 MPS replicas.
+        let overrides = crate::device_plugin::Overrides {
+            mig_strategy: Some(MigStrategy::None),
+            ..Default::default()
+        };
+        crate::device_plugin::load::parse_settings_with(&cfg, text.as_bytes(), &overrides)
+            .expect("accepted without mixed");
+        opts.mig_strategy = Some(MigStrategy::None);
+        let labels = labels_once(&opts, &backend).expect("labels");
+        assert_eq!(gpu(&labels, "sharing-strategy").as_deref(), Some("mps"));
+        assert_eq!(gpu(&labels, "replicas").as_deref(), Some("10"));
     }
 }

@@ -135,7 +135,10 @@ fn write_value(out: &mut String, v: Value) {
     };
 }
 
-/// Who each entity belongs to: all holders (virtual GPUs) or the last one (default).
+/// Who each entity belongs to: every container holding it, in the kubelet's order. A shared
+/// GPU (time-slicing or MPS replicas) is attributed to every pod sharing it — dcgm-exporter
+/// keeps only the last one — once per container, or once per replica with virtual GPUs
+/// (the `vgpu` label tells them apart).
 fn owners<'a>(
     snap: &Snapshot,
     pods: &'a [Assignment],
@@ -147,13 +150,15 @@ fn owners<'a>(
             continue;
         };
         let holders = map.entry(key).or_default();
-        if opts.virtual_gpus {
-            if !holders.contains(&&a.owner) {
-                holders.push(&a.owner);
+        let same = |h: &&PodRef| {
+            if opts.virtual_gpus {
+                **h == a.owner
+            } else {
+                (&h.pod, &h.namespace, &h.container)
+                    == (&a.owner.pod, &a.owner.namespace, &a.owner.container)
             }
-        } else {
-            // One pod per device, last writer wins (dcgm-exporter's default).
-            holders.clear();
+        };
+        if !holders.iter().any(same) {
             holders.push(&a.owner);
         }
     }
@@ -293,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn virtual_gpus_copy_series_per_pod() {
+    fn a_shared_gpu_is_attributed_to_every_pod_sharing_it() {
         let snap = Snapshot {
             entities: vec![entity(None)],
             gpu_uuids: vec!["GPU-1".into()],
@@ -308,16 +313,35 @@ mod tests {
                 vgpu: Some(n.into()),
             },
         };
-        let pods = vec![pod("a", "0"), pod("b", "1")];
+        // Four pods time-sliced on one GPU (pod `d` holds two replicas).
+        let pods = vec![
+            pod("a", "0"),
+            pod("b", "1"),
+            pod("c", "2"),
+            pod("d", "3"),
+            pod("d", "4"),
+        ];
         let mut out = String::new();
         let mut opts = RenderOptions::default();
         render(&mut out, &default_set(), &snap, &pods, &opts);
-        assert_eq!(out.matches("DCGM_FI_DEV_GPU_TEMP{").count(), 1);
-        assert!(out.contains("pod=\"b\""), "last writer wins: {out}");
+        let temp: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{"))
+            .collect();
+        assert_eq!(temp.len(), 4, "one series per pod sharing the GPU: {out}");
+        for (line, p) in temp.iter().zip(["a", "b", "c", "d"]) {
+            assert!(
+                line.ends_with(&format!(
+                    "container=\"c\",namespace=\"ns\",pod=\"{p}\"}} 40"
+                )),
+                "{line}"
+            );
+        }
         opts.virtual_gpus = true;
         render(&mut out, &default_set(), &snap, &pods, &opts);
-        assert_eq!(out.matches("DCGM_FI_DEV_GPU_TEMP{").count(), 2);
+        assert_eq!(out.matches("DCGM_FI_DEV_GPU_TEMP{").count(), 5);
         assert!(out.contains("pod=\"a\",vgpu=\"0\""), "{out}");
+        assert!(out.contains("pod=\"d\",vgpu=\"4\""), "{out}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod podgrouper;
 pub mod run_loop;
 pub mod status;
 pub mod webhook;
+pub mod webhook_local;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -32,7 +32,12 @@ pub enum WebhookError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("registering MutatingWebhookConfiguration {name}: {source}")]
+    Register { name: String, source: kube::Error },
 }
+
+/// The webhook's TLS server configuration.
+pub type ServerTls = Arc<rustls::ServerConfig>;
 
 /// A TLS server configuration from PEM text (`what` names where it came from).
 pub fn tls_config(

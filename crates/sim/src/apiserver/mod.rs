@@ -20,6 +20,7 @@ pub mod resources;
 pub mod routes;
 pub mod schema;
 pub mod selectors;
+pub mod services;
 pub mod status;
 pub mod table;
 pub mod validate;

@@ -6,10 +6,14 @@
 //! request when its `failurePolicy` is `Fail` (the default) and is skipped when `Ignore`; one
 //! that denies fails it with its status.
 //!
-//! Differences, on purpose: `clientConfig.service` is not routed (the sim has no Service
-//! network), so such a webhook counts as unreachable; `matchConditions` are evaluated for a
-//! CEL subset ([`super::match_conditions`]) and an expression outside it counts as true (the
-//! webhook is called); webhooks run once, in name order, with no reinvocation.
+//! `clientConfig.url` is dialled as written; `clientConfig.service` is called as
+//! `https://<name>.<namespace>.svc:<port><path>` (the name the serving certificate must
+//! hold), dialled at the endpoint [`super::services`] resolves: the ready pod behind the
+//! Service, whose in-process component serves the port on loopback.
+//!
+//! Differences, on purpose: `matchConditions` are evaluated for a CEL subset
+//! ([`super::match_conditions`]) and an expression outside it counts as true (the webhook is
+//! called); webhooks run once, in name order, with no reinvocation.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -153,7 +157,7 @@ pub async fn mutate_create(
             .and_then(Value::as_str)
             .unwrap_or("webhook")
             .to_string();
-        match call(&hook, t, &obj, &name).await {
+        match call(srv, &hook, t, &obj, &name).await {
             Call::Patched(o) => obj = o,
             Call::Denied(e) => return Err(e),
             Call::Failed(why) => {
@@ -171,11 +175,35 @@ pub async fn mutate_create(
     Ok(obj)
 }
 
-async fn call(hook: &Value, t: &Target, obj: &Value, name: &str) -> Call {
-    let cc = hook.get("clientConfig").cloned().unwrap_or_default();
-    let Some(url) = cc.get("url").and_then(Value::as_str) else {
-        return Call::Failed("clientConfig.service is not routed by the simulated cluster".into());
+/// The URL a webhook is called at and, for a Service, the endpoint address to dial.
+fn destination(
+    srv: &ApiServer,
+    cc: &Value,
+) -> Result<(String, Option<std::net::SocketAddr>), String> {
+    if let Some(url) = cc.get("url").and_then(Value::as_str) {
+        return Ok((url.to_string(), None));
+    }
+    let Some(svc) = cc.get("service") else {
+        return Err("clientConfig has neither url nor service".into());
     };
+    let field = |f: &str| svc.get(f).and_then(Value::as_str).unwrap_or_default();
+    let (ns, svc_name) = (field("namespace"), field("name"));
+    let port = svc.get("port").and_then(Value::as_u64).unwrap_or(443);
+    let port = u16::try_from(port).map_err(|_| format!("clientConfig.service.port {port}"))?;
+    let path = svc.get("path").and_then(Value::as_str).unwrap_or("/");
+    let url = format!("https://{svc_name}.{ns}.svc:{port}{path}");
+    let ep = super::services::resolve(srv, ns, svc_name, port)
+        .map_err(|e| format!("Post {url:?}: {e}"))?;
+    Ok((url, Some(ep.address)))
+}
+
+async fn call(srv: &ApiServer, hook: &Value, t: &Target, obj: &Value, name: &str) -> Call {
+    let cc = hook.get("clientConfig").cloned().unwrap_or_default();
+    let (url, dial) = match destination(srv, &cc) {
+        Ok(d) => d,
+        Err(e) => return Call::Failed(e),
+    };
+    let url = url.as_str();
     let uid = uuid::Uuid::new_v4().to_string();
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
     let review = json!({
@@ -202,7 +230,8 @@ async fn call(hook: &Value, t: &Target, obj: &Value, name: &str) -> Call {
         .get("caBundle")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let sent = tokio::time::timeout(Duration::from_secs(timeout), post(url, ca, &review)).await;
+    let sent =
+        tokio::time::timeout(Duration::from_secs(timeout), post(url, dial, ca, &review)).await;
     let body = match sent {
         Err(_) => return Call::Failed(format!("Post {url:?}: context deadline exceeded")),
         Ok(Err(e)) => return Call::Failed(format!("Post {url:?}: {e}")),
@@ -244,8 +273,14 @@ async fn call(hook: &Value, t: &Target, obj: &Value, name: &str) -> Call {
     }
 }
 
-/// POSTs `body` as JSON to an `https://` URL, trusting only `ca_b64` (base64 PEM).
-async fn post(url: &str, ca_b64: &str, body: &Value) -> Result<Value, String> {
+/// POSTs `body` as JSON to an `https://` URL (dialled at `dial` when given, as a Service's
+/// endpoint), trusting only `ca_b64` (base64 PEM) for the URL's host name.
+async fn post(
+    url: &str,
+    dial: Option<std::net::SocketAddr>,
+    ca_b64: &str,
+    body: &Value,
+) -> Result<Value, String> {
     let uri: http::Uri = url.parse().map_err(|e| format!("bad URL: {e}"))?;
     if uri.scheme_str() != Some("https") {
         return Err("webhook URLs must use https".into());
@@ -271,9 +306,14 @@ async fn post(url: &str, ca_b64: &str, body: &Value) -> Result<Value, String> {
         .with_no_client_auth();
     let server_name = rustls::pki_types::ServerName::try_from(host.clone())
         .map_err(|e| format!("server name {host:?}: {e}"))?;
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+    let tcp = match dial {
+        Some(addr) => tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("dial tcp {addr}: {e}"))?,
+        None => tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?,
+    };
     let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
         .connect(server_name, tcp)
         .await

@@ -2,20 +2,25 @@
 //! `gantry scheduler …`, as the Helm chart's Deployments do) are run in-process, as a pod's
 //! container would run on a real node:
 //! - the component talks to the API server as the pod's ServiceAccount, with a token the
-//!   kubelet gets from the TokenRequest API bound to the pod (so RBAC applies to it);
+//!   kubelet gets from the TokenRequest API bound to the pod (so RBAC applies to it); a pod
+//!   with `automountServiceAccountToken: false` gets no client;
 //! - its args and env are the container's (downward-API env resolved);
-//! - ConfigMap volumes it mounts are written under the node's host directory, and paths
-//!   under a mount point in its args and env are mapped there.
+//! - ConfigMap and Secret volumes it mounts are written under the node's host directory, and
+//!   paths under a mount point in its args and env are mapped there;
+//! - a container port it serves is a loopback port of its own, published on the pod
+//!   ([`Ports`]) so a Service reaches it (see `apiserver::services`).
 //!
 //! The sim does not know how to parse a component's flags: whoever owns them (the `gantry`
 //! binary) registers a [`ComponentRunner`] per subcommand with [`register`].
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, ServiceAccount};
-use kube::api::{Api, PostParams};
+use gantry_api::names;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -28,8 +33,9 @@ const TOKEN_SECONDS: i64 = 365 * 24 * 3600;
 
 /// What a component gets instead of a container.
 pub struct ComponentContext {
-    /// Authenticated as the pod's ServiceAccount; default namespace: the pod's.
-    pub client: kube::Client,
+    /// Authenticated as the pod's ServiceAccount; default namespace: the pod's. `None` when
+    /// the pod mounts no token (`automountServiceAccountToken: false`).
+    pub client: Option<kube::Client>,
     /// Everything after `gantry <subcommand>`, with mounted paths mapped to the host.
     pub args: Vec<String>,
     /// The container's env (downward API resolved), with mounted paths mapped.
@@ -39,6 +45,45 @@ pub struct ComponentContext {
     pub node_name: String,
     /// Flips to `true` when the pod stops (SIGTERM).
     pub shutdown: watch::Receiver<bool>,
+    /// Where the component says which loopback address serves a container port.
+    pub ports: Ports,
+}
+
+impl ComponentContext {
+    /// The API client, or why `gantry <what>` cannot have one.
+    pub fn client(&self, what: &str) -> Result<kube::Client, String> {
+        self.client.clone().ok_or_else(|| {
+            format!("gantry {what} needs the API: the pod sets automountServiceAccountToken: false")
+        })
+    }
+}
+
+/// Publishes, on the component's pod, the loopback address that serves one of its container
+/// ports (`sim.gantry.dev/port-<containerPort>`), as the kubelet's own write.
+#[derive(Clone)]
+pub struct Ports {
+    kubelet: kube::Client,
+    namespace: String,
+    pod: String,
+}
+
+impl Ports {
+    pub async fn publish(&self, container_port: u16, address: SocketAddr) -> Result<(), String> {
+        let key = format!("{}{container_port}", names::ANNOTATION_SIM_PORT_PREFIX);
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(key.clone(), json!(address.to_string()));
+        let patch = json!({"metadata": {"annotations": annotations}});
+        Api::<Pod>::namespaced(self.kubelet.clone(), &self.namespace)
+            .patch(&self.pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                format!(
+                    "publishing {key} on pod {}/{}: {e}",
+                    self.namespace, self.pod
+                )
+            })
+    }
 }
 
 /// Runs one component until it ends or `ctx.shutdown` flips; `Err` fails the container.
@@ -141,30 +186,34 @@ async fn prepare(
         .await
         .map_err(|e| format!("reading pod {}/{}: {e}", ctx.pod_namespace, ctx.pod_name))?;
     let spec = pod.spec.clone().unwrap_or_default();
-    if spec.automount_service_account_token == Some(false) {
-        return Err(format!(
-            "gantry {sub} needs the API: the pod sets automountServiceAccountToken: false"
-        ));
-    }
-    let sa = spec
-        .service_account_name
-        .clone()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "default".into());
-    let token = request_token(&ctx.client, &pod, &sa).await?;
+    let client = if spec.automount_service_account_token == Some(false) {
+        None
+    } else {
+        let sa = spec
+            .service_account_name
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let token = request_token(&ctx.client, &pod, &sa).await?;
+        let mut cfg = base.clone();
+        cfg.auth_info = Default::default();
+        cfg.auth_info.token = Some(token.into());
+        cfg.default_namespace = ctx.pod_namespace.clone();
+        Some(kube::Client::try_from(cfg).map_err(|e| format!("API client: {e}"))?)
+    };
     let container = spec
         .containers
         .iter()
         .find(|c| key(c).is_some_and(|(k, a)| k == format!("{KEY_PREFIX}{sub}") && a == ctx.args));
     let mounts = match container {
-        Some(c) => mount_config_maps(&ctx, &pod, c).await?,
+        Some(c) => mount_volumes(&ctx, &pod, c).await?,
         None => Vec::new(),
     };
-    let mut cfg = base.clone();
-    cfg.auth_info = Default::default();
-    cfg.auth_info.token = Some(token.into());
-    cfg.default_namespace = ctx.pod_namespace.clone();
-    let client = kube::Client::try_from(cfg).map_err(|e| format!("API client: {e}"))?;
+    let ports = Ports {
+        kubelet: ctx.client.clone(),
+        namespace: ctx.pod_namespace.clone(),
+        pod: ctx.pod_name.clone(),
+    };
     Ok(ComponentContext {
         client,
         args: map_args(&ctx.args, &mounts),
@@ -177,6 +226,7 @@ async fn prepare(
         pod_namespace: ctx.pod_namespace,
         node_name: ctx.node_name,
         shutdown: ctx.shutdown,
+        ports,
     })
 }
 
@@ -200,9 +250,64 @@ async fn request_token(client: &kube::Client, pod: &Pod, sa: &str) -> Result<Str
         })
 }
 
-/// Writes the ConfigMap volumes `c` mounts under `<host>/var/lib/kubelet/pods/<uid>/volumes/`
-/// (keys, or the listed `items`, as files) and returns (mount path, host dir), longest first.
-async fn mount_config_maps(
+/// The files of a ConfigMap or Secret volume: every key, or only the listed `items`.
+fn volume_files(
+    data: BTreeMap<String, Vec<u8>>,
+    items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+) -> Vec<(String, Vec<u8>)> {
+    match items {
+        Some(items) => items
+            .iter()
+            .filter_map(|i| data.get(&i.key).map(|v| (i.path.clone(), v.clone())))
+            .collect(),
+        None => data.into_iter().collect(),
+    }
+}
+
+/// The data of the ConfigMap or Secret volume `v` names (`None`: not a ConfigMap or Secret
+/// volume), as the kubelet reads it: a missing optional source is empty.
+async fn volume_data(
+    ctx: &AgentContext,
+    v: &k8s_openapi::api::core::v1::Volume,
+) -> Result<Option<(String, Vec<(String, Vec<u8>)>)>, String> {
+    let ns = &ctx.pod_namespace;
+    if let Some(src) = &v.config_map {
+        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+        let data = match api.get_opt(&src.name).await {
+            Ok(Some(cm)) => cm.data.unwrap_or_default(),
+            Ok(None) if src.optional == Some(true) => Default::default(),
+            Ok(None) => {
+                return Err(format!(
+                    "configmap {:?} (volume {:?}) not found",
+                    src.name, v.name
+                ));
+            }
+            Err(e) => return Err(format!("reading configmap {:?}: {e}", src.name)),
+        };
+        let data = data.into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+        let files = volume_files(data, src.items.as_ref());
+        return Ok(Some(("kubernetes.io~configmap".into(), files)));
+    }
+    if let Some(src) = &v.secret {
+        let name = src.secret_name.clone().unwrap_or_default();
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+        let data = match api.get_opt(&name).await {
+            Ok(Some(s)) => s.data.unwrap_or_default(),
+            Ok(None) if src.optional == Some(true) => Default::default(),
+            Ok(None) => return Err(format!("secret {name:?} (volume {:?}) not found", v.name)),
+            Err(e) => return Err(format!("reading secret {name:?}: {e}")),
+        };
+        let data = data.into_iter().map(|(k, v)| (k, v.0)).collect();
+        let files = volume_files(data, src.items.as_ref());
+        return Ok(Some(("kubernetes.io~secret".into(), files)));
+    }
+    Ok(None)
+}
+
+/// Writes the ConfigMap and Secret volumes `c` mounts under
+/// `<host>/var/lib/kubelet/pods/<uid>/volumes/<plugin>/<volume>` (keys, or the listed `items`,
+/// as files) and returns (mount path, host dir), longest first.
+async fn mount_volumes(
     ctx: &AgentContext,
     pod: &Pod,
     c: &Container,
@@ -217,37 +322,16 @@ async fn mount_config_maps(
         .host_root
         .join("var/lib/kubelet/pods")
         .join(&uid)
-        .join("volumes/kubernetes.io~configmap");
+        .join("volumes");
     let mut out = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
-        let Some(src) = volumes
-            .iter()
-            .find(|v| v.name == m.name)
-            .and_then(|v| v.config_map.as_ref())
-        else {
+        let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
             continue;
         };
-        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.pod_namespace);
-        let cm = match api.get_opt(&src.name).await {
-            Ok(Some(cm)) => cm,
-            Ok(None) if src.optional == Some(true) => ConfigMap::default(),
-            Ok(None) => {
-                return Err(format!(
-                    "configmap {:?} (volume {:?}) not found",
-                    src.name, m.name
-                ));
-            }
-            Err(e) => return Err(format!("reading configmap {:?}: {e}", src.name)),
+        let Some((plugin, files)) = volume_data(ctx, v).await? else {
+            continue;
         };
-        let data = cm.data.unwrap_or_default();
-        let files: Vec<(String, String)> = match &src.items {
-            Some(items) => items
-                .iter()
-                .filter_map(|i| data.get(&i.key).map(|v| (i.path.clone(), v.clone())))
-                .collect(),
-            None => data.into_iter().collect(),
-        };
-        let vdir = dir.join(&m.name);
+        let vdir = dir.join(plugin).join(&m.name);
         write_files(&vdir, &files).map_err(|e| format!("volume {:?}: {e}", m.name))?;
         let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             Some(sub) => vdir.join(sub),
@@ -259,7 +343,7 @@ async fn mount_config_maps(
     Ok(out)
 }
 
-fn write_files(dir: &Path, files: &[(String, String)]) -> std::io::Result<()> {
+fn write_files(dir: &Path, files: &[(String, Vec<u8>)]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     for (name, content) in files {
         // Keys are file names; `items[].path` may not climb out of the volume.
@@ -357,8 +441,8 @@ mod tests {
         write_files(
             d.path(),
             &[
-                ("a.yaml".into(), "x".into()),
-                ("../evil".into(), "y".into()),
+                ("a.yaml".into(), b"x".to_vec()),
+                ("../evil".into(), b"y".to_vec()),
             ],
         )
         .unwrap();
