@@ -165,12 +165,20 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "  GPUs allocated: {:.2} of {} ({:.0}%)",
+            "  GPUs in use: {:.2} of {} ({:.0}%; held by pods, a replica as 1/replicas, a MIG slice as its compute share)",
             self.gpus_allocated,
             self.gpus_total,
             self.allocated_pct()
         )?;
-        writeln!(f, "  queues (GPUs):        quota  fair share  allocated")?;
+        writeln!(
+            f,
+            "  queues (GPUs, as the scheduler counts them in Queue status):"
+        )?;
+        writeln!(
+            f,
+            "    {:<18} {:>6}  {:>10}  {:>9}",
+            "", "quota", "fair share", "allocated"
+        )?;
         for q in &self.queues {
             let fs = q
                 .fair_share
@@ -251,7 +259,7 @@ mod tests {
             ..Default::default()
         };
         let text = s.to_string();
-        assert!(text.contains("3.00 of 4 (75%)"), "{text}");
+        assert!(text.contains("3.00 of 4 (75%"), "{text}");
         assert!(text.contains("still pending"));
     }
 }

@@ -176,7 +176,7 @@ async fn live_view(mut rx: mpsc::UnboundedReceiver<Update>, collector: Collector
             100.0 * s.gpus_allocated / s.gpus_total as f64
         };
         lines.push(format!(
-            "GPUs: {:.1} of {} allocated ({pct:.0}%)   {LEGEND}",
+            "GPUs in use: {:.1} of {} ({pct:.0}%)   {LEGEND}",
             s.gpus_allocated, s.gpus_total
         ));
         lines.extend(grid_lines(&s, 14).into_iter().map(|l| format!("  {l}")));

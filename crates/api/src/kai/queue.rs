@@ -323,6 +323,14 @@ pub struct QueueStatus {
     /// Running + pending requests of this queue and its descendants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested: Option<BTreeMap<String, Quantity>>,
+    /// Gantry: the fair share the scheduler computed in its last cycle (same units as
+    /// `allocated`): quota plus this queue's part of the surplus, divided down the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_share: Option<BTreeMap<String, Quantity>>,
+    /// Gantry: the in-quota amount the queue is guaranteed right now (`quota`, with `-1`
+    /// resolved to what its parent has), same units as `allocated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deserved: Option<BTreeMap<String, Quantity>>,
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,

@@ -114,6 +114,39 @@ fn frames_match_their_sentences(frames: &[Frame]) {
     assert!(lines.iter().all(|l| !l.contains("XX")), "{lines:#?}");
 }
 
+/// The printed summary has a number in the fair share column of every queue line, and the
+/// frames printed at the end of each phase show one for every queue too.
+fn fair_share_is_printed(text: &str, queues: &[String], frames: &[Frame]) {
+    for q in queues {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(q.as_str()))
+            .unwrap_or_else(|| panic!("queue {q} in the summary:\n{text}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let fair = cols.get(2).copied().unwrap_or("-");
+        assert!(
+            fair.parse::<f64>().is_ok(),
+            "queue {q}: fair share {fair:?} is a number: {line:?}"
+        );
+    }
+    let last = frames
+        .iter()
+        .rev()
+        .find(|f| f.caption.starts_with("done:"))
+        .expect("a phase's closing frame");
+    for l in view::frame_lines(&last.snapshot)
+        .iter()
+        .filter(|l| l.trim_start().starts_with("queue "))
+    {
+        let fair = l
+            .split("fair share")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("-");
+        assert!(fair.parse::<f64>().is_ok(), "{l}");
+    }
+}
+
 fn captions(frames: &[Frame]) -> Vec<&str> {
     frames.iter().map(|f| f.caption.as_str()).collect()
 }
@@ -220,6 +253,9 @@ async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
     println!("{summary}");
     let client = demo.client.clone();
     frames_match_their_sentences(&demo.frames);
+    let names: Vec<String> = summary.queues.iter().map(|q| q.name.clone()).collect();
+    assert!(names.len() >= 2, "{names:?}");
+    fair_share_is_printed(&summary.to_string(), &names, &demo.frames);
 
     // Nodes and GPUs.
     let nodes = Api::<Node>::all(client.clone())
@@ -452,6 +488,18 @@ async fn demo_summary_matches_the_cluster_and_the_web_view_shows_it() {
             );
             assert!(dom.contains("k-fraction"), "fractional holders are drawn");
             assert!(dom.contains("data-queue=\"team-b\""));
+            assert!(
+                !dom.contains("data-fair-share=\"\""),
+                "every queue row has a fair share"
+            );
+            assert!(
+                dom.contains("id=\"x-title\""),
+                "the chart's axes are titled"
+            );
+            assert!(
+                dom.contains("id=\"queue-total\""),
+                "the queues' total is shown"
+            );
             web_view_panels(&dom);
             let shot =
                 std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-web-view.png");

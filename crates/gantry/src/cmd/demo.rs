@@ -102,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             println!("    kubectl get clusterpolicy cluster-policy -o jsonpath='{{.status.state}}'");
             println!("    kubectl get queues");
             println!("    kubectl get pods -A -o wide");
+            println!("    gantry explain queues");
             println!("    gantry explain pod team-b/<a pending batch-b pod>");
             tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         }

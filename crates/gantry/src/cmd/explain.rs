@@ -1,4 +1,5 @@
-//! `gantry explain pod NAMESPACE/NAME`: why a pod is pending (queue, fair share, per node).
+//! `gantry explain pod NAMESPACE/NAME`: why a pod is pending (queue, fair share, per node);
+//! `gantry explain queues`: the queue tree with fair share and allocation.
 
 use anyhow::Context;
 use std::path::PathBuf;
@@ -8,6 +9,15 @@ use std::process::ExitCode;
 pub enum ExplainCommand {
     /// Queue, fair share and usage, the scheduler's reason, and why each node was rejected.
     Pod(PodArgs),
+    /// The queue tree: quota, deserved, fair share, allocated and requested GPUs per queue,
+    /// as the scheduler last wrote them in each Queue's status.
+    Queues(QueuesArgs),
+}
+
+#[derive(clap::Args)]
+pub struct QueuesArgs {
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -21,7 +31,10 @@ pub struct PodArgs {
 }
 
 pub fn run(cmd: ExplainCommand) -> anyhow::Result<ExitCode> {
-    let ExplainCommand::Pod(args) = cmd;
+    let args = match cmd {
+        ExplainCommand::Pod(args) => args,
+        ExplainCommand::Queues(args) => return queues(args),
+    };
     let (ns, name) = args
         .pod
         .split_once('/')
@@ -38,6 +51,18 @@ pub fn run(cmd: ExplainCommand) -> anyhow::Result<ExitCode> {
         )
         .await?;
         print!("{out}");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn queues(args: QueuesArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let client = gantry_scheduler::k8s::client(args.kubeconfig.as_deref()).await?;
+        print!(
+            "{}",
+            gantry_scheduler::k8s::explain::explain_queues(&client).await?
+        );
         Ok(ExitCode::SUCCESS)
     })
 }

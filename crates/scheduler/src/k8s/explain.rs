@@ -1,6 +1,9 @@
 //! `gantry explain pod NS/NAME`: why a pod is where it is — its queue with fair share and
 //! usage, the reason the last cycle gives, and why each node was rejected. Reads the cluster
 //! once, fills a cache the way the scheduler does and asks the pure core.
+//!
+//! `gantry explain queues`: the queue tree with what the scheduler last published in each
+//! Queue's status (fair share, deserved, allocated, requested, child queues).
 
 use super::cache::Cache;
 use crate::decisions::NodeReason;
@@ -236,4 +239,170 @@ pub async fn explain_pod(
         }
     }
     Ok(out)
+}
+
+fn gpus(
+    m: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+) -> String {
+    m.and_then(|m| m.get(gantry_api::names::RESOURCE_GPU))
+        .and_then(|q| gantry_k8s_rules::quantity::parse_f64(&q.0).ok())
+        .map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
+}
+
+/// The queue tree as a table (GPUs; `-` where the scheduler has not written the status
+/// yet). Children are indented under their parent; a queue whose parent does not exist is
+/// listed at the top level and marked.
+pub fn queue_table(queues: &[Queue]) -> String {
+    use std::collections::BTreeMap;
+    let name = |q: &Queue| q.metadata.name.clone().unwrap_or_default();
+    let by_name: BTreeMap<String, &Queue> = queues.iter().map(|q| (name(q), q)).collect();
+    let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for (n, q) in &by_name {
+        match q.spec.parent() {
+            Some(p) if by_name.contains_key(p) => children.entry(p).or_default().push(n),
+            _ => roots.push(n.as_str()),
+        }
+    }
+    let mut rows = vec![
+        [
+            "QUEUE",
+            "PRIORITY",
+            "QUOTA",
+            "DESERVED",
+            "FAIR SHARE",
+            "ALLOCATED",
+            "REQUESTED",
+            "CHILDREN",
+        ]
+        .map(str::to_string),
+    ];
+    let mut stack: Vec<(&str, usize)> = roots.iter().rev().map(|r| (*r, 0)).collect();
+    while let Some((n, depth)) = stack.pop() {
+        let q = by_name[n];
+        let st = q.status.as_ref();
+        let quota = match q
+            .spec
+            .resource(gantry_api::kai::QueueResourceKind::Gpu)
+            .quota
+        {
+            gantry_api::kai::Quota::AllAvailable => "all".to_string(),
+            gantry_api::kai::Quota::Amount(v) => format!("{v:.2}"),
+        };
+        let orphan = match q.spec.parent() {
+            Some(p) if !by_name.contains_key(p) => format!(" (parent {p} missing)"),
+            _ => String::new(),
+        };
+        rows.push([
+            format!("{}{n}{orphan}", "  ".repeat(depth)),
+            q.spec.priority().to_string(),
+            quota,
+            gpus(st.and_then(|s| s.deserved.as_ref())),
+            gpus(st.and_then(|s| s.fair_share.as_ref())),
+            gpus(st.and_then(|s| s.allocated.as_ref())),
+            gpus(st.and_then(|s| s.requested.as_ref())),
+            st.and_then(|s| s.child_queues.as_ref())
+                .filter(|c| !c.is_empty())
+                .map_or_else(|| "-".to_string(), |c| c.join(",")),
+        ]);
+        for c in children.get(n).into_iter().flatten().rev() {
+            stack.push((*c, depth + 1));
+        }
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::from(
+        "Queues (GPUs; fair share, deserved, allocated and requested as the scheduler last wrote them):\n",
+    );
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| match i {
+                0 | 7 => format!("{c:<w$}"),
+                _ => format!("{c:>w$}"),
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+/// `gantry explain queues`.
+pub async fn explain_queues(client: &kube::Client) -> Result<String, ExplainError> {
+    let queues = Api::<Queue>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| ExplainError::Api {
+            what: "queues".into(),
+            source,
+        })?;
+    Ok(queue_table(&queues.items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn queue_table_shows_the_tree_and_the_published_figures() {
+        let q = |v: serde_json::Value| serde_json::from_value::<Queue>(v).unwrap();
+        let queues = vec![
+            q(
+                json!({"metadata": {"name": "team-b"}, "spec": {"parentQueue": "root",
+                "resources": {"gpu": {"quota": 8}}}}),
+            ),
+            q(
+                json!({"metadata": {"name": "root"}, "spec": {"resources": {"gpu": {"quota": -1}}},
+                "status": {"childQueues": ["team-a", "team-b"], "allocated": {"nvidia.com/gpu": "12"}}}),
+            ),
+            q(
+                json!({"metadata": {"name": "team-a"}, "spec": {"parentQueue": "root",
+                "resources": {"gpu": {"quota": 4}}},
+                "status": {"fairShare": {"nvidia.com/gpu": "6.500"}, "allocated": {"nvidia.com/gpu": "4"},
+                           "deserved": {"nvidia.com/gpu": "4"}, "requested": {"nvidia.com/gpu": "10"}}}),
+            ),
+            q(json!({"metadata": {"name": "lost"}, "spec": {"parentQueue": "gone"}})),
+        ];
+        let t = queue_table(&queues);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].starts_with("QUEUE"), "{t}");
+        let rows = [
+            "lost (parent gone missing)",
+            "root ",
+            "  team-a",
+            "  team-b",
+        ]
+        .map(|n| lines.iter().position(|l| l.starts_with(n)));
+        assert_eq!(rows, [2, 3, 4, 5].map(Some), "the tree, in order: {t}");
+        let team_a = lines.iter().find(|l| l.contains("team-a ")).unwrap();
+        let cols: Vec<&str> = team_a.split_whitespace().collect();
+        assert_eq!(
+            cols,
+            [
+                "team-a", "100", "4.00", "4.00", "6.50", "4.00", "10.00", "-"
+            ],
+            "{t}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("root") && l.ends_with("team-a,team-b")),
+            "{t}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("team-b") && l.contains("8.00")),
+            "{t}"
+        );
+    }
 }

@@ -9,6 +9,7 @@ pub mod admission;
 pub mod binder;
 pub mod cache;
 pub mod convert;
+pub mod events;
 pub mod explain;
 pub mod metrics;
 pub mod podgrouper;

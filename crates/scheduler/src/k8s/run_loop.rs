@@ -12,8 +12,9 @@ pub use boot::{run, run_with};
 use writer::*;
 
 use super::cache::{Assumed, Cache, key};
+use super::events::{Events, Said};
 use super::metrics::{Metrics, PhaseLabel, QueueLabel, QueueResourceLabel, ReasonLabel};
-use super::status::{Events, StatusWriter, reason};
+use super::status::{StatusWriter, child_queues, reason};
 use super::{Error, Options, binder, podgrouper};
 use crate::decisions::{Bind, Decisions, EvictReason, GpuBinding, QueueReport};
 use futures::StreamExt;
@@ -42,6 +43,7 @@ enum Msg {
     Class(Box<watcher::Event<PriorityClass>>),
     Bound {
         key: String,
+        node: String,
         result: Result<(), String>,
         started: Instant,
     },
@@ -158,7 +160,12 @@ async fn lead(
         tx.clone(),
         |e| Msg::Class(Box::new(e)),
     ));
-    tasks.spawn(status_task(client.clone(), status_rx));
+    tasks.spawn(status_task(
+        client.clone(),
+        opts.scheduler_name.clone(),
+        opts.identity.clone(),
+        status_rx,
+    ));
     let mut lp = Loop {
         cache: Cache::new(&opts.scheduler_name, &opts.reservation_namespace),
         bind_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
@@ -211,7 +218,15 @@ impl Loop {
     fn handle(&mut self, m: Msg) {
         match m {
             Msg::Node(ev) => self.reflect(0, *ev, |c, n| c.apply_node(n), |c, k| c.delete_node(k)),
-            Msg::Pod(ev) => self.reflect(
+            Msg::Pod(ev) => {
+                if let watcher::Event::Delete(p) = &*ev {
+                    let m = kube::Resource::meta(p);
+                    let _ = self.status_tx.send(StatusMsg::Forget {
+                        namespace: m.namespace.clone().unwrap_or_default(),
+                        name: m.name.clone().unwrap_or_default(),
+                    });
+                }
+                self.reflect(
                 1,
                 *ev,
                 |c, p| match p {
@@ -228,7 +243,8 @@ impl Loop {
                         c.delete_pod(ns, n)
                     }
                 },
-            ),
+            )
+            }
             Msg::Queue(ev) => {
                 self.reflect(2, *ev, |c, q| c.apply_queue(q), |c, k| c.delete_queue(k))
             }
@@ -254,6 +270,7 @@ impl Loop {
             ),
             Msg::Bound {
                 key,
+                node,
                 result,
                 started,
             } => match result {
@@ -262,6 +279,8 @@ impl Loop {
                     self.metrics
                         .bind_seconds
                         .observe(started.elapsed().as_secs_f64());
+                    let msg = format!("Successfully assigned {key} to {node}");
+                    self.pod_event(&key, "Normal", reason::SCHEDULED, msg);
                     if let Some((ns, n)) = key.split_once('/') {
                         let _ = self.status_tx.send(StatusMsg::Forget {
                             namespace: ns.into(),
@@ -362,9 +381,11 @@ impl Loop {
             namespace: ns.into(),
             name: n.into(),
             uid,
-            type_,
-            reason,
-            message,
+            said: Said {
+                type_,
+                reason,
+                message,
+            },
         });
     }
 

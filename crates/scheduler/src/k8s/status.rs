@@ -1,20 +1,19 @@
-//! What the scheduler tells people: Events on pods (why pending, why evicted, bad input),
-//! `PodGroup.status.schedulingConditions`, and `Queue.status` (allocated, requested, fair
-//! share). Each is written only when it changes.
+//! What the scheduler tells people besides Events ([`super::events`]):
+//! `PodGroup.status.schedulingConditions`, and `Queue.status` as KAI's queue controller
+//! writes it (child queues, allocated, requested) plus Gantry's fair share. Each is written
+//! only when it changes.
 
 use crate::decisions::QueueReport;
+use crate::input::QueueInput;
 use gantry_api::kai::{PodGroup, Queue};
 use gantry_api::names;
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-pub const COMPONENT: &str = "kai-scheduler";
-
-/// Event reasons.
+/// Event reasons (kube-scheduler's for scheduling and binding, KAI's for the rest).
 pub mod reason {
-    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    pub const FAILED_SCHEDULING: &str = "FailedScheduling";
     pub const INVALID: &str = "InvalidRequest";
     pub const SCHEDULED: &str = "Scheduled";
     pub const BIND_FAILED: &str = "FailedBinding";
@@ -22,82 +21,6 @@ pub mod reason {
     pub const PREEMPTED: &str = "Preempted";
     pub const CONSOLIDATED: &str = "Consolidated";
     pub const STALE: &str = "StaleGangEvicted";
-}
-
-/// Writes Events and remembers what it said last per object, to say it once.
-pub struct Events {
-    client: kube::Client,
-    last: HashMap<String, String>,
-    seq: u64,
-}
-
-impl Events {
-    pub fn new(client: kube::Client) -> Events {
-        Events {
-            client,
-            last: HashMap::new(),
-            seq: 0,
-        }
-    }
-
-    /// Post an Event on a pod unless the same reason+message was the last one posted.
-    pub async fn pod(
-        &mut self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        type_: &str,
-        reason: &str,
-        message: &str,
-    ) {
-        let k = format!("{namespace}/{name}");
-        let said = format!("{reason}\u{0}{message}");
-        if self.last.get(&k) == Some(&said) {
-            return;
-        }
-        self.last.insert(k, said);
-        self.post(namespace, "Pod", "v1", name, uid, type_, reason, message)
-            .await;
-    }
-
-    /// Forget a pod (deleted, or scheduled: a later pending spell reports again).
-    pub fn forget(&mut self, namespace: &str, name: &str) {
-        self.last.remove(&format!("{namespace}/{name}"));
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub async fn post(
-        &mut self,
-        namespace: &str,
-        kind: &str,
-        api_version: &str,
-        name: &str,
-        uid: &str,
-        type_: &str,
-        reason: &str,
-        message: &str,
-    ) {
-        self.seq += 1;
-        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let ev = json!({
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": format!("{name}.{:x}{:04x}", chrono::Utc::now().timestamp_micros(), self.seq % 0xffff),
-                         "namespace": namespace},
-            "involvedObject": {"kind": kind, "apiVersion": api_version, "name": name,
-                               "namespace": namespace, "uid": uid},
-            "reason": reason, "message": message, "type": type_,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        });
-        let Ok(ev) = serde_json::from_value::<Event>(ev) else {
-            return;
-        };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        if let Err(e) = api.create(&PostParams::default(), &ev).await {
-            tracing::debug!(%namespace, %name, error = %e, "posting an event failed");
-        }
-    }
 }
 
 fn fmt_num(v: f64) -> String {
@@ -108,9 +31,25 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-/// `Queue.status` as KAI writes it (GPUs in fractions, cpu in cores as a quantity, memory
-/// in bytes), plus Gantry's `fairShare` in the same units.
-pub fn queue_status(r: &QueueReport) -> serde_json::Value {
+/// Child queues per parent: the queues naming it in `spec.parentQueue`, sorted (KAI's
+/// queue controller lists them the same way, whether or not the parent exists).
+pub fn child_queues(queues: &[QueueInput]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for q in queues {
+        if let Some(p) = q.parent.as_deref().filter(|p| !p.is_empty()) {
+            out.entry(p.to_string()).or_default().push(q.name.clone());
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// `Queue.status` as KAI writes it (GPUs in fractions, cpu in millicores as a quantity,
+/// memory in bytes; `childQueues` omitted when there are none, so a merge patch clears it),
+/// plus Gantry's `fairShare` and `deserved` in the same units.
+pub fn queue_status(r: &QueueReport, children: &[String]) -> serde_json::Value {
     let res = |v: [f64; 3]| {
         json!({
             names::RESOURCE_GPU: fmt_num(v[0]),
@@ -124,6 +63,7 @@ pub fn queue_status(r: &QueueReport) -> serde_json::Value {
         "requested": res(r.requested),
         "fairShare": res(r.fair_share),
         "deserved": res(r.deserved),
+        "childQueues": (!children.is_empty()).then_some(children),
     })
 }
 
@@ -143,8 +83,8 @@ impl StatusWriter {
         }
     }
 
-    pub async fn queue(&mut self, r: &QueueReport) {
-        let st = queue_status(r);
+    pub async fn queue(&mut self, r: &QueueReport, children: &[String]) {
+        let st = queue_status(r, children);
         if self.queues.get(&r.name) == Some(&st) {
             return;
         }
@@ -217,10 +157,35 @@ mod tests {
             allocated_non_preemptible: [0.0; 3],
             requested: [3.0, 1500.0, 3e9],
         };
-        let s = queue_status(&r);
+        let s = queue_status(&r, &[]);
         assert_eq!(s["allocated"]["nvidia.com/gpu"], "1");
+        assert!(
+            s["childQueues"].is_null(),
+            "none: cleared by the merge patch"
+        );
+        let s = queue_status(&r, &["a".into(), "b".into()]);
+        assert_eq!(s["childQueues"], json!(["a", "b"]));
         assert_eq!(s["allocated"]["cpu"], "500m");
         assert_eq!(s["fairShare"]["nvidia.com/gpu"], "1.500");
         assert_eq!(s["requested"]["memory"], "3000000000");
+    }
+
+    #[test]
+    fn children_are_the_queues_naming_the_parent() {
+        let q = |name: &str, parent: Option<&str>| QueueInput {
+            name: name.into(),
+            parent: parent.map(str::to_string),
+            ..Default::default()
+        };
+        let c = child_queues(&[
+            q("root", None),
+            q("b", Some("root")),
+            q("a", Some("root")),
+            q("orphan", Some("gone")),
+            q("top", Some("")),
+        ]);
+        assert_eq!(c["root"], vec!["a", "b"]);
+        assert_eq!(c["gone"], vec!["orphan"]);
+        assert_eq!(c.len(), 2);
     }
 }

@@ -268,8 +268,8 @@ async fn off_bus_gpu_takes_no_share_and_a_whole_pod_runs_on_the_healthy_gpu() ->
     // while the reservation there still counts against allocatable 1.
     c.apply("f2.yaml", &fraction("f2", "0.25")).await?;
     c.apply("whole.yaml", WHOLE).await?;
-    let why_f2 = c.wait_event("default", "f2", "Unschedulable").await?;
-    let why_whole = c.wait_event("default", "whole", "Unschedulable").await?;
+    let why_f2 = c.wait_event("default", "f2", "FailedScheduling").await?;
+    let why_whole = c.wait_event("default", "whole", "FailedScheduling").await?;
     println!("f2 pending: {why_f2}\nwhole pending: {why_whole}");
     for name in ["f2", "whole"] {
         let p = c.pod("default", name).await.expect("pod");

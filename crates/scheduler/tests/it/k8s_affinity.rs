@@ -83,7 +83,9 @@ async fn match_fields_and_gt_place_pods_and_unsatisfiable_terms_explain_why() ->
         }
     }
 
-    let m = c.wait_event("default", "nowhere", "Unschedulable").await?;
+    let m = c
+        .wait_event("default", "nowhere", "FailedScheduling")
+        .await?;
     assert!(m.contains("node affinity mismatch"), "{m}");
     let p = c.pod("default", "nowhere").await.ok_or("pod vanished")?;
     assert_eq!(node_of(&p), None, "an unsatisfiable pod stays unbound");

@@ -158,14 +158,14 @@ async fn kai_manifests_end_to_end() -> Result {
         .await?;
     assert!(m.contains("gpu-fraction") && m.contains("1.5"), "{m}");
     let m = c
-        .wait_event("default", "lost-queue", "Unschedulable")
+        .wait_event("default", "lost-queue", "FailedScheduling")
         .await?;
     assert!(
         m.contains("no-such-queue") && m.contains("does not exist"),
         "{m}"
     );
     let m = c
-        .wait_event("default", "over-limit", "Unschedulable")
+        .wait_event("default", "over-limit", "FailedScheduling")
         .await?;
     assert!(m.contains("OverLimit") && m.contains("capped"), "{m}");
 
@@ -259,7 +259,7 @@ async fn kai_manifests_end_to_end() -> Result {
     })
     .await?;
     let first = big[0].metadata.name.clone().unwrap_or_default();
-    let m = c.wait_event("default", &first, "Unschedulable").await?;
+    let m = c.wait_event("default", &first, "FailedScheduling").await?;
     assert!(!m.is_empty(), "an Unschedulable event explains the gang");
     tokio::time::sleep(Duration::from_secs(2)).await;
     for p in c.pods("default", "job-name=big").await {

@@ -31,8 +31,10 @@ pub struct Snapshot {
     pub queues: Vec<QueueView>,
     /// Physical GPUs on Ready nodes.
     pub gpus_total: u32,
-    /// Whole-GPU equivalents held by pods (a fraction counts its share, a MIG slice its
-    /// compute share, a time-sliced replica 1/replicas).
+    /// Whole-GPU equivalents held by pods, every pod on a GPU node (a fraction counts its
+    /// share, a MIG slice its compute share, a time-sliced or MPS replica 1/replicas). The
+    /// queues' `allocated` is the scheduler's count instead (what pods requested: a replica
+    /// is the 1 GPU it asks for), and leaves out pods outside its queues.
     pub gpus_allocated: f64,
 }
 
@@ -74,7 +76,8 @@ pub struct Holder {
     pub queue: Option<String>,
     /// Share of the GPU this pod holds (1.0 for a whole GPU).
     pub share: f64,
-    /// `whole`, `replica`, `mig:<profile>` or `fraction`.
+    /// `whole`, `replica` (time-sliced), `mps` (an MPS client's replica), `mig:<profile>`
+    /// or `fraction`.
     pub kind: String,
 }
 
@@ -87,7 +90,7 @@ pub struct QueueView {
     /// From `status.allocated` (the scheduler's figure) or, failing that, counted from pods.
     pub allocated: f64,
     pub requested: f64,
-    /// The scheduler's fair share, when it publishes one (`status.fairShare`).
+    /// The scheduler's fair share in GPUs, once it has published one (`status.fairShare`).
     pub fair_share: Option<f64>,
     pub pending_pods: u32,
 }
@@ -241,6 +244,12 @@ pub fn build(
                     .collect()
             })
             .unwrap_or_default();
+        let mps = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(names::LABEL_GPU_SHARING_STRATEGY))
+            .is_some_and(|v| v == "mps");
         let mut gpu_views: Vec<GpuView> = readings
             .iter()
             .map(|g| GpuView {
@@ -281,9 +290,10 @@ pub fn build(
                 };
                 let (share, kind) = match mig {
                     Some(prof) => (mig_share(&prof), format!("mig:{prof}")),
+                    // A replica of a shared GPU: MPS or time-slicing, as GFD labels the node.
                     None if id.contains("::") => (
                         1.0 / replicas_of(node, &resource, readings.len()),
-                        "replica".to_string(),
+                        if mps { "mps" } else { "replica" }.to_string(),
                     ),
                     None => (1.0, "whole".to_string()),
                 };
@@ -352,13 +362,7 @@ pub fn build(
         .map(|q| {
             let name = q.metadata.name.clone().unwrap_or_default();
             let status = q.status.as_ref();
-            let fair_share = status
-                .and_then(|s| s.extra.get("fairShare"))
-                .and_then(|v| v.get("gpu").or_else(|| v.get("nvidia.com/gpu")).or(Some(v)))
-                .and_then(|v| {
-                    v.as_f64()
-                        .or_else(|| v.as_str().and_then(|s| parse_f64(s).ok()))
-                });
+            let fair_share = quantity_gpus(status.and_then(|s| s.fair_share.as_ref()));
             QueueView {
                 parent: q.spec.parent_queue.clone(),
                 quota: q
@@ -550,6 +554,37 @@ mod tests {
         let s = build(&nodes, &[p], &[], &readings);
         assert!(s.nodes[0].gpus[0].holders.is_empty());
         assert_eq!(s.gpus_allocated, 0.0);
+    }
+
+    #[test]
+    fn mps_replicas_and_the_published_fair_share() {
+        let mut n = node("n0", json!({"nvidia.com/gpu": "4"}));
+        n.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(names::LABEL_GPU_SHARING_STRATEGY.into(), "mps".into());
+        let readings = BTreeMap::from([("n0".to_string(), vec![gpu(0, "GPU-a")])]);
+        let p = pod(
+            "t",
+            "client",
+            "n0",
+            json!({"kai.scheduler/queue": "team-a"}),
+            json!({names::ANNOTATION_SIM_ALLOCATED: alloc("nvidia.com/gpu", &["GPU-a::2"])}),
+        );
+        let q: Queue = serde_json::from_value(json!({
+            "metadata": {"name": "team-a"},
+            "spec": {"parentQueue": "root"},
+            "status": {"allocated": {"nvidia.com/gpu": "1"},
+                       "fairShare": {"nvidia.com/gpu": "2.500", "cpu": "0m"}}
+        }))
+        .unwrap();
+        let s = build(&[n], &[p], &[q], &readings);
+        let h = &s.nodes[0].gpus[0].holders[0];
+        assert_eq!(h.kind, "mps", "drawn as MPS, not time-sliced");
+        assert!((h.share - 0.25).abs() < 1e-9);
+        assert_eq!(s.queues[0].fair_share, Some(2.5));
+        assert_eq!(s.queues[0].allocated, 1.0, "the scheduler's count");
     }
 
     #[test]

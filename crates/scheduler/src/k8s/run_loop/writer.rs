@@ -9,15 +9,16 @@ pub(super) enum StatusMsg {
         namespace: String,
         name: String,
         uid: String,
-        type_: &'static str,
-        reason: &'static str,
-        message: String,
+        said: Said,
     },
     Forget {
         namespace: String,
         name: String,
     },
-    Queue(QueueReport),
+    Queue {
+        report: QueueReport,
+        children: Vec<String>,
+    },
     Group {
         namespace: String,
         name: String,
@@ -25,8 +26,15 @@ pub(super) enum StatusMsg {
     },
 }
 
-pub(super) async fn status_task(client: kube::Client, mut rx: mpsc::UnboundedReceiver<StatusMsg>) {
-    let mut events = Events::new(client.clone());
+/// `component` names the writer in Events (`source.component`, `reportingComponent`: the
+/// scheduler's name, as kube-scheduler's `default-scheduler`); `instance` is this replica.
+pub(super) async fn status_task(
+    client: kube::Client,
+    component: String,
+    instance: String,
+    mut rx: mpsc::UnboundedReceiver<StatusMsg>,
+) {
+    let mut events = Events::new(client.clone(), &component, &instance);
     let mut status = StatusWriter::new(client);
     while let Some(m) = rx.recv().await {
         match m {
@@ -34,16 +42,10 @@ pub(super) async fn status_task(client: kube::Client, mut rx: mpsc::UnboundedRec
                 namespace,
                 name,
                 uid,
-                type_,
-                reason,
-                message,
-            } => {
-                events
-                    .pod(&namespace, &name, &uid, type_, reason, &message)
-                    .await
-            }
+                said,
+            } => events.pod(&namespace, &name, &uid, said).await,
             StatusMsg::Forget { namespace, name } => events.forget(&namespace, &name),
-            StatusMsg::Queue(r) => status.queue(&r).await,
+            StatusMsg::Queue { report, children } => status.queue(&report, &children).await,
             StatusMsg::Group {
                 namespace,
                 name,
@@ -118,7 +120,7 @@ impl Loop {
                     Some(u.message.clone()),
                 );
             }
-            self.pod_event(&k, "Warning", reason::UNSCHEDULABLE, u.message.clone());
+            self.pod_event(&k, "Warning", reason::FAILED_SCHEDULING, u.message.clone());
         }
         for b in &d.binds {
             if let Some(meta) = self.cache.meta.get(&key(&b.namespace, &b.name)) {
@@ -147,6 +149,7 @@ impl Loop {
             });
         }
         self.metrics.kai.update(&d.queues);
+        let mut children = child_queues(&self.cache.input.queues);
         for q in &d.queues {
             self.metrics
                 .pending
@@ -165,7 +168,10 @@ impl Loop {
                     .set(q.fair_share[i]);
                 self.metrics.allocated.get_or_create(&l).set(q.allocated[i]);
             }
-            let _ = self.status_tx.send(StatusMsg::Queue(q.clone()));
+            let _ = self.status_tx.send(StatusMsg::Queue {
+                report: q.clone(),
+                children: children.remove(&q.name).unwrap_or_default(),
+            });
         }
         for issue in &d.issues {
             tracing::debug!(%issue, "input issue");
@@ -227,6 +233,7 @@ impl Loop {
             let _ = tx
                 .send(Msg::Bound {
                     key: k,
+                    node: b.node,
                     result,
                     started,
                 })
