@@ -9,6 +9,7 @@ mod dependencies;
 mod image;
 mod install;
 mod observability;
+mod prometheus_real;
 mod quickstart;
 mod up_cli;
 mod upstream_corpus;

@@ -2,6 +2,7 @@
 //! instead of one per file (docs/testing.md).
 
 mod device_plugin;
+mod containerd_real;
 mod discovery_labels;
 mod exporter_metrics;
 mod mig_apply;
