@@ -24,7 +24,9 @@ run() { echo "\$ $*"; "$@" 2>&1; local rc=$?; echo "[exit $rc]"; echo; return $r
 
 G=$CARRY/gantry
 if [ -f "$CARRY/gantry.xz" ]; then
-    xz -dc "$CARRY/gantry.xz" > "$T/gantry" && chmod +x "$T/gantry" && G=$T/gantry
+    { xz -dc "$CARRY/gantry.xz" 2>/dev/null \
+        || python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$CARRY/gantry.xz"; } \
+        > "$T/gantry" && chmod +x "$T/gantry" && G=$T/gantry
 fi
 
 {

@@ -1,8 +1,8 @@
 //! The crate's integration tests, one module per former test binary: one link step
 //! instead of one per file (docs/testing.md).
 
-mod device_plugin;
 mod containerd_real;
+mod device_plugin;
 mod discovery_labels;
 mod exporter_metrics;
 mod mig_apply;
