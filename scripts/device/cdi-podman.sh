@@ -36,6 +36,10 @@ fi
     run nvidia-smi -L
     run nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,mig.mode.current,compute_mode,persistence_mode --format=csv
     run stat -fc 'cgroup fs: %T' /sys/fs/cgroup
+    echo "\$ # /usr/bin/nvidia-smi: script or binary?"
+    if head -c 2 /usr/bin/nvidia-smi | grep -q '#!'; then cat /usr/bin/nvidia-smi; else echo "(a binary)"; fi
+    echo
+    run ls -l /usr/local/nvidia/bin
 } > "$OUT/01-machine.txt"
 
 # Tools from the .debs, in a prefix of their own; their libraries only for them.
@@ -103,7 +107,7 @@ chmod +x "$T/toolkit/nvidia-cdi-hook"
 } > "$OUT/02-tools.txt"
 
 SPECS=/var/run/cdi
-INNER='echo "--- nvidia-smi -L"; nvidia-smi -L; echo "--- /dev/nvidia*"; ls /dev | grep nvidia; echo "--- cudaprobe"; /usr/local/bin/cudaprobe'
+INNER='ls -l /usr/bin/nvidia-smi /usr/local/nvidia/bin; echo "--- nvidia-smi -L"; nvidia-smi -L; echo "--- /dev/nvidia*"; ls /dev | grep nvidia; echo "--- cudaprobe"; /usr/local/bin/cudaprobe'
 {
     echo "# 1. The spec as the operator's toolkit writes it (hooks at /usr/local/nvidia/toolkit)"
     run "$G" node toolkit --cdi-only --host-root / --cdi-dir "$SPECS" --no-signal
@@ -140,6 +144,11 @@ in_ctr=$(sed -n '/^# 3\./,/^# 4\./p' "$OUT/05-containers.txt" | grep '^GPU ' || 
         || echo "FAIL gpu=0 container lists: [$in_ctr], host GPU 0: [$host_gpu0]"
     grep -q ' 0 of 1048576 elements wrong' "$OUT/05-containers.txt" && echo "PASS CUDA kernel ran inside the container" \
         || echo "FAIL CUDA probe (see 05-containers.txt)"
+    uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+    probe=$(sed -n '/^# 3\./,/^# 4\./p' "$OUT/05-containers.txt" | grep '^device ' || true)
+    [ "$(echo "$probe" | wc -l)" = 1 ] && echo "$probe" | grep -q "$uuid" \
+        && echo "PASS CUDA sees exactly one device, host GPU 0 ($uuid)" \
+        || echo "FAIL CUDA devices in the container: [$probe], host GPU 0: $uuid"
     sed -n '/^# 5\./,/^# host/p' "$OUT/05-containers.txt" | grep -q '^GPU ' && echo "FAIL container without a device sees a GPU" \
         || echo "PASS container without a device lists no GPU"
 } | tee "$OUT/00-summary.txt"

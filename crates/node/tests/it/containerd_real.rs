@@ -250,7 +250,8 @@ impl Host {
     }
 
     fn runtime_config(&self, drop_in: bool, set_as_default: bool) -> RuntimeConfig {
-        let mut cfg = RuntimeConfig::new(Runtime::Containerd, Path::new("/usr/local/nvidia/toolkit"));
+        let mut cfg =
+            RuntimeConfig::new(Runtime::Containerd, Path::new("/usr/local/nvidia/toolkit"));
         cfg.config = self.config();
         cfg.drop_in = drop_in.then(|| self.path("etc/containerd/conf.d/99-nvidia.toml"));
         cfg.set_as_default = set_as_default;
@@ -326,7 +327,10 @@ async fn check_daemon(config: &Path, want: &Want) {
         assert_eq!(nvidia["options"]["SystemdCgroup"], v, "{cri:#}");
     }
     for (name, kind) in want.others {
-        assert_eq!(containerd["runtimes"][name]["runtimeType"], *kind, "{cri:#}");
+        assert_eq!(
+            containerd["runtimes"][name]["runtimeType"], *kind,
+            "{cri:#}"
+        );
     }
     // containerd 1.7+ reads `enable_cdi`; 1.6 has no CDI support and no such setting.
     if let Some(cdi) = cri.get("enableCDI") {
@@ -343,7 +347,11 @@ async fn check_daemon(config: &Path, want: &Want) {
 fn check_gone(config: &Path) {
     let doc = dump(config).unwrap_or_else(|e| panic!("after uninstall: {e}"));
     assert!(
-        at(doc.as_item(), &["plugins", CRI_V2, "containerd", "runtimes", "nvidia"]).is_none(),
+        at(
+            doc.as_item(),
+            &["plugins", CRI_V2, "containerd", "runtimes", "nvidia"]
+        )
+        .is_none(),
         "nvidia runtime still in containerd's view after uninstall:\n{doc}"
     );
 }
@@ -368,7 +376,10 @@ async fn round_trip(host: &Host, cfg: &RuntimeConfig, original: Option<&[u8]>, w
         let run = tempfile::tempdir().expect("tempdir");
         let mut daemon = Daemon::start(&cfg.config, run.path());
         let cri = daemon.cri_config().await;
-        assert!(cri["containerd"]["runtimes"].get("nvidia").is_none(), "{cri:#}");
+        assert!(
+            cri["containerd"]["runtimes"].get("nvidia").is_none(),
+            "{cri:#}"
+        );
     }
     if let Some(drop_in) = &cfg.drop_in {
         assert!(!drop_in.exists(), "uninstall removes the drop-in");
@@ -410,7 +421,10 @@ imports = ["{extra}/*.toml"]
 
 const EXISTING: Want = Want {
     default_runtime: "runc",
-    others: &[("runc", "io.containerd.runc.v2"), ("kata", "io.containerd.kata.v2")],
+    others: &[
+        ("runc", "io.containerd.runc.v2"),
+        ("kata", "io.containerd.kata.v2"),
+    ],
     systemd_cgroup: Some(true),
 };
 
@@ -426,7 +440,10 @@ async fn containerd_default_config_in_place() {
     assert!(out.status.success());
     for set_as_default in [false, true] {
         let host = Host::new();
-        host.write("etc/containerd/config.toml", &String::from_utf8_lossy(&out.stdout));
+        host.write(
+            "etc/containerd/config.toml",
+            &String::from_utf8_lossy(&out.stdout),
+        );
         let want = Want {
             default_runtime: if set_as_default { "nvidia" } else { "runc" },
             others: &[("runc", "io.containerd.runc.v2")],
@@ -510,7 +527,10 @@ async fn containerd_keeps_user_edits_made_after_install() {
         Some("registry.k8s.io/pause:3.10")
     );
     assert_eq!(
-        str_at(doc.as_item(), &[&cri[..], &["containerd", "default_runtime_name"]].concat()),
+        str_at(
+            doc.as_item(),
+            &[&cri[..], &["containerd", "default_runtime_name"]].concat()
+        ),
         Some("runc"),
         "no default of ours left, containerd's own default applies:\n{doc}"
     );
@@ -518,8 +538,14 @@ async fn containerd_keeps_user_edits_made_after_install() {
     let mut daemon = Daemon::start(&cfg.config, run.path());
     let cri = daemon.cri_config().await;
     assert_eq!(cri["sandboxImage"], "registry.k8s.io/pause:3.10", "{cri:#}");
-    assert!(cri["containerd"]["runtimes"].get("nvidia").is_none(), "{cri:#}");
-    assert_eq!(cri["containerd"]["runtimes"]["kata"]["runtimeType"], "io.containerd.kata.v2");
+    assert!(
+        cri["containerd"]["runtimes"].get("nvidia").is_none(),
+        "{cri:#}"
+    );
+    assert_eq!(
+        cri["containerd"]["runtimes"]["kata"]["runtimeType"],
+        "io.containerd.kata.v2"
+    );
 }
 
 #[tokio::test]
@@ -536,7 +562,11 @@ async fn containerd_configs_the_toolkit_refuses_stay_as_they_were() {
             "version 1",
             Some(true),
         ),
-        ("version = 2\n[plugins\nbroken = \n", "config.toml", Some(false)),
+        (
+            "version = 2\n[plugins\nbroken = \n",
+            "config.toml",
+            Some(false),
+        ),
         // A value where a table belongs.
         (
             "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  containerd = \"runc\"\n",
@@ -578,15 +608,35 @@ async fn containerd_v3_config_on_containerd_2() {
     let cfg = host.runtime_config(false, false);
     host.toolkit(&cfg, false).expect("install");
     let doc = dump(&cfg.config).unwrap_or_else(|e| panic!("{e}"));
-    let nvidia = ["plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "nvidia"];
+    let nvidia = [
+        "plugins",
+        "io.containerd.cri.v1.runtime",
+        "containerd",
+        "runtimes",
+        "nvidia",
+    ];
     let opt = |k: &str| at(doc.as_item(), &[&nvidia[..], &["options", k]].concat());
-    assert_eq!(opt("BinaryName").and_then(|i| i.as_str()), Some(BINARY), "{doc}");
-    assert_eq!(opt("SystemdCgroup").and_then(|i| i.as_bool()), Some(true), "{doc}");
+    assert_eq!(
+        opt("BinaryName").and_then(|i| i.as_str()),
+        Some(BINARY),
+        "{doc}"
+    );
+    assert_eq!(
+        opt("SystemdCgroup").and_then(|i| i.as_bool()),
+        Some(true),
+        "{doc}"
+    );
     let run = tempfile::tempdir().expect("tempdir");
     let mut daemon = Daemon::start(&cfg.config, run.path());
     let cri = daemon.cri_config().await;
-    assert_eq!(cri["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"], BINARY);
+    assert_eq!(
+        cri["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"],
+        BINARY
+    );
     drop(daemon);
     host.toolkit(&cfg, true).expect("uninstall");
-    assert_eq!(std::fs::read_to_string(&cfg.config).expect("config"), original);
+    assert_eq!(
+        std::fs::read_to_string(&cfg.config).expect("config"),
+        original
+    );
 }
