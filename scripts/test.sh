@@ -39,6 +39,28 @@ fi
 # Debian's buildah, for the image test (crates/gantry/tests/it/image.rs, scripts/image.sh).
 scripts/image.sh --ensure-buildah || echo "no buildah: the image test will say it skips" >&2
 
+# Debian's containerd and Prometheus, which tests start on what Gantry writes
+# (crates/node/tests/it/containerd_real.rs, crates/gantry/tests/it/prometheus_real.rs). The
+# install starts no daemon (policy-rc.d); the tests run their own on temp dirs and loopback.
+consumers=()
+command -v containerd >/dev/null 2>&1 || consumers+=(containerd)
+command -v prometheus >/dev/null 2>&1 || consumers+=(prometheus)
+if [ ${#consumers[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        policy=""
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            policy=/usr/sbin/policy-rc.d
+            printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+        fi
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends "${consumers[@]}" >/dev/null) \
+            || echo "could not install ${consumers[*]}: their tests will say they skip" >&2
+        [ -z "$policy" ] || rm -f "$policy"
+    else
+        echo "${consumers[*]} missing and not root: their tests will say they skip" >&2
+    fi
+fi
+
 # cargo-nextest runs each test in its own process and keeps going past failures.
 if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install --locked --quiet cargo-nextest

@@ -10,6 +10,7 @@ mod fractions;
 mod image;
 mod install;
 mod observability;
+mod prometheus_real;
 mod quickstart;
 mod up_cli;
 mod upstream_corpus;

@@ -1,6 +1,7 @@
 //! The crate's integration tests, one module per former test binary: one link step
 //! instead of one per file (docs/testing.md).
 
+mod containerd_real;
 mod device_plugin;
 mod discovery_labels;
 mod exporter_metrics;

@@ -27,6 +27,10 @@ pub const BINARY_DIRS: &[&str] = &[
     "/usr/local/bin",
     "/usr/local/sbin",
 ];
+/// The `bin` of the `/usr/local/nvidia/{bin,lib64}` layout (GKE-style installs, and GPU machines
+/// whose `/usr/bin/nvidia-smi` is a wrapper that execs the binary there). Binaries found here are
+/// mounted too, at the same path, so such a wrapper still finds what it execs in a container.
+pub const DRIVER_BINARY_DIRS: &[&str] = &["/usr/local/nvidia/bin"];
 /// The driver binaries containers get.
 pub const BINARIES: &[&str] = &[
     "nvidia-smi",
@@ -191,13 +195,25 @@ pub fn discover(
             bin_dirs.push(real);
         }
     }
+    let driver_bin_dirs: Vec<PathBuf> = DRIVER_BINARY_DIRS
+        .iter()
+        .filter_map(|d| driver.resolve(Path::new(d)))
+        .filter(|d| !bin_dirs.contains(d))
+        .collect();
     for name in BINARIES {
-        if let Some(path) = bin_dirs
+        // The first on the usual search path, then the driver's own directory.
+        let first = bin_dirs
             .iter()
             .map(|d| d.join(name))
-            .find(|p| is_file(&driver, p))
-        {
-            files.binaries.push(path);
+            .find(|p| is_file(&driver, p));
+        let own = driver_bin_dirs
+            .iter()
+            .map(|d| d.join(name))
+            .filter(|p| is_file(&driver, p));
+        for path in first.into_iter().chain(own) {
+            if !files.binaries.contains(&path) {
+                files.binaries.push(path);
+            }
         }
     }
     for p in IPC_PATHS {
@@ -380,6 +396,31 @@ mod tests {
         .map(PathBuf::from)
         .collect();
         assert_eq!(dirs, want);
+    }
+
+    #[test]
+    fn binaries_in_the_usr_local_nvidia_layout_are_found_beside_wrappers() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(dir.path());
+        let file = |p: &str, body: &[u8]| root.write_atomic(Path::new(p), body).unwrap();
+        // /usr/bin/nvidia-smi is a wrapper; the binaries live in /usr/local/nvidia/bin.
+        file(
+            "/usr/bin/nvidia-smi",
+            b"#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n",
+        );
+        file("/usr/local/nvidia/bin/nvidia-smi", b"\x7fELF");
+        file("/usr/local/nvidia/bin/nvidia-debugdump", b"\x7fELF");
+        file("/usr/local/nvidia/lib64/libcuda.so.580.1.2", b"");
+        let files = discover(&root, Path::new("/"), Path::new("/"), Some("580.1.2")).unwrap();
+        let want: Vec<PathBuf> = [
+            "/usr/bin/nvidia-smi",
+            "/usr/local/nvidia/bin/nvidia-smi",
+            "/usr/local/nvidia/bin/nvidia-debugdump",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(files.binaries, want);
     }
 
     #[test]
