@@ -385,7 +385,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("rbac.authorization.k8s.io/clusterroles", CRUD),
         ("rbac.authorization.k8s.io/clusterrolebindings", CRUD),
         ("node.k8s.io/runtimeclasses", CRUD),
-        ("/namespaces", &["get", "create"]),
+        ("/namespaces", &["get", "create", "patch"]),
         ("apiextensions.k8s.io/customresourcedefinitions", &["get"]),
         ("apps/daemonsets", READ),
     ]);

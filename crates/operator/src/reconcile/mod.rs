@@ -13,6 +13,7 @@ mod nodes;
 mod operand_pods;
 mod operands;
 pub mod plugin_config;
+mod psa;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -425,6 +426,7 @@ async fn reconcile_active(
         write_status(ctx, obj, st).await?;
         return Ok((Outcome::NotReady, Some(REQUEUE_NOT_READY)));
     }
+    psa::ensure(ctx, spec).await?;
     nodes::write_all(ctx, &plans.changes).await?;
     let desired = operands::apply_all(ctx, &rendered).await?;
     operands::delete_stale(ctx, &desired, &facts).await?;
