@@ -112,7 +112,7 @@ fn clean(v: &mut Value) {
 /// 256 KiB limit of `kubectl apply`'s last-applied annotation.
 fn shorten(d: &str) -> String {
     let para = d.split("\n\n").next().unwrap_or(d).replace('\n', " ");
-    let first = match para.find(". ") {
+    let first = match sentence_end(&para) {
         Some(i) => &para[..=i],
         None => para.as_str(),
     };
@@ -122,6 +122,19 @@ fn shorten(d: &str) -> String {
         .replace('`', "")
         .trim()
         .to_string()
+}
+
+/// Where the first sentence ends: the first `. ` that does not close an abbreviation (`e.g.`,
+/// `i.e.`) or a one-word lead-in (`Required.`, `Deprecated.`), which alone would say nothing.
+fn sentence_end(para: &str) -> Option<usize> {
+    para.match_indices(". ").map(|(i, _)| i).find(|&i| {
+        let before = &para[..i];
+        let word = before.rsplit(' ').next().unwrap_or(before);
+        let abbreviation =
+            ["e.g", "i.e", "etc", "vs"].contains(&word.to_ascii_lowercase().as_str());
+        let lead_in = !before.contains(' ');
+        !abbreviation && !lead_in
+    })
 }
 
 /// NVIDIADriver rules upstream enforces with CEL.

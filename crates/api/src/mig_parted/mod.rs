@@ -485,14 +485,18 @@ mod tests {
 
     #[test]
     fn unknown_profiles_in_filtered_entries_are_notes() {
-        let e = entry("{device-filter: ['0x999910DE'], devices: all, mig-enabled: true, mig-devices: {1g.99gb: 7}}");
+        let e = entry(
+            "{device-filter: ['0x999910DE'], devices: all, mig-enabled: true, mig-devices: {1g.99gb: 7}}",
+        );
         assert_eq!(e.validate(), vec![]);
         let notes: Vec<String> = e.notes().iter().map(ToString::to_string).collect();
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].starts_with("mig-devices[\"1g.99gb\"]: warning: no GPU Gantry knows"));
         assert!(notes[0].contains("0x999910DE"));
         // Grammar is still checked; without a filter an unknown profile is an error.
-        let bad = entry("{device-filter: '0x999910DE', devices: all, mig-enabled: true, mig-devices: {1x.99: 1}}");
+        let bad = entry(
+            "{device-filter: '0x999910DE', devices: all, mig-enabled: true, mig-devices: {1x.99: 1}}",
+        );
         assert_eq!(bad.validate().len(), 1);
         let plain = entry("{devices: all, mig-enabled: true, mig-devices: {1g.99gb: 7}}");
         assert_eq!((plain.validate().len(), plain.notes().len()), (1, 0));

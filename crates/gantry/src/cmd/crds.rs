@@ -15,7 +15,7 @@ pub struct Args {
     /// pre-upgrade hook runs, as upstream's `upgradeCRD` runs `kubectl apply`: Helm itself
     /// never upgrades CRDs).
     #[arg(long)]
-    apply: bool,
+    pub(crate) apply: bool,
     /// Kubeconfig for `--apply`; without it: in-cluster config, else KUBECONFIG / ~/.kube/config.
     #[arg(long, requires = "apply")]
     kubeconfig: Option<PathBuf>,
@@ -50,6 +50,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 async fn apply(kubeconfig: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let client = gantry_runtime::client::client(kubeconfig.as_deref()).await?;
+    apply_with(client).await
+}
+
+/// Server-side apply every CRD with `client`.
+pub(crate) async fn apply_with(client: kube::Client) -> anyhow::Result<ExitCode> {
     let api: Api<CustomResourceDefinition> = Api::all(client);
     // Forced: the CRDs Helm created at install time (or `kubectl apply`) are taken over.
     let params = PatchParams::apply(FIELD_MANAGER).force();

@@ -1,5 +1,6 @@
-//! `gantry operator` and `gantry scheduler` as the sim's kubelet runs them for pods of
-//! Gantry's image (the Helm chart's Deployments): the container's args parsed by the same
+//! `gantry operator`, `gantry scheduler` and `gantry crds --apply` as the sim's kubelet runs them
+//! for pods of Gantry's image (the Helm chart's Deployments and its CRD upgrade hook Job): the
+//! container's args parsed by the same
 //! clap definitions as the CLI, env-backed flags read from the container's env (never this
 //! process's), and the component's API client authenticated as the pod's ServiceAccount.
 
@@ -20,7 +21,22 @@ pub fn runners() -> BTreeMap<String, ComponentRunner> {
     let mut m: BTreeMap<String, ComponentRunner> = BTreeMap::new();
     m.insert("operator".into(), Arc::new(operator));
     m.insert("scheduler".into(), Arc::new(scheduler));
+    m.insert("crds".into(), Arc::new(crds));
     m
+}
+
+/// The chart's pre-upgrade hook: `gantry crds --apply` as the hook's ServiceAccount.
+fn crds(ctx: ComponentContext) -> AgentFuture {
+    Box::pin(async move {
+        let args: super::crds::Args = gantry_node::args::parse("gantry", &ctx.args, &ctx.env)?;
+        if !args.apply {
+            return Err("in a pod, gantry crds only runs with --apply".into());
+        }
+        super::crds::apply_with(ctx.client)
+            .await
+            .map(drop)
+            .map_err(|e| format!("{e:#}").into())
+    })
 }
 
 fn operator(ctx: ComponentContext) -> AgentFuture {

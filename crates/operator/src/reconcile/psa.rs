@@ -14,11 +14,7 @@ use crate::FIELD_MANAGER;
 
 /// The labels `psa.enabled` asks for, or none.
 pub(crate) fn labels(spec: &ClusterPolicySpec) -> BTreeMap<&'static str, &'static str> {
-    let on = spec
-        .psa
-        .as_ref()
-        .and_then(|p| p.enabled)
-        .unwrap_or(false);
+    let on = spec.psa.as_ref().and_then(|p| p.enabled).unwrap_or(false);
     if on {
         PSA_LABELS.iter().map(|l| (*l, "privileged")).collect()
     } else {
@@ -42,13 +38,20 @@ pub(crate) async fn ensure(ctx: &Ctx, spec: &ClusterPolicySpec) -> Result<(), Er
         .metadata
         .labels
         .unwrap_or_default();
-    if want.iter().all(|(k, v)| have.get(*k).map(String::as_str) == Some(*v)) {
+    if want
+        .iter()
+        .all(|(k, v)| have.get(*k).map(String::as_str) == Some(*v))
+    {
         return Ok(());
     }
     let patch = serde_json::json!({"metadata": {"labels": want}});
-    api.patch(ns, &PatchParams::apply(FIELD_MANAGER), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| Error::api("labelling", what(), e))?;
+    api.patch(
+        ns,
+        &PatchParams::apply(FIELD_MANAGER),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| Error::api("labelling", what(), e))?;
     Ok(())
 }
 
