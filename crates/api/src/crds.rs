@@ -130,6 +130,7 @@ fn sentence_end(para: &str) -> Option<usize> {
     para.match_indices(". ").map(|(i, _)| i).find(|&i| {
         let before = &para[..i];
         let word = before.rsplit(' ').next().unwrap_or(before);
+        let word = word.trim_start_matches(|c: char| !c.is_alphanumeric());
         let abbreviation =
             ["e.g", "i.e", "etc", "vs"].contains(&word.to_ascii_lowercase().as_str());
         let lead_in = !before.contains(' ');
@@ -338,6 +339,23 @@ mod yaml11_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_sentence_skips_abbreviations_and_lead_ins() {
+        assert_eq!(
+            shorten("Image name, e.g. `driver`. Alone it is used verbatim."),
+            "Image name, e.g. driver."
+        );
+        assert_eq!(
+            shorten("Condition type (e.g. Unschedulable). More."),
+            "Condition type (e.g. Unschedulable)."
+        );
+        assert_eq!(
+            shorten("Required. A list of node selector terms. The terms are ORed."),
+            "Required. A list of node selector terms."
+        );
+        assert_eq!(shorten("One.\n\nTwo."), "One.");
+    }
 
     #[test]
     fn five_crds_with_expected_names_and_scopes() {

@@ -399,7 +399,7 @@ impl schemars::JsonSchema for MigConfigEntry {
             "properties": {
                 "device-filter": {"description": "PCI ID or list of PCI IDs (0xDDDDVVVV).", "x-kubernetes-preserve-unknown-fields": true},
                 "devices": {"description": "\"all\" or a list of GPU indices.", "x-kubernetes-preserve-unknown-fields": true},
-                "mig-enabled": {"type": "boolean"},
+                "mig-enabled": {"type": "boolean", "description": "Whether MIG mode is on for these GPUs."},
                 "mig-devices": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "MIG profile -> instances per GPU."}
             }
         })
