@@ -1,8 +1,9 @@
 //! The named MIG configs Gantry ships (the equivalent of mig-parted's `config-default.yaml`,
 //! which the operator puts in the `default-mig-parted-config` ConfigMap): `all-disabled`,
 //! `all-enabled`, one `all-<profile>` per profile at its maximum count, and `all-balanced`.
-//! Every config upstream's default names is here, with the same counts, plus HGX B300's and
-//! GB300's; unlike upstream, each
+//! Every config upstream's default names is here, with the same counts (but the three for GB200
+//! boards with 189 GB, `all-3g.95gb`, `all-4g.95gb`, `all-7g.189gb`: the catalog has one table
+//! per PCI id, the MIG user guide's 186 GB one), plus HGX B300's and GB300's; unlike upstream, each
 //! `all-<profile>` entry carries the `device-filter` of the GPUs that have the profile, so a
 //! config selected on a GPU without it leaves that GPU alone instead of failing.
 
@@ -70,7 +71,7 @@ macro_rules! seven {
 }
 
 /// In upstream's order of `all-balanced` entries (the last matching entry wins, and no two
-/// balanced entries share an ID, so order only matters for reading).
+/// groups share an ID, so order only matters for reading).
 const GROUPS: &[Group] = &[
     Group {
         ids: pci::GB200,
@@ -95,19 +96,6 @@ const GROUPS: &[Group] = &[
             ("4g.96gb+gfx", 1),
         ],
         balanced: &[("1g.24gb", 2), ("2g.48gb", 1)],
-    },
-    // GB200 boards reporting 189 GB: the profiles that differ from the 186 GB table. No
-    // balanced entry (the 186 GB one owns the id there).
-    Group {
-        ids: pci::GB200,
-        profiles: &[
-            ("1g.24gb", 7),
-            ("1g.24gb+me", 1),
-            ("3g.95gb", 2),
-            ("4g.95gb", 1),
-            ("7g.189gb", 1),
-        ],
-        balanced: &[],
     },
     Group {
         ids: pci::B300,

@@ -8,8 +8,7 @@
 mod more;
 
 pub use more::{
-    A30, B200, B300, GB200, GB200_189GB, GB300, GH200_96GB, GH200_144GB, H20, H100_NVL,
-    RTX_PRO_6000,
+    A30, B200, B300, GB200, GB300, GH200_96GB, GH200_144GB, H20, H100_NVL, RTX_PRO_6000,
 };
 
 use crate::types::{Engines, MigProfile};
@@ -388,7 +387,6 @@ pub const MODELS: &[GpuModel] = &[
     H20,
     B200,
     GB200,
-    GB200_189GB,
     B300,
     GB300,
     RTX_PRO_6000,

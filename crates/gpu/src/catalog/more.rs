@@ -1,6 +1,7 @@
 //! The rest of the MIG-capable GPUs that upstream's default mig-parted config names: A30,
-//! H100 NVL, GH200 (96 GB and 144 GB HBM3e), H20, B200, GB200 (186 and 189 GB), HGX B300,
-//! GB300 and RTX PRO 6000 Blackwell.
+//! H100 NVL, GH200 (96 GB and 144 GB HBM3e), H20, B200, GB200, HGX B300, GB300 and RTX PRO
+//! 6000 Blackwell. One table per PCI id: GB200 is the MIG user guide's 186 GB part (newer
+//! drivers' 189 GB profiles, `1g.24gb` … `7g.189gb`, are known by name only).
 //!
 //! Not read on hardware: profile names, max counts and fractions are the MIG user guide's and
 //! mig-parted's; MiB figures are chosen inside the fraction so go-nvlib's naming formula gives
@@ -109,13 +110,6 @@ const B200_MIG: &[MigProfileSpec] = seven_slice!(
 const GB200_MIG: &[MigProfileSpec] = seven_slice!(
     "1g.23gb", "1g.47gb", "2g.47gb", 46592, "3g.93gb", "4g.93gb", "7g.186gb", 93440, 188416,
     18, 18, 36, 54, 72, 148, 23040);
-
-/// GB200 boards whose driver reports 189 GB (mig-parted's newer default config names their
-/// `1g.24gb`×7, `3g.95gb` and `7g.189gb` under the same device id as the 186 GB table).
-#[rustfmt::skip]
-const GB200_189GB_MIG: &[MigProfileSpec] = seven_slice!(
-    "1g.24gb", "1g.47gb", "2g.47gb", 47616, "3g.95gb", "4g.95gb", "7g.189gb", 96000, 192512,
-    18, 18, 36, 54, 72, 148, 24064);
 
 /// HGX B300 (288 GB HBM3e, 269 GB as MIG names it): the GPU Operator 25.10 release notes'
 /// `1g.34gb`(+me), `1g.67gb`, `2g.67gb`, `3g.135gb`, `4g.135gb`, `7g.269gb`.
@@ -285,15 +279,6 @@ pub const GB200: GpuModel = GpuModel {
     pci_subsystem_id: 0x2046_10DE,
     mig: GB200_MIG,
     ..B200
-};
-
-pub const GB200_189GB: GpuModel = GpuModel {
-    key: "GB200-189GB",
-    aliases: &["GB200-HGX-189GB"],
-    memory_mib: 193280,
-    reserved_mib: 825,
-    mig: GB200_189GB_MIG,
-    ..GB200
 };
 
 /// HGX B300: mig-parted matches it as `0x318210DE`.
