@@ -227,12 +227,16 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("ClusterPolicy", "cluster-policy"),
         ("ClusterRole", "gantry-operator"),
         ("ClusterRole", "gantry-scheduler"),
+        // The CRD upgrade hook's objects (helm.sh/hook: pre-upgrade; template renders hooks).
+        ("ClusterRole", "gantry-upgrade-crd"),
         ("ClusterRoleBinding", "gantry-operator"),
         ("ClusterRoleBinding", "gantry-scheduler"),
+        ("ClusterRoleBinding", "gantry-upgrade-crd"),
         ("ConfigMap", "gantry-exporter-metrics"),
         ("Deployment", "gantry-admission"),
         ("Deployment", "gantry-operator"),
         ("Deployment", "gantry-scheduler"),
+        ("Job", "gantry-upgrade-crd"),
         ("MutatingWebhookConfiguration", "gantry-admission"),
         ("Namespace", "gantry-reservation"),
         ("PriorityClass", "build"),
@@ -255,6 +259,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("ServiceAccount", "gantry-operator"),
         ("ServiceAccount", "gantry-scheduler"),
         ("ServiceAccount", "gantry-scheduler-reservation"),
+        ("ServiceAccount", "gantry-upgrade-crd"),
     ]
     .iter()
     .map(|(k, n)| (k.to_string(), n.to_string()))
