@@ -78,13 +78,29 @@ install -D -m 0755 "$binary" "$root/usr/local/bin/gantry"
 if command -v strip >/dev/null 2>&1; then
     strip --strip-unneeded "$root/usr/local/bin/gantry"
 fi
+# The package owning a library. dpkg records the path the package ships, which on a merged-/usr
+# system (Debian 12) is often neither the path ldd prints nor the resolved one: /lib/…/libc.so.6
+# is libc6's, /usr/lib/…/libc.so.6 (what readlink -f gives) is nobody's. Try each spelling.
+owner() {
+    local p
+    for p in "$1" "$2" "${1#/usr}" "${2#/usr}" "/usr${1#/usr}" "/usr${2#/usr}"; do
+        dpkg -S "$p" 2>/dev/null | head -n1 | cut -d: -f1 && return 0
+    done
+    return 1
+}
 # The libraries the binary links, from this Debian system's packages (ldd resolves them).
 packages=()
 for lib in $(ldd "$binary" | grep -oE '/[^ ]+\.so[^ ]*'); do
-    install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
+    real="$(readlink -f "$lib")"
+    install -D -m 0755 "$real" "$root$lib"
     if command -v dpkg >/dev/null 2>&1; then
-        pkg="$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | cut -d: -f1 | head -n1 || true)"
-        [ -n "$pkg" ] && packages+=("$pkg=$(dpkg-query -W -f='${Version}' "$pkg")")
+        pkg="$(owner "$lib" "$real" || true)"
+        if [ -z "$pkg" ]; then
+            echo "image.sh: no Debian package owns $lib ($real)" >&2
+            exit 1
+        fi
+        entry="$pkg=$(dpkg-query -W -f='${Version}' "$pkg")"
+        case " ${packages[*]:-} " in *" $entry "*) ;; *) packages+=("$entry") ;; esac
     fi
 done
 install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
@@ -116,6 +132,9 @@ if [ "$smoke" = 1 ]; then
         { echo "image.sh: discovery inside the image printed no H100 product label" >&2; exit 1; }
     b copy --chown 65532:65532 "$ctr" deploy/examples/demo/03-queues.yaml /home/gantry/queues.yaml >/dev/null
     run validate -f /home/gantry/queues.yaml
+    # The smoke test's file is not part of the image.
+    rm -f "$(b mount "$ctr")/home/gantry/queues.yaml"
+    b umount "$ctr" >/dev/null
 fi
 
 rm -f "$output"

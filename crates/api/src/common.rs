@@ -74,8 +74,10 @@ impl ImageSpec {
 /// Compute resources of an operand container.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct Resources {
+    /// Maximum compute resources (cpu, memory ...) of the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<BTreeMap<String, Quantity>>,
+    /// Compute resources (cpu, memory ...) the container is scheduled with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<BTreeMap<String, Quantity>>,
 }
@@ -84,10 +86,13 @@ pub struct Resources {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerSettings {
+    /// Compute resource requests and limits of the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+    /// Extra arguments of the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
+    /// Extra environment variables of the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
     /// Run the operand pod in the host network namespace (default false).
@@ -110,6 +115,7 @@ impl ContainerSettings {
 /// A `{name}` reference to a ConfigMap or Secret.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct NameRef {
+    /// Name of the object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(flatten)]
@@ -120,6 +126,7 @@ pub struct NameRef {
 /// Env-only block (validator per-check settings).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct EnvOnly {
+    /// Environment variables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
     #[serde(flatten)]
@@ -130,6 +137,7 @@ pub struct EnvOnly {
 /// A `{enabled}` toggle block.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct EnabledOnly {
+    /// Whether the feature is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     #[serde(flatten)]
@@ -141,17 +149,22 @@ pub struct EnabledOnly {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerProbeSpec {
+    /// Seconds after the container starts before the probe runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_delay_seconds: Option<i32>,
+    /// Seconds after which one probe times out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_seconds: Option<i32>,
+    /// Seconds between probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub period_seconds: Option<i32>,
+    /// Consecutive successes after a failure for the probe to pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub success_threshold: Option<i32>,
+    /// Consecutive failures for the probe to fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub failure_threshold: Option<i32>,
@@ -167,12 +180,16 @@ pub struct ServiceMonitorConfig {
     /// Scrape interval (Prometheus duration, e.g. `15s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
+    /// Scrape timeout (Prometheus duration, for example 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrape_timeout: Option<String>,
+    /// Keep the target's labels when they clash with Prometheus's (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub honor_labels: Option<bool>,
+    /// Labels added to the ServiceMonitor (your Prometheus selects monitors by them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub additional_labels: Option<BTreeMap<String, String>>,
+    /// Relabeling rules applied to the scraped target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relabelings: Option<Vec<RelabelConfig>>,
     #[serde(flatten)]
@@ -190,18 +207,25 @@ impl ServiceMonitorConfig {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RelabelConfig {
+    /// Labels whose values are joined and matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_labels: Option<Vec<String>>,
+    /// Separator between the joined source label values (default ;).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub separator: Option<String>,
+    /// Label the result is written to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_label: Option<String>,
+    /// Regular expression matched against the joined value (default (.*)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regex: Option<String>,
+    /// Modulus for the hashmod action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modulus: Option<i64>,
+    /// Replacement value; regex groups as $1 (default $1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replacement: Option<String>,
+    /// replace, keep, drop, hashmod, labelmap, labeldrop or labelkeep (default replace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
 }
@@ -211,6 +235,7 @@ pub struct RelabelConfig {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradePolicy {
+    /// Let the operator upgrade drivers node by node when the driver spec changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_upgrade: Option<bool>,
     /// 0 means unlimited.
@@ -220,10 +245,13 @@ pub struct UpgradePolicy {
     /// Int or percent (`25%`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<IntOrString>,
+    /// Wait for selected jobs to finish on a node before upgrading its driver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_completion: Option<WaitForCompletionSpec>,
+    /// Deletion of the pods that use GPUs before the driver restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_deletion: Option<PodDeletionSpec>,
+    /// Node drain before the driver restarts, when deleting GPU pods is not enough.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainSpec>,
     #[serde(flatten)]
@@ -234,6 +262,7 @@ pub struct UpgradePolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitForCompletionSpec {
+    /// Label selector of the pods to wait for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<String>,
     /// 0 waits forever.
@@ -245,11 +274,14 @@ pub struct WaitForCompletionSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodDeletionSpec {
+    /// Delete pods not managed by a controller too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
+    /// Seconds to wait for the deletion (0: forever).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub timeout_seconds: Option<i32>,
+    /// Delete pods with emptyDir volumes too (their data is lost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_empty_dir: Option<bool>,
 }
@@ -257,15 +289,20 @@ pub struct PodDeletionSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainSpec {
+    /// Drain the node before upgrading its driver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable: Option<bool>,
+    /// Delete pods not managed by a controller too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
+    /// Label selector of the pods to evict (empty: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<String>,
+    /// Seconds to wait for the drain (0: forever).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub timeout_seconds: Option<i32>,
+    /// Evict pods with emptyDir volumes too (their data is lost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_empty_dir: Option<bool>,
 }

@@ -112,7 +112,7 @@ fn clean(v: &mut Value) {
 /// 256 KiB limit of `kubectl apply`'s last-applied annotation.
 fn shorten(d: &str) -> String {
     let para = d.split("\n\n").next().unwrap_or(d).replace('\n', " ");
-    let first = match para.find(". ") {
+    let first = match sentence_end(&para) {
         Some(i) => &para[..=i],
         None => para.as_str(),
     };
@@ -122,6 +122,20 @@ fn shorten(d: &str) -> String {
         .replace('`', "")
         .trim()
         .to_string()
+}
+
+/// Where the first sentence ends: the first `. ` that does not close an abbreviation (`e.g.`,
+/// `i.e.`) or a one-word lead-in (`Required.`, `Deprecated.`), which alone would say nothing.
+fn sentence_end(para: &str) -> Option<usize> {
+    para.match_indices(". ").map(|(i, _)| i).find(|&i| {
+        let before = &para[..i];
+        let word = before.rsplit(' ').next().unwrap_or(before);
+        let word = word.trim_start_matches(|c: char| !c.is_alphanumeric());
+        let abbreviation =
+            ["e.g", "i.e", "etc", "vs"].contains(&word.to_ascii_lowercase().as_str());
+        let lead_in = !before.contains(' ');
+        !abbreviation && !lead_in
+    })
 }
 
 /// NVIDIADriver rules upstream enforces with CEL.
@@ -325,6 +339,23 @@ mod yaml11_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_sentence_skips_abbreviations_and_lead_ins() {
+        assert_eq!(
+            shorten("Image name, e.g. `driver`. Alone it is used verbatim."),
+            "Image name, e.g. driver."
+        );
+        assert_eq!(
+            shorten("Condition type (e.g. Unschedulable). More."),
+            "Condition type (e.g. Unschedulable)."
+        );
+        assert_eq!(
+            shorten("Required. A list of node selector terms. The terms are ORed."),
+            "Required. A list of node selector terms."
+        );
+        assert_eq!(shorten("One.\n\nTwo."), "One.");
+    }
 
     #[test]
     fn five_crds_with_expected_names_and_scopes() {

@@ -102,6 +102,7 @@ pub struct MigClusterPolicySpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MigNodeStatus {
+    /// Node name.
     pub name: String,
     /// The `nvidia.com/mig.config` value this policy wants on the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,6 +113,7 @@ pub struct MigNodeStatus {
     /// Why the node failed or is held back (e.g. layout does not fit, pods still running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When the node's state last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
 }
@@ -120,10 +122,13 @@ pub struct MigNodeStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MigClusterPolicyStatus {
+    /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Number of nodes the policy selects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_nodes: Option<i32>,
+    /// Number of selected nodes whose GPUs have the layout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_nodes: Option<i32>,
     /// One entry per selected node, sorted by name.

@@ -46,20 +46,28 @@ impl DriverType {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DriverAddon {
+    /// Deploy this container in the driver pod (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Registry and path of the image, for example nvcr.io/nvidia/cloud-native.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
+    /// Image name; alone (no repository/version) it is used verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Tag, or a sha256: digest (the node's OS is appended to tags).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Always, Never or IfNotPresent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
+    /// Names of Secrets used to pull the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_secrets: Option<Vec<String>>,
+    /// Extra arguments of the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
+    /// Extra environment of the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
     #[serde(flatten)]
@@ -71,11 +79,13 @@ pub struct DriverAddon {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DriverLicensingConfig {
+    /// Secret with the vGPU client licensing configuration (gridd.conf, client token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
     /// Deprecated ConfigMap name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// License through NVIDIA License System (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nls_enabled: Option<bool>,
     #[serde(flatten)]
@@ -110,74 +120,103 @@ pub struct NVIDIADriverSpec {
     /// `gpu` (default), `vgpu` or `vgpu-host-manager`. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_type: Option<DriverType>,
-    /// Immutable.
+    /// Use a precompiled driver image for the node's kernel (immutable once set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_precompiled: Option<bool>,
-    /// Deprecated.
+    /// Deprecated: use kernelModuleType open instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_open_kernel_modules: Option<bool>,
+    /// Kernel modules to load: auto, open or proprietary (default auto).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_module_type: Option<KernelModuleType>,
+    /// Startup probe of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_probe: Option<ContainerProbeSpec>,
+    /// Liveness probe of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub liveness_probe: Option<ContainerProbeSpec>,
+    /// Readiness probe of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness_probe: Option<ContainerProbeSpec>,
+    /// GPUDirect RDMA settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma: Option<RdmaSpec>,
+    /// GPUDirect Storage (nvidia-fs) container in the driver pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gds: Option<DriverAddon>,
+    /// GDRCopy (gdrdrv) container in the driver pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gdrcopy: Option<DriverAddon>,
+    /// Registry and path of the driver image, for example nvcr.io/nvidia.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
     /// Image (default `nvcr.io/nvidia/driver`).
     #[serde(default = "default_image")]
     pub image: String,
+    /// Driver version tag, or a sha256: digest (the node's OS is appended to tags).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Always, Never or IfNotPresent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
+    /// Names of Secrets used to pull the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_secrets: Option<Vec<String>>,
+    /// The k8s-driver-manager init container, which prepares nodes for driver install and upgrade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manager: Option<DriverManagerSpec>,
+    /// Compute resources of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+    /// Extra arguments of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Vec<String>>,
+    /// Extra environment of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<EnvVar>>,
+    /// ConfigMap with package repository files mounted into the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_config: Option<NameRef>,
+    /// ConfigMap with SSL certificates for the driver container's package repositories.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_config: Option<NameRef>,
+    /// vGPU guest driver licensing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub licensing_config: Option<DriverLicensingConfig>,
+    /// ConfigMap with a virtual topology daemon config for vGPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_topology_config: Option<NameRef>,
+    /// ConfigMap with kernel module parameters for the driver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_module_config: Option<NameRef>,
+    /// Secret whose keys become environment variables of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_env: Option<String>,
+    /// How driver upgrades roll through the nodes (parallelism, waiting, pod deletion, drain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_policy: Option<UpgradePolicy>,
     /// Nodes this CR manages; absent ⇒ `nvidia.com/gpu.present=true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
+    /// Node affinity of the driver pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_affinity: Option<NodeAffinity>,
+    /// Labels added to the driver pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations added to the driver pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
+    /// Tolerations of the driver pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
+    /// PriorityClass of the driver pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+    /// Pod security context of the driver pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
+    /// Run the driver pods in the host network namespace (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_network: Option<bool>,
     #[serde(flatten)]
@@ -200,9 +239,12 @@ pub enum NVIDIADriverState {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NVIDIADriverStatus {
+    /// ready or notReady.
     pub state: NVIDIADriverState,
+    /// Namespace the driver pods run in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Ready and Error conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,
     #[serde(flatten)]

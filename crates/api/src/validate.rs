@@ -155,8 +155,33 @@ pub fn notes_value(v: &Value) -> Vec<Problem> {
             "flags.mpsRoot",
             "unset: the device plugin takes it from MPS_ROOT / --mps-root (the chart sets it)",
         )],
+        Ok(DocKind::MigPartedConfig) => mig_parted_notes(v),
+        Ok(DocKind::ConfigMap) => config_map_notes(v),
         _ => Vec::new(),
     }
+}
+
+fn mig_parted_notes(v: &Value) -> Vec<Problem> {
+    serde_json::from_value::<MigPartedConfig>(v.clone())
+        .map(|c| c.notes())
+        .unwrap_or_default()
+}
+
+/// Notes on the mig-parted configs a ConfigMap holds, under `data["<key>"]`.
+fn config_map_notes(v: &Value) -> Vec<Problem> {
+    let Some(data) = v.get("data").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, text) in data.iter().filter_map(|(k, t)| Some((k, t.as_str()?))) {
+        for d in parse_documents(text).0 {
+            if let Ok(DocKind::MigPartedConfig) = detect(&d) {
+                let path = join("data", k);
+                out.extend(mig_parted_notes(&d).into_iter().map(|p| prefixed(&path, p)));
+            }
+        }
+    }
+    out
 }
 
 /// An MPS config that leaves `flags.mpsRoot` to the flag or env, as upstream's README does.

@@ -18,8 +18,9 @@ use crate::reconcile::{self, ReconcileOptions};
 pub const DEFAULT_NAMESPACE: &str = "gpu-operator";
 /// The Lease the operator replicas compete for.
 pub const LEASE_NAME: &str = "gantry-operator";
-/// The image operand DaemonSets run when none is given (env `GANTRY_IMAGE`).
-pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/gantry-dev/gantry:v", env!("CARGO_PKG_VERSION"));
+/// The image operand DaemonSets run when none is given (env `GANTRY_IMAGE`): the tag
+/// `scripts/image.sh` gives the image (one constant, in `render::image`).
+pub use crate::render::DEFAULT_IMAGE;
 
 #[derive(Clone)]
 pub struct RunOptions {

@@ -29,17 +29,28 @@ pub use components::*;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPolicySpec {
+    /// The operator's settings: runtime class, deprecated init container, its metrics.
     pub operator: OperatorSpec,
+    /// Settings every operand DaemonSet gets: labels, annotations, priority class, tolerations, update strategy.
     pub daemonsets: DaemonsetsSpec,
+    /// The NVIDIA driver container (NVIDIA's image) and how it is upgraded.
     pub driver: DriverSpec,
+    /// The container toolkit: configures the container runtime and writes CDI specs (Gantry's agent).
     pub toolkit: ToolkitSpec,
+    /// The kubelet device plugin advertising nvidia.com/gpu (Gantry's agent).
     pub device_plugin: DevicePluginSpec,
+    /// The GPU metrics exporter, dcgm-exporter's metric names (Gantry's agent).
     pub dcgm_exporter: DcgmExporterSpec,
+    /// The standalone DCGM host engine (NVIDIA's image).
     pub dcgm: DcgmSpec,
+    /// The node status exporter: per-node readiness gauges (Gantry's agent).
     pub node_status_exporter: ComponentSpec,
+    /// GPU feature discovery: the nvidia.com/* node labels (Gantry's agent).
     pub gfd: ComponentSpec,
+    /// MIG: how MIG devices are exposed as resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig: Option<MigSpec>,
+    /// The MIG manager: applies the layout a node's nvidia.com/mig.config label selects (Gantry's agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_manager: Option<MigManagerSpec>,
     /// Deprecated: PodSecurityPolicies are no longer supported.
@@ -48,30 +59,43 @@ pub struct ClusterPolicySpec {
     /// Label the operator namespace for Pod Security Admission `privileged`. nil means false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psa: Option<EnabledOnly>,
+    /// The operator validator: per-node checks of driver, toolkit, CUDA and plugin (Gantry's agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validator: Option<ValidatorSpec>,
+    /// GPUDirect Storage (nvidia-fs) container in the driver pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gds: Option<DriverAddonSpec>,
+    /// GDRCopy (gdrdrv) container in the driver pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gdrcopy: Option<DriverAddonSpec>,
+    /// Sandboxed workloads (VM passthrough, vGPU) on labelled nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_workloads: Option<SandboxWorkloadsSpec>,
+    /// The vGPU host manager (NVIDIA's image), for vm-vgpu nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vgpu_manager: Option<VgpuManagerSpec>,
+    /// The vGPU device manager (NVIDIA's image), for vm-vgpu nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vgpu_device_manager: Option<VgpuDeviceManagerSpec>,
+    /// The VFIO manager (NVIDIA's image): binds GPUs to vfio-pci on vm-passthrough nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vfio_manager: Option<VfioManagerSpec>,
+    /// The KubeVirt GPU device plugin (NVIDIA's image), for VM workloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_device_plugin: Option<ComponentSpec>,
+    /// The Kata sandbox device plugin (NVIDIA's image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kata_sandbox_device_plugin: Option<ComponentSpec>,
+    /// The Kata manager (deprecated upstream).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kata_manager: Option<KataManagerSpec>,
+    /// The confidential computing manager (NVIDIA's image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cc_manager: Option<CcManagerSpec>,
+    /// Container Device Interface: CDI specs and the nvidia-cdi runtime class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cdi: Option<CdiSpec>,
+    /// Host paths of the root filesystem and the driver install.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_paths: Option<HostPathsSpec>,
     #[serde(flatten)]
@@ -94,10 +118,12 @@ pub enum ClusterPolicyState {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPolicyStatus {
+    /// ready, notReady or ignored (another ClusterPolicy is in charge).
     pub state: ClusterPolicyState,
     /// Namespace the operator runs in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Ready and Error conditions, always written as a pair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,
     #[serde(flatten)]

@@ -48,8 +48,10 @@ pub struct TopologyConstraint {
     /// Name of the `Topology` object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<String>,
+    /// Topology level (a node label key of the Topology) all pods must share; the group is not scheduled when no domain at this level fits it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_topology_level: Option<String>,
+    /// Topology level the scheduler tries to keep the pods within; falls back to wider levels when no domain fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preferred_topology_level: Option<String>,
     #[serde(flatten)]
@@ -72,6 +74,7 @@ pub struct SubGroup {
     /// Parent SubGroup name; absent ⇒ a root SubGroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// Topology placement of this sub-group's pods (defaults to the PodGroup's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_constraint: Option<TopologyConstraint>,
     #[serde(flatten)]
@@ -110,18 +113,22 @@ pub struct PodGroupSpec {
     /// Leaf queue name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// PriorityClass of the group: its priority and whether it is preemptible (KAI: train, build, inference ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
     /// Omitted ⇒ derived from priority (< 100 preemptible).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptibility: Option<Preemptibility>,
+    /// Mark the group's pods Unschedulable when the group cannot be scheduled (lets the cluster autoscaler react).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark_unschedulable: Option<bool>,
     /// Cycles before marking `UnschedulableOnNodePool`; only -1 and 1 are supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_backoff: Option<i32>,
+    /// Topology placement of the group's pods (required and preferred levels of a Topology).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_constraint: Option<TopologyConstraint>,
+    /// Sub-groups with their own minMember and topology, scheduled as parts of this gang.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_groups: Option<Vec<SubGroup>>,
     /// Go duration a running job is protected from preemption.
@@ -335,20 +342,26 @@ impl PodGroupSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupCondition {
+    /// Condition type (e.g. Unschedulable).
     #[serde(rename = "type")]
     pub type_: String,
+    /// True, False or Unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Scheduling cycle in which the condition was set.
     #[serde(
         rename = "transitionID",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub transition_id: Option<String>,
+    /// When the condition last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+    /// Machine-readable reason for the condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Human-readable details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -357,20 +370,28 @@ pub struct PodGroupCondition {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueDetails {
+    /// Name of the queue the group waits in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Resources all of the queue's jobs request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_requested_resources: Option<BTreeMap<String, Quantity>>,
+    /// The queue's fair share at the time of the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_deserved_resources: Option<BTreeMap<String, Quantity>>,
+    /// Resources allocated to the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_allocated_resources: Option<BTreeMap<String, Quantity>>,
+    /// Resources allocated to the queue's non-preemptible jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_allocated_non_preemptible_resources: Option<BTreeMap<String, Quantity>>,
+    /// The queue's limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_resource_limits: Option<BTreeMap<String, Quantity>>,
+    /// Resources this group requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_group_requested_resources: Option<BTreeMap<String, Quantity>>,
+    /// Non-preemptible resources this group requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_group_requested_non_preemptible_resources: Option<BTreeMap<String, Quantity>>,
 }
@@ -378,6 +399,7 @@ pub struct QueueDetails {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UnschedulableDetails {
+    /// The queue figures behind a quota or fair-share refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_details: Option<QueueDetails>,
 }
@@ -385,10 +407,13 @@ pub struct UnschedulableDetails {
 /// One reason a PodGroup cannot be placed (`OverLimit`, `NonPreemptibleOverQuota`, …).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct UnschedulableReason {
+    /// Machine-readable reason (e.g. OverLimit, NonPreemptibleOverQuota).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Human-readable explanation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Structured details of the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<UnschedulableDetails>,
 }
@@ -397,10 +422,13 @@ pub struct UnschedulableReason {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulingCondition {
+    /// Condition type (Unschedulable on a node pool).
     #[serde(rename = "type")]
     pub type_: String,
+    /// Node pool the scheduling attempt was made in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_pool: Option<String>,
+    /// Why the group could not be scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasons: Option<Vec<UnschedulableReason>>,
     /// Deprecated: see `reasons`.
@@ -409,14 +437,17 @@ pub struct SchedulingCondition {
     /// Deprecated: see `reasons`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Scheduling cycle in which the condition was set.
     #[serde(
         rename = "transitionID",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub transition_id: Option<String>,
+    /// When the condition last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+    /// True, False or Unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
 }
@@ -425,10 +456,13 @@ pub struct SchedulingCondition {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupResourcesStatus {
+    /// Resources allocated to the group's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated: Option<BTreeMap<String, Quantity>>,
+    /// Allocated resources that are non-preemptible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated_non_preemptible: Option<BTreeMap<String, Quantity>>,
+    /// Resources the group's pods request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested: Option<BTreeMap<String, Quantity>>,
 }
@@ -437,22 +471,29 @@ pub struct PodGroupResourcesStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupStatus {
+    /// Conditions of the group (e.g. Unschedulable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<PodGroupCondition>>,
+    /// Per node pool, why the last scheduling attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_conditions: Option<Vec<SchedulingCondition>>,
+    /// Requested and allocated resources of the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources_status: Option<PodGroupResourcesStatus>,
     /// KAI's phase and pod counts (its pod-group controller writes them; Gantry keeps them so
     /// the API server does not prune them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// Number of running pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<i32>,
+    /// Number of pending pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<i32>,
+    /// Number of succeeded pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub succeeded: Option<i32>,
+    /// Number of failed pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<i32>,
     #[serde(flatten)]

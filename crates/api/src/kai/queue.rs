@@ -83,18 +83,21 @@ pub struct QueueResources {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueResource {
+    /// Deserved amount, guaranteed to the queue (-1: unlimited, 0: none).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         serialize_with = "gofloat::opt::serialize"
     )]
     pub quota: Option<f64>,
+    /// Weight for sharing unused resources above quota among sibling queues.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         serialize_with = "gofloat::opt::serialize"
     )]
     pub over_quota_weight: Option<f64>,
+    /// Upper bound on what the queue may use (-1: no limit).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -293,15 +296,21 @@ impl QueueSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueCondition {
+    /// Condition type.
     #[serde(rename = "type")]
     pub type_: String,
+    /// True, False or Unknown.
     pub status: String,
+    /// When the condition was last checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<String>,
+    /// When the condition last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+    /// Machine-readable reason for the condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Human-readable details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -310,6 +319,7 @@ pub struct QueueCondition {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueStatus {
+    /// Conditions of the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<QueueCondition>>,
     /// Names of queues naming this one as parent.
@@ -318,6 +328,7 @@ pub struct QueueStatus {
     /// Resources of running jobs of this queue and its descendants (GPU in fractions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated: Option<BTreeMap<String, Quantity>>,
+    /// Resources allocated to the queue's non-preemptible jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated_non_preemptible: Option<BTreeMap<String, Quantity>>,
     /// Running + pending requests of this queue and its descendants.

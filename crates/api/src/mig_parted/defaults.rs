@@ -2,8 +2,8 @@
 //! which the operator puts in the `default-mig-parted-config` ConfigMap): `all-disabled`,
 //! `all-enabled`, one `all-<profile>` per profile at its maximum count, and `all-balanced`.
 //! Every config upstream's default names is here, with the same counts (but the three for GB200
-//! boards with 189 GB, `all-3g.95gb`, `all-4g.95gb`, `all-7g.189gb`, which the catalog does not
-//! model), plus B300's; unlike upstream, each
+//! boards with 189 GB, `all-3g.95gb`, `all-4g.95gb`, `all-7g.189gb`: the catalog has one table
+//! per PCI id, the MIG user guide's 186 GB one), plus HGX B300's and GB300's; unlike upstream, each
 //! `all-<profile>` entry carries the `device-filter` of the GPUs that have the profile, so a
 //! config selected on a GPU without it leaves that GPU alone instead of failing.
 
@@ -37,7 +37,10 @@ pub mod pci {
     pub const GH200_144GB: &[&str] = &["0x234810DE"];
     pub const B200: &[&str] = &["0x290110DE"];
     pub const GB200: &[&str] = &["0x294110DE"];
+    /// HGX B300.
     pub const B300: &[&str] = &["0x318210DE"];
+    /// Gantry's catalog id for GB300 (no NVIDIA file we hold names one).
+    pub const GB300: &[&str] = &["0x31C210DE"];
     pub const RTX_PRO_6000: &[&str] = &["0x2BB510DE"];
 }
 
@@ -96,6 +99,13 @@ const GROUPS: &[Group] = &[
     },
     Group {
         ids: pci::B300,
+        profiles: seven!(
+            "1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"
+        ),
+        balanced: &[("1g.34gb", 2), ("2g.67gb", 1), ("3g.135gb", 1)],
+    },
+    Group {
+        ids: pci::GB300,
         profiles: seven!(
             "1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"
         ),

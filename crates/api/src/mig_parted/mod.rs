@@ -177,7 +177,32 @@ impl MigConfigEntry {
         self.check(false)
     }
 
+    /// Warnings that do not make the file invalid: profiles no known GPU has in an entry with
+    /// a `device-filter`. mig-parted applies such an entry only on the devices it names, so
+    /// a newer GPU's entry (upstream's default config names each new part) is no error.
+    pub fn notes(&self) -> Vec<Problem> {
+        let Some(f) = &self.device_filter else {
+            return Vec::new();
+        };
+        self.mig_devices
+            .iter()
+            .flatten()
+            .filter(|(p, _)| p.parse::<MigProfile>().is_ok() && parse_known_profile(p).is_err())
+            .map(|(p, _)| {
+                Problem::new(
+                    join("mig-devices", p),
+                    format!(
+                        "warning: no GPU Gantry knows has profile {p:?}; the entry applies only to device-filter {}, skipped on other GPUs",
+                        f.ids().join(", ")
+                    ),
+                )
+            })
+            .collect()
+    }
+
     fn check(&self, known: bool) -> Vec<Problem> {
+        // Device-filtered entries name their GPUs: unknown profiles there are notes.
+        let known = known && self.device_filter.is_none();
         let mut out = Vec::new();
         if let Devices::Indices(v) = &self.devices {
             if v.is_empty() {
@@ -277,6 +302,20 @@ impl MigPartedConfig {
         self.check(true)
     }
 
+    /// Warnings with their full paths (see [`MigConfigEntry::notes`]).
+    pub fn notes(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        for (name, entries) in &self.mig_configs {
+            for (i, e) in entries.iter().enumerate() {
+                let ep = index(&join("mig-configs", name), i);
+                for p in e.notes() {
+                    out.push(Problem::new(format!("{ep}.{}", p.path), p.message));
+                }
+            }
+        }
+        out
+    }
+
     /// Every shape or grammar problem with its full path; profiles are not looked up (see
     /// [`MigConfigEntry::validate_shape`]).
     pub fn validate_shape(&self) -> Vec<Problem> {
@@ -360,7 +399,7 @@ impl schemars::JsonSchema for MigConfigEntry {
             "properties": {
                 "device-filter": {"description": "PCI ID or list of PCI IDs (0xDDDDVVVV).", "x-kubernetes-preserve-unknown-fields": true},
                 "devices": {"description": "\"all\" or a list of GPU indices.", "x-kubernetes-preserve-unknown-fields": true},
-                "mig-enabled": {"type": "boolean"},
+                "mig-enabled": {"type": "boolean", "description": "Whether MIG mode is on for these GPUs."},
                 "mig-devices": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "MIG profile -> instances per GPU."}
             }
         })
@@ -442,6 +481,25 @@ mod tests {
                 .any(|m| m.contains("instance count must be >= 0, got -1"))
         );
         assert!(entry("{devices: all, mig-enabled: true}").validate().len() == 1);
+    }
+
+    #[test]
+    fn unknown_profiles_in_filtered_entries_are_notes() {
+        let e = entry(
+            "{device-filter: ['0x999910DE'], devices: all, mig-enabled: true, mig-devices: {1g.99gb: 7}}",
+        );
+        assert_eq!(e.validate(), vec![]);
+        let notes: Vec<String> = e.notes().iter().map(ToString::to_string).collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].starts_with("mig-devices[\"1g.99gb\"]: warning: no GPU Gantry knows"));
+        assert!(notes[0].contains("0x999910DE"));
+        // Grammar is still checked; without a filter an unknown profile is an error.
+        let bad = entry(
+            "{device-filter: '0x999910DE', devices: all, mig-enabled: true, mig-devices: {1x.99: 1}}",
+        );
+        assert_eq!(bad.validate().len(), 1);
+        let plain = entry("{devices: all, mig-enabled: true, mig-devices: {1g.99gb: 7}}");
+        assert_eq!((plain.validate().len(), plain.notes().len()), (1, 0));
     }
 
     #[test]

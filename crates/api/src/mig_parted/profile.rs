@@ -12,7 +12,7 @@ pub const NEGATIVE_ATTRIBUTES: [&str; 1] = ["me"];
 pub const SLICE_COUNTS: [u32; 7] = [1, 2, 3, 4, 6, 7, 8];
 
 /// GPU-instance profiles that exist on at least one MIG-capable GPU model (A100 40/80 GB,
-/// A30, H100 80 GB, H100 NVL, GH200, H20, H200, B200, GB200, B300, RTX PRO 6000). The per-model tables (which
+/// A30, H100 80 GB, H100 NVL, GH200, H20, H200, B200, GB200, B300, GB300, RTX PRO 6000). The per-model tables (which
 /// profile fits which GPU, how many) live in the GPU catalog; this is only the name set.
 pub const KNOWN_PROFILES: &[&str] = &[
     // A100 40 GB
@@ -78,7 +78,15 @@ pub const KNOWN_PROFILES: &[&str] = &[
     "3g.95gb",
     "4g.95gb",
     "7g.189gb",
-    // B300 / GB300
+    // HGX B300 (269 GB)
+    "1g.34gb",
+    "1g.34gb+me",
+    "1g.67gb",
+    "2g.67gb",
+    "3g.135gb",
+    "4g.135gb",
+    "7g.269gb",
+    // GB300
     "1g.35gb+me",
     "1g.70gb",
     "2g.70gb",

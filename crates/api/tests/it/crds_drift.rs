@@ -58,3 +58,77 @@ fn generated_yaml_parses_back_as_structural_crds() {
     }
     assert_eq!(n, 5);
 }
+
+/// A placeholder: no description, a bare path or word (`spec.mig.`, `Deprecated.`), or a
+/// sentence cut at an abbreviation (`Image name, e.g.`).
+fn placeholder(description: &str) -> bool {
+    let d = description.trim();
+    d.is_empty() || !d.contains(' ') || d.ends_with("e.g.") || d.ends_with("i.e.")
+}
+
+fn undescribed(schema: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+        for (name, child) in props {
+            let p = format!("{path}.{name}");
+            let d = child
+                .get("description")
+                .and_then(|d| d.as_str())
+                .unwrap_or("");
+            if placeholder(d) {
+                out.push(format!("{p}: {d:?}"));
+            }
+            undescribed(child, &p, out);
+        }
+    }
+    for (key, suffix) in [("items", "[]"), ("additionalProperties", "{}")] {
+        if let Some(child) = schema.get(key).filter(|c| c.is_object()) {
+            undescribed(child, &format!("{path}{suffix}"), out);
+        }
+    }
+}
+
+/// `kubectl explain` has something to say about every field of every CRD.
+#[test]
+fn every_crd_field_has_a_description() {
+    let mut out = Vec::new();
+    let mut fields = 0usize;
+    for crd in gantry_api::crds::all_crds().unwrap_or_else(|e| panic!("{e}")) {
+        let kind = crd.spec.names.kind.to_ascii_lowercase();
+        for v in &crd.spec.versions {
+            let schema = serde_json::to_value(
+                v.schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                    .unwrap_or_else(|| panic!("{kind} {}: no schema", v.name)),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            undescribed(&schema, &kind, &mut out);
+            fields += count(&schema);
+        }
+    }
+    assert!(fields > 500, "walked only {fields} fields");
+    assert!(
+        out.is_empty(),
+        "{} CRD fields without a real description:\n{}",
+        out.len(),
+        out.join("\n")
+    );
+}
+
+fn count(schema: &serde_json::Value) -> usize {
+    let props = schema.get("properties").and_then(|p| p.as_object());
+    let own = props.map_or(0, |p| p.len() + p.values().map(count).sum::<usize>());
+    own + ["items", "additionalProperties"]
+        .iter()
+        .filter_map(|k| schema.get(*k).filter(|c| c.is_object()))
+        .map(count)
+        .sum::<usize>()
+}
+
+#[test]
+fn placeholders_are_recognised() {
+    for bad in ["", "spec.mig.", "Deprecated.", "Image name, e.g.", "  "] {
+        assert!(placeholder(bad), "{bad:?}");
+    }
+    assert!(!placeholder("Image name; alone it is used verbatim."));
+}

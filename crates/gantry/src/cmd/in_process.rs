@@ -1,7 +1,8 @@
-//! `gantry operator`, `gantry scheduler` and `gantry admission` as the sim's kubelet runs them
-//! for pods of Gantry's image (the Helm chart's Deployments): the container's args parsed by
-//! the same clap definitions as the CLI, env-backed flags read from the container's env (never
-//! this process's), and the component's API client authenticated as the pod's ServiceAccount.
+//! `gantry operator`, `gantry scheduler`, `gantry admission` and `gantry crds --apply` as the sim's
+//! kubelet runs them for pods of Gantry's image (the Helm chart's Deployments and its CRD upgrade
+//! hook Job): the container's args parsed by the same clap definitions as the CLI, env-backed
+//! flags read from the container's env (never this process's), and the component's API client
+//! authenticated as the pod's ServiceAccount.
 //! The admission webhook serves its container port on a loopback port of its own, published
 //! on its pod, so the API server reaches it through the chart's Service.
 
@@ -23,7 +24,22 @@ pub fn runners() -> BTreeMap<String, ComponentRunner> {
     m.insert("operator".into(), Arc::new(operator));
     m.insert("scheduler".into(), Arc::new(scheduler));
     m.insert("admission".into(), Arc::new(admission));
+    m.insert("crds".into(), Arc::new(crds));
     m
+}
+
+/// The chart's pre-upgrade hook: `gantry crds --apply` as the hook's ServiceAccount.
+fn crds(ctx: ComponentContext) -> AgentFuture {
+    Box::pin(async move {
+        let args: super::crds::Args = gantry_node::args::parse("gantry", &ctx.args, &ctx.env)?;
+        if !args.apply {
+            return Err("in a pod, gantry crds only runs with --apply".into());
+        }
+        super::crds::apply_with(ctx.client)
+            .await
+            .map(drop)
+            .map_err(|e| format!("{e:#}").into())
+    })
 }
 
 fn operator(ctx: ComponentContext) -> AgentFuture {

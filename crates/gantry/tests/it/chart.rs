@@ -227,12 +227,16 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("ClusterPolicy", "cluster-policy"),
         ("ClusterRole", "gantry-operator"),
         ("ClusterRole", "gantry-scheduler"),
+        // The CRD upgrade hook's objects (helm.sh/hook: pre-upgrade; template renders hooks).
+        ("ClusterRole", "gantry-upgrade-crd"),
         ("ClusterRoleBinding", "gantry-operator"),
         ("ClusterRoleBinding", "gantry-scheduler"),
+        ("ClusterRoleBinding", "gantry-upgrade-crd"),
         ("ConfigMap", "gantry-exporter-metrics"),
         ("Deployment", "gantry-admission"),
         ("Deployment", "gantry-operator"),
         ("Deployment", "gantry-scheduler"),
+        ("Job", "gantry-upgrade-crd"),
         ("MutatingWebhookConfiguration", "gantry-admission"),
         ("Namespace", "gantry-reservation"),
         ("PriorityClass", "build"),
@@ -255,6 +259,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("ServiceAccount", "gantry-operator"),
         ("ServiceAccount", "gantry-scheduler"),
         ("ServiceAccount", "gantry-scheduler-reservation"),
+        ("ServiceAccount", "gantry-upgrade-crd"),
     ]
     .iter()
     .map(|(k, n)| (k.to_string(), n.to_string()))
@@ -385,7 +390,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("rbac.authorization.k8s.io/clusterroles", CRUD),
         ("rbac.authorization.k8s.io/clusterrolebindings", CRUD),
         ("node.k8s.io/runtimeclasses", CRUD),
-        ("/namespaces", &["get", "create"]),
+        ("/namespaces", &["get", "create", "patch"]),
         ("apiextensions.k8s.io/customresourcedefinitions", &["get"]),
         ("apps/daemonsets", READ),
     ]);
@@ -715,10 +720,19 @@ async fn helm_installs_and_uninstalls_on_the_embedded_cluster() -> Result {
                 "--create-namespace",
                 "--kubeconfig",
                 kcs.as_ref(),
+                // An upstream version pin that has no effect: the notes say so by name.
+                "--set",
+                "devicePlugin.version=v0.17.0",
             ],
             &[],
         )?;
         assert!(out.contains("STATUS: deployed"), "{out}");
+        assert!(
+            out.contains("WARNING: these values are accepted for compatibility")
+                && out
+                    .contains("  - devicePlugin.version=v0.17.0 (Gantry runs its own devicePlugin"),
+            "{out}"
+        );
         // nfd.enabled (upstream's default): the notes say NFD's API is missing and how to
         // install it, since this chart does not ship it as upstream's does.
         assert!(
@@ -857,5 +871,203 @@ fn helm_template_piped_into_gantry_validate_exits_zero() -> Result {
     assert!(stdout.contains("note: document"), "{stdout}");
     assert!(stdout.contains("ServiceAccount v1 skipped"), "{stdout}");
     assert!(stdout.trim_end().ends_with("<stdin>: ok"), "{stdout}");
+    Ok(())
+}
+
+/// `helm template` failing: its stderr (run_helm turns a failure into an error with it).
+fn render_error(helm: &Path, extra: &[&str]) -> String {
+    match render(helm, "gantry", "gantry", extra) {
+        Ok(_) => String::new(),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+/// values.schema.json: a misspelled key is refused by name, at the top level and inside a
+/// ClusterPolicy section; a wrong type too.
+#[test]
+fn misspelled_values_fail_with_the_schema_error() -> Result {
+    let helm = helm_or_skip!();
+    for (set, key, parent) in [
+        ("operator.replicass=2", "replicass", "operator"),
+        ("devicePlugin.verison=v1", "verison", "devicePlugin"),
+        ("migManger.enabled=false", "migManger", ""),
+    ] {
+        let err = render_error(helm, &["--set", set]);
+        assert!(
+            err.contains(&format!("Additional property {key} is not allowed"))
+                && err.contains("values don't meet the specifications of the schema"),
+            "{set}: {err}"
+        );
+        if !parent.is_empty() {
+            assert!(err.contains(&format!("- {parent}:")), "{set}: {err}");
+        }
+    }
+    let err = render_error(helm, &["--set", "mig.strategy=halves"]);
+    assert!(err.contains("mig.strategy"), "{err}");
+    // Upstream keys Gantry accepts without acting on them pass the schema (the notes name them).
+    render(
+        helm,
+        "gantry",
+        "gantry",
+        &[
+            "--set",
+            "operator.cleanupCRD=true",
+            "--set",
+            "psp.enabled=true",
+            "--set",
+            "node-feature-discovery.worker.config.sources.pci.deviceClassWhitelist={0300}",
+        ],
+    )?;
+    Ok(())
+}
+
+/// The schema's ClusterPolicy sections are the CRD's: every CRD field is accepted, and the only
+/// extra keys are the chart's own (config.create/data, nvidiaDriverCRD, gpuPodDeletion).
+#[test]
+fn values_schema_tracks_the_cluster_policy_crd() -> Result {
+    fn names(s: &Value, at: &str, out: &mut BTreeSet<String>) {
+        if let Some(props) = s.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                let p = format!("{at}.{k}");
+                out.insert(p.clone());
+                names(v, &p, out);
+            }
+        }
+        if let Some(items) = s.get("items") {
+            names(items, &format!("{at}[]"), out);
+        }
+    }
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(
+        chart().join("values.schema.json"),
+    )?)?;
+    assert_eq!(schema["additionalProperties"], false);
+    let crd = gantry_api::crds::schema_for("nvidia.com/v1", "ClusterPolicy")
+        .ok_or_else(|| anyhow::anyhow!("no ClusterPolicy schema"))?;
+    let sections = crd["properties"]["spec"]["properties"]
+        .as_object()
+        .ok_or_else(|| anyhow::anyhow!("no spec"))?;
+    let chart_only: BTreeSet<String> = [
+        ".devicePlugin.config.create",
+        ".devicePlugin.config.data",
+        ".migManager.config.create",
+        ".migManager.config.data",
+        ".dcgmExporter.config.create",
+        ".dcgmExporter.config.data",
+        ".driver.nvidiaDriverCRD",
+        ".driver.nvidiaDriverCRD.enabled",
+        ".driver.nvidiaDriverCRD.deployDefaultCR",
+        ".driver.nvidiaDriverCRD.driverType",
+        ".driver.nvidiaDriverCRD.nodeSelector",
+        ".driver.upgradePolicy.gpuPodDeletion",
+        ".driver.upgradePolicy.gpuPodDeletion.force",
+        ".driver.upgradePolicy.gpuPodDeletion.timeoutSeconds",
+        ".driver.upgradePolicy.gpuPodDeletion.deleteEmptyDir",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    for (section, crd_schema) in sections {
+        if section == "operator" {
+            continue; // the chart's operator.* configure the Deployment, not spec.operator
+        }
+        let ours = &schema["properties"][section];
+        assert!(ours.is_object(), "values.schema.json lacks {section}");
+        let (mut want, mut have) = (BTreeSet::new(), BTreeSet::new());
+        names(crd_schema, "", &mut want);
+        names(ours, "", &mut have);
+        let missing: Vec<_> = want.difference(&have).collect();
+        let extra: Vec<_> = have
+            .difference(&want)
+            .filter(|k| !chart_only.contains(&format!(".{section}{k}")))
+            .collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{section}: missing {missing:?}, extra {extra:?}"
+        );
+    }
+    Ok(())
+}
+
+/// operator.env reaches the operator's container (and the CRD hook's), as upstream's chart does
+/// for proxy setups.
+#[test]
+fn operator_env_reaches_the_operator_container() -> Result {
+    let helm = helm_or_skip!();
+    let docs = render(
+        helm,
+        "gantry",
+        "gantry",
+        &[
+            "--set-json",
+            r#"operator.env=[{"name":"HTTPS_PROXY","value":"http://proxy.example:3128"},{"name":"NO_PROXY","value":"10.0.0.0/8"}]"#,
+        ],
+    )?;
+    let env_of = |kind: &str, name: &str| -> Result<Vec<(String, String)>> {
+        let d = get(&docs, kind, name)?;
+        let env = d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(env
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or_default().to_string(),
+                    e["value"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect())
+    };
+    let operator = env_of("Deployment", "gantry-operator")?;
+    for want in [
+        ("HTTPS_PROXY", "http://proxy.example:3128"),
+        ("NO_PROXY", "10.0.0.0/8"),
+        ("GANTRY_LOG", "info"),
+    ] {
+        assert!(
+            operator.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} in {operator:?}"
+        );
+    }
+    let hook = env_of("Job", "gantry-upgrade-crd")?;
+    assert!(hook.iter().any(|(k, _)| k == "HTTPS_PROXY"), "{hook:?}");
+    Ok(())
+}
+
+/// psa.enabled reaches the ClusterPolicy, whose operator then labels its namespace (the
+/// operator's e2e test `psa_enabled_labels_the_namespace_privileged`); the CRD upgrade hook is
+/// a pre-upgrade Job running `gantry crds --apply` with its own least-privilege RBAC.
+#[test]
+fn psa_and_the_crd_upgrade_hook_follow_values() -> Result {
+    let helm = helm_or_skip!();
+    let docs = render(helm, "gantry", "gantry", &["--set", "psa.enabled=true"])?;
+    let cp = get(&docs, "ClusterPolicy", "cluster-policy")?;
+    assert_eq!(cp["spec"]["psa"]["enabled"], true);
+    let job = get(&docs, "Job", "gantry-upgrade-crd")?;
+    assert_eq!(
+        job["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-upgrade"
+    );
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["args"], serde_json::json!(["crds", "--apply"]));
+    assert_eq!(
+        c["image"],
+        format!("ghcr.io/gantry-dev/gantry:{}", env!("CARGO_PKG_VERSION"))
+    );
+    let role = get(&docs, "ClusterRole", "gantry-upgrade-crd")?;
+    assert_eq!(
+        grants(role),
+        expand(&[(
+            "apiextensions.k8s.io/customresourcedefinitions",
+            &["get", "create", "patch"]
+        )])
+    );
+    let off = render(
+        helm,
+        "gantry",
+        "gantry",
+        &["--set", "operator.upgradeCRD=false"],
+    )?;
+    assert!(find(&off, "Job", "gantry-upgrade-crd").is_none());
     Ok(())
 }

@@ -118,11 +118,52 @@ fn the_image_builds_passes_its_smoke_test_and_loads_back() {
         "{{.OCIv1.Config.User}} {{index .OCIv1.Config.Labels \"org.opencontainers.image.version\"}} {{.OCIv1.Config.Entrypoint}}",
         &name,
     ]);
+    let packages = buildah(&[
+        "inspect",
+        "--format",
+        "{{index .OCIv1.Config.Labels \"dev.gantry.debian-packages\"}}",
+        &name,
+    ]);
+    // The smoke test's input stays out of the shipped image.
+    let leftover = buildah(&[
+        "run",
+        "--isolation",
+        "chroot",
+        &name,
+        "--",
+        "/usr/local/bin/gantry",
+        "validate",
+        "-f",
+        "/home/gantry/queues.yaml",
+    ]);
     let _ = buildah(&["rm", &name]);
+    let packages = text(&packages);
+    assert!(
+        packages.split(',').any(|p| p.starts_with("libc6=")),
+        "the debian-packages label names glibc's package: {packages:?}"
+    );
+    assert!(
+        !leftover.status.success() && text(&leftover).contains("cannot read"),
+        "{}",
+        text(&leftover)
+    );
     assert!(run.status.success(), "{}", text(&run));
     assert_eq!(text(&run).trim(), format!("gantry {version}"));
     assert_eq!(
         text(&inspect).trim(),
         format!("65532:65532 {version} [/usr/local/bin/gantry]")
     );
+}
+
+/// `gantry operator --image` defaults to the tag `scripts/image.sh` gives the image.
+#[test]
+fn the_operators_default_image_is_the_tag_the_image_gets() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["operator", "--help"])
+        .env_remove("GANTRY_IMAGE")
+        .output()
+        .expect("gantry runs");
+    let help = text(&out);
+    let tag = format!("ghcr.io/gantry-dev/gantry:{}", env!("CARGO_PKG_VERSION"));
+    assert!(help.contains(&format!("[default: {tag}]")), "{help}");
 }

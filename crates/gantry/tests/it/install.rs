@@ -356,6 +356,15 @@ async fn helm_install_upgrade_uninstall_on_gantry_up_bare() -> Result {
         "jsonpath={.metadata.generation}",
     ])?;
     assert_ne!(before, after);
+    // operator.upgradeCRD: the pre-upgrade hook Job applied the CRDs as its ServiceAccount.
+    let managers = b.kubectl(&[
+        "get",
+        "crd",
+        "clusterpolicies.nvidia.com",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ])?;
+    assert!(managers.contains("gantry-crds"), "{managers}");
     let rollout = b.kubectl(&[
         "-n",
         "gantry",

@@ -39,7 +39,7 @@ fn every_upstream_shaped_fixture_passes_gantry_validate() {
 }
 
 /// Every named config of upstream's default is in Gantry's built-in default (but the three
-/// for 189 GB GB200 boards, which the catalog does not model).
+/// for 189 GB GB200 boards: one profile table per PCI id, the 186 GB one).
 #[test]
 fn builtin_default_names_every_upstream_config() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream");
@@ -54,11 +54,120 @@ fn builtin_default_names_every_upstream_config() {
         .filter(|k| !ours.mig_configs.contains_key(*k))
         .collect();
     assert_eq!(missing, ["all-3g.95gb", "all-4g.95gb", "all-7g.189gb"]);
-    // Upstream's 68 less those three, plus B300's six.
+    // Upstream's 68 less those three, plus HGX B300's seven and GB300's six.
     assert_eq!(
         (upstream.mig_configs.len(), ours.mig_configs.len()),
-        (68, 71)
+        (68, 78)
     );
+}
+
+fn validate(args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .arg("validate")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run gantry: {e}"));
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.unwrap_or_default().as_bytes())
+        .expect("write stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("gantry validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// NVIDIA's files as NVIDIA ships them (tests/fixtures/upstream/nvidia/README.md): mig-parted's
+/// default config and the GPU Operator's `default-mig-parted-config` ConfigMap pass, and every
+/// config mig-parted's file names is in Gantry's built-in default but the 189 GB GB200 three.
+#[test]
+fn nvidias_mig_files_pass_gantry_validate() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream/nvidia");
+    for name in [
+        "mig-parted-config-default.yaml",
+        "gpu-operator-0400_configmap.yaml",
+    ] {
+        let f = dir.join(name);
+        let (ok, out) = validate(&["-f", &f.display().to_string()], None);
+        assert!(ok, "{name}: {out}");
+        assert!(out.contains(&format!("{}: ok", f.display())), "{out}");
+    }
+    let text = std::fs::read_to_string(dir.join("mig-parted-config-default.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let upstream: gantry_api::mig_parted::MigPartedConfig =
+        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let ours = gantry_api::mig_parted::default_config();
+    let missing: Vec<&String> = upstream
+        .mig_configs
+        .keys()
+        .filter(|k| !ours.mig_configs.contains_key(*k))
+        .collect();
+    assert_eq!(missing, ["all-3g.95gb", "all-4g.95gb", "all-7g.189gb"]);
+}
+
+/// HGX B300's entries in the shape NVIDIA's newer default gives them pass; an entry for a GPU
+/// nobody knows yet is a warning when a device-filter scopes it (mig-parted skips it on other
+/// GPUs), and an error when it applies to every GPU.
+#[test]
+fn b300_entries_in_upstreams_shape_pass() {
+    let b300 = r#"version: v1
+mig-configs:
+  all-1g.34gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.34gb": 7
+  all-1g.34gb.me:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.34gb+me": 1
+  all-1g.67gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.67gb": 4
+  all-7g.269gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "7g.269gb": 1
+  all-balanced:
+    - device-filter: ["0x318210DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.34gb": 2
+        "2g.67gb": 1
+        "3g.135gb": 1
+    - device-filter: ["0x4F0010DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.99gb": 2
+        "4g.135gb": 1
+"#;
+    let (ok, out) = validate(&["-f", "-"], Some(b300));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(
+            "<stdin>: note: mig-configs.all-balanced[1].mig-devices[\"1g.99gb\"]: warning: no GPU Gantry knows has profile \"1g.99gb\""
+        ),
+        "{out}"
+    );
+    assert!(out.contains("<stdin>: ok"), "{out}");
+    let unscoped = "version: v1\nmig-configs:\n  all-1g.99gb:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.99gb\": 7}\n";
+    let (ok, out) = validate(&["-f", "-"], Some(unscoped));
+    assert!(!ok, "{out}");
+    assert!(out.contains("unknown MIG profile"), "{out}");
 }
 
 /// dcgm-exporter's CSV shapes, the 1.x-compatibility one included: each selects the metrics

@@ -7,7 +7,9 @@
 
 mod more;
 
-pub use more::{A30, B200, B300, GB200, GH200_96GB, GH200_144GB, H20, H100_NVL, RTX_PRO_6000};
+pub use more::{
+    A30, B200, B300, GB200, GB300, GH200_96GB, GH200_144GB, H20, H100_NVL, RTX_PRO_6000,
+};
 
 use crate::types::{Engines, MigProfile};
 
@@ -386,6 +388,7 @@ pub const MODELS: &[GpuModel] = &[
     B200,
     GB200,
     B300,
+    GB300,
     RTX_PRO_6000,
 ];
 

@@ -1,5 +1,7 @@
 //! The rest of the MIG-capable GPUs that upstream's default mig-parted config names: A30,
-//! H100 NVL, GH200 (96 GB and 144 GB HBM3e), H20, B200, GB200, B300 and RTX PRO 6000 Blackwell.
+//! H100 NVL, GH200 (96 GB and 144 GB HBM3e), H20, B200, GB200, HGX B300, GB300 and RTX PRO
+//! 6000 Blackwell. One table per PCI id: GB200 is the MIG user guide's 186 GB part (newer
+//! drivers' 189 GB profiles, `1g.24gb` … `7g.189gb`, are known by name only).
 //!
 //! Not read on hardware: profile names, max counts and fractions are the MIG user guide's and
 //! mig-parted's; MiB figures are chosen inside the fraction so go-nvlib's naming formula gives
@@ -109,8 +111,17 @@ const GB200_MIG: &[MigProfileSpec] = seven_slice!(
     "1g.23gb", "1g.47gb", "2g.47gb", 46592, "3g.93gb", "4g.93gb", "7g.186gb", 93440, 188416,
     18, 18, 36, 54, 72, 148, 23040);
 
+/// HGX B300 (288 GB HBM3e, 269 GB as MIG names it): the GPU Operator 25.10 release notes'
+/// `1g.34gb`(+me), `1g.67gb`, `2g.67gb`, `3g.135gb`, `4g.135gb`, `7g.269gb`.
 #[rustfmt::skip]
 const B300_MIG: &[MigProfileSpec] = seven_slice!(
+    "1g.34gb", "1g.67gb", "2g.67gb", 67840, "3g.135gb", "4g.135gb", "7g.269gb", 136448, 273408,
+    18, 18, 36, 54, 72, 148, 33792);
+
+/// GB300 (Grace Blackwell Ultra): NVIDIA's k8s-test-infra MIG golden table (`1g.35gb` …
+/// `7g.278gb`).
+#[rustfmt::skip]
+const GB300_MIG: &[MigProfileSpec] = seven_slice!(
     "1g.35gb", "1g.70gb", "2g.70gb", 70656, "3g.139gb", "4g.139gb", "7g.278gb", 141312, 283136,
     18, 18, 36, 54, 72, 148, 35328);
 
@@ -270,18 +281,34 @@ pub const GB200: GpuModel = GpuModel {
     ..B200
 };
 
+/// HGX B300: mig-parted matches it as `0x318210DE`.
 pub const B300: GpuModel = GpuModel {
     key: "B300",
-    aliases: &["B300-SXM6", "B300-SXM6-AC"],
+    aliases: &["B300-SXM6", "B300-SXM6-AC", "HGX-B300", "B300-288GB"],
     name: "NVIDIA B300 SXM6 AC",
-    memory_mib: 284208,
+    memory_mib: 275040,
     compute_capability: (10, 3),
-    reserved_mib: 1215,
+    reserved_mib: 1175,
     power_limit_w: 1100,
     pci_device_id: 0x3182_10DE,
     pci_subsystem_id: 0x20E6_10DE,
     mig: B300_MIG,
     ..B200
+};
+
+/// GB300: no NVIDIA config file we hold names its PCI id; this one is ours, so no upstream
+/// device-filter entry matches it (its `devices: all` configs do).
+pub const GB300: GpuModel = GpuModel {
+    key: "GB300",
+    aliases: &["GB300-NVL", "GB300-278GB"],
+    name: "NVIDIA GB300",
+    memory_mib: 284208,
+    reserved_mib: 1215,
+    power_limit_w: 1400,
+    pci_device_id: 0x31C2_10DE,
+    pci_subsystem_id: 0x21A5_10DE,
+    mig: GB300_MIG,
+    ..B300
 };
 
 pub const RTX_PRO_6000: GpuModel = GpuModel {

@@ -119,3 +119,55 @@ async fn upstream_default_mig_config_applies_on_h100_and_a100_nodes() -> Res<()>
     wait_applied(&nodes_api, h100, hb.as_ref(), 2, &MigLayout::disabled()).await?;
     Ok(())
 }
+
+/// NVIDIA's own mig-parted default config (tests/fixtures/upstream/nvidia, unchanged) on a
+/// simulated B200 node: `all-1g.23gb` (an entry for every GPU) and `all-balanced` (eleven
+/// device-filtered entries, the B200's among them) apply; the entries for other GPUs are
+/// skipped, as mig-parted skips them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvidias_default_mig_config_applies_on_a_b200_node() -> Res<()> {
+    let c = Cluster::builder()
+        .nodes("1xB200:2")
+        .controllers()
+        .namespace(NS)
+        .start()
+        .await?;
+    let client = c.client().clone();
+    let sim = c.sim()?;
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "nvidia-mig-parted-config", "namespace": NS},
+        "data": {"config.yaml": fixture("nvidia/mig-parted-config-default.yaml")}
+    }))?;
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &cm)
+        .await?;
+    let cm_ref = format!("{NS}/nvidia-mig-parted-config");
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": names::app::MIG_MANAGER, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "mm"}},
+                 "template": {"metadata": {"labels": {"app": "mm"}},
+                              "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
+                                       "containers": [{"name": "mm", "image": "ghcr.io/gantry/gantry:dev",
+                                                       "command": ["gantry"],
+                                                       "args": ["node", "mig-manager", "--config-map", &cm_ref],
+                                                       "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}}
+    }))?;
+    Api::<DaemonSet>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &ds)
+        .await?;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let node = "b200-0";
+    let backend = sim
+        .node(node)
+        .and_then(|s| s.backend.clone())
+        .ok_or("no B200 backend")?;
+    select(&nodes_api, node, "all-1g.23gb").await?;
+    let seven = MigLayout::enabled([("1g.23gb", 7)]);
+    wait_applied(&nodes_api, node, backend.as_ref(), 2, &seven).await?;
+    select(&nodes_api, node, "all-balanced").await?;
+    let balanced = MigLayout::enabled([("1g.23gb", 2), ("2g.45gb", 1), ("3g.90gb", 1)]);
+    wait_applied(&nodes_api, node, backend.as_ref(), 2, &balanced).await?;
+    Ok(())
+}

@@ -13,6 +13,7 @@ mod nodes;
 mod operand_pods;
 mod operands;
 pub mod plugin_config;
+mod psa;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -434,6 +435,7 @@ async fn reconcile_active(
     } else {
         &[]
     };
+    psa::ensure(ctx, spec).await?;
     nodes::write_all(ctx, &plans.changes).await?;
     let desired = operands::apply_all(ctx, &rendered, held).await?;
     operands::delete_stale(ctx, &desired, &facts, held).await?;

@@ -502,3 +502,30 @@ async fn kubectl_apply_and_jsonpath() -> Res {
     op.stop().await;
     Ok(())
 }
+
+/// `psa.enabled` (upstream's operator does the same): the operator's namespace gets the three
+/// Pod Security Admission labels at `privileged`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psa_enabled_labels_the_namespace_privileged() -> Res {
+    let env = Env::start("1xL4:1").await?;
+    let op = env.operator()?;
+    env.create_policy(minimal_with(json!({"psa": {"enabled": true}}))?)
+        .await?;
+    eventually_secs("namespace labelled privileged", 60, || {
+        let c = env.client().clone();
+        async move {
+            let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(c)
+                .get(NS)
+                .await
+                .ok()?;
+            let labels = ns.metadata.labels.unwrap_or_default();
+            names::PSA_LABELS
+                .iter()
+                .all(|l| labels.get(*l).map(String::as_str) == Some("privileged"))
+                .then_some(())
+        }
+    })
+    .await?;
+    op.stop().await;
+    Ok(())
+}

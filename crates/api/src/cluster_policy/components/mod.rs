@@ -55,11 +55,13 @@ pub struct OperatorSpec {
     /// Name and handler of the RuntimeClass the operator creates (default `nvidia`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class: Option<String>,
-    /// Deprecated.
+    /// Deprecated and ignored: an init container image upstream once ran before the operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_container: Option<ImageSpec>,
+    /// Labels added to the operator's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations added to the operator's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
     /// OpenShift only; nil means on.
@@ -69,6 +71,7 @@ pub struct OperatorSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub use_ocp_driver_toolkit: Option<bool>,
+    /// The operator's own metrics endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<OperatorMetricsSpec>,
     #[serde(flatten)]
@@ -80,6 +83,7 @@ pub struct OperatorSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OperatorMetricsSpec {
+    /// ServiceMonitor for the operator's metrics (Prometheus Operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_monitor: Option<ServiceMonitorConfig>,
     #[serde(flatten)]
@@ -99,20 +103,25 @@ pub enum UpdateStrategy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DaemonsetsSpec {
+    /// Labels added to every operand DaemonSet's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations added to every operand DaemonSet's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
     /// When non-empty, replaces the operands' default tolerations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
+    /// PriorityClass of the operand pods (default system-node-critical).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
     /// `RollingUpdate` (default) or `OnDelete`; the driver DaemonSet is always `OnDelete`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_strategy: Option<UpdateStrategy>,
+    /// Rolling update settings when updateStrategy is RollingUpdate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_update: Option<RollingUpdateSpec>,
+    /// Pod security context applied to the operand pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
     #[serde(flatten)]

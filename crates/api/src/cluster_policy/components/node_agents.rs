@@ -7,7 +7,7 @@ use super::*;
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolkitSpec {
-    /// nil means true.
+    /// Deploy the container toolkit (nil means true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     #[serde(flatten)]
@@ -25,8 +25,10 @@ pub struct ToolkitSpec {
 /// `{name, default}`: a ConfigMap of named configs and the key applied by default.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct NamedConfigRef {
+    /// ConfigMap in the operator namespace whose keys are named configs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Key applied on nodes that select none with their config label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<String>,
     #[serde(flatten)]
@@ -49,7 +51,7 @@ pub struct MpsSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DevicePluginSpec {
-    /// nil means true.
+    /// Deploy the device plugin (nil means true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     #[serde(flatten)]
@@ -59,6 +61,7 @@ pub struct DevicePluginSpec {
     /// ConfigMap of device plugin config files and the default key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<NamedConfigRef>,
+    /// MPS control daemon settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps: Option<MpsSpec>,
     #[serde(flatten)]
@@ -89,8 +92,10 @@ pub struct DcgmSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
+    /// Service type of the exporter's Service (default ClusterIP).
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,
+    /// internalTrafficPolicy of the exporter's Service (Cluster or Local).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub internal_traffic_policy: Option<String>,
     #[serde(flatten)]
@@ -101,6 +106,7 @@ pub struct ServiceSpec {
 /// `dcgmExporter.hpcJobMapping`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct HpcJobMappingSpec {
+    /// Label GPU metrics with the HPC job that uses the GPU (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Default `/var/lib/dcgm-exporter/job-mapping`.
@@ -115,34 +121,42 @@ pub struct HpcJobMappingSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DcgmExporterSpec {
-    /// nil means true.
+    /// Deploy the GPU metrics exporter (nil means true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     #[serde(flatten)]
     pub image: ImageSpec,
     #[serde(flatten)]
     pub container: ContainerSettings,
+    /// Annotations of the exporter's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
     /// ConfigMap whose key `dcgm-metrics.csv` lists the metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<NameRef>,
+    /// ServiceMonitor for the exporter (Prometheus Operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_monitor: Option<ServiceMonitorConfig>,
+    /// The exporter's Service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
+    /// Run the exporter in the host PID namespace (per-process metrics; default false).
     #[serde(rename = "hostPID", default, skip_serializing_if = "Option::is_none")]
     pub host_pid: Option<bool>,
+    /// HPC job to GPU mapping for metric labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpc_job_mapping: Option<HpcJobMappingSpec>,
+    /// Add the labels of the pod using a GPU to its metrics (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_pod_labels: Option<bool>,
+    /// Add the UID of the pod using a GPU to its metrics (default false).
     #[serde(
         rename = "enablePodUID",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub enable_pod_uid: Option<bool>,
+    /// Regular expressions selecting which pod labels enablePodLabels adds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_label_allowlist_regex: Option<Vec<String>>,
     #[serde(flatten)]
@@ -156,6 +170,7 @@ pub use gantry_k8s_rules::MigStrategy;
 /// `spec.mig`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct MigSpec {
+    /// How MIG devices are exposed: none, single (all GPUs of a node alike, as nvidia.com/gpu) or mixed (nvidia.com/mig-<profile>).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<MigStrategy>,
     #[serde(flatten)]
@@ -191,13 +206,14 @@ pub struct MigPartedConfigRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MigManagerSpec {
-    /// nil means true.
+    /// Deploy the MIG manager on MIG-capable nodes (nil means true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     #[serde(flatten)]
     pub image: ImageSpec,
     #[serde(flatten)]
     pub container: ContainerSettings,
+    /// ConfigMap of mig-parted configs (key config.yaml) and the config applied by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<MigPartedConfigRef>,
     /// ConfigMap listing host GPU clients (empty means `default-gpu-clients`).
@@ -216,18 +232,25 @@ pub struct ValidatorSpec {
     pub image: ImageSpec,
     #[serde(flatten)]
     pub container: ContainerSettings,
+    /// Env of the device plugin validation (WITH_WORKLOAD ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<EnvOnly>,
+    /// Env of the container toolkit validation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toolkit: Option<EnvOnly>,
+    /// Env of the driver validation (DISABLE_DEV_CHAR_SYMLINK_CREATION ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<EnvOnly>,
+    /// Env of the CUDA workload validation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda: Option<EnvOnly>,
+    /// Env of the vfio-pci validation (sandbox workloads).
     #[serde(rename = "vfioPCI", default, skip_serializing_if = "Option::is_none")]
     pub vfio_pci: Option<EnvOnly>,
+    /// Env of the vGPU manager validation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vgpu_manager: Option<EnvOnly>,
+    /// Env of the vGPU devices validation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vgpu_devices: Option<EnvOnly>,
     #[serde(flatten)]

@@ -16,10 +16,13 @@ pub enum SandboxMode {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxWorkloadsSpec {
+    /// Run GPUs of sandboxed workloads (VM passthrough, vGPU) on nodes labelled for them (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Workload type of nodes without nvidia.com/gpu.workload.config: container, vm-passthrough or vm-vgpu (default container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_workload: Option<WorkloadConfig>,
+    /// Virtualization stack: kubevirt or kata (default kubevirt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<SandboxMode>,
     #[serde(flatten)]
@@ -54,8 +57,10 @@ pub struct VgpuManagerSpec {
     pub image: ImageSpec,
     #[serde(flatten)]
     pub container: ContainerSettings,
+    /// The k8s-driver-manager init container of the vGPU manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_manager: Option<DriverManagerSpec>,
+    /// ConfigMap with kernel module parameters for the vGPU manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_module_config: Option<NameRef>,
     #[serde(flatten)]
@@ -93,6 +98,7 @@ pub struct VfioManagerSpec {
     pub image: ImageSpec,
     #[serde(flatten)]
     pub container: ContainerSettings,
+    /// The k8s-driver-manager init container of the VFIO manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_manager: Option<DriverManagerSpec>,
     #[serde(flatten)]
@@ -104,8 +110,10 @@ pub struct VfioManagerSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KataArtifacts {
+    /// OCI reference of the Kata guest artifacts (kernel, image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Secret used to pull the artifacts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_secret: Option<String>,
     #[serde(flatten)]
@@ -117,10 +125,13 @@ pub struct KataArtifacts {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KataRuntimeClass {
+    /// Name of the RuntimeClass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Nodes the RuntimeClass schedules onto.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
+    /// Guest artifacts of the runtime class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<KataArtifacts>,
     #[serde(flatten)]
@@ -132,8 +143,10 @@ pub struct KataRuntimeClass {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KataManagerConfig {
+    /// Host directory the artifacts are pulled to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifacts_dir: Option<String>,
+    /// Kata RuntimeClasses to create.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_classes: Option<Vec<KataRuntimeClass>>,
     #[serde(flatten)]
@@ -145,12 +158,14 @@ pub struct KataManagerConfig {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KataManagerSpec {
+    /// Deploy the Kata manager (deprecated upstream; default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     #[serde(flatten)]
     pub image: ImageSpec,
     #[serde(flatten)]
     pub container: ContainerSettings,
+    /// Kata manager configuration: artifacts and runtime classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<KataManagerConfig>,
     #[serde(flatten)]
@@ -174,6 +189,7 @@ pub struct CcManagerSpec {
     /// nil means false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Confidential computing mode of nodes without nvidia.com/cc.mode: on, off or devtools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_mode: Option<CcMode>,
     #[serde(flatten)]
@@ -189,10 +205,10 @@ pub struct CcManagerSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiSpec {
-    /// nil means true.
+    /// Generate CDI specs and the nvidia-cdi runtime class (nil means true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    /// Deprecated.
+    /// Deprecated: make nvidia-cdi the default runtime class (set the runtime class instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<bool>,
     /// Requires `cdi.enabled` and `toolkit.enabled`.
