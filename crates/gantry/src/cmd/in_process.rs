@@ -35,7 +35,7 @@ fn crds(ctx: ComponentContext) -> AgentFuture {
         if !args.apply {
             return Err("in a pod, gantry crds only runs with --apply".into());
         }
-        super::crds::apply_with(ctx.client)
+        super::crds::apply_with(ctx.client("crds")?)
             .await
             .map(drop)
             .map_err(|e| format!("{e:#}").into())
