@@ -388,6 +388,10 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
         ("/pods/eviction", &["create"]),
         ("/events", &["create"]),
         ("rbac.authorization.k8s.io/clusterroles", CRUD),
+        (
+            "rbac.authorization.k8s.io/clusterroles",
+            &["bind", "escalate"],
+        ),
         ("rbac.authorization.k8s.io/clusterrolebindings", CRUD),
         ("node.k8s.io/runtimeclasses", CRUD),
         ("/namespaces", &["get", "create", "patch"]),

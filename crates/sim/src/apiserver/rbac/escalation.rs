@@ -296,12 +296,11 @@ pub fn check(
     }
     tracing::warn!(user = %user.name, resource = %r.resource, %name, "RBAC: escalation refused");
     let why = escalation_message(user, lacking);
-    Err(ApiError::new(
-        403,
-        "Forbidden",
-        format!("{}.{GROUP} {name:?} is forbidden: {why}", r.resource),
-    )
-    .with_details(serde_json::json!({"name": name, "group": GROUP, "kind": r.resource})))
+    let refused = Attributes {
+        resource: Some(ResourceAttrs { name, ..r.clone() }),
+        ..a.clone()
+    };
+    Err(super::forbidden(&refused, &why))
 }
 
 #[cfg(test)]
