@@ -99,14 +99,7 @@ async fn driver_upgrade_with_fractional_pods_completes_on_every_node() -> Res<()
     settled_on(&env, V1).await?;
     spawn_scheduler(&mut env);
     spawn_controller(&mut env, 10);
-    let (rec, t) = record(&env.client);
-    env.tasks.push(t);
-    eventually_secs("GPU nodes labelled upgrade-done", 60, || async {
-        GPU_NODES
-            .iter()
-            .all(|n| node_state(&rec, n) == Some(UpgradeState::UpgradeDone))
-    })
-    .await?;
+    let rec = record_from_done(&mut env).await?;
 
     // Four half-GPU pods under a Deployment: the scheduler packs them onto shared GPUs, each
     // held by a reservation pod in its own namespace.
@@ -186,14 +179,7 @@ async fn driver_upgrade_goes_on_past_a_node_whose_gpu_pod_cannot_be_evicted() ->
     let mut env = start(1, json!("25%")).await?;
     settled_on(&env, V1).await?;
     spawn_controller(&mut env, 10);
-    let (rec, t) = record(&env.client);
-    env.tasks.push(t);
-    eventually_secs("GPU nodes labelled upgrade-done", 60, || async {
-        GPU_NODES
-            .iter()
-            .all(|n| node_state(&rec, n) == Some(UpgradeState::UpgradeDone))
-    })
-    .await?;
+    let rec = record_from_done(&mut env).await?;
     // A bare GPU pod on the first node the walk takes: nothing would bring it back.
     let bad = GPU_NODES[0];
     let stuck: Pod = serde_json::from_value(json!({

@@ -565,6 +565,19 @@ pub(crate) fn sim_driver_versions(env: &Env) -> Vec<String> {
         .collect()
 }
 
+/// Record the nodes' walks from now on, once every GPU node is `upgrade-done`.
+pub(crate) async fn record_from_done(env: &mut Env) -> Res<Arc<Mutex<Record>>> {
+    let (rec, t) = record(&env.client);
+    env.tasks.push(t);
+    eventually_secs("GPU nodes labelled upgrade-done", 60, || async {
+        GPU_NODES
+            .iter()
+            .all(|n| node_state(&rec, n) == Some(UpgradeState::UpgradeDone))
+    })
+    .await?;
+    Ok(rec)
+}
+
 pub(crate) fn node_state(rec: &Arc<Mutex<Record>>, node: &str) -> Option<UpgradeState> {
     rec.lock().ok()?.now.get(node).copied()
 }
@@ -579,14 +592,7 @@ async fn failing_driver_parks_its_node_and_the_rest_finish() -> Res<()> {
     })
     .await?;
     spawn_controller(&mut env, 2);
-    let (rec, t) = record(&env.client);
-    env.tasks.push(t);
-    eventually_secs("GPU nodes labelled upgrade-done", 60, || async {
-        GPU_NODES
-            .iter()
-            .all(|n| node_state(&rec, n) == Some(UpgradeState::UpgradeDone))
-    })
-    .await?;
+    let rec = record_from_done(&mut env).await?;
     let bad = GPU_NODES[0];
     env.cluster.sim()?.fault(bad, &Fault::DriverFail).await?;
     change_driver_version(&env.client, V2).await?;

@@ -55,7 +55,16 @@ fn every_object_is_labelled_and_placed() {
             let m = &o["metadata"];
             assert_eq!(m["labels"][LABEL_STATE], s.state.name(), "{o}");
             assert_eq!(m["labels"][LABEL_MANAGED_BY], MANAGED_BY, "{o}");
+            // Exactly one owner, the policy, as the controller: deleting the policy
+            // garbage-collects every object the operator made for it.
+            assert_eq!(
+                m["ownerReferences"].as_array().map(Vec::len),
+                Some(1),
+                "{o}"
+            );
             assert_eq!(m["ownerReferences"][0]["uid"], "u-1", "{o}");
+            assert_eq!(m["ownerReferences"][0]["kind"], "ClusterPolicy", "{o}");
+            assert_eq!(m["ownerReferences"][0]["controller"], true, "{o}");
             let cluster_scoped = ["RuntimeClass", "ClusterRole", "ClusterRoleBinding"]
                 .contains(&o["kind"].as_str().unwrap_or(""));
             assert_eq!(m.get("namespace").is_none(), cluster_scoped, "{o}");
