@@ -90,14 +90,20 @@ async fn gantry_up_gives_fractional_pods_their_share() -> Result {
     let file = b.dir.path().join("crds.yaml");
     std::fs::write(&file, &crds.stdout)?;
     b.kubectl(&["apply", "-f", &file.to_string_lossy()])?;
-    // The GPU Operator's Helm defaults, as the quickstart applies them.
-    let policy = repo_file("deploy/examples/clusterpolicy.yaml");
-    eventually_secs(
-        "the ClusterPolicy applied (CRDs established)",
-        60,
-        || async { b.kubectl(&["apply", "-f", &policy]).map(|_| true) },
-    )
-    .await?;
+    // The GPU Operator's Helm defaults (naming the demo's time-slicing config), as the
+    // quickstart applies them.
+    for file in [
+        "deploy/examples/demo/01-time-slicing-config.yaml",
+        "deploy/examples/clusterpolicy.yaml",
+    ] {
+        let file = repo_file(file);
+        eventually_secs(
+            &format!("{file} applied (CRDs established)"),
+            60,
+            || async { b.kubectl(&["apply", "-f", &file]).map(|_| true) },
+        )
+        .await?;
+    }
     let hooks = b.kubectl(&["get", "mutatingwebhookconfigurations", "-o", "name"])?;
     assert!(hooks.contains("gantry-admission-in-process"), "{hooks}");
     fractions_get_their_share(&b).await
