@@ -8,8 +8,7 @@
 use gantry_testkit::eventually_secs;
 use gantry_testkit::share::{self, Share};
 
-use super::chart::{chart, helm};
-use super::install::{Bare, kubectl_missing};
+use super::install::{Bare, helm_and_kubectl, kubectl_missing};
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -111,37 +110,13 @@ async fn gantry_up_gives_fractional_pods_their_share() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_charts_defaults_on_gantry_up_bare_give_fractional_pods_their_share() -> Result {
-    let helm = match helm() {
-        Ok(h) => h,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            return Ok(());
-        }
-    };
-    if kubectl_missing() {
-        eprintln!("skipping: kubectl is not installed");
+    let Some(helm) = helm_and_kubectl() else {
         return Ok(());
-    }
+    };
     let b = Bare::start(Some(NODES))?;
     b.wait_ready(1).await?;
-    let chart = chart();
-    let chart = chart.to_string_lossy().into_owned();
     // Default values: the admission webhook on, called through its Service.
-    let out = b.helm(
-        helm,
-        &[
-            "install",
-            "gantry",
-            &chart,
-            "-n",
-            "gantry",
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-        ],
-    )?;
-    assert!(out.contains("STATUS: deployed"), "{out}");
+    b.install_chart(helm, &[])?;
     let svc = b.kubectl(&[
         "get",
         "mutatingwebhookconfiguration",
