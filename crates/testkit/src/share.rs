@@ -58,10 +58,9 @@ pub fn parse_share(lines: &[String]) -> Result<Share, String> {
     })
 }
 
-/// The node GPU memory the scheduler divides (MiB, floored to 100) from GFD's
-/// `nvidia.com/gpu.memory` label.
+/// The node GPU memory the binder divides (MiB), from GFD's `nvidia.com/gpu.memory` label.
 pub fn node_gpu_mib(label: &str) -> Option<u64> {
-    label.trim().parse::<u64>().ok().map(|m| m / 100 * 100)
+    label.trim().parse::<u64>().ok().filter(|m| *m > 0)
 }
 
 /// Checks `half` got half the node's GPU memory and `mem` at least its 20000 MiB (rounded up
@@ -95,14 +94,14 @@ mod tests {
                 "GPU-1".into(),
             ]
         };
-        let half = parse_share(&lines("0.50", "40750Mi")).expect("half");
-        let mem = parse_share(&lines("0.25", "20049Mi")).expect("mem");
-        assert_eq!(check_shares(&half, &mem, 81500), Ok(()));
-        assert!(check_shares(&mem, &half, 81500).is_err());
+        let half = parse_share(&lines("0.50", "40779Mi")).expect("half");
+        let mem = parse_share(&lines("0.25", "20063Mi")).expect("mem");
+        assert_eq!(check_shares(&half, &mem, 81559), Ok(()));
+        assert!(check_shares(&mem, &half, 81559).is_err());
         assert!(parse_share(&lines("0.50", "40750")).is_err());
         let mut two = lines("0.5", "1Mi");
         two.insert(1, "GPU 1: x (UUID: GPU-2)".into());
         assert!(parse_share(&two).is_err());
-        assert_eq!(node_gpu_mib("81559"), Some(81500));
+        assert_eq!(node_gpu_mib("81559"), Some(81559));
     }
 }

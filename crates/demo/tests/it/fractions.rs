@@ -8,7 +8,7 @@ use gantry_demo::{apply, manifests};
 use gantry_testkit::share::{self, Share};
 use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject, ListParams, LogParams};
+use kube::api::{Api, DynamicObject, ListParams, LogParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 
 /// The share a pod printed, once it runs and printed it.
@@ -67,10 +67,12 @@ async fn the_demos_components_give_fractional_pods_their_share() -> anyhow::Resu
         queues.get_opt("default-queue").await.map(|q| q.is_some())
     })
     .await?;
-    for doc in apply::documents("fractions", &share::fraction_pods_yaml("default-queue"))? {
-        apply::apply(&client, &doc).await?;
-    }
+    // Created (POST) as kubectl and the Job controller create pods: the webhook prepares them.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for doc in apply::documents("fractions", &share::fraction_pods_yaml("default-queue"))? {
+        let pod: Pod = serde_json::from_value(doc)?;
+        pods.create(&PostParams::default(), &pod).await?;
+    }
     let half = printed(&pods, "half").await?;
     let mem = printed(&pods, "mem").await?;
     share::check_shares(&half, &mem, node_mib).map_err(anyhow::Error::msg)?;

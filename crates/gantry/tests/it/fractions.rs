@@ -8,8 +8,7 @@
 use gantry_testkit::eventually_secs;
 use gantry_testkit::share::{self, Share};
 
-use super::chart::{chart, helm};
-use super::install::{Bare, kubectl_missing};
+use super::install::{Bare, helm_and_kubectl, kubectl_missing};
 
 type Result<T = ()> = anyhow::Result<T>;
 
@@ -90,14 +89,20 @@ async fn gantry_up_gives_fractional_pods_their_share() -> Result {
     let file = b.dir.path().join("crds.yaml");
     std::fs::write(&file, &crds.stdout)?;
     b.kubectl(&["apply", "-f", &file.to_string_lossy()])?;
-    // The GPU Operator's Helm defaults, as the quickstart applies them.
-    let policy = repo_file("deploy/examples/clusterpolicy.yaml");
-    eventually_secs(
-        "the ClusterPolicy applied (CRDs established)",
-        60,
-        || async { b.kubectl(&["apply", "-f", &policy]).map(|_| true) },
-    )
-    .await?;
+    // The GPU Operator's Helm defaults (naming the demo's time-slicing config), as the
+    // quickstart applies them.
+    for file in [
+        "deploy/examples/demo/01-time-slicing-config.yaml",
+        "deploy/examples/clusterpolicy.yaml",
+    ] {
+        let file = repo_file(file);
+        eventually_secs(
+            &format!("{file} applied (CRDs established)"),
+            60,
+            || async { b.kubectl(&["apply", "-f", &file]).map(|_| true) },
+        )
+        .await?;
+    }
     let hooks = b.kubectl(&["get", "mutatingwebhookconfigurations", "-o", "name"])?;
     assert!(hooks.contains("gantry-admission-in-process"), "{hooks}");
     fractions_get_their_share(&b).await
@@ -105,37 +110,13 @@ async fn gantry_up_gives_fractional_pods_their_share() -> Result {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_charts_defaults_on_gantry_up_bare_give_fractional_pods_their_share() -> Result {
-    let helm = match helm() {
-        Ok(h) => h,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            return Ok(());
-        }
-    };
-    if kubectl_missing() {
-        eprintln!("skipping: kubectl is not installed");
+    let Some(helm) = helm_and_kubectl() else {
         return Ok(());
-    }
+    };
     let b = Bare::start(Some(NODES))?;
     b.wait_ready(1).await?;
-    let chart = chart();
-    let chart = chart.to_string_lossy().into_owned();
     // Default values: the admission webhook on, called through its Service.
-    let out = b.helm(
-        helm,
-        &[
-            "install",
-            "gantry",
-            &chart,
-            "-n",
-            "gantry",
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-        ],
-    )?;
-    assert!(out.contains("STATUS: deployed"), "{out}");
+    b.install_chart(helm, &[])?;
     let svc = b.kubectl(&[
         "get",
         "mutatingwebhookconfiguration",

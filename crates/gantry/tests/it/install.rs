@@ -94,6 +94,27 @@ impl Bare {
             .join("\n")
     }
 
+    /// `helm install gantry <chart> -n gantry --create-namespace --wait` (+ `extra`), deployed.
+    pub(crate) fn install_chart(&self, helm: &Path, extra: &[&str]) -> Result<()> {
+        let chart = chart();
+        let chart = chart.to_string_lossy().into_owned();
+        let mut args = vec![
+            "install",
+            "gantry",
+            &chart,
+            "-n",
+            "gantry",
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "180s",
+        ];
+        args.extend_from_slice(extra);
+        let out = self.helm(helm, &args)?;
+        anyhow::ensure!(out.contains("STATUS: deployed"), "{out}");
+        Ok(())
+    }
+
     pub(crate) async fn wait_ready(&self, nodes: usize) -> Result<()> {
         eventually_secs("gantry up --bare serving its nodes", 60, || async {
             let out = self.kubectl(&["get", "nodes", "-o", "name"])?;
@@ -114,6 +135,22 @@ fn kubectl_as(kubeconfig: &Path, home: &Path, args: &[&str]) -> Result<String> {
 
 pub(crate) fn kubectl_missing() -> bool {
     !gantry_testkit::Kubectl::installed()
+}
+
+/// helm, or `None` (the reason printed) when helm or kubectl cannot be had.
+pub(crate) fn helm_and_kubectl() -> Option<&'static Path> {
+    let helm = match helm() {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            return None;
+        }
+    };
+    if kubectl_missing() {
+        eprintln!("skipping: kubectl is not installed");
+        return None;
+    }
+    Some(helm)
 }
 
 const WORKLOADS: &str = r#"
@@ -175,17 +212,9 @@ fn all_running(p: &[String], n: usize) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_upgrade_uninstall_on_gantry_up_bare() -> Result {
-    let helm = match helm() {
-        Ok(h) => h,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            return Ok(());
-        }
-    };
-    if kubectl_missing() {
-        eprintln!("skipping: kubectl is not installed");
+    let Some(helm) = helm_and_kubectl() else {
         return Ok(());
-    }
+    };
     let b = Bare::start(Some("2xH100-80GB:8,1xcpu"))?;
     b.wait_ready(3).await?;
     // Bare: none of the chart's objects exist yet.
@@ -195,23 +224,9 @@ async fn helm_install_upgrade_uninstall_on_gantry_up_bare() -> Result {
         "{ns}"
     );
 
+    b.install_chart(helm, &[])?;
     let chart = chart();
     let chart = chart.to_string_lossy().into_owned();
-    let out = b.helm(
-        helm,
-        &[
-            "install",
-            "gantry",
-            &chart,
-            "-n",
-            "gantry",
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-        ],
-    )?;
-    assert!(out.contains("STATUS: deployed"), "{out}");
     // `--wait` saw both Deployments available; the pods run from the chart's image.
     for c in ["operator", "scheduler"] {
         let sel = format!("app.kubernetes.io/component={c}");
