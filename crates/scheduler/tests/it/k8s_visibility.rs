@@ -96,6 +96,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         }
     })
     .await?;
+    println!("kubectl describe pod placed, Events:{ev}");
     let line = ev.lines().find(|l| l.contains(&want)).unwrap_or_default();
     assert!(
         line.contains("Normal") && line.contains("kai-scheduler"),
@@ -130,6 +131,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         },
     )
     .await?;
+    println!("kubectl describe pod too-big, Events:{ev}");
     let line = ev
         .lines()
         .find(|l| l.contains("FailedScheduling"))
@@ -157,6 +159,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         }
     })
     .await?;
+    println!("kubectl get queues:\n{out}");
     assert!(
         out.lines().next().unwrap_or("").contains("CHILDREN"),
         "{out}"
@@ -193,6 +196,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         let fair: f64 = row.split_whitespace().nth(4).unwrap_or("-").parse()?;
         assert!(fair >= 0.0, "{row}");
     }
+    println!("gantry explain queues:\n{table}");
     let a = table
         .lines()
         .find(|l| l.contains("vis-a "))
