@@ -9,7 +9,7 @@ use cluster::{Cluster, Result};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn queue(name: &str, parent: Option<&str>, gpu_quota: i32, gpu_limit: i32) -> String {
+pub(crate) fn queue(name: &str, parent: Option<&str>, gpu_quota: i32, gpu_limit: i32) -> String {
     let parent = parent
         .map(|p| format!("  parentQueue: {p}\n"))
         .unwrap_or_default();

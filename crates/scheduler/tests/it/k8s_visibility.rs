@@ -5,6 +5,7 @@
 //! prune it) and `gantry explain queues` prints it.
 
 use crate::cluster;
+use crate::k8s_kai::queue;
 
 use cluster::{Cluster, Result, eventually_secs};
 use gantry_api::kai::Queue;
@@ -12,37 +13,6 @@ use gantry_testkit::Look;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use std::time::Duration;
-
-const QUEUES: &str = r#"
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: vis-root}
-spec:
-  resources:
-    gpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
----
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: vis-a}
-spec:
-  parentQueue: vis-root
-  resources:
-    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
----
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: vis-b}
-spec:
-  parentQueue: vis-root
-  resources:
-    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
-"#;
 
 fn pod(name: &str, queue: &str, gpus: u32) -> String {
     format!(
@@ -79,7 +49,14 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         c.kubectl(&["get", "queues"]).await.ok()
     })
     .await?;
-    c.apply("queues.yaml", QUEUES).await?;
+    // KAI's queue of queues, with two teams of 1 guaranteed GPU each.
+    let queues = [
+        queue("vis-root", None, -1, -1),
+        queue("vis-a", Some("vis-root"), 1, -1),
+        queue("vis-b", Some("vis-root"), 1, -1),
+    ]
+    .join("---\n");
+    c.apply("queues.yaml", &queues).await?;
     let pods = [pod("placed", "vis-a", 1), pod("too-big", "vis-b", 4)].join("---\n");
     c.apply("pods.yaml", &pods).await?;
     let placed = c.wait_running("default", "placed").await?;
@@ -96,6 +73,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         }
     })
     .await?;
+    println!("kubectl describe pod placed, Events:{ev}");
     let line = ev.lines().find(|l| l.contains(&want)).unwrap_or_default();
     assert!(
         line.contains("Normal") && line.contains("kai-scheduler"),
@@ -130,6 +108,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         },
     )
     .await?;
+    println!("kubectl describe pod too-big, Events:{ev}");
     let line = ev
         .lines()
         .find(|l| l.contains("FailedScheduling"))
@@ -157,6 +136,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         }
     })
     .await?;
+    println!("kubectl get queues:\n{out}");
     assert!(
         out.lines().next().unwrap_or("").contains("CHILDREN"),
         "{out}"
@@ -193,6 +173,7 @@ async fn describe_shows_scheduling_events_and_queues_show_children_and_fair_shar
         let fair: f64 = row.split_whitespace().nth(4).unwrap_or("-").parse()?;
         assert!(fair >= 0.0, "{row}");
     }
+    println!("gantry explain queues:\n{table}");
     let a = table
         .lines()
         .find(|l| l.contains("vis-a "))
