@@ -6,7 +6,7 @@
 //!   the operator and the scheduler;
 //! - the GPU series under dcgm-exporter's names and KAI's `kai_queue_*` series are there;
 //! - an XID injected with `gantry sim fault` takes `GantryGpuXidError` from pending to firing;
-//! - every dashboard query returns data.
+//! - every dashboard query returns data (the evictions panel's aside: nothing is evicted).
 //!
 //! What differs from a real cluster, and why:
 //! - Debian builds Prometheus without Kubernetes service discovery (`kubernetes_sd_configs` is
@@ -661,13 +661,15 @@ fn prometheus_scrapes_gantry_and_fires_the_xid_alert() -> Result {
     // reason, and nothing was evicted here, so the family has no series yet (Prometheus still
     // ran the query without error).
     for (title, expr) in dashboard_queries()? {
-        wait(&format!("dashboard panel {title:?}: {expr}"), 30, &mut || {
-            match query(prom_port, &expr) {
+        wait(
+            &format!("dashboard panel {title:?}: {expr}"),
+            30,
+            &mut || match query(prom_port, &expr) {
                 Ok(r) if !r.is_empty() || expr.contains(EVICTIONS) => Look::Done(Value::Null),
                 Ok(_) => Look::Seen("no data".into()),
                 Err(e) => Look::Seen(e.to_string()),
-            }
-        })
+            },
+        )
         .map_err(fail)?;
     }
     Ok(())
