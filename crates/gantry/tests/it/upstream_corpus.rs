@@ -42,23 +42,28 @@ fn every_upstream_shaped_fixture_passes_gantry_validate() {
 /// for 189 GB GB200 boards: one profile table per PCI id, the 186 GB one).
 #[test]
 fn builtin_default_names_every_upstream_config() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream");
-    let text = std::fs::read_to_string(dir.join("mig-parted-config-default.yaml"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (upstream, missing) =
+        configs_missing_from_builtin("tests/fixtures/upstream/mig-parted-config-default.yaml");
+    assert_eq!(missing, ["all-3g.95gb", "all-4g.95gb", "all-7g.189gb"]);
+    // Upstream's 68 less those three, plus HGX B300's seven and GB300's six.
+    let ours = gantry_api::mig_parted::default_config().mig_configs.len();
+    assert_eq!((upstream, ours), (68, 78));
+}
+
+/// How many configs a mig-parted file names, and those Gantry's built-in default lacks.
+fn configs_missing_from_builtin(file: &str) -> (usize, Vec<String>) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
     let upstream: gantry_api::mig_parted::MigPartedConfig =
-        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
     let ours = gantry_api::mig_parted::default_config();
-    let missing: Vec<&String> = upstream
+    let missing = upstream
         .mig_configs
         .keys()
         .filter(|k| !ours.mig_configs.contains_key(*k))
+        .cloned()
         .collect();
-    assert_eq!(missing, ["all-3g.95gb", "all-4g.95gb", "all-7g.189gb"]);
-    // Upstream's 68 less those three, plus HGX B300's seven and GB300's six.
-    assert_eq!(
-        (upstream.mig_configs.len(), ours.mig_configs.len()),
-        (68, 78)
-    );
+    (upstream.mig_configs.len(), missing)
 }
 
 fn validate(args: &[&str], stdin: Option<&str>) -> (bool, String) {
@@ -100,16 +105,9 @@ fn nvidias_mig_files_pass_gantry_validate() {
         assert!(ok, "{name}: {out}");
         assert!(out.contains(&format!("{}: ok", f.display())), "{out}");
     }
-    let text = std::fs::read_to_string(dir.join("mig-parted-config-default.yaml"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let upstream: gantry_api::mig_parted::MigPartedConfig =
-        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
-    let ours = gantry_api::mig_parted::default_config();
-    let missing: Vec<&String> = upstream
-        .mig_configs
-        .keys()
-        .filter(|k| !ours.mig_configs.contains_key(*k))
-        .collect();
+    let (_, missing) = configs_missing_from_builtin(
+        "tests/fixtures/upstream/nvidia/mig-parted-config-default.yaml",
+    );
     assert_eq!(missing, ["all-3g.95gb", "all-4g.95gb", "all-7g.189gb"]);
 }
 

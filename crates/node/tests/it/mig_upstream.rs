@@ -31,6 +31,29 @@ async fn select(nodes: &Api<Node>, node: &str, config: &str) -> Res<()> {
     Ok(())
 }
 
+/// Create `cm` and a MIG manager DaemonSet on the GPU nodes that reads it.
+async fn start_mig_manager(client: &kube::Client, cm: &ConfigMap) -> Res<()> {
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), cm)
+        .await?;
+    let cm_ref = format!("{NS}/{}", cm.metadata.name.as_deref().unwrap_or_default());
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": names::app::MIG_MANAGER, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "mm"}},
+                 "template": {"metadata": {"labels": {"app": "mm"}},
+                              "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
+                                       "containers": [{"name": "mm", "image": "ghcr.io/gantry/gantry:dev",
+                                                       "command": ["gantry"],
+                                                       "args": ["node", "mig-manager", "--config-map", &cm_ref],
+                                                       "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}}
+    }))?;
+    Api::<DaemonSet>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &ds)
+        .await?;
+    Ok(())
+}
+
 /// The state label alone says nothing about *which* config succeeded (it still reads `success`
 /// from the last one right after a new selection): wait for it and the GPUs' layout together.
 async fn wait_applied(
@@ -77,24 +100,7 @@ async fn upstream_default_mig_config_applies_on_h100_and_a100_nodes() -> Res<()>
     let sim = c.sim()?;
     // The fixture is a whole ConfigMap manifest, applied unchanged.
     let cm: ConfigMap = serde_yaml::from_str(&fixture("default-mig-parted-config.yaml"))?;
-    Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &cm)
-        .await?;
-    let cm_ref = format!("{NS}/default-mig-parted-config");
-    let ds: DaemonSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": names::app::MIG_MANAGER, "namespace": NS},
-        "spec": {"selector": {"matchLabels": {"app": "mm"}},
-                 "template": {"metadata": {"labels": {"app": "mm"}},
-                              "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
-                                       "containers": [{"name": "mm", "image": "ghcr.io/gantry/gantry:dev",
-                                                       "command": ["gantry"],
-                                                       "args": ["node", "mig-manager", "--config-map", &cm_ref],
-                                                       "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}}
-    }))?;
-    Api::<DaemonSet>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &ds)
-        .await?;
+    start_mig_manager(&client, &cm).await?;
     let nodes_api: Api<Node> = Api::all(client.clone());
     let (h100, a100) = ("h100-80gb-0", "a100-40gb-0");
     let backend = |node: &str| sim.node(node).and_then(|s| s.backend.clone());
@@ -139,24 +145,7 @@ async fn nvidias_default_mig_config_applies_on_a_b200_node() -> Res<()> {
         "metadata": {"name": "nvidia-mig-parted-config", "namespace": NS},
         "data": {"config.yaml": fixture("nvidia/mig-parted-config-default.yaml")}
     }))?;
-    Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &cm)
-        .await?;
-    let cm_ref = format!("{NS}/nvidia-mig-parted-config");
-    let ds: DaemonSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": names::app::MIG_MANAGER, "namespace": NS},
-        "spec": {"selector": {"matchLabels": {"app": "mm"}},
-                 "template": {"metadata": {"labels": {"app": "mm"}},
-                              "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
-                                       "containers": [{"name": "mm", "image": "ghcr.io/gantry/gantry:dev",
-                                                       "command": ["gantry"],
-                                                       "args": ["node", "mig-manager", "--config-map", &cm_ref],
-                                                       "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}}
-    }))?;
-    Api::<DaemonSet>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &ds)
-        .await?;
+    start_mig_manager(&client, &cm).await?;
     let nodes_api: Api<Node> = Api::all(client.clone());
     let node = "b200-0";
     let backend = sim

@@ -61,12 +61,17 @@ mod tests {
 
     #[test]
     fn privileged_only_when_enabled() {
-        let spec = |v: serde_json::Value| -> ClusterPolicySpec {
-            serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+        let spec = |enabled: Option<bool>| ClusterPolicySpec {
+            psa: Some(gantry_api::common::EnabledOnly {
+                enabled,
+                ..Default::default()
+            }),
+            ..Default::default()
         };
-        assert!(labels(&spec(serde_json::json!({}))).is_empty());
-        assert!(labels(&spec(serde_json::json!({"psa": {"enabled": false}}))).is_empty());
-        let on = labels(&spec(serde_json::json!({"psa": {"enabled": true}})));
+        assert!(labels(&ClusterPolicySpec::default()).is_empty());
+        assert!(labels(&spec(None)).is_empty());
+        assert!(labels(&spec(Some(false))).is_empty());
+        let on = labels(&spec(Some(true)));
         assert_eq!(on.len(), 3);
         assert_eq!(on["pod-security.kubernetes.io/enforce"], "privileged");
     }
