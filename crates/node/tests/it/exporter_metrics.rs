@@ -333,11 +333,14 @@ async fn pods_are_attributed_for_replicas_and_mig_devices() {
         .collect();
     let on =
         |gpu: &str| -> Vec<&&Series> { temp.iter().filter(|s| s.labels["gpu"] == gpu).collect() };
-    // Time-sliced GPU 0: one series, last pod wins (dcgm-exporter's default).
-    assert_eq!(on("0").len(), 1);
-    assert_eq!(on("0")[0].labels["pod"], "shared-b");
-    assert_eq!(on("0")[0].labels["namespace"], "team-a");
-    assert_eq!(on("0")[0].labels["container"], "main");
+    // Time-sliced GPU 0: one series per pod sharing it, each with its pod's labels.
+    let mut sharing: Vec<&str> = on("0").iter().map(|s| s.labels["pod"].as_str()).collect();
+    sharing.sort_unstable();
+    assert_eq!(sharing, ["shared-a", "shared-b"]);
+    for s in on("0") {
+        assert_eq!(s.labels["namespace"], "team-a");
+        assert_eq!(s.labels["container"], "main");
+    }
     assert_eq!(on("1")[0].labels["pod"], "whole");
     assert_eq!(on("2").len(), 1);
     assert_eq!(on("2")[0].labels["pod"], "sliced");
