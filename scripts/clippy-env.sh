@@ -17,3 +17,7 @@ if ! clippy_driver="$(rustup which clippy-driver 2>/dev/null)"; then
 fi
 export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+
+# A one-off build gains nothing from incremental compilation's on-disk cache (it costs time and
+# gigabytes): the suite's build turns it off, as CI's fresh clones would want anyway.
+export CARGO_INCREMENTAL=0

