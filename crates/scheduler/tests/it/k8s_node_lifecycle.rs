@@ -8,28 +8,12 @@ use cluster::{Cluster, Result, eventually_secs, node_of};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 
-const QUEUES: &str = r#"
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata:
-  name: parent
-spec:
-  resources:
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    gpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
----
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata:
-  name: one-gpu
-spec:
-  parentQueue: parent
-  resources:
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    gpu: {quota: 1, limit: 1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
-"#;
+/// A parent with no limits and a child queue held to one GPU.
+fn queues() -> String {
+    let parent = super::k8s_kai::queue("parent", None, -1, -1);
+    let child = super::k8s_kai::queue("one-gpu", Some("parent"), 1, 1);
+    format!("{parent}---{child}")
+}
 
 fn gpu_pod(name: &str) -> String {
     format!(
@@ -57,7 +41,7 @@ async fn a_deleted_nodes_pods_free_their_queue_quota() -> Result {
         c.kubectl(&["get", "queues"]).await.ok()
     })
     .await?;
-    c.apply("queues.yaml", QUEUES).await?;
+    c.apply("queues.yaml", &queues()).await?;
     c.apply("first.yaml", &gpu_pod("first")).await?;
     let first = c.wait_running("default", "first").await?;
     let lost = node_of(&first).ok_or("first pod not bound")?;
