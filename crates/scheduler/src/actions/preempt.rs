@@ -35,10 +35,7 @@ impl VictimAction for Preempt {
         let order = self
             .order
             .get_or_insert_with(|| VictimOrder::per_queue(sess));
-        let budget = Budget {
-            jobs: sess.config.max_victim_jobs * 4,
-            pods: usize::MAX,
-        };
+        let budget = Budget::victim_jobs(&sess.config);
         let lower = |v: GroupId, vprio: i32| {
             if vprio >= prio {
                 Verdict::Stop
@@ -59,7 +56,7 @@ impl VictimAction for Preempt {
             req,
             units,
             max_units: sess.config.max_victim_jobs,
-            relocate: Relocate::WhereRoom,
+            relocate: Relocate::victims(&sess.config),
             reason: Box::new(move |s: &Session<'_>, g: GroupId| EvictReason::Preempt {
                 by_job: job_name.clone(),
                 priority: prio,

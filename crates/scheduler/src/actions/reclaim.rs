@@ -111,10 +111,7 @@ impl VictimAction for Reclaim {
         let order = self
             .order
             .get_or_insert_with(|| VictimOrder::by_share(sess));
-        let budget = Budget {
-            jobs: sess.config.max_victim_jobs * 4,
-            pods: usize::MAX,
-        };
+        let budget = Budget::victim_jobs(&sess.config);
         let open = |v: GroupId, _| match sess.snapshot.groups[v as usize].queue {
             Some(vq) if open_queue[vq as usize] => Verdict::Take,
             _ => Verdict::Skip,
@@ -132,7 +129,7 @@ impl VictimAction for Reclaim {
             req,
             units,
             max_units: sess.config.max_victim_jobs,
-            relocate: Relocate::WhereRoom,
+            relocate: Relocate::victims(&sess.config),
             reason: Box::new(move |s: &Session<'_>, g: GroupId| EvictReason::Reclaim {
                 by_job: job_name.clone(),
                 by_queue: reclaimer_queue.clone(),

@@ -21,6 +21,20 @@ pub enum Relocate {
     /// Each victim job is placed again where there is room (its gang minimum, or one pod of
     /// an elastic job), else it is evicted (KAI `allowConsolidatingReclaim`).
     WhereRoom,
+    /// Victims are evicted.
+    Never,
+}
+
+impl Relocate {
+    /// Reclaim and preempt: victims move where there is room, unless moving pods is off
+    /// (spread strategies turn consolidation off, as KAI's operator renders it).
+    pub fn victims(config: &crate::config::Config) -> Relocate {
+        if config.consolidation_enabled() {
+            Relocate::WhereRoom
+        } else {
+            Relocate::Never
+        }
+    }
 }
 
 /// Why a victim of the given job goes.
@@ -97,6 +111,7 @@ fn simulate(
             relocate_where_room(sess, stmt, pb, &evicted);
             true
         }
+        Relocate::Never => true,
     };
     if placed && (pb.validate)(sess) {
         return true;

@@ -137,6 +137,16 @@ pub struct Budget {
     pub pods: usize,
 }
 
+impl Budget {
+    /// Reclaim and preempt: four times the victim jobs one scenario may take, any pods.
+    pub fn victim_jobs(config: &crate::config::Config) -> Budget {
+        Budget {
+            jobs: config.max_victim_jobs * 4,
+            pods: usize::MAX,
+        }
+    }
+}
+
 /// Walk the order for a job of queue `q` asking `req`, taking units of the jobs `judge`
 /// accepts that are [`eligible`], within the budget. KAI's elastic victim order: every
 /// taken job's pods above its minimum come before any job's gang core.
