@@ -1,7 +1,6 @@
 //! What a cycle decides: binds, evictions with reasons, and why pending pods stay pending.
 
-use crate::snapshot::{NodeId, PodId, Snapshot};
-use crate::state::GpuPlacement;
+use crate::snapshot::{NodeId, PodId};
 use serde::Serialize;
 use std::fmt;
 
@@ -29,7 +28,8 @@ pub struct Bind {
     pub pipelined: bool,
 }
 
-/// What the binder hands the pod (KAI `receivedResourceType`).
+/// What the binder hands the pod (KAI `receivedResourceType`); built from a placement by
+/// `actions::gpu_binding`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum GpuBinding {
     None,
@@ -48,44 +48,6 @@ pub enum GpuBinding {
         resource: String,
         count: u32,
     },
-}
-
-impl GpuBinding {
-    /// The binding for a placement on `node`. Shares are bound under their GPU's fraction
-    /// group; `groups` starts as the node's and gains the groups this cycle opens (so two
-    /// new groups never get one index).
-    pub fn from_placement(
-        s: &Snapshot<'_>,
-        node: NodeId,
-        g: &GpuPlacement,
-        groups: &mut Vec<(u32, u32)>,
-    ) -> GpuBinding {
-        match g {
-            GpuPlacement::None => GpuBinding::None,
-            GpuPlacement::Whole(i) => GpuBinding::Whole {
-                indices: i.iter().map(|&x| u32::from(x)).collect(),
-            },
-            GpuPlacement::Shared { gpus, milli } => GpuBinding::Fraction {
-                indices: gpus
-                    .iter()
-                    .map(|&x| {
-                        let gpu = u32::from(x);
-                        let slots = s.nodes[node as usize].gpus;
-                        let g = crate::snapshot::devices::group_for(groups, slots, gpu);
-                        if !groups.contains(&(g, gpu)) {
-                            groups.push((g, gpu));
-                        }
-                        g
-                    })
-                    .collect(),
-                milli: u32::from(*milli),
-            },
-            GpuPlacement::Mig { profile, count } => GpuBinding::Mig {
-                resource: s.mig_profiles[*profile as usize].clone(),
-                count: *count,
-            },
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

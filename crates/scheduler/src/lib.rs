@@ -11,6 +11,7 @@ pub mod decisions;
 pub mod fairshare;
 pub mod frag;
 pub mod frag_index;
+pub mod framework;
 pub mod gpushare;
 pub mod input;
 #[cfg(feature = "k8s")]
@@ -20,8 +21,6 @@ pub mod predicates;
 pub mod request;
 pub mod sharing;
 pub mod snapshot;
-pub mod state;
-pub mod statement;
 pub mod workload;
 
 /// The workload generators' former path (`crate::bench::synth`), kept for code that names it.
@@ -35,6 +34,8 @@ pub use config::{Action, Config, Policy, Strategy};
 pub use decisions::{
     Bind, Decisions, EvictReason, Eviction, GpuBinding, NodeReason, Unschedulable,
 };
+/// The cycle's state and statement under the short paths the placement code names them by.
+pub use framework::{state, statement};
 pub use input::ClusterInput;
 pub use snapshot::Snapshot;
 

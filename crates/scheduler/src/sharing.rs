@@ -2,9 +2,10 @@
 //! several devices) and MIG slices. A device is either whole or shared, never both.
 
 use crate::decisions::NodeReason;
-use crate::request::{GpuRequest, memory_to_milli};
+pub use crate::framework::state::shared_milli;
+use crate::framework::state::{GpuPlacement, GpuSlot, State};
+use crate::request::GpuRequest;
 use crate::snapshot::{NodeId, Snapshot};
-use crate::state::{GpuPlacement, GpuSlot, State};
 
 /// Order of candidate devices for fractions (KAI `gpupack` / `gpuspread`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,20 +14,6 @@ pub enum GpuOrder {
     Pack,
     /// Idle devices first, then least used.
     Spread,
-}
-
-/// Share per device (milli) a sharing request takes on `node`.
-pub fn shared_milli(s: &Snapshot<'_>, node: NodeId, req: &GpuRequest) -> Result<u32, NodeReason> {
-    match req {
-        GpuRequest::Fraction { milli, .. } => Ok(*milli),
-        GpuRequest::Memory { mib, .. } => {
-            let gpu_mib = s.nodes[node as usize]
-                .gpu_memory_mib
-                .ok_or(NodeReason::GpuMemoryUnknown)?;
-            memory_to_milli(*mib, gpu_mib).ok_or(NodeReason::GpuMemoryTooSmall)
-        }
-        _ => Ok(1000),
-    }
 }
 
 /// Whether the request can fit on the node's GPUs at all right now (cheap checks first).
@@ -51,6 +38,9 @@ pub fn fit_gpu(
                 .map(|(i, _)| i as u8)
                 .take(*n as usize)
                 .collect();
+            if idx.len() < *n as usize {
+                return Err(NodeReason::InsufficientGpu);
+            }
             Ok(GpuPlacement::Whole(idx))
         }
         GpuRequest::Mig { profile, count } => {

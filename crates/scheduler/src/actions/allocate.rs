@@ -1,41 +1,22 @@
 //! allocate: place pending jobs into free capacity, gang all-or-nothing, in queue-fair order.
 
-use super::{JobOrder, Session};
+use super::common::{JobOrder, try_place};
+use crate::framework::Session;
+use crate::framework::statement::Statement;
 use crate::request::GpuRequest;
 use crate::snapshot::{ClassId, GroupId, PodId};
-use crate::statement::Statement;
 use std::collections::HashMap;
-
-/// Try to place `tasks` in one statement. On failure everything is rolled back and the
-/// first task that found no node is returned.
-pub fn try_place(
-    sess: &mut Session<'_>,
-    stmt: &mut Statement,
-    tasks: &[PodId],
-) -> Result<(), PodId> {
-    let cp = stmt.checkpoint();
-    for &t in tasks {
-        match sess.placer.place(sess.s, &sess.st, t) {
-            Some(pl) => stmt.place(sess.s, &mut sess.st, t, pl),
-            None => {
-                stmt.rollback(sess.s, &mut sess.st, cp);
-                return Err(t);
-            }
-        }
-    }
-    Ok(())
-}
 
 pub fn run(sess: &mut Session<'_>) {
     // Jobs with a pending pod (as `pending_pods`), found in one pass over the pods.
-    let mut pending = vec![false; sess.s.groups.len()];
-    for (id, p) in sess.s.pods.iter().enumerate() {
-        if !p.running && !p.releasing && p.invalid.is_none() && sess.st.placement[id].is_none() {
+    let mut pending = vec![false; sess.snapshot.groups.len()];
+    for (id, p) in sess.snapshot.pods.iter().enumerate() {
+        if !p.running && !p.releasing && p.invalid.is_none() && sess.state.placement[id].is_none() {
             pending[p.group as usize] = true;
         }
     }
-    let jobs: Vec<GroupId> = (0..sess.s.groups.len() as GroupId)
-        .filter(|&g| pending[g as usize] && !sess.s.groups[g as usize].foreign)
+    let jobs: Vec<GroupId> = (0..sess.snapshot.groups.len() as GroupId)
+        .filter(|&g| pending[g as usize] && !sess.snapshot.groups[g as usize].foreign)
         .collect();
     let mut order = JobOrder::new(sess, jobs);
     // Scheduling signatures: allocate only consumes capacity, so a single-pod job whose
@@ -45,7 +26,7 @@ pub fn run(sess: &mut Session<'_>) {
         let tasks = sess.tasks_to_allocate(g);
         if tasks.is_empty() {
             if sess.pending_pods(g).next().is_some() {
-                let grp = &sess.s.groups[g as usize];
+                let grp = &sess.snapshot.groups[g as usize];
                 let msg = format!(
                     "podgroup {} has fewer pods than its minimum members",
                     sess.job_name(g)
@@ -65,11 +46,11 @@ pub fn run(sess: &mut Session<'_>) {
         if let Some(msg) = sess.limit_error(g, &req) {
             // Preempt may still free the queue's own quota from lower-priority jobs.
             mark(sess, g, &msg);
-            sess.failed.push(g);
+            sess.failed_jobs.push(g);
             continue;
         }
         let shape_of = |p: PodId| {
-            let p = &sess.s.pods[p as usize];
+            let p = &sess.snapshot.pods[p as usize];
             (p.class, p.gpu.clone(), p.res.0[1], p.res.0[2])
         };
         if let Some((t, msg)) = tasks
@@ -78,7 +59,7 @@ pub fn run(sess: &mut Session<'_>) {
         {
             let msg = gang_message(sess, &tasks, t, msg);
             mark(sess, g, &msg);
-            sess.failed.push(g);
+            sess.failed_jobs.push(g);
             continue;
         }
         let mut stmt = Statement::new();
@@ -86,11 +67,11 @@ pub fn run(sess: &mut Session<'_>) {
             Ok(()) => {
                 sess.commit(stmt);
                 if sess.pending_pods(g).next().is_some() {
-                    order.push_front(sess, g);
+                    order.requeue(sess, g);
                 }
             }
             Err(task) => {
-                let explain = sess.placer.explain(sess.s, &sess.st, task);
+                let explain = sess.placer.explain(sess.snapshot, &sess.state, task);
                 // Scheduling signature: a shape that fails on the committed state fails
                 // for every later job this action (allocate only consumes capacity).
                 if task == tasks[0] {
@@ -98,7 +79,7 @@ pub fn run(sess: &mut Session<'_>) {
                 }
                 let msg = gang_message(sess, &tasks, task, &explain);
                 mark(sess, g, &msg);
-                sess.failed.push(g);
+                sess.failed_jobs.push(g);
             }
         }
     }
@@ -106,7 +87,7 @@ pub fn run(sess: &mut Session<'_>) {
 
 fn gang_message(sess: &Session<'_>, tasks: &[PodId], task: PodId, explain: &str) -> String {
     if tasks.len() > 1 {
-        let p = &sess.s.pods[task as usize];
+        let p = &sess.snapshot.pods[task as usize];
         format!(
             "gang of {} pods cannot be placed together: pod {} has {explain}",
             tasks.len(),

@@ -3,77 +3,78 @@
 //! in KAI's victim order (most over-served queue, lowest priority, newest job first), so the
 //! newest job moves first.
 
-use super::Session;
-use super::reclaim::{Signature, candidates, signature, victim_order};
-use super::solver::{Problem, Unit, solve, units_of};
+use super::common::scenario::{self, VictimAction};
+use super::common::solver::{Problem, Relocate};
+use super::common::victims::{self, Budget, Verdict, VictimOrder};
 use crate::decisions::EvictReason;
-use crate::snapshot::{CPU, GPU, GroupId};
+use crate::framework::Session;
+use crate::snapshot::{CPU, GPU, GroupId, PodId, Res};
 
 pub fn run(sess: &mut Session<'_>) {
-    let jobs = candidates(sess, |g| sess.s.groups[g as usize].preemptible);
-    if jobs.is_empty() {
-        return;
+    scenario::run(sess, &mut Consolidate { order: None });
+}
+
+struct Consolidate {
+    /// Built when a job first needs it, which is before this action has changed anything.
+    order: Option<VictimOrder>,
+}
+
+impl VictimAction for Consolidate {
+    fn serves(&self, sess: &Session<'_>, job: GroupId) -> bool {
+        sess.snapshot.groups[job as usize].preemptible
     }
-    // Built when a job first needs it, which is before this action has changed anything.
-    let mut order = None;
-    let mut tried: Vec<Signature> = Vec::new();
-    for job in jobs {
-        let tasks = sess.tasks_to_allocate(job);
-        if tasks.is_empty() {
-            continue;
-        }
-        let sig = signature(sess, job, &tasks);
-        if tried.contains(&sig) {
-            continue;
-        }
-        let req = sess.request_of(&tasks);
+
+    fn problem<'p>(
+        &'p mut self,
+        sess: &Session<'_>,
+        job: GroupId,
+        tasks: Vec<PodId>,
+        req: Res,
+    ) -> Option<Problem<'p>> {
+        let q = sess.snapshot.groups[job as usize].queue?;
         if sess.capacity_error(job, &req).is_some() {
-            continue;
+            return None;
         }
         // Only worth trying when the free capacity exists, just in the wrong places.
-        let free_gpu: i64 = sess.st.free_gpu.iter().sum();
-        let free_cpu: i64 = sess.st.free_cpu.iter().sum();
+        let free_gpu: i64 = sess.state.free_gpu.iter().sum();
+        let free_cpu: i64 = sess.state.free_cpu.iter().sum();
         if free_gpu < req.0[GPU] || free_cpu < req.0[CPU] {
-            continue;
+            return None;
         }
-        let mut budget = sess.cfg.max_consolidation_preemptees;
-        let order = order.get_or_insert_with(|| victim_order(sess));
-        let mut units: Vec<Unit> = Vec::new();
-        let mut next = 0;
-        while let Some((_, _, _, g)) = order.get(next) {
-            next += 1;
-            if budget == 0 {
-                break;
+        let order = self
+            .order
+            .get_or_insert_with(|| VictimOrder::by_share(sess));
+        let budget = Budget {
+            jobs: usize::MAX,
+            pods: sess.config.max_consolidation_preemptees,
+        };
+        let other = |v: GroupId, _| {
+            if v == job {
+                Verdict::Skip
+            } else {
+                Verdict::Take
             }
-            if g == job || !sess.helps(g, &req) {
-                continue;
-            }
-            for u in units_of(sess, g) {
-                if u.pods.len() <= budget {
-                    budget -= u.pods.len();
-                    units.push(u);
-                }
-            }
-        }
+        };
+        let units = victims::collect(sess, order, q, &req, budget, &other);
         if units.is_empty() {
-            continue;
+            return None;
         }
         let job_name = sess.job_name(job);
-        let reason = move |_: &Session<'_>, _: GroupId| EvictReason::Consolidation {
-            by_job: job_name.clone(),
-            relocate_to: String::new(),
-        };
-        let pb = Problem {
+        Some(Problem {
+            job,
             tasks,
+            req,
             units,
             max_units: usize::MAX,
-            relocate: true,
-            reason: &reason,
-            accept: &|_, _| true,
-            validate: &|_| true,
-        };
-        if !solve(sess, &pb) {
-            tried.push(sig);
-        }
+            relocate: Relocate::All,
+            reason: Box::new(
+                move |_: &Session<'_>, _: GroupId| EvictReason::Consolidation {
+                    by_job: job_name.clone(),
+                    relocate_to: String::new(),
+                },
+            ),
+            accept: Box::new(|_, _| true),
+            validate: Box::new(|_| true),
+        })
     }
 }

@@ -5,9 +5,9 @@
 //! the k8s cache): the node keeps their device until they are gone.
 
 use crate::decisions::EvictReason;
+use crate::framework::state::State;
 use crate::request::GpuRequest;
 use crate::snapshot::{CPU, GPU, MEM, PodId, Snapshot};
-use crate::state::State;
 use std::collections::BTreeMap;
 
 /// What still physically holds a node until it is gone: its releasing pods, and on such

@@ -1,24 +1,24 @@
 //! stalegangeviction: a gang that runs with fewer pods than its minimum for longer than its
 //! grace period is evicted whole, so its remaining pods stop holding resources.
 
-use super::Session;
 use crate::decisions::{EvictReason, StaleMark};
+use crate::framework::Session;
+use crate::framework::statement::Statement;
 use crate::snapshot::GroupId;
-use crate::statement::Statement;
 
 pub fn run(sess: &mut Session<'_>) {
-    let now = sess.s.now;
-    for g in 0..sess.s.groups.len() as GroupId {
-        let grp = &sess.s.groups[g as usize];
+    let now = sess.snapshot.now;
+    for g in 0..sess.snapshot.groups.len() as GroupId {
+        let grp = &sess.snapshot.groups[g as usize];
         if grp.foreign
             || grp.queue.is_none()
-            || (grp.stale_since.is_none() && sess.st.gang_satisfied(sess.s, g))
+            || (grp.stale_since.is_none() && sess.state.gang_satisfied(sess.snapshot, g))
         {
             continue;
         }
         let running = sess.running_pods(g);
-        let active = !running.is_empty() || sess.st.group_placed[g as usize] > 0;
-        let below = active && !sess.st.gang_satisfied(sess.s, g);
+        let active = !running.is_empty() || sess.state.group_placed[g as usize] > 0;
+        let below = active && !sess.state.gang_satisfied(sess.snapshot, g);
         let mark = |since| StaleMark {
             namespace: grp.namespace.to_string(),
             pod_group: grp.name.to_string(),
@@ -38,8 +38,8 @@ pub fn run(sess: &mut Session<'_>) {
                 let mut stmt = Statement::new();
                 for p in running {
                     stmt.evict(
-                        sess.s,
-                        &mut sess.st,
+                        sess.snapshot,
+                        &mut sess.state,
                         p,
                         EvictReason::StaleGang {
                             since,
@@ -49,7 +49,7 @@ pub fn run(sess: &mut Session<'_>) {
                 }
                 // Pods placed this cycle for the gang stay: they bind and may complete it next cycle.
                 sess.commit(stmt);
-                let grp = &sess.s.groups[g as usize];
+                let grp = &sess.snapshot.groups[g as usize];
                 sess.stale_marks.push(StaleMark {
                     namespace: grp.namespace.to_string(),
                     pod_group: grp.name.to_string(),

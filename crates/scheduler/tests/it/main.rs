@@ -20,5 +20,6 @@ mod k8s_replay;
 mod k8s_restart;
 mod k8s_visibility;
 mod kai_semantics;
+mod module_graph;
 mod scenarios;
 mod trace_layouts;

@@ -2,7 +2,8 @@
 //! placed, and what each queue and gang holds. Built from the snapshot's running pods;
 //! changed only through a `Statement` so every what-if can be rolled back.
 
-use crate::request::GpuRequest;
+use crate::decisions::NodeReason;
+use crate::request::{GpuRequest, memory_to_milli};
 use crate::snapshot::{CPU, GroupId, MEM, NodeId, PodId, Res, Snapshot};
 
 /// One physical GPU: idle, held whole, or shared by fractions (never both).
@@ -230,7 +231,7 @@ impl State {
                 GpuPlacement::Whole(idx)
             }
             GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
-                let milli = crate::sharing::shared_milli(s, node, &p.gpu).unwrap_or(1000) as u16;
+                let milli = shared_milli(s, node, &p.gpu).unwrap_or(1000) as u16;
                 let mut idx = valid();
                 if idx.len() != *devices as usize {
                     idx = (0..count as u8)
@@ -349,5 +350,19 @@ impl State {
             .iter()
             .enumerate()
             .all(|(i, sg)| self.sub_placed[base + i] >= sg.min_member)
+    }
+}
+
+/// Share per device (milli) a sharing request takes on `node`.
+pub fn shared_milli(s: &Snapshot<'_>, node: NodeId, req: &GpuRequest) -> Result<u32, NodeReason> {
+    match req {
+        GpuRequest::Fraction { milli, .. } => Ok(*milli),
+        GpuRequest::Memory { mib, .. } => {
+            let gpu_mib = s.nodes[node as usize]
+                .gpu_memory_mib
+                .ok_or(NodeReason::GpuMemoryUnknown)?;
+            memory_to_milli(*mib, gpu_mib).ok_or(NodeReason::GpuMemoryTooSmall)
+        }
+        _ => Ok(1000),
     }
 }

@@ -2,9 +2,9 @@
 //! so a what-if can be rolled back to any checkpoint; nothing reaches the decisions until
 //! the session commits it.
 
+use super::state::{Placement, State};
 use crate::decisions::EvictReason;
 use crate::snapshot::{PodId, Snapshot};
-use crate::state::{Placement, State};
 
 #[derive(Clone, Debug)]
 pub enum Op {
@@ -46,6 +46,18 @@ impl Statement {
     pub fn evict(&mut self, s: &Snapshot<'_>, st: &mut State, pod: PodId, reason: EvictReason) {
         if let Some(from) = st.unapply(s, pod) {
             self.ops.push(Op::Evict { pod, from, reason });
+        }
+    }
+
+    /// Change why a pod evicted in this statement goes (a victim placed again is moved).
+    pub fn set_reason(&mut self, pod: PodId, why: EvictReason) {
+        for op in self.ops.iter_mut().rev() {
+            if let Op::Evict { pod: p, reason, .. } = op
+                && *p == pod
+            {
+                *reason = why;
+                return;
+            }
         }
     }
 
