@@ -15,6 +15,7 @@ pub mod gpushare;
 pub mod input;
 #[cfg(feature = "k8s")]
 pub mod k8s;
+pub mod min_runtime;
 pub mod placement;
 pub mod predicates;
 pub mod request;
@@ -22,6 +23,7 @@ pub mod sharing;
 pub mod snapshot;
 pub mod state;
 pub mod statement;
+pub mod usage;
 pub mod workload;
 
 /// The workload generators' former path (`crate::bench::synth`), kept for code that names it.

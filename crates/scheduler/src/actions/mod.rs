@@ -341,6 +341,7 @@ impl<'a> Session<'a> {
                 allocated: self.st.q_alloc[q].to_f(),
                 allocated_non_preemptible: self.st.q_alloc_np[q].to_f(),
                 requested: self.fs.requested[q],
+                usage: s.queues[q].usage,
             });
         }
         d

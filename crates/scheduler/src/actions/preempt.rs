@@ -48,7 +48,16 @@ pub fn run(sess: &mut Session<'_>) {
             }
             if v != job && sess.helps(v, &req) {
                 taken += 1;
-                units.extend(units_of(sess, v));
+                units.extend(units_of(sess, v).into_iter().filter(|u| {
+                    crate::min_runtime::allows(
+                        sess.s,
+                        &sess.cfg.min_runtime,
+                        crate::min_runtime::Kind::Preempt,
+                        q,
+                        v,
+                        sess.running_pods(v).len() - u.pods.len(),
+                    )
+                }));
             }
         }
         if units.is_empty() {

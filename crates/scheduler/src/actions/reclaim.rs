@@ -171,7 +171,16 @@ pub fn run(sess: &mut Session<'_>) {
                 .is_some_and(|vq| open_queue[vq as usize]);
             if open && sess.helps(v, &req) {
                 taken += 1;
-                units.extend(units_of(sess, v));
+                units.extend(units_of(sess, v).into_iter().filter(|u| {
+                    crate::min_runtime::allows(
+                        sess.s,
+                        &sess.cfg.min_runtime,
+                        crate::min_runtime::Kind::Reclaim,
+                        q,
+                        v,
+                        sess.running_pods(v).len() - u.pods.len(),
+                    )
+                }));
             }
         }
         if units.is_empty() {
