@@ -352,6 +352,82 @@ mod tests {
         );
     }
 
+    /// A tiny server answering the Prometheus HTTP API: capacity queries 10 (GPU), usage
+    /// queries one sample per queue; it records the queries it got.
+    async fn fake_prometheus() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = vec![0u8; 8192];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                let q = req.split_whitespace().nth(1).unwrap_or("").to_string();
+                log.lock().unwrap().push(q.clone());
+                let body = if q.contains("kube_node_status_capacity") {
+                    r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"10"]}]}}"#
+                } else if q.contains("allocated_gpus") {
+                    r#"{"status":"success","data":{"resultType":"vector","result":[
+                        {"metric":{"queue_name":"heavy"},"value":[1,"8"]},
+                        {"metric":{"queue_name":"light"},"value":[1,"1"]}]}}"#
+                } else {
+                    r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#
+                };
+                let resp =
+                    format!("HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{body}");
+                let _ = s.write_all(resp.as_bytes()).await;
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn usage_comes_from_prometheus_normalised_to_capacity() {
+        let (url, seen) = fake_prometheus().await;
+        let params = usage::UsageParams {
+            half_life_period: Some(crate::config::GoDuration::from_secs(600)),
+            ..Default::default()
+        };
+        let u = fetch(&url, &params).await.unwrap();
+        assert_eq!(u["heavy"][0], 0.8);
+        assert_eq!(u["light"][0], 0.1);
+        assert_eq!(u["heavy"][1], 0.0, "no CPU samples");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 6, "capacity and allocation for 3 resources");
+        assert!(
+            seen.iter()
+                .all(|q| q.starts_with("/api/v1/query?query=sum_over_time"))
+        );
+        assert!(seen.iter().any(|q| q.contains("kai_queue_allocated_gpus")));
+    }
+
+    #[tokio::test]
+    async fn prometheus_errors_name_the_query() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = vec![0u8; 8192];
+                let _ = s.read(&mut buf).await;
+                let body = r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
+                let _ = s
+                    .write_all(format!("HTTP/1.0 400 Bad Request\r\n\r\n{body}").as_bytes())
+                    .await;
+            }
+        });
+        let e = fetch(&url, &usage::UsageParams::default())
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("kube_node_status_capacity") && e.contains("bad_data"),
+            "{e}"
+        );
+        let down = fetch("http://127.0.0.1:1", &usage::UsageParams::default()).await;
+        assert!(down.unwrap_err().contains("connecting to 127.0.0.1:1"));
+    }
+
     #[test]
     fn connection_needs_an_http_url() {
         let mut c = UsageDbConfig::default();
