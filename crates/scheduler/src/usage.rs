@@ -243,14 +243,9 @@ impl Tracker {
                 &mut self.buckets[i]
             }
         };
-        for r in 0..3 {
-            b.capacity[r] += capacity[r] * dt;
-        }
+        add_scaled(&mut b.capacity, capacity, dt);
         for (q, a) in allocated {
-            let e = b.queues.entry(q.clone()).or_default();
-            for r in 0..3 {
-                e[r] += a[r] * dt;
-            }
+            add_scaled(b.queues.entry(q.clone()).or_default(), *a, dt);
         }
         // Forget what no window can reach any more.
         let keep_from = ((now - params.window_size().secs_f64()) / width).floor() as i64 - 1;
@@ -280,24 +275,28 @@ impl Tracker {
             let inside = ((end - from.max(start)) / self.width).clamp(0.0, 1.0);
             let mid = (start.max(from) + end.min(now)) / 2.0;
             let w = inside * half.map_or(1.0, |h| 0.5f64.powf((now - mid).max(0.0) / h));
-            for r in 0..3 {
-                cap[r] += w * b.capacity[r];
-            }
+            add_scaled(&mut cap, b.capacity, w);
             for (q, a) in &b.queues {
-                let e = sums.entry(q.clone()).or_default();
-                for r in 0..3 {
-                    e[r] += w * a[r];
-                }
+                add_scaled(sums.entry(q.clone()).or_default(), *a, w);
             }
         }
         for v in sums.values_mut() {
-            for r in 0..3 {
-                v[r] = if cap[r] > 0.0 { v[r] / cap[r] } else { 0.0 };
+            for (x, c) in v.iter_mut().zip(cap) {
+                *x = if c > 0.0 { *x / c } else { 0.0 };
             }
         }
         Ok(sums)
     }
 }
+
+fn add_scaled(to: &mut [f64; 3], v: [f64; 3], k: f64) {
+    for (t, x) in to.iter_mut().zip(v) {
+        *t += x * k;
+    }
+}
+
+/// A Prometheus instant vector: each sample's labels and value.
+pub type Samples = Vec<(BTreeMap<String, String>, f64)>;
 
 /// The PromQL KAI's Prometheus client runs (`prometheus.go`): per resource, the allocation
 /// metric and the capacity metric, each multiplied by the decay factor when a half-life is
@@ -359,7 +358,7 @@ pub fn prometheus_queries(params: &UsageParams, now: i64) -> [(String, String); 
 
 /// One instant-vector answer of the Prometheus HTTP API (`/api/v1/query`), as
 /// `(labels, value)` pairs; a clear error for anything else.
-pub fn parse_vector(body: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>, String> {
+pub fn parse_vector(body: &str) -> Result<Samples, String> {
     let v: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("prometheus answer is not JSON: {e}"))?;
     if v["status"] != "success" {
@@ -396,10 +395,7 @@ pub fn parse_vector(body: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>, 
 
 /// Combine the answers to [`prometheus_queries`] into usage per queue (label `queue_name`),
 /// each divided by the capacity sum (KAI: a missing capacity divides by 1).
-pub fn combine(
-    alloc: [Vec<(BTreeMap<String, String>, f64)>; 3],
-    capacity: [f64; 3],
-) -> BTreeMap<String, [f64; 3]> {
+pub fn combine(alloc: [Samples; 3], capacity: [f64; 3]) -> BTreeMap<String, [f64; 3]> {
     let mut out: BTreeMap<String, [f64; 3]> = BTreeMap::new();
     for (r, samples) in alloc.into_iter().enumerate() {
         let cap = if capacity[r] > 0.0 { capacity[r] } else { 1.0 };
