@@ -1,8 +1,9 @@
 //! Time-based fair share end to end in the sim: a queue that used the whole cluster loses the
 //! freed GPUs to a starved queue, its usage is in `Queue.status.usage` and decays once it
-//! stops running; min-runtime stamps the PodGroups it protects.
+//! stops running; the PodGroups carry the start min-runtime counts from.
 
 use crate::cluster;
+use crate::k8s_kai::queue;
 
 use cluster::{Cluster, Result, eventually_secs, node_of};
 use gantry_api::kai::{PodGroup, Queue};
@@ -12,60 +13,26 @@ use gantry_testkit::Look;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 
-const QUEUES: &str = r#"
+const TRAIN: &str = r#"
 apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: train}
 value: 50
----
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: lab}
-spec:
-  resources:
-    gpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
----
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: heavy}
-spec:
-  parentQueue: lab
-  preemptMinRuntime: 10m
-  resources:
-    gpu: {quota: 0, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
----
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: starved}
-spec:
-  parentQueue: lab
-  resources:
-    gpu: {quota: 0, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
 "#;
 
+/// lab (everything) > heavy, starved (quota 0, weight 1 each).
+fn queues() -> String {
+    [
+        TRAIN.to_string(),
+        queue("lab", None, -1, -1),
+        queue("heavy", Some("lab"), 0, -1),
+        queue("starved", Some("lab"), 0, -1),
+    ]
+    .join("---")
+}
+
 fn pod(name: &str, queue: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  labels: {{kai.scheduler/queue: {queue}}}
-spec:
-  schedulerName: kai-scheduler
-  priorityClassName: train
-  containers:
-  - name: main
-    image: ubuntu
-    resources: {{limits: {{nvidia.com/gpu: 1}}}}
-"#
-    )
+    crate::k8s_reclaim::pod(name, queue, "train")
 }
 
 /// `status.usage["nvidia.com/gpu"]` of a queue (0 when not written yet).
@@ -109,7 +76,7 @@ async fn starved_queue_gets_freed_gpus_first_and_usage_decays() -> Result {
         c.kubectl(&["get", "queues"]).await.ok()
     })
     .await?;
-    c.apply("queues.yaml", QUEUES).await?;
+    c.apply("queues.yaml", &queues()).await?;
 
     // heavy runs the whole cluster until its usage dominates the (decayed) history.
     c.apply(
@@ -161,8 +128,7 @@ async fn starved_queue_gets_freed_gpus_first_and_usage_decays() -> Result {
         ),
     )
     .await?;
-    // heavy's younger pods cannot preempt its running ones: same priority (and its 10m
-    // preemptMinRuntime would protect them anyway).
+    // heavy's younger pods cannot preempt its running ones (same priority).
     c.kubectl(&["delete", "pod", "heavy-1", "heavy-2", "--wait=false"])
         .await?;
 
