@@ -63,6 +63,13 @@ pub struct Config {
     pub reclaimer_saturation_multiplier: f64,
     /// Time-based fair share weight of historical usage (KAI `kValue`).
     pub k_value: f64,
+    /// KAI `SchedulingShard.spec.minRuntime`: the defaults below every queue's own
+    /// `preemptMinRuntime` / `reclaimMinRuntime` (the `minruntime` plugin's arguments).
+    pub min_runtime: crate::min_runtime::MinRuntimeConfig,
+    /// KAI `SchedulingShard.spec.usageDBConfig`: where historical queue usage comes from
+    /// (absent: none, usage is 0, as in KAI).
+    #[serde(rename = "usageDBConfig", skip_serializing_if = "Option::is_none")]
+    pub usage_db_config: Option<crate::usage::UsageDbConfig>,
 }
 
 impl Default for Config {
@@ -84,11 +91,58 @@ impl Default for Config {
             max_victim_jobs: 32,
             reclaimer_saturation_multiplier: 1.0,
             k_value: 1.0,
+            min_runtime: Default::default(),
+            usage_db_config: None,
         }
     }
 }
 
+/// The scheduling-shard keys [`Config::from_shard_spec`] reads.
+pub const SHARD_KEYS: &[&str] = &[
+    "placementStrategy",
+    "kValue",
+    "minRuntime",
+    "usageDBConfig",
+    "gpuStrategy",
+    "cpuStrategy",
+    "policy",
+    "actions",
+    "seed",
+    "queueDepthPerAction",
+    "maxConsolidationPreemptees",
+    "maxVictimJobs",
+    "reclaimerSaturationMultiplier",
+];
+
 impl Config {
+    /// Settings from a KAI `SchedulingShard.spec`-style mapping (`kValue`, `minRuntime`,
+    /// `usageDBConfig`, `placementStrategy: {gpu, cpu}`) plus this `Config`'s own keys; the
+    /// rest keep their defaults. An unknown key or a bad value is an error naming it.
+    pub fn from_shard_spec(v: serde_json::Value) -> Result<Config, String> {
+        let serde_json::Value::Object(mut m) = v else {
+            return Err("scheduler config: must be a mapping".into());
+        };
+        if let Some(k) = m.keys().find(|k| !SHARD_KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "scheduler config: unknown key {k:?} (known: {})",
+                SHARD_KEYS.join(", ")
+            ));
+        }
+        if let Some(p) = m.remove("placementStrategy") {
+            for (kai, ours) in [("gpu", "gpuStrategy"), ("cpu", "cpuStrategy")] {
+                if let Some(s) = p.get(kai) {
+                    m.insert(ours.into(), s.clone());
+                }
+            }
+        }
+        let c: Config = serde_json::from_value(serde_json::Value::Object(m))
+            .map_err(|e| format!("scheduler config: {e}"))?;
+        if let Some(u) = &c.usage_db_config {
+            u.validate()?;
+        }
+        Ok(c)
+    }
+
     /// Consolidation is off whenever either strategy spreads (as KAI's operator renders it).
     pub fn consolidation_enabled(&self) -> bool {
         self.gpu_strategy == Strategy::Binpack
@@ -115,5 +169,132 @@ impl std::str::FromStr for Policy {
             "first-fit" | "binpack" => Policy::FirstFit,
             other => return Err(PolicyError(other.to_string())),
         })
+    }
+}
+
+/// A Go duration as KAI's configuration writes it (`"10m"`, `"168h"`, `"1h30m"`), kept in
+/// nanoseconds; serialised back the same way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GoDuration(pub i64);
+
+impl GoDuration {
+    pub fn from_secs(s: i64) -> GoDuration {
+        GoDuration(s.saturating_mul(1_000_000_000))
+    }
+    pub fn secs_f64(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+}
+
+impl std::fmt::Display for GoDuration {
+    /// Go's `Duration.String` for whole seconds and above (`1h30m0s`), else `Nms`/`Nns`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0;
+        if n == 0 {
+            return f.write_str("0s");
+        }
+        let (sign, n) = if n < 0 {
+            ("-", -(n as i128))
+        } else {
+            ("", n as i128)
+        };
+        if n % 1_000_000_000 != 0 {
+            return write!(f, "{sign}{}ns", n);
+        }
+        let s = n / 1_000_000_000;
+        let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+        match (h, m) {
+            (0, 0) => write!(f, "{sign}{s}s"),
+            (0, _) => write!(f, "{sign}{m}m{s}s"),
+            _ => write!(f, "{sign}{h}h{m}m{s}s"),
+        }
+    }
+}
+
+impl Serialize for GoDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<GoDuration, D::Error> {
+        let s = String::deserialize(d)?;
+        gantry_k8s_rules::duration::parse_go_duration(s.trim())
+            .map(GoDuration)
+            .map_err(|e| serde::de::Error::custom(format!("{s:?}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kai_shard_keys_parse() {
+        let c: Config = serde_json::from_value(serde_json::json!({
+            "kValue": 0.5,
+            "minRuntime": {"preemptMinRuntime": "5m", "reclaimMinRuntime": "10m"},
+            "usageDBConfig": {
+                "clientType": "prometheus",
+                "connectionString": "http://prom:9090",
+                "usageParams": {"windowSize": "168h", "halfLifePeriod": "10m", "windowType": "sliding"}
+            }
+        }))
+        .unwrap();
+        assert_eq!(c.k_value, 0.5);
+        assert_eq!(
+            c.min_runtime.preempt_min_runtime,
+            Some(GoDuration::from_secs(300))
+        );
+        assert_eq!(
+            c.min_runtime.reclaim_min_runtime,
+            Some(GoDuration::from_secs(600))
+        );
+        let u = c.usage_db_config.unwrap();
+        assert_eq!(
+            u.usage_params.half_life_period,
+            Some(GoDuration::from_secs(600))
+        );
+        assert_eq!(
+            u.usage_params.window_size(),
+            GoDuration::from_secs(168 * 3600)
+        );
+        let bad = serde_json::from_value::<Config>(serde_json::json!({
+            "minRuntime": {"preemptMinRuntime": "5 minutes"}
+        }));
+        let msg = bad.unwrap_err().to_string();
+        assert!(msg.contains("5 minutes"), "{msg}");
+    }
+
+    #[test]
+    fn shard_spec_maps_kai_keys_and_refuses_unknown_ones() {
+        let c = Config::from_shard_spec(serde_json::json!({
+            "placementStrategy": {"gpu": "spread", "cpu": "binpack"},
+            "kValue": 2.0,
+        }))
+        .unwrap();
+        assert_eq!(c.gpu_strategy, Strategy::Spread);
+        assert_eq!(c.k_value, 2.0);
+        let e = Config::from_shard_spec(serde_json::json!({"kvalue": 2})).unwrap_err();
+        assert!(e.contains("unknown key \"kvalue\""), "{e}");
+        let e = Config::from_shard_spec(serde_json::json!({
+            "usageDBConfig": {"clientType": "prometheus"}
+        }))
+        .unwrap_err();
+        assert!(e.contains("connectionString"), "{e}");
+        let e = Config::from_shard_spec(serde_json::json!({
+            "usageDBConfig": {"clientType": "mysql"}
+        }))
+        .unwrap_err();
+        assert!(e.contains("mysql"), "{e}");
+    }
+
+    #[test]
+    fn go_duration_prints_like_go() {
+        assert_eq!(GoDuration::from_secs(5400).to_string(), "1h30m0s");
+        assert_eq!(GoDuration::from_secs(90).to_string(), "1m30s");
+        assert_eq!(GoDuration::from_secs(0).to_string(), "0s");
+        assert_eq!(GoDuration(1500).to_string(), "1500ns");
     }
 }

@@ -149,6 +149,8 @@ pub struct QueueReport {
     pub allocated: [f64; 3],
     pub allocated_non_preemptible: [f64; 3],
     pub requested: [f64; 3],
+    /// Historical usage normalised to cluster capacity (time-based fair share; 0 without).
+    pub usage: [f64; 3],
 }
 
 /// Why one node cannot take one pod.

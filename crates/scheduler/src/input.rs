@@ -78,6 +78,12 @@ pub struct QueueInput {
     /// (time-based fair share); zeros without a usage database.
     #[serde(default)]
     pub usage: [f64; 3],
+    /// `spec.preemptMinRuntime` / `spec.reclaimMinRuntime` in nanoseconds (`None`: unset,
+    /// inherited from the parent queue or the scheduler's default).
+    #[serde(default)]
+    pub preempt_min_runtime: Option<i64>,
+    #[serde(default)]
+    pub reclaim_min_runtime: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -98,6 +104,10 @@ pub struct PodGroupInput {
     /// When the scheduler first saw the gang below its minimum (annotation
     /// `kai.scheduler/stale-podgroup-timestamp`), Unix seconds.
     pub stale_since: Option<i64>,
+    /// When the job last started (annotation `kai.scheduler/last-start-timestamp`), Unix
+    /// seconds; min-runtime counts from here.
+    #[serde(default)]
+    pub last_start: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

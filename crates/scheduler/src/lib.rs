@@ -16,11 +16,13 @@ pub mod gpushare;
 pub mod input;
 #[cfg(feature = "k8s")]
 pub mod k8s;
+pub mod min_runtime;
 pub mod placement;
 pub mod predicates;
 pub mod request;
 pub mod sharing;
 pub mod snapshot;
+pub mod usage;
 pub mod workload;
 
 /// The workload generators' former path (`crate::bench::synth`), kept for code that names it.

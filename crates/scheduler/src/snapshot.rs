@@ -102,6 +102,9 @@ pub struct Queue {
     pub weight: [f64; 3],
     pub creation: i64,
     pub usage: [f64; 3],
+    /// `preemptMinRuntime` / `reclaimMinRuntime` in nanoseconds (`None`: inherited).
+    pub preempt_min_runtime: Option<i64>,
+    pub reclaim_min_runtime: Option<i64>,
 }
 
 impl Queue {
@@ -152,6 +155,9 @@ pub struct PodGroup<'a> {
     /// `None` = never evict as stale.
     pub staleness_grace: Option<i64>,
     pub stale_since: Option<i64>,
+    /// When the job last started running (annotation `kai.scheduler/last-start-timestamp`),
+    /// Unix seconds: the start of its minimum runtime.
+    pub last_start: Option<i64>,
     /// Into `Snapshot::group_pods` (see [`Snapshot::pods_of`]): the group's pods in task
     /// order (task priority, creation, name).
     pub pods: Span,
@@ -415,6 +421,7 @@ impl<'a> Snapshot<'a> {
                     None => Some(60),
                 },
                 stale_since: g.stale_since,
+                last_start: g.last_start,
                 pods: Span::default(),
                 foreign: false,
             });
@@ -487,6 +494,7 @@ impl<'a> Snapshot<'a> {
                         creation: p.creation,
                         staleness_grace: None,
                         stale_since: None,
+                        last_start: None,
                         pods: Span::default(),
                         foreign: true,
                     });

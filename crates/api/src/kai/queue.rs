@@ -342,6 +342,11 @@ pub struct QueueStatus {
     /// resolved to what its parent has), same units as `allocated`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deserved: Option<BTreeMap<String, Quantity>>,
+    /// Gantry: the historical usage time-based fair share weighs (`usageDBConfig`), per
+    /// resource, normalised to cluster capacity over the usage window (0.25: a quarter of
+    /// the cluster's capacity), decayed by the configured half-life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<BTreeMap<String, Quantity>>,
     #[serde(flatten)]
     #[schemars(skip)]
     pub extra: Extra,

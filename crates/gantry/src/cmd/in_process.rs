@@ -62,7 +62,7 @@ fn operator(ctx: ComponentContext) -> AgentFuture {
 fn scheduler(ctx: ComponentContext) -> AgentFuture {
     Box::pin(async move {
         let args: super::scheduler::Args = gantry_node::args::parse("gantry", &ctx.args, &ctx.env)?;
-        let mut opts = super::scheduler::options(&args);
+        let mut opts = super::scheduler::options(&args).map_err(|e| format!("{e:#}"))?;
         opts.metrics_address = Some(LOOPBACK_ANY_PORT);
         opts.identity = ctx.pod_name.clone();
         gantry_scheduler::k8s::run(ctx.client("scheduler")?, opts, ctx.shutdown)

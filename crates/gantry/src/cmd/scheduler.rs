@@ -48,6 +48,37 @@ pub struct Args {
     /// `fragmentation-aware` (docs/configuration.md).
     #[arg(long, env = "GANTRY_PLACEMENT_POLICY", default_value = "auto", value_parser = placement_policy)]
     placement_policy: gantry_scheduler::Policy,
+    /// Scheduling-shard settings, KAI's `SchedulingShard.spec` keys (`kValue`, `minRuntime`,
+    /// `usageDBConfig`, ...) in a YAML or JSON file (docs/configuration.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The same settings given inline as YAML or JSON (the Helm chart's `scheduler.shard`).
+    #[arg(long, env = "GANTRY_SCHEDULER_CONFIG")]
+    config_inline: Option<String>,
+}
+
+/// The core `Config` from `--config` / `--config-inline` (both: the inline keys win).
+fn core_config(args: &Args) -> anyhow::Result<gantry_scheduler::Config> {
+    let mut v = serde_json::Value::Object(Default::default());
+    let mut merge = |text: &str, origin: &str| -> anyhow::Result<()> {
+        let y: serde_json::Value =
+            serde_yaml::from_str(text).with_context(|| format!("{origin}: not YAML or JSON"))?;
+        match (y, &mut v) {
+            (serde_json::Value::Object(m), serde_json::Value::Object(all)) => all.extend(m),
+            (serde_json::Value::Null, _) => {}
+            _ => anyhow::bail!("{origin}: must be a mapping of scheduling-shard keys"),
+        }
+        Ok(())
+    };
+    if let Some(p) = &args.config {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("reading scheduler config {}", p.display()))?;
+        merge(&text, &p.display().to_string())?;
+    }
+    if let Some(t) = &args.config_inline {
+        merge(t, "--config-inline")?;
+    }
+    gantry_scheduler::Config::from_shard_spec(v).map_err(anyhow::Error::msg)
 }
 
 /// The policies a running scheduler offers (the benchmark baselines are not among them).
@@ -61,8 +92,9 @@ fn placement_policy(s: &str) -> Result<gantry_scheduler::Policy, String> {
     }
 }
 
-pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
+pub fn options(args: &Args) -> anyhow::Result<gantry_scheduler::k8s::Options> {
     let mut o = gantry_scheduler::k8s::Options {
+        config: core_config(args)?,
         scheduler_name: args.scheduler_name.clone(),
         reservation_namespace: args.reservation_namespace.clone(),
         reservation_service_account: args.reservation_service_account.clone(),
@@ -78,15 +110,16 @@ pub fn options(args: &Args) -> gantry_scheduler::k8s::Options {
     if let Some(i) = &args.reservation_image {
         o.reservation_image = i.clone();
     }
-    o
+    Ok(o)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let opts = options(&args)?;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
         let client = gantry_scheduler::k8s::client(args.kubeconfig.as_deref()).await?;
         let rx = gantry_runtime::shutdown::flag(gantry_runtime::shutdown::signal());
-        gantry_scheduler::k8s::run(client, options(&args), rx)
+        gantry_scheduler::k8s::run(client, opts, rx)
             .await
             .context("scheduler")?;
         Ok(ExitCode::SUCCESS)

@@ -451,7 +451,11 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
     );
     assert_eq!(
         grants(get(&docs, "Role", "gantry-scheduler")?),
-        expand(&[("coordination.k8s.io/leases", lease)])
+        expand(&[
+            ("coordination.k8s.io/leases", lease),
+            // Time-based fair share's usage history (ConfigMap gantry-scheduler-usage).
+            ("/configmaps", &["get", "patch", "create"]),
+        ])
     );
     assert_eq!(
         grants(get(&docs, "Role", "gantry-scheduler-reservation")?),

@@ -55,7 +55,7 @@ impl VictimAction for Consolidate {
                 Verdict::Take
             }
         };
-        let units = victims::collect(sess, order, q, &req, budget, &other);
+        let units = victims::collect(sess, order, q, &req, budget, &other, None);
         if units.is_empty() {
             return None;
         }

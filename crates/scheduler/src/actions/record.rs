@@ -81,6 +81,7 @@ pub fn decisions(sess: Session<'_>) -> Decisions {
             allocated: sess.state.q_alloc[q].to_f(),
             allocated_non_preemptible: sess.state.q_alloc_np[q].to_f(),
             requested: sess.fair_share.requested[q],
+            usage: s.queues[q].usage,
         });
     }
     d

@@ -438,6 +438,8 @@ pub fn queue(q: &Queue) -> QueueInput {
         memory: res(QueueResourceKind::Memory),
         creation: time_secs(q.metadata.creation_timestamp.as_ref()),
         usage: [0.0; 3],
+        preempt_min_runtime: q.spec.preempt_min_runtime_nanos(),
+        reclaim_min_runtime: q.spec.reclaim_min_runtime_nanos(),
     }
 }
 
@@ -474,6 +476,10 @@ pub fn pod_group(pg: &PodGroup, priority_of: impl Fn(&str) -> Option<i32>) -> Po
             .map(|n| n / 1_000_000_000),
         stale_since: ann
             .and_then(|a| a.get(names::ANNOTATION_STALE_PODGROUP_TIMESTAMP))
+            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+            .map(|t| t.timestamp()),
+        last_start: ann
+            .and_then(|a| a.get(names::ANNOTATION_LAST_START_TIMESTAMP))
             .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
             .map(|t| t.timestamp()),
     }

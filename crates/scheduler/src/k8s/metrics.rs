@@ -54,12 +54,17 @@ pub struct KaiQueueMetrics {
     pub fair_share_gpu: QueueGauge,
     pub fair_share_cpu_cores: QueueGauge,
     pub fair_share_memory_gb: QueueGauge,
+    /// KAI's `queue_gpu_usage` & co: the historical usage time-based fair share divides by,
+    /// normalised to cluster capacity.
+    pub gpu_usage: QueueGauge,
+    pub cpu_usage: QueueGauge,
+    pub memory_usage: QueueGauge,
     /// Queues last reported, so deleted queues' series go away.
     known: Mutex<BTreeSet<String>>,
 }
 
 impl KaiQueueMetrics {
-    fn families(&self) -> [&QueueGauge; 10] {
+    fn families(&self) -> [&QueueGauge; 13] {
         [
             &self.info,
             &self.deserved_gpus,
@@ -71,6 +76,9 @@ impl KaiQueueMetrics {
             &self.fair_share_gpu,
             &self.fair_share_cpu_cores,
             &self.fair_share_memory_gb,
+            &self.gpu_usage,
+            &self.cpu_usage,
+            &self.memory_usage,
         ]
     }
 
@@ -106,6 +114,18 @@ impl KaiQueueMetrics {
             (
                 "queue_fair_share_memory_gb",
                 "Queue fair share of memory, in GB",
+            ),
+            (
+                "queue_gpu_usage",
+                "Queue historical GPU usage, normalised to cluster capacity",
+            ),
+            (
+                "queue_cpu_usage",
+                "Queue historical CPU usage, normalised to cluster capacity",
+            ),
+            (
+                "queue_memory_usage",
+                "Queue historical memory usage, normalised to cluster capacity",
             ),
         ];
         for ((name, help), fam) in help.into_iter().zip(self.families()) {
@@ -143,6 +163,9 @@ impl KaiQueueMetrics {
                 q.fair_share[0],
                 q.fair_share[1] / 1000.0,
                 q.fair_share[2] / 1e9,
+                q.usage[0],
+                q.usage[1],
+                q.usage[2],
             ];
             for (f, v) in self.families().into_iter().zip(values) {
                 f.get_or_create(&l).set(v);
@@ -283,6 +306,7 @@ mod tests {
             allocated: [1.5, 500.0, 2e9],
             allocated_non_preemptible: [0.0; 3],
             requested: [4.0, 3000.0, 6e9],
+            usage: [0.25, 0.0, 0.125],
         }
     }
 
@@ -302,6 +326,8 @@ mod tests {
             r#"kai_queue_fair_share_gpu{queue_name="team-a"} 3.0"#,
             r#"kai_queue_fair_share_cpu_cores{queue_name="team-a"} 2.5"#,
             r#"kai_queue_fair_share_memory_gb{queue_name="team-a"} 5.0"#,
+            r#"kai_queue_gpu_usage{queue_name="team-a"} 0.25"#,
+            r#"kai_queue_memory_usage{queue_name="team-a"} 0.125"#,
         ] {
             assert!(out.lines().any(|l| l == line), "{line} missing in\n{out}");
         }

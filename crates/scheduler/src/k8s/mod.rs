@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod podgrouper;
 pub mod run_loop;
 pub mod status;
+pub mod usage;
 pub mod webhook;
 pub mod webhook_local;
 

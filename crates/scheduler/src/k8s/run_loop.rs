@@ -108,6 +108,7 @@ struct Loop {
     deleting: HashSet<String>,
     relist: [Relist; KINDS],
     said_problem: HashSet<String>,
+    usage: super::usage::UsageState,
 }
 
 async fn lead(
@@ -166,7 +167,9 @@ async fn lead(
         opts.identity.clone(),
         status_rx,
     ));
+    let usage = super::usage::UsageState::start(&client, &opts, &mut tasks).await;
     let mut lp = Loop {
+        usage,
         cache: Cache::new(&opts.scheduler_name, &opts.reservation_namespace),
         bind_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
         api_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
@@ -392,11 +395,13 @@ impl Loop {
     fn cycle(&mut self) {
         let t0 = Instant::now();
         self.cache.input.now = chrono::Utc::now().timestamp();
+        self.usage.apply(&mut self.cache.input);
         let snap = crate::Snapshot::build(&self.cache.input);
         let t1 = Instant::now();
         let d = crate::schedule(&snap, &self.opts.config);
         let t2 = Instant::now();
         drop(snap);
+        self.usage.record(&self.cache.input, &d.queues);
         self.apply(d);
         self.report_problems();
         self.group_pods();

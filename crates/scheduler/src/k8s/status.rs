@@ -3,13 +3,13 @@
 //! writes it (child queues, allocated, requested) plus Gantry's fair share. Each is written
 //! only when it changes.
 
-use crate::decisions::QueueReport;
-use crate::input::QueueInput;
+use crate::decisions::{Bind, QueueReport};
+use crate::input::{ClusterInput, PodPhase, QueueInput};
 use gantry_api::kai::{PodGroup, Queue};
 use gantry_api::names;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Event reasons (kube-scheduler's for scheduling and binding, KAI's for the rest).
 pub mod reason {
@@ -63,8 +63,68 @@ pub fn queue_status(r: &QueueReport, children: &[String]) -> serde_json::Value {
         "requested": res(r.requested),
         "fairShare": res(r.fair_share),
         "deserved": res(r.deserved),
+        "usage": usage(r.usage),
         "childQueues": (!children.is_empty()).then_some(children),
     })
+}
+
+/// Gantry's `status.usage`: the historical usage time-based fair share weighs, per resource,
+/// normalised to cluster capacity (a fraction: 0.25 = a quarter of the cluster's capacity over
+/// the window), rounded to 4 digits as KAI rounds its queue metrics.
+fn usage(v: [f64; 3]) -> serde_json::Value {
+    let f = |x: f64| {
+        let x = (x * 1e4).round() / 1e4;
+        if x == x.trunc() {
+            format!("{x}")
+        } else {
+            format!("{x:.4}")
+        }
+    };
+    json!({names::RESOURCE_GPU: f(v[0]), "cpu": f(v[1]), "memory": f(v[2])})
+}
+
+/// The PodGroups this cycle starts: bound now (not pipelined) while none of their other pods
+/// runs. Their minimum runtime counts from now (KAI's `kai.scheduler/last-start-timestamp`).
+pub fn started_groups(input: &ClusterInput, binds: &[Bind]) -> BTreeSet<(String, String)> {
+    let bound: BTreeSet<(&str, &str)> = binds
+        .iter()
+        .filter(|b| !b.pipelined)
+        .map(|b| (b.namespace.as_str(), b.name.as_str()))
+        .collect();
+    let mut groups: BTreeSet<(String, String)> = input
+        .pods
+        .iter()
+        .filter(|p| bound.contains(&(p.namespace.as_str(), p.name.as_str())))
+        .filter(|p| !p.pod_group.is_empty())
+        .map(|p| (p.namespace.clone(), p.pod_group.clone()))
+        .collect();
+    for p in &input.pods {
+        let running = p.phase == PodPhase::Running && !p.releasing;
+        if running && !bound.contains(&(p.namespace.as_str(), p.name.as_str())) {
+            groups.remove(&(p.namespace.clone(), p.pod_group.clone()));
+        }
+    }
+    groups
+}
+
+/// Annotate the groups this cycle starts with `kai.scheduler/last-start-timestamp` (now).
+pub fn mark_started(client: &kube::Client, input: &ClusterInput, binds: &[Bind]) {
+    let now = chrono::DateTime::from_timestamp(input.now, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for (ns, name) in started_groups(input, binds) {
+        let api: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+        let patch =
+            json!({"metadata": {"annotations": {names::ANNOTATION_LAST_START_TIMESTAMP: now}}});
+        tokio::spawn(async move {
+            if let Err(e) = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::debug!(podgroup = %name, error = %e, "last-start annotation failed");
+            }
+        });
+    }
 }
 
 /// Writes Queue and PodGroup status when it changes.
@@ -156,6 +216,7 @@ mod tests {
             allocated: [1.0, 500.0, 2e9],
             allocated_non_preemptible: [0.0; 3],
             requested: [3.0, 1500.0, 3e9],
+            usage: [0.123456, 0.0, 0.5],
         };
         let s = queue_status(&r, &[]);
         assert_eq!(s["allocated"]["nvidia.com/gpu"], "1");
@@ -168,6 +229,59 @@ mod tests {
         assert_eq!(s["allocated"]["cpu"], "500m");
         assert_eq!(s["fairShare"]["nvidia.com/gpu"], "1.500");
         assert_eq!(s["requested"]["memory"], "3000000000");
+        assert_eq!(s["usage"]["nvidia.com/gpu"], "0.1235");
+        assert_eq!(s["usage"]["memory"], "0.5000");
+        assert_eq!(s["usage"]["cpu"], "0");
+    }
+
+    #[test]
+    fn a_group_starts_when_its_first_pods_bind() {
+        use crate::decisions::GpuBinding;
+        use crate::input::PodInput;
+        let pod = |name: &str, group: &str, running: bool| PodInput {
+            namespace: "ns".into(),
+            name: name.into(),
+            pod_group: group.into(),
+            phase: if running {
+                PodPhase::Running
+            } else {
+                PodPhase::Pending
+            },
+            ..Default::default()
+        };
+        let bind = |name: &str, pipelined: bool| Bind {
+            pod: 0,
+            namespace: "ns".into(),
+            name: name.into(),
+            node: "n".into(),
+            node_id: 0,
+            gpu: GpuBinding::None,
+            pipelined,
+        };
+        let input = ClusterInput {
+            pods: vec![
+                // fresh: both pods bound now (the cache already assumes them running).
+                pod("fresh-0", "fresh", true),
+                pod("fresh-1", "fresh", true),
+                // growing: one pod ran before, one is bound now.
+                pod("grow-0", "grow", true),
+                pod("grow-1", "grow", true),
+                // waiting: bound after its victims leave.
+                pod("wait-0", "wait", false),
+            ],
+            ..Default::default()
+        };
+        let binds = [
+            bind("fresh-0", false),
+            bind("fresh-1", false),
+            bind("grow-1", false),
+            bind("wait-0", true),
+        ];
+        let got = started_groups(&input, &binds);
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            vec![("ns".to_string(), "fresh".to_string())]
+        );
     }
 
     #[test]

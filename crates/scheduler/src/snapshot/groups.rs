@@ -75,6 +75,8 @@ pub(super) fn build_queues(input: &ClusterInput, s: &mut Snapshot<'_>) {
             weight: [per[0][2], per[1][2], per[2][2]],
             creation: q.creation,
             usage: q.usage,
+            preempt_min_runtime: q.preempt_min_runtime,
+            reclaim_min_runtime: q.reclaim_min_runtime,
         });
     }
     for q in &input.queues {

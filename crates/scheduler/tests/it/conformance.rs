@@ -57,6 +57,13 @@ struct File {
     /// The session's global staleness grace period (absent: never evict stale gangs).
     #[serde(default)]
     staleness_grace_secs: Option<i64>,
+    /// Proportion's `kValue` (time-based fair share; absent: 1.0, KAI's default).
+    #[serde(default)]
+    k_value: Option<f64>,
+    /// The `minruntime` plugin's arguments (`preemptMinRuntime`, `reclaimMinRuntime`,
+    /// `reclaimResolveMethod`), as the scheduling shard sets them.
+    #[serde(default)]
+    min_runtime: Option<gantry_scheduler::min_runtime::MinRuntimeConfig>,
     cases: Vec<Case>,
 }
 
@@ -73,6 +80,9 @@ struct Case {
     /// Why Gantry differs on purpose; the case must then not match KAI's expectation.
     #[serde(default)]
     differs: Option<String>,
+    /// This case's `kValue` (overrides the file's).
+    #[serde(default)]
+    k_value: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -103,6 +113,14 @@ struct QueueSpec {
     gpu_weight: Option<f64>,
     #[serde(default)]
     priority: Option<i32>,
+    /// `spec.preemptMinRuntime` / `spec.reclaimMinRuntime` (Go durations).
+    #[serde(default)]
+    preempt_min_runtime: Option<String>,
+    #[serde(default)]
+    reclaim_min_runtime: Option<String>,
+    /// Historical GPU usage normalised to cluster capacity (KAI's usage database).
+    #[serde(default)]
+    usage: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -137,6 +155,9 @@ struct JobSpec {
     /// KAI's `DeleteJobInTest`: an evicted task stays Releasing between rounds.
     #[serde(default)]
     delete_in_test: bool,
+    /// The job's `LastStartTimestamp` this long before the cycle (min-runtime).
+    #[serde(default)]
+    started_seconds_ago: Option<i64>,
     tasks: Vec<TaskSpec>,
 }
 
@@ -235,7 +256,9 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
         cpu: open,
         memory: open,
         creation: i as i64,
-        usage: [0.0; 3],
+        usage: [q.usage.unwrap_or(0.0), 0.0, 0.0],
+        preempt_min_runtime: q.preempt_min_runtime.as_deref().map(duration),
+        reclaim_min_runtime: q.reclaim_min_runtime.as_deref().map(duration),
     };
     if c.departments.is_empty() {
         let d = QueueSpec {
@@ -245,6 +268,9 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
             max_allowed_gpus: -1.0,
             gpu_weight: None,
             priority: None,
+            preempt_min_runtime: None,
+            reclaim_min_runtime: None,
+            usage: None,
         };
         input.queues.push(queue(&d, None, -1.0, 0));
     }
@@ -276,6 +302,7 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
             creation,
             staleness_grace_secs: Some(grace.unwrap_or(-1)),
             stale_since: j.stale_seconds.map(|s| NOW - s),
+            last_start: j.started_seconds_ago.map(|s| NOW - s),
             ..Default::default()
         });
         for (k, t) in j.tasks.iter().enumerate() {
@@ -329,6 +356,10 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
     }
     place_whole_gpus(&mut input);
     Ok(input)
+}
+
+fn duration(s: &str) -> i64 {
+    gantry_k8s_rules::parse_go_duration(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
 }
 
 /// KAI's fake nodes track whole GPUs by count and shares by GPU group; Gantry's input names
@@ -524,6 +555,8 @@ fn check(c: &Case, f: &File) -> Result<(), String> {
     let mut input = input_of(c, f.staleness_grace_secs)?;
     let cfg = Config {
         actions: f.actions.clone(),
+        k_value: c.k_value.or(f.k_value).unwrap_or(1.0),
+        min_runtime: f.min_runtime.clone().unwrap_or_default(),
         ..Config::default()
     };
     let run = |input: &ClusterInput| schedule(&Snapshot::build(input), &cfg);

@@ -47,7 +47,7 @@ spec:
     memory: {quota: -1, limit: -1, overQuotaWeight: 1}
 "#;
 
-fn pod(name: &str, queue: &str, class: &str) -> String {
+pub(crate) fn pod(name: &str, queue: &str, class: &str) -> String {
     format!(
         r#"
 apiVersion: v1

@@ -4,6 +4,7 @@
 
 use super::lazy_sort::LazySorted;
 use crate::framework::Session;
+use crate::min_runtime::Kind;
 use crate::snapshot::{GroupId, PodId, QueueId, Res};
 
 /// Pods that are evicted together: a whole gang core, or one elastic pod above the minimum.
@@ -61,6 +62,23 @@ pub fn units_of(sess: &Session<'_>, g: GroupId) -> Vec<Unit> {
 /// belong in this function).
 pub fn eligible(sess: &Session<'_>, victim: GroupId, req: &Res) -> bool {
     sess.helps(victim, req)
+}
+
+/// Whether a unit of an eligible victim may be taken: a job still inside its queue's minimum
+/// runtime (`preemptMinRuntime` / `reclaimMinRuntime`) gives up only pods above its minimum.
+fn unit_allowed(sess: &Session<'_>, min_runtime: Option<Kind>, q: QueueId, unit: &Unit) -> bool {
+    let Some(kind) = min_runtime else {
+        return true;
+    };
+    let placed = sess.placed_pods(unit.group).len();
+    crate::min_runtime::allows(
+        sess.snapshot,
+        &sess.config.min_runtime,
+        kind,
+        q,
+        unit.group,
+        placed.saturating_sub(unit.pods.len()),
+    )
 }
 
 /// The order victims are tried in, fixed when an action first needs it.
@@ -148,7 +166,8 @@ impl Budget {
 }
 
 /// Walk the order for a job of queue `q` asking `req`, taking units of the jobs `judge`
-/// accepts that are [`eligible`], within the budget. KAI's elastic victim order: every
+/// accepts that are [`eligible`], within the budget; `min_runtime` names the action whose
+/// minimum runtime protects victims (none for consolidation, which KAI does not limit). KAI's elastic victim order: every
 /// taken job's pods above its minimum come before any job's gang core.
 pub fn collect(
     sess: &Session<'_>,
@@ -157,6 +176,7 @@ pub fn collect(
     req: &Res,
     mut budget: Budget,
     judge: &dyn Fn(GroupId, i32) -> Verdict,
+    min_runtime: Option<Kind>,
 ) -> Vec<Unit> {
     let (mut elastic, mut cores) = (Vec::new(), Vec::new());
     let mut next = 0;
@@ -173,7 +193,7 @@ pub fn collect(
         }
         budget.jobs -= 1;
         for u in units_of(sess, v) {
-            if u.pods.len() <= budget.pods {
+            if u.pods.len() <= budget.pods && unit_allowed(sess, min_runtime, q, &u) {
                 budget.pods -= u.pods.len();
                 if u.elastic {
                     elastic.push(u);

@@ -148,6 +148,7 @@ impl Loop {
                     .await;
             });
         }
+        super::super::status::mark_started(&self.client, &self.cache.input, &d.binds);
         self.metrics.kai.update(&d.queues);
         let mut children = child_queues(&self.cache.input.queues);
         for q in &d.queues {

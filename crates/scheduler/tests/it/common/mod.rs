@@ -56,6 +56,8 @@ pub fn queue(
         },
         creation: 0,
         usage: [0.0; 3],
+        preempt_min_runtime: None,
+        reclaim_min_runtime: None,
     }
 }
 
@@ -71,6 +73,7 @@ pub fn group(name: &str, queue: &str, priority: i32, min: u32, creation: i64) ->
         creation,
         staleness_grace_secs: None,
         stale_since: None,
+        last_start: None,
     }
 }
 
