@@ -147,7 +147,7 @@ mod tests {
                 ..Config::default()
             };
             let (mut fast, mut scan) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
-            scan.frag_scan = true;
+            scan.scan = true;
             let mut issues = Vec::new();
             let (mut st_fast, mut st_scan) =
                 (State::new(&s, &mut issues), State::new(&s, &mut issues));

@@ -18,6 +18,8 @@ use std::collections::HashMap;
 mod choose;
 mod gpu_index;
 mod scorers;
+#[cfg(test)]
+mod tests;
 use choose::{Best, Order};
 use gpu_index::GpuIndex;
 use scorers::{Baseline, Frag, FragMemo, FragMemos, Kai};
@@ -34,9 +36,16 @@ pub struct Placer {
     /// Fragmentation-aware classes of alike nodes (the same choice as the scan).
     frag_index: FragIndex,
     /// (class, request shape) -> the class's score and devices, for good.
-    frag_memo: HashMap<(u32, u32), Option<(crate::gpushare::policy::Score, crate::gpushare::policy::Choice)>>,
-    /// Score every node instead of using `frag_index` (to check they agree).
-    pub frag_scan: bool,
+    frag_memo: HashMap<
+        (u32, u32),
+        Option<(
+            crate::gpushare::policy::Score,
+            crate::gpushare::policy::Choice,
+        )>,
+    >,
+    /// Score every node of the class list instead of using the free-GPU or class index
+    /// (to check they agree).
+    pub scan: bool,
     shapes: HashMap<(GpuRequest, i64, i64), u32>,
     index: GpuIndex,
     /// Per class: which nodes pass its static filter (for index scans).
@@ -83,7 +92,7 @@ impl Placer {
             frag_cache,
             frag_index: FragIndex::default(),
             frag_memo: HashMap::new(),
-            frag_scan: false,
+            scan: false,
             shapes: HashMap::new(),
             index: GpuIndex::default(),
             members: vec![None; s.classes.len()],
@@ -151,15 +160,19 @@ impl Placer {
                 let mut kai = Kai::new(s, st, pod, self.cfg.gpu_strategy, self.cfg.cpu_strategy);
                 let mut best = Best::new();
                 // The fragmentation-aware policy's fallback keeps the scan it always had.
-                let indexed = self.cfg.policy != Policy::FragmentationAware
+                let indexed = !self.scan
+                    && self.cfg.policy != Policy::FragmentationAware
                     && self.cfg.gpu_strategy == Strategy::Binpack
                     && matches!(
                         p.gpu,
-                        GpuRequest::Whole(_) | GpuRequest::Fraction { .. } | GpuRequest::Memory { .. }
+                        GpuRequest::Whole(_)
+                            | GpuRequest::Fraction { .. }
+                            | GpuRequest::Memory { .. }
                     );
                 if indexed {
                     self.index.sync(st, &self.rank);
-                    self.index.offer(&mut best, &mut kai, &self.rank, &p.gpu, eligible);
+                    self.index
+                        .offer(&mut best, &mut kai, &self.rank, &p.gpu, eligible);
                 } else {
                     best.offer(&mut kai, &self.rank, in_list(), Order::Seeded);
                 }
@@ -205,7 +218,7 @@ impl Placer {
         let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
         let next = self.shapes.len() as u32;
         let shape = *self.shapes.entry((p.gpu.clone(), cpu, mem)).or_insert(next);
-        let scan = self.frag_scan || list.len() * 4 < s.nodes.len();
+        let scan = self.scan || list.len() * 4 < s.nodes.len();
         if !scan && self.frag_index.sync(s, st, &self.mix, &self.rank) {
             self.frag_memo.clear();
         }

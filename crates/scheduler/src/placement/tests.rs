@@ -1,0 +1,109 @@
+//! The one choice behaves the same whichever candidates an index offers, and a restriction
+//! of the candidate nodes only ever removes nodes.
+
+use super::Placer;
+use crate::config::{Config, Policy, Strategy};
+use crate::snapshot::{NodeId, Snapshot};
+use crate::state::State;
+use crate::workload::synth::{MixSpec, SynthSpec, synth};
+
+fn cluster(seed: u64) -> crate::input::ClusterInput {
+    synth(&SynthSpec {
+        nodes: 40,
+        gpus_per_node: 4,
+        pending: 300,
+        running: 60,
+        mix: MixSpec {
+            whole: 40,
+            fraction: 40,
+            gang: 20,
+        },
+        queues: 2,
+        seed,
+    })
+}
+
+/// Place every pending pod in turn with `a` and `b`, asserting equal answers.
+fn place_alike(s: &Snapshot<'_>, a: &mut Placer, b: &mut Placer, what: &str) -> usize {
+    let mut st = State::new(s, &mut Vec::new());
+    let mut placed = 0;
+    for pod in 0..s.pods.len() as u32 {
+        if st.placement[pod as usize].is_some() || s.pods[pod as usize].invalid.is_some() {
+            continue;
+        }
+        let x = a.place(s, &st, pod);
+        assert_eq!(x, b.place(s, &st, pod), "{what}: pod {pod}");
+        if let Some(pl) = x {
+            placed += 1;
+            st.apply(s, pod, pl);
+        }
+    }
+    placed
+}
+
+/// KAI's binpack through the free-GPU index chooses what scoring every node chooses.
+#[test]
+fn kai_index_and_node_scan_place_alike() {
+    for seed in 1..=4 {
+        let input = cluster(seed);
+        let s = Snapshot::build(&input);
+        let cfg = Config {
+            policy: Policy::Kai,
+            seed,
+            ..Config::default()
+        };
+        let (mut fast, mut scan) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
+        scan.scan = true;
+        assert!(place_alike(&s, &mut fast, &mut scan, &format!("seed {seed}")) > 0);
+    }
+}
+
+/// With every node allowed, `place_where` is `place`; with some nodes barred, the answer
+/// is an allowed node, and it is the unrestricted answer whenever that node is allowed.
+#[test]
+fn restricted_candidates() {
+    let policies = [
+        (Policy::Kai, Strategy::Binpack),
+        (Policy::Kai, Strategy::Spread),
+        (Policy::FragmentationAware, Strategy::Binpack),
+        (Policy::BestFit, Strategy::Binpack),
+        (Policy::FirstFit, Strategy::Binpack),
+    ];
+    for (policy, strategy) in policies {
+        let input = cluster(7);
+        let s = Snapshot::build(&input);
+        let cfg = Config {
+            policy,
+            gpu_strategy: strategy,
+            seed: 7,
+            ..Config::default()
+        };
+        let (mut all, mut some) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
+        let allowed = |n: NodeId| n % 3 != 0;
+        let mut st = State::new(&s, &mut Vec::new());
+        let (mut same, mut moved) = (0, 0);
+        for pod in 0..s.pods.len() as u32 {
+            if st.placement[pod as usize].is_some() || s.pods[pod as usize].invalid.is_some() {
+                continue;
+            }
+            let free = all.place(&s, &st, pod);
+            assert_eq!(free, all.place_where(&s, &st, pod, |_| true));
+            let within = some.place_where(&s, &st, pod, allowed);
+            if let Some(pl) = &within {
+                assert!(allowed(pl.node), "{policy:?}: pod {pod} on barred node");
+            }
+            match &free {
+                Some(pl) if allowed(pl.node) => {
+                    assert_eq!(free, within, "{policy:?}: pod {pod}");
+                    same += 1;
+                }
+                _ => moved += 1,
+            }
+            // The unrestricted choice drives the state, so the cluster fills as it would.
+            if let Some(pl) = free.or(within) {
+                st.apply(&s, pod, pl);
+            }
+        }
+        assert!(same > 0 && moved > 0, "{policy:?}: {same} / {moved}");
+    }
+}
