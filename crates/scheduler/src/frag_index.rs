@@ -5,16 +5,16 @@
 //! reads), on the class's first eligible node in the seeded order.
 
 use crate::frag::{ClassKey, Mix};
-use crate::snapshot::{NodeId, Snapshot};
+use crate::snapshot::{FastMap, NodeId, Snapshot};
 use crate::state::State;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 const NOT_LIVE: usize = usize::MAX;
 
 #[derive(Default)]
 pub struct FragIndex {
     class_of: Vec<Option<u32>>,
-    ids: HashMap<ClassKey, u32>,
+    ids: FastMap<ClassKey, u32>,
     /// Per class: its nodes as (seeded rank, node), ascending.
     members: Vec<BTreeSet<(u32, NodeId)>>,
     live: Vec<u32>,

@@ -6,14 +6,14 @@ use crate::config::{Config, Policy, Strategy};
 use crate::decisions::{NodeReason, summarize};
 use crate::frag::Mix;
 use crate::frag_index::FragIndex;
+use crate::gpushare::policy::{Choice, Score};
 use crate::predicates::ClassCache;
 use crate::request::GpuRequest;
 use crate::sharing::{GpuOrder, can_fit_gpu, fit_gpu};
-use crate::snapshot::{CPU, MEM, NodeId, PodId, Snapshot};
+use crate::snapshot::{CPU, FastMap, MEM, NodeId, PodId, Snapshot};
 use crate::state::{GpuPlacement, Placement, State};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::HashMap;
 
 mod choose;
 mod gpu_index;
@@ -36,17 +36,11 @@ pub struct Placer {
     /// Fragmentation-aware classes of alike nodes (the same choice as the scan).
     frag_index: FragIndex,
     /// (class, request shape) -> the class's score and devices, for good.
-    frag_memo: HashMap<
-        (u32, u32),
-        Option<(
-            crate::gpushare::policy::Score,
-            crate::gpushare::policy::Choice,
-        )>,
-    >,
+    frag_memo: FastMap<(u32, u32), Option<(Score, Choice)>>,
     /// Score every node of the class list instead of using the free-GPU or class index
     /// (to check they agree).
     pub scan: bool,
-    shapes: HashMap<(GpuRequest, i64, i64), u32>,
+    shapes: FastMap<(GpuRequest, i64, i64), u32>,
     index: GpuIndex,
     /// Per class: which nodes pass its static filter (for index scans).
     members: Vec<Option<Vec<bool>>>,
@@ -91,9 +85,9 @@ impl Placer {
             rng,
             frag_cache,
             frag_index: FragIndex::default(),
-            frag_memo: HashMap::new(),
+            frag_memo: FastMap::default(),
             scan: false,
-            shapes: HashMap::new(),
+            shapes: FastMap::default(),
             index: GpuIndex::default(),
             members: vec![None; s.classes.len()],
         }

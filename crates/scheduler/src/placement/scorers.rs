@@ -9,9 +9,8 @@ use crate::frag_index::FragIndex;
 use crate::gpushare::policy::{Choice, Score};
 use crate::request::GpuRequest;
 use crate::sharing::{fits_existing_share, shared_milli};
-use crate::snapshot::{CPU, MEM, NodeId, PodId, Snapshot};
+use crate::snapshot::{CPU, FastMap, MEM, NodeId, PodId, Snapshot};
 use crate::state::State;
-use std::collections::HashMap;
 
 /// KAI's node score, as a lexicographic key since each plugin's magnitude dwarfs the next:
 /// gpusharingorder (binpack only) > resourcetype > nodeplacement (binpack: least free;
@@ -183,7 +182,7 @@ pub(super) enum FragMemos<'a> {
     /// the score reads.
     Classes {
         index: &'a FragIndex,
-        memo: &'a mut HashMap<(u32, u32), Option<(Score, Choice)>>,
+        memo: &'a mut FastMap<(u32, u32), Option<(Score, Choice)>>,
     },
 }
 
