@@ -79,7 +79,7 @@ fn restricted_candidates() {
             ..Config::default()
         };
         let (mut all, mut some) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
-        let allowed = |n: NodeId| n % 3 != 0;
+        let allowed = |n: NodeId| !n.is_multiple_of(3);
         let mut st = State::new(&s, &mut Vec::new());
         let (mut same, mut moved) = (0, 0);
         for pod in 0..s.pods.len() as u32 {
