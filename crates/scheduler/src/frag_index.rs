@@ -121,63 +121,6 @@ mod tests {
     use crate::snapshot::Snapshot;
     use crate::state::State;
 
-    /// The class index and the node scan place every pending pod of a synthetic cluster
-    /// (whole, fractional, gang and CPU pods, some already running) on the same node and
-    /// devices, on several seeds.
-    #[test]
-    fn classes_and_node_scan_place_alike() {
-        for seed in 1..=5 {
-            let input = synth(&SynthSpec {
-                nodes: 48,
-                gpus_per_node: 4,
-                pending: 400,
-                running: 60,
-                mix: MixSpec {
-                    whole: 30,
-                    fraction: 50,
-                    gang: 20,
-                },
-                queues: 2,
-                seed,
-            });
-            let s = Snapshot::build(&input);
-            let cfg = Config {
-                policy: Policy::FragmentationAware,
-                seed,
-                ..Config::default()
-            };
-            let (mut fast, mut scan) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
-            scan.scan = true;
-            let mut issues = Vec::new();
-            let (mut st_fast, mut st_scan) =
-                (State::new(&s, &mut issues), State::new(&s, &mut issues));
-            let (mut placed, mut refused) = (0, 0);
-            for pod in 0..s.pods.len() as u32 {
-                if st_fast.placement[pod as usize].is_some()
-                    || s.pods[pod as usize].invalid.is_some()
-                {
-                    continue;
-                }
-                let a = fast.place(&s, &st_fast, pod);
-                let b = scan.place(&s, &st_scan, pod);
-                assert_eq!(a, b, "seed {seed} pod {pod}");
-                match a {
-                    Some(pl) => {
-                        placed += 1;
-                        st_fast.apply(&s, pod, pl.clone());
-                        st_scan.apply(&s, pod, pl);
-                    }
-                    None => refused += 1,
-                }
-            }
-            // The workload overflows the cluster: both outcomes occur.
-            assert!(
-                placed > 0 && refused > 0,
-                "seed {seed}: {placed} / {refused}"
-            );
-        }
-    }
-
     /// `auto` turns the fragmentation-aware policy on only for a binpack cluster with GPU
     /// shares and enough pods to take a task mix from.
     #[test]

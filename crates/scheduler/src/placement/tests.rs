@@ -9,13 +9,13 @@ use crate::workload::synth::{MixSpec, SynthSpec, synth};
 
 fn cluster(seed: u64) -> crate::input::ClusterInput {
     synth(&SynthSpec {
-        nodes: 40,
+        nodes: 48,
         gpus_per_node: 4,
-        pending: 300,
+        pending: 400,
         running: 60,
         mix: MixSpec {
-            whole: 40,
-            fraction: 40,
+            whole: 30,
+            fraction: 50,
             gang: 20,
         },
         queues: 2,
@@ -23,38 +23,49 @@ fn cluster(seed: u64) -> crate::input::ClusterInput {
     })
 }
 
-/// Place every pending pod in turn with `a` and `b`, asserting equal answers.
-fn place_alike(s: &Snapshot<'_>, a: &mut Placer, b: &mut Placer, what: &str) -> usize {
-    let mut st = State::new(s, &mut Vec::new());
-    let mut placed = 0;
-    for pod in 0..s.pods.len() as u32 {
-        if st.placement[pod as usize].is_some() || s.pods[pod as usize].invalid.is_some() {
-            continue;
-        }
-        let x = a.place(s, &st, pod);
-        assert_eq!(x, b.place(s, &st, pod), "{what}: pod {pod}");
-        if let Some(pl) = x {
-            placed += 1;
-            st.apply(s, pod, pl);
-        }
-    }
-    placed
-}
-
-/// KAI's binpack through the free-GPU index chooses what scoring every node chooses.
+/// The free-GPU index (KAI binpack) and the class index (the GPU-sharing policy) choose
+/// what scoring every node of the class list chooses: every pending pod of a synthetic
+/// cluster (whole, fractional, gang and CPU pods, some already running) gets the same node
+/// and devices, on several seeds.
 #[test]
-fn kai_index_and_node_scan_place_alike() {
-    for seed in 1..=4 {
-        let input = cluster(seed);
-        let s = Snapshot::build(&input);
-        let cfg = Config {
-            policy: Policy::Kai,
-            seed,
-            ..Config::default()
-        };
-        let (mut fast, mut scan) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
-        scan.scan = true;
-        assert!(place_alike(&s, &mut fast, &mut scan, &format!("seed {seed}")) > 0);
+fn indexes_and_node_scan_place_alike() {
+    for policy in [Policy::Kai, Policy::FragmentationAware] {
+        for seed in 1..=5 {
+            let input = cluster(seed);
+            let s = Snapshot::build(&input);
+            let cfg = Config {
+                policy,
+                seed,
+                ..Config::default()
+            };
+            let (mut fast, mut scan) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
+            scan.scan = true;
+            let mut st = State::new(&s, &mut Vec::new());
+            let (mut placed, mut refused) = (0, 0);
+            for pod in 0..s.pods.len() as u32 {
+                if st.placement[pod as usize].is_some() || s.pods[pod as usize].invalid.is_some() {
+                    continue;
+                }
+                let a = fast.place(&s, &st, pod);
+                assert_eq!(
+                    a,
+                    scan.place(&s, &st, pod),
+                    "{policy:?} seed {seed} pod {pod}"
+                );
+                match a {
+                    Some(pl) => {
+                        placed += 1;
+                        st.apply(&s, pod, pl);
+                    }
+                    None => refused += 1,
+                }
+            }
+            // The workload overflows the cluster: both outcomes occur.
+            assert!(
+                placed > 0 && refused > 0,
+                "{policy:?} seed {seed}: {placed} / {refused}"
+            );
+        }
     }
 }
 
