@@ -23,6 +23,11 @@ fn cluster(seed: u64) -> crate::input::ClusterInput {
     })
 }
 
+/// A valid pod with no node yet.
+fn waiting(s: &Snapshot<'_>, st: &State, pod: u32) -> bool {
+    st.placement[pod as usize].is_none() && s.pods[pod as usize].invalid.is_none()
+}
+
 /// The free-GPU index (KAI binpack) and the class index (the GPU-sharing policy) choose
 /// what scoring every node of the class list chooses: every pending pod of a synthetic
 /// cluster (whole, fractional, gang and CPU pods, some already running) gets the same node
@@ -43,7 +48,7 @@ fn indexes_and_node_scan_place_alike() {
             let mut st = State::new(&s, &mut Vec::new());
             let (mut placed, mut refused) = (0, 0);
             for pod in 0..s.pods.len() as u32 {
-                if st.placement[pod as usize].is_some() || s.pods[pod as usize].invalid.is_some() {
+                if !waiting(&s, &st, pod) {
                     continue;
                 }
                 let a = fast.place(&s, &st, pod);
@@ -94,7 +99,7 @@ fn restricted_candidates() {
         let mut st = State::new(&s, &mut Vec::new());
         let (mut same, mut moved) = (0, 0);
         for pod in 0..s.pods.len() as u32 {
-            if st.placement[pod as usize].is_some() || s.pods[pod as usize].invalid.is_some() {
+            if !waiting(&s, &st, pod) {
                 continue;
             }
             let free = all.place(&s, &st, pod);
