@@ -1,27 +1,24 @@
 //! The fragmentation policy's choice without scoring every node: nodes with the same
 //! [`ClassKey`] (free CPU, memory and device milli, model, device memory, a free pod slot)
-//! score alike and fit alike, so a pod is scored once per live class, and a class's answer
-//! for a request shape is remembered for good (a key is the whole state the score reads).
-//! Among the best classes the node first in the seeded order wins, as in the node scan.
+//! score alike and fit alike, so a pod is scored once per live class (the placer remembers
+//! a class's answer for a request shape for good: a key is the whole state the score
+//! reads), on the class's first eligible node in the seeded order.
 
 use crate::frag::{ClassKey, Mix};
-use crate::gpushare::policy::{Choice, Score};
-use crate::snapshot::{NodeId, Snapshot};
+use crate::snapshot::{FastMap, NodeId, Snapshot};
 use crate::state::State;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 const NOT_LIVE: usize = usize::MAX;
 
 #[derive(Default)]
 pub struct FragIndex {
     class_of: Vec<Option<u32>>,
-    ids: HashMap<ClassKey, u32>,
+    ids: FastMap<ClassKey, u32>,
     /// Per class: its nodes as (seeded rank, node), ascending.
     members: Vec<BTreeSet<(u32, NodeId)>>,
     live: Vec<u32>,
     live_pos: Vec<usize>,
-    /// (class, request shape) -> the class's score and device choice; `None`: no fit.
-    memo: HashMap<(u32, u32), Option<(Score, Choice)>>,
     /// Nodes the policy cannot model (more devices than a mask holds): scanned one by one.
     loose: BTreeSet<(u32, NodeId)>,
     cursor: usize,
@@ -29,8 +26,11 @@ pub struct FragIndex {
 }
 
 impl FragIndex {
-    fn sync(&mut self, s: &Snapshot<'_>, st: &State, mix: &Mix, rank: &[u32]) {
-        if !self.built || self.cursor > st.changes.len() {
+    /// Refile the nodes the state changed since the last call; `true` when the index was
+    /// built afresh (its class ids are new).
+    pub fn sync(&mut self, s: &Snapshot<'_>, st: &State, mix: &Mix, rank: &[u32]) -> bool {
+        let fresh = !self.built || self.cursor > st.changes.len();
+        if fresh {
             *self = FragIndex {
                 class_of: vec![None; s.nodes.len()],
                 built: true,
@@ -47,6 +47,7 @@ impl FragIndex {
             self.unfile(rank, n);
             self.file(s, st, mix, rank, n);
         }
+        fresh
     }
 
     fn unfile(&mut self, rank: &[u32], n: NodeId) {
@@ -88,52 +89,27 @@ impl FragIndex {
         self.class_of[n as usize] = Some(c);
     }
 
-    /// The best node among those `eligible` accepts and its device choice: highest score,
-    /// then first in the seeded order. `score` answers for one node (`None`: no fit).
-    #[allow(clippy::too_many_arguments)]
-    pub fn choose(
-        &mut self,
-        s: &Snapshot<'_>,
-        st: &State,
-        mix: &Mix,
-        rank: &[u32],
-        shape: u32,
-        eligible: impl Fn(NodeId) -> bool,
-        mut score: impl FnMut(NodeId) -> Option<(Score, Choice)>,
-    ) -> Option<(NodeId, Choice)> {
-        self.sync(s, st, mix, rank);
-        let mut best: Option<(Score, (u32, NodeId), Choice)> = None;
-        let better = |best: &Option<(Score, (u32, NodeId), Choice)>, sc: &Score, e| match best {
-            None => true,
-            Some((b, be, _)) => sc.beats(b) || (!b.beats(sc) && e < *be),
+    /// The class of alike nodes `n` is filed in (`None`: a node the policy cannot model).
+    pub fn class_of(&self, n: NodeId) -> Option<u32> {
+        self.class_of.get(n as usize).copied().flatten()
+    }
+
+    /// The nodes a pod needs scored, once [`FragIndex::sync`] has put the index in step
+    /// with the state: per live class its first node (in the seeded order) that `eligible`
+    /// accepts, then every eligible node the policy cannot model. The best of them is the
+    /// best of all eligible nodes.
+    pub fn candidates<'i>(
+        &'i self,
+        eligible: &'i impl Fn(NodeId) -> bool,
+    ) -> impl Iterator<Item = NodeId> + 'i {
+        let first = |c: &u32| {
+            self.members[*c as usize]
+                .iter()
+                .find(|e| eligible(e.1))
+                .map(|e| e.1)
         };
-        for li in 0..self.live.len() {
-            let c = self.live[li];
-            let members = &self.members[c as usize];
-            let Some(&rep) = members.first() else {
-                continue;
-            };
-            let r = *self.memo.entry((c, shape)).or_insert_with(|| score(rep.1));
-            let Some((sc, ch)) = r else { continue };
-            // Only a class that could win needs its first eligible node.
-            if best.as_ref().is_some_and(|(b, _, _)| b.beats(&sc)) {
-                continue;
-            }
-            if let Some(&e) = members.iter().find(|e| eligible(e.1))
-                && better(&best, &sc, e)
-            {
-                best = Some((sc, e, ch));
-            }
-        }
-        for &e in &self.loose {
-            if eligible(e.1)
-                && let Some((sc, ch)) = score(e.1)
-                && better(&best, &sc, e)
-            {
-                best = Some((sc, e, ch));
-            }
-        }
-        best.map(|(_, e, ch)| (e.1, ch))
+        let loose = self.loose.iter().map(|e| e.1).filter(|&n| eligible(n));
+        self.live.iter().filter_map(first).chain(loose)
     }
 }
 
@@ -144,63 +120,6 @@ mod tests {
     use crate::placement::Placer;
     use crate::snapshot::Snapshot;
     use crate::state::State;
-
-    /// The class index and the node scan place every pending pod of a synthetic cluster
-    /// (whole, fractional, gang and CPU pods, some already running) on the same node and
-    /// devices, on several seeds.
-    #[test]
-    fn classes_and_node_scan_place_alike() {
-        for seed in 1..=5 {
-            let input = synth(&SynthSpec {
-                nodes: 48,
-                gpus_per_node: 4,
-                pending: 400,
-                running: 60,
-                mix: MixSpec {
-                    whole: 30,
-                    fraction: 50,
-                    gang: 20,
-                },
-                queues: 2,
-                seed,
-            });
-            let s = Snapshot::build(&input);
-            let cfg = Config {
-                policy: Policy::FragmentationAware,
-                seed,
-                ..Config::default()
-            };
-            let (mut fast, mut scan) = (Placer::new(&s, &cfg), Placer::new(&s, &cfg));
-            scan.frag_scan = true;
-            let mut issues = Vec::new();
-            let (mut st_fast, mut st_scan) =
-                (State::new(&s, &mut issues), State::new(&s, &mut issues));
-            let (mut placed, mut refused) = (0, 0);
-            for pod in 0..s.pods.len() as u32 {
-                if st_fast.placement[pod as usize].is_some()
-                    || s.pods[pod as usize].invalid.is_some()
-                {
-                    continue;
-                }
-                let a = fast.place(&s, &st_fast, pod);
-                let b = scan.place(&s, &st_scan, pod);
-                assert_eq!(a, b, "seed {seed} pod {pod}");
-                match a {
-                    Some(pl) => {
-                        placed += 1;
-                        st_fast.apply(&s, pod, pl.clone());
-                        st_scan.apply(&s, pod, pl);
-                    }
-                    None => refused += 1,
-                }
-            }
-            // The workload overflows the cluster: both outcomes occur.
-            assert!(
-                placed > 0 && refused > 0,
-                "seed {seed}: {placed} / {refused}"
-            );
-        }
-    }
 
     /// `auto` turns the fragmentation-aware policy on only for a binpack cluster with GPU
     /// shares and enough pods to take a task mix from.

@@ -1,6 +1,9 @@
 //! The index of nodes by free GPU that binpack and the fraction paths walk instead of every
 //! node: kept in step with the state's change log, one node at a time.
 
+use super::choose::{Best, Order};
+use super::scorers::{Kai, KaiKey};
+use crate::request::GpuRequest;
 use crate::snapshot::NodeId;
 use crate::state::State;
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,29 +41,64 @@ fn bucket_remove(map: &mut BTreeMap<u32, BTreeSet<Entry>>, k: u32, e: &Entry) {
     }
 }
 
-/// The least entry at or above `from` over several ordered sets that `ok` accepts; each set
-/// is walked only up to its first accepted entry or the best one found so far.
-pub(super) fn least_fitting<'a>(
-    sets: impl Iterator<Item = &'a BTreeSet<Entry>>,
-    from: Entry,
-    mut ok: impl FnMut(NodeId) -> bool,
-) -> Option<Entry> {
-    let mut best: Option<Entry> = None;
-    for set in sets {
-        for &e in set.range(from..) {
-            if best.is_some_and(|b| e >= b) {
-                break;
+impl GpuIndex {
+    /// Offer KAI's binpack choice for a GPU pod the candidates in the scorer's order (least
+    /// free GPU, then seeded rank), only from the buckets that can hold the request, so
+    /// the choice is the same as scanning every node: whole GPUs walk the nodes with
+    /// enough idle devices; a share walks nodes whose shared device takes it (KAI's
+    /// sharing bonus) and only then nodes with a device that takes it; a memory share,
+    /// whose size depends on the node, walks shared nodes that take it, then all nodes.
+    pub(super) fn offer(
+        &self,
+        best: &mut Best<KaiKey>,
+        kai: &mut Kai<'_, '_>,
+        rank: &[u32],
+        req: &GpuRequest,
+        eligible: &impl Fn(NodeId) -> bool,
+    ) {
+        let from = (
+            match req {
+                GpuRequest::Whole(k) => i64::from(*k) * 1000,
+                _ => 1,
+            },
+            0u32,
+            0 as NodeId,
+        );
+        let walk = |best: &mut Best<KaiKey>,
+                    kai: &mut Kai<'_, '_>,
+                    set: &BTreeSet<Entry>,
+                    ok: &dyn Fn(NodeId) -> bool| {
+            let nodes = set.range(from..).map(|e| e.2).filter(|&n| ok(n));
+            best.offer(kai, rank, nodes, Order::BestFirst);
+        };
+        match *req {
+            // Nodes with fewer than k idle devices never fit.
+            GpuRequest::Whole(k) => {
+                for set in self.by_idle.iter().skip(k as usize) {
+                    walk(best, kai, set, eligible);
+                }
             }
-            if ok(e.2) {
-                best = Some(e);
-                break;
+            // A share fits only where one device (shared, for the bonus) has `milli` free.
+            GpuRequest::Fraction { milli, .. } => {
+                for set in self.by_shared_free.range(milli..).map(|(_, set)| set) {
+                    walk(best, kai, set, eligible);
+                }
+                if !best.found() {
+                    for set in self.by_device_free.range(milli..).map(|(_, set)| set) {
+                        walk(best, kai, set, eligible);
+                    }
+                }
+            }
+            _ => {
+                let view = *kai;
+                walk(best, kai, &self.shared, &|n| eligible(n) && view.bonus(n));
+                if !best.found() {
+                    walk(best, kai, &self.all, eligible);
+                }
             }
         }
     }
-    best
-}
 
-impl GpuIndex {
     pub(super) fn sync(&mut self, st: &State, rank: &[u32]) {
         if self.key.len() != st.free_gpu.len() {
             self.key = vec![None; st.free_gpu.len()];
