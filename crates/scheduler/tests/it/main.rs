@@ -21,4 +21,5 @@ mod k8s_restart;
 mod k8s_visibility;
 mod kai_semantics;
 mod scenarios;
+mod sharing_grammar;
 mod trace_layouts;
