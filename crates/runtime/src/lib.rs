@@ -2,6 +2,7 @@
 //! core, written once:
 //!
 //! - [`client`]: an API client from a kubeconfig, in-cluster config or `KUBECONFIG`;
+//! - [`events`]: the one Events recorder (counted, spaced repeats, as client-go's);
 //! - [`lease`]: leader election on a `coordination.k8s.io/v1` Lease;
 //! - [`health`]: the `/metrics` `/healthz` `/readyz` server;
 //! - [`shutdown`]: SIGTERM / Ctrl-C as a future, and as a `watch` flag;
@@ -12,6 +13,7 @@
 //! - [`ensure_namespace`].
 
 pub mod client;
+pub mod events;
 pub mod health;
 pub mod lease;
 pub mod paged;

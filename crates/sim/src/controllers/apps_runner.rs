@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use gantry_runtime::events::Recorder;
 use gantry_runtime::task::AbortOnDrop;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -115,7 +116,13 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
         );
         // Aborting this task drops these, which stops the watches.
         let _watches = (AbortOnDrop(t3), AbortOnDrop(t4));
+        let events = Recorder::new(
+            client.clone(),
+            super::default_scheduler::NAME,
+            super::default_scheduler::NAME,
+        );
         let mut r = Reconciler {
+            events,
             client,
             deployments,
             rss,
@@ -173,6 +180,8 @@ pub(super) struct Reconciler {
     /// do: without them its node would wait for the expectation to time out.
     observed: Observed,
     opts: Options,
+    /// The default scheduler's Events (kube-scheduler's counting of repeats).
+    pub(super) events: Recorder,
 }
 
 impl Reconciler {
