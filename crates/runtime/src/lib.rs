@@ -7,13 +7,15 @@
 //! - [`health`]: the `/metrics` `/healthz` `/readyz` server;
 //! - [`shutdown`]: SIGTERM / Ctrl-C as a future, and as a `watch` flag;
 //! - [`paged`]: lists in pages;
-//! - [`rounds`]: the round loop every operator controller runs (list, decide, write; woken by
+//! - [`rounds`]: the round loop every controller runs (list, decide, write; woken by
 //!   watches, a requeue, never faster than a minimum interval);
+//! - [`expectations`]: created objects a controller waits to see in its watch;
 //! - [`task`]: a task aborted with its owner (`AbortOnDrop`);
 //! - [`ensure_namespace`].
 
 pub mod client;
 pub mod events;
+pub mod expectations;
 pub mod health;
 pub mod lease;
 pub mod paged;
