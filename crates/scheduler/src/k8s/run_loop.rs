@@ -386,7 +386,7 @@ impl Loop {
             uid,
             said: Said {
                 type_,
-                reason,
+                reason: reason.to_string(),
                 message,
             },
         });
