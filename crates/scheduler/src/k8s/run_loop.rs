@@ -167,7 +167,13 @@ async fn lead(
         opts.identity.clone(),
         status_rx,
     ));
-    let usage = super::usage::UsageState::start(&client, &opts, &mut tasks).await;
+    let usage = super::usage::UsageState::start(
+        &client,
+        opts.config.usage_db_config.clone(),
+        &opts.namespace,
+        &mut tasks,
+    )
+    .await;
     let mut lp = Loop {
         usage,
         cache: Cache::new(&opts.scheduler_name, &opts.reservation_namespace),
