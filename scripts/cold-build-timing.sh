@@ -113,13 +113,13 @@ if [ "$what" = beside ]; then
     # The build in progress when the tests ended is not waited for: it is ended.
     kill "$other" "$(cat "$work/other.pid")" 2>/dev/null || true
     wait "$other" 2>/dev/null || true
-    grep '^== build' "$other_log" | sed 's/^/   /' || true
+    grep '^== build' "$other_log" | tail -n 5 | sed 's/^/   /' || true
     if grep -q 'FAILED' "$other_log"; then
         echo "the build beside failed: $other_log" >&2
     fi
-    summary+=("$(printf 'beside  %d builds beside the tests (%s); log %s' \
+    summary+=("$(printf 'build   %d release builds beside the tests (%s); log %s' \
         "$(grep -c '^== build' "$other_log" || true)" \
-        "$(grep -q FAILED "$other_log" && echo 'one FAILED' || echo 'all ok, the last one ended with the tests')" \
+        "$(grep -q FAILED "$other_log" && echo 'one FAILED' || echo 'all ok; the last one stopped when the tests ended')" \
         "$other_log")")
 fi
 
