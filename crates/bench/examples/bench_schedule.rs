@@ -53,6 +53,7 @@ fn main() {
         seed: 1,
         skip_replay: a.iter().any(|x| x == "skip-replay"),
         skip_cycle: a.iter().any(|x| x == "skip-cycle"),
+        topology: None,
     };
     match run(&opts) {
         Ok(r) => print!("{r}"),

@@ -22,6 +22,7 @@ pub mod sharing;
 pub mod snapshot;
 pub mod state;
 pub mod statement;
+pub mod topology;
 pub mod workload;
 
 /// The workload generators' former path (`crate::bench::synth`), kept for code that names it.

@@ -138,6 +138,35 @@ impl Placer {
         out
     }
 
+    /// The best placement for `pod` among the nodes `allowed` marks (a topology domain).
+    /// Scans the restricted list: the indexes cover whole classes, and the scan makes
+    /// the same choice.
+    pub fn place_among(
+        &mut self,
+        s: &Snapshot<'_>,
+        st: &State,
+        pod: PodId,
+        allowed: &[bool],
+    ) -> Option<Placement> {
+        let p = &s.pods[pod as usize];
+        let list: Vec<NodeId> = (self.classes.get(s, p.class).nodes.iter())
+            .copied()
+            .filter(|&n| allowed[n as usize])
+            .collect();
+        match self.cfg.policy {
+            Policy::Kai | Policy::Auto => self.place_kai(s, st, pod, &list),
+            Policy::FragmentationAware
+                if !self.mix.is_empty() && crate::frag::models_request(&p.gpu) =>
+            {
+                let (cpu, mem) = (p.res.0[CPU], p.res.0[MEM]);
+                let next = self.shapes.len() as u32;
+                let shape = *self.shapes.entry((p.gpu.clone(), cpu, mem)).or_insert(next);
+                self.place_frag_scan(s, st, pod, &list, shape)
+            }
+            _ => self.place_in(s, st, pod, &list),
+        }
+    }
+
     fn place_in(
         &mut self,
         s: &Snapshot<'_>,

@@ -157,6 +157,8 @@ pub struct PodGroup<'a> {
     pub pods: Span,
     /// Holder for running pods of other schedulers: never scheduled, never a victim.
     pub foreign: bool,
+    /// Required/preferred topology placement (see [`crate::topology`]).
+    pub topology: Option<&'a crate::input::TopologyConstraintInput>,
 }
 
 #[derive(Clone, Debug)]
@@ -206,6 +208,8 @@ pub struct Snapshot<'a> {
     pub mig_profile_gpus: Vec<u32>,
     /// Problems in the input that did not stop the cycle (object named, what is wrong).
     pub issues: Vec<String>,
+    /// KAI `Topology` objects, as given.
+    pub topologies: &'a [crate::input::TopologyInput],
 }
 
 impl<'a> Snapshot<'a> {
@@ -262,6 +266,7 @@ impl<'a> Snapshot<'a> {
     pub fn build(input: &'a ClusterInput) -> Snapshot<'a> {
         let mut s = Snapshot {
             now: input.now,
+            topologies: &input.topologies,
             ..Default::default()
         };
         let mut mig_ids: FastMap<String, u16> = fast_map(8);
@@ -417,6 +422,7 @@ impl<'a> Snapshot<'a> {
                 stale_since: g.stale_since,
                 pods: Span::default(),
                 foreign: false,
+                topology: g.topology.as_ref(),
             });
         }
         let max_gpu_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
@@ -487,6 +493,7 @@ impl<'a> Snapshot<'a> {
                         creation: p.creation,
                         staleness_grace: None,
                         stale_since: None,
+                        topology: None,
                         pods: Span::default(),
                         foreign: true,
                     });

@@ -13,6 +13,9 @@ pub fn try_place(
     stmt: &mut Statement,
     tasks: &[PodId],
 ) -> Result<(), PodId> {
+    if let Some(r) = crate::topology::session::try_place(sess, stmt, tasks) {
+        return r;
+    }
     let cp = stmt.checkpoint();
     for &t in tasks {
         match sess.placer.place(sess.s, &sess.st, t) {
@@ -90,6 +93,12 @@ pub fn run(sess: &mut Session<'_>) {
                 }
             }
             Err(task) => {
+                if let Some(msg) = crate::topology::session::explain(sess, &tasks, task) {
+                    // A domain's failure says nothing about the shape elsewhere.
+                    mark(sess, g, &msg);
+                    sess.failed.push(g);
+                    continue;
+                }
                 let explain = sess.placer.explain(sess.s, &sess.st, task);
                 // Scheduling signature: a shape that fails on the committed state fails
                 // for every later job this action (allocate only consumes capacity).

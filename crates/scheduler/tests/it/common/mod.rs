@@ -71,6 +71,7 @@ pub fn group(name: &str, queue: &str, priority: i32, min: u32, creation: i64) ->
         creation,
         staleness_grace_secs: None,
         stale_since: None,
+        topology: None,
     }
 }
 
