@@ -50,6 +50,8 @@ pub struct Session<'a> {
     pub victim_jobs: Vec<GroupId>,
     /// Per job: whether its running pods hold GPU (bit 0) or only CPU/memory (bit 1).
     holds: Vec<u8>,
+    /// Topology domains, indexed when a job first names a Topology (`crate::topology`).
+    pub topology: crate::topology::Indexes<'a>,
 }
 
 impl<'a> Session<'a> {
@@ -95,6 +97,7 @@ impl<'a> Session<'a> {
             stale_marks: Vec::new(),
             issues,
             st,
+            topology: Default::default(),
         }
     }
 

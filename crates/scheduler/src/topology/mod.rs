@@ -23,7 +23,7 @@ use crate::predicates::static_check;
 use crate::request::GpuRequest;
 use crate::snapshot::{CPU, GPU, GroupId, MEM, NodeId, PodId, Snapshot};
 use crate::state::State;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Where a job may go.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,68 +93,154 @@ fn resolve<'a>(
     })
 }
 
-/// How many copies of the job's largest pod fit on node `n` now (KAI's node
-/// accommodation: the per-resource maximum over the pods, added up until it no longer fits).
-fn room(s: &Snapshot<'_>, st: &State, n: NodeId, tasks: &[PodId]) -> u32 {
-    let i = n as usize;
-    let node = &s.nodes[i];
-    if tasks
-        .iter()
-        .any(|&t| static_check(node, &s.classes[s.pods[t as usize].class as usize]).is_err())
-    {
-        return 0;
-    }
-    let max = |k: usize| tasks.iter().map(|&t| s.pods[t as usize].res.0[k]).max();
-    let per = |free: i64, want: Option<i64>| match want {
-        Some(w) if w > 0 => (free.max(0) / w) as u64,
-        _ => u64::MAX,
-    };
-    let mut fit = (st.free_pods[i].max(0) as u64)
-        .min(per(st.free_cpu[i], max(CPU)))
-        .min(per(st.free_mem[i], max(MEM)));
-    // The GPU side of the largest GPU request.
-    let gpu = tasks
-        .iter()
-        .map(|&t| &s.pods[t as usize])
-        .max_by_key(|p| p.res.0[GPU])
-        .map(|p| &p.gpu);
-    let slots = st.node_gpus(n);
-    let gpu_fit = match gpu {
-        None | Some(GpuRequest::None) => u64::MAX,
-        Some(GpuRequest::Whole(k)) => u64::from(st.idle_gpus[i]) / u64::from((*k).max(1)),
-        Some(GpuRequest::Fraction { milli, devices }) => {
-            let per_dev: u64 = slots
-                .iter()
-                .map(|g| u64::from(g.free_milli() / (*milli).max(1)))
-                .sum();
-            per_dev / u64::from((*devices).max(1))
-        }
-        Some(GpuRequest::Memory { devices, .. }) => {
-            // Memory shares: the pod's milli as the scheduler accounts it.
-            let want = max(GPU).unwrap_or(0) / i64::from((*devices).max(1));
-            per(st.free_gpu[i], Some(want))
-        }
-        Some(GpuRequest::Mig { profile, count }) => st.mig_free[i]
-            .iter()
-            .find(|(p, _)| p == profile)
-            .map_or(0, |(_, c)| (c.max(&0) / i64::from((*count).max(1))) as u64),
-    };
-    fit = fit.min(gpu_fit);
-    fit.min(u64::from(u32::MAX)) as u32
+/// A Topology's domains over the snapshot's nodes: built once per cycle and topology,
+/// shared by every job that names it.
+pub struct Index<'a> {
+    topo: &'a TopologyInput,
+    /// Nodes with a label for every level.
+    members: Vec<NodeId>,
+    /// Per node: its position in `members` (`u32::MAX`: outside the topology).
+    member_of: Vec<u32>,
+    /// Per depth (0: the whole topology; d: down to level d-1): each member's domain.
+    dom: Vec<Vec<u32>>,
+    /// Per depth: each domain's value path and members (positions in `members`).
+    domains: Vec<Vec<(Vec<&'a str>, Vec<u32>)>>,
 }
 
-/// The domains of one level: key (label values down to the level) → (nodes, room).
-type Level<'k> = BTreeMap<Vec<&'k str>, (Vec<NodeId>, u64)>;
-
-/// Group topology nodes by their value path down to `depth` levels (0 = the whole topology).
-fn domains<'k>(members: &[(NodeId, Vec<&'k str>, u32)], depth: usize) -> Level<'k> {
-    let mut out: Level<'k> = BTreeMap::new();
-    for (n, path, room) in members {
-        let e = out.entry(path[..depth].to_vec()).or_default();
-        e.0.push(*n);
-        e.1 += u64::from(*room);
+impl<'a> Index<'a> {
+    pub fn build(s: &Snapshot<'a>, topo: &'a TopologyInput) -> Index<'a> {
+        let mut members = Vec::new();
+        let mut paths: Vec<Vec<&'a str>> = Vec::new();
+        let mut member_of = vec![u32::MAX; s.nodes.len()];
+        for (i, n) in s.nodes.iter().enumerate() {
+            let labels: &'a BTreeMap<String, String> = n.labels;
+            let path: Option<Vec<&'a str>> = topo
+                .levels
+                .iter()
+                .map(|l| labels.get(l).map(String::as_str))
+                .collect();
+            if let Some(p) = path {
+                member_of[i] = members.len() as u32;
+                members.push(i as NodeId);
+                paths.push(p);
+            }
+        }
+        let depths = topo.levels.len() + 1;
+        let mut dom = Vec::with_capacity(depths);
+        let mut domains = Vec::with_capacity(depths);
+        for depth in 0..depths {
+            let mut ids: HashMap<&[&'a str], u32> = HashMap::new();
+            let mut level: Vec<(Vec<&'a str>, Vec<u32>)> = Vec::new();
+            let mut of = Vec::with_capacity(paths.len());
+            for (m, p) in paths.iter().enumerate() {
+                let key = &p[..depth];
+                let id = *ids.entry(key).or_insert_with(|| {
+                    level.push((key.to_vec(), Vec::new()));
+                    (level.len() - 1) as u32
+                });
+                level[id as usize].1.push(m as u32);
+                of.push(id);
+            }
+            dom.push(of);
+            domains.push(level);
+        }
+        Index {
+            topo,
+            members,
+            member_of,
+            dom,
+            domains,
+        }
     }
-    out
+}
+
+/// The Topology indexes of one cycle, built when a job first names each.
+#[derive(Default)]
+pub struct Indexes<'a> {
+    built: Vec<Index<'a>>,
+}
+
+impl<'a> Indexes<'a> {
+    fn get(&mut self, s: &Snapshot<'a>, topo: &'a TopologyInput) -> &Index<'a> {
+        let at = match self.built.iter().position(|i| i.topo.name == topo.name) {
+            Some(at) => at,
+            None => {
+                self.built.push(Index::build(s, topo));
+                self.built.len() - 1
+            }
+        };
+        &self.built[at]
+    }
+}
+
+/// What the job's pods need of a node (KAI's node accommodation: the per-resource maximum
+/// over the pods, added up until it no longer fits).
+struct Shape<'p> {
+    classes: Vec<u32>,
+    cpu: i64,
+    mem: i64,
+    gpu_milli: i64,
+    gpu: &'p GpuRequest,
+}
+
+impl<'p> Shape<'p> {
+    fn of(s: &'p Snapshot<'_>, tasks: &[PodId]) -> Shape<'p> {
+        let pods = || tasks.iter().map(|&t| &s.pods[t as usize]);
+        let mut classes: Vec<u32> = pods().map(|p| p.class).collect();
+        classes.sort_unstable();
+        classes.dedup();
+        let max = |k: usize| pods().map(|p| p.res.0[k]).max().unwrap_or(0);
+        Shape {
+            classes,
+            cpu: max(CPU),
+            mem: max(MEM),
+            gpu_milli: max(GPU),
+            gpu: pods()
+                .max_by_key(|p| p.res.0[GPU])
+                .map_or(&GpuRequest::None, |p| &p.gpu),
+        }
+    }
+
+    /// How many copies of the largest pod fit on node `n` now.
+    fn room(&self, s: &Snapshot<'_>, st: &State, n: NodeId) -> u64 {
+        let i = n as usize;
+        let node = &s.nodes[i];
+        if self
+            .classes
+            .iter()
+            .any(|&c| static_check(node, &s.classes[c as usize]).is_err())
+        {
+            return 0;
+        }
+        let per = |free: i64, want: i64| {
+            if want > 0 {
+                (free.max(0) / want) as u64
+            } else {
+                u64::MAX
+            }
+        };
+        let fit = (st.free_pods[i].max(0) as u64)
+            .min(per(st.free_cpu[i], self.cpu))
+            .min(per(st.free_mem[i], self.mem));
+        let gpu = match self.gpu {
+            GpuRequest::None => u64::MAX,
+            GpuRequest::Whole(k) => u64::from(st.idle_gpus[i]) / u64::from((*k).max(1)),
+            GpuRequest::Fraction { milli, devices } => {
+                let slots: u64 = st
+                    .node_gpus(n)
+                    .iter()
+                    .map(|g| u64::from(g.free_milli() / (*milli).max(1)))
+                    .sum();
+                slots / u64::from((*devices).max(1))
+            }
+            GpuRequest::Memory { .. } => per(st.free_gpu[i], self.gpu_milli),
+            GpuRequest::Mig { profile, count } => st.mig_free[i]
+                .iter()
+                .find(|(p, _)| p == profile)
+                .map_or(0, |&(_, c)| (c.max(0) / i64::from((*count).max(1))) as u64),
+        };
+        fit.min(gpu)
+    }
 }
 
 fn domain_name(topo: &TopologyInput, key: &[&str]) -> String {
@@ -170,8 +256,20 @@ fn short(label: &str) -> &str {
     label.rsplit('/').next().unwrap_or(label)
 }
 
-/// Where job `g` may place `tasks` this cycle.
+/// Where job `g` may place `tasks` this cycle (builds the Topology's index; a cycle that
+/// plans many jobs keeps one [`Indexes`] and calls [`plan_in`]).
 pub fn plan(s: &Snapshot<'_>, st: &State, g: GroupId, tasks: &[PodId]) -> Plan {
+    plan_in(&mut Indexes::default(), s, st, g, tasks)
+}
+
+/// [`plan`] with the cycle's Topology indexes.
+pub fn plan_in<'a>(
+    indexes: &mut Indexes<'a>,
+    s: &Snapshot<'a>,
+    st: &State,
+    g: GroupId,
+    tasks: &[PodId],
+) -> Plan {
     let Some(c) = s.groups[g as usize].topology else {
         return Plan::Any;
     };
@@ -179,91 +277,107 @@ pub fn plan(s: &Snapshot<'_>, st: &State, g: GroupId, tasks: &[PodId]) -> Plan {
         Ok(r) => r,
         Err(why) => return Plan::Unsatisfiable(why),
     };
+    let ix = indexes.get(s, r.topo);
     let topo = r.topo;
-    let want = tasks.len() as u64;
-    // Topology nodes with their value paths and room for this job.
-    let members: Vec<(NodeId, Vec<&str>, u32)> = s
-        .nodes
-        .iter()
-        .enumerate()
-        .filter_map(|(i, n)| {
-            let path: Option<Vec<&str>> = topo
-                .levels
-                .iter()
-                .map(|l| n.labels.get(l).map(String::as_str))
-                .collect();
-            Some((i as NodeId, path?, room(s, st, i as NodeId, tasks)))
-        })
-        .collect();
-    if members.is_empty() {
+    if ix.members.is_empty() {
         return Plan::Unsatisfiable(format!(
             "topology {}: no node has a label for every level ({})",
             topo.name,
             topo.levels.join(", ")
         ));
     }
-    // Required-level domains already holding this job's running pods (they must stay there).
-    let held: BTreeSet<Vec<&str>> = match r.required {
+    let want = tasks.len() as u64;
+    let shape = Shape::of(s, tasks);
+    let room: Vec<u64> = ix.members.iter().map(|&n| shape.room(s, st, n)).collect();
+    // Required-level domains already holding this job's pods: it must stay in them.
+    let held: BTreeSet<u32> = match r.required {
         Some(req) => s
             .pods_of(g)
             .iter()
-            .filter_map(|&p| st.placement[p as usize].as_ref().map(|pl| pl.node))
-            .filter_map(|n| members.iter().find(|m| m.0 == n))
-            .map(|m| m.1[..=req].to_vec())
+            .filter_map(|&p| st.placement[p as usize].as_ref())
+            .map(|pl| ix.member_of[pl.node as usize])
+            .filter(|&m| m != u32::MAX)
+            .map(|m| ix.dom[req + 1][m as usize])
             .collect(),
         None => BTreeSet::new(),
     };
-    let inside_held = |key: &[&str]| match r.required {
-        Some(req) if !held.is_empty() => {
-            let k = key.len().min(req + 1);
-            held.iter().any(|h| h[..k] == key[..k])
-        }
+    let inside = |m: usize| match r.required {
+        Some(req) if !held.is_empty() => held.contains(&ix.dom[req + 1][m]),
         _ => true,
+    };
+    // Room per domain at `depth`, counting only members the job may use.
+    let sums = |depth: usize| -> Vec<u64> {
+        let mut out = vec![0u64; ix.domains[depth].len()];
+        for (m, &d) in ix.dom[depth].iter().enumerate() {
+            if inside(m) {
+                out[d as usize] = out[d as usize].saturating_add(room[m]);
+            }
+        }
+        out
     };
     // Depths to try, tightest first: preferred (else required) up to required (else root).
     let deepest = r.preferred.or(r.required).map_or(0, |l| l + 1);
     let widest = r.required.map_or(0, |l| l + 1);
-    let mut best_room = (0u64, String::new());
+    let preferred_depth = r.preferred.map(|p| p + 1);
+    let mut below: Option<Vec<u64>> = None;
     for depth in (widest..=deepest).rev() {
-        let level = domains(&members, depth);
-        let mut fits: Vec<(&Vec<&str>, &(Vec<NodeId>, u64))> = level
-            .iter()
-            .filter(|(k, _)| inside_held(k))
-            .inspect(|(k, d)| {
-                if depth == widest && d.1 > best_room.0 {
-                    best_room = (d.1, domain_name(topo, k));
-                }
-            })
-            .filter(|(_, d)| d.1 >= want)
+        let here = sums(depth);
+        let level = &ix.domains[depth];
+        let mut fits: Vec<u32> = (0..level.len() as u32)
+            .filter(|&d| here[d as usize] >= want)
             .collect();
         if fits.is_empty() {
+            if depth == widest {
+                let best = (0..level.len()).max_by_key(|&d| here[d]);
+                return unsatisfiable(topo, &r, want, best.map(|d| (here[d], &level[d].0[..])));
+            }
+            below = Some(here);
             continue;
         }
         // Fullest first (least room), then by name: KAI's bin-packing across domains.
-        fits.sort_by(|a, b| a.1.1.cmp(&b.1.1).then(a.0.cmp(b.0)));
-        let preferred_depth = r.preferred.map(|p| p + 1);
+        fits.sort_by(|&a, &b| {
+            (here[a as usize], &level[a as usize].0).cmp(&(here[b as usize], &level[b as usize].0))
+        });
+        let node_ids = |ms: &[u32]| -> Vec<NodeId> {
+            let mut v: Vec<NodeId> = ms.iter().map(|&m| ix.members[m as usize]).collect();
+            v.sort_unstable();
+            v
+        };
         let mut attempts = Vec::new();
-        for (key, (nodes, _)) in fits {
+        for d in fits {
+            let (key, ms) = &level[d as usize];
             if preferred_depth.is_some_and(|p| p > depth) {
-                if let Some(a) = fewest_children(topo, &members, key, want) {
+                let kids = below.get_or_insert_with(|| sums(depth + 1));
+                if let Some(a) = fewest_children(ix, kids, depth, ms, want) {
                     attempts.push(a);
                 }
             }
             attempts.push(Attempt {
                 what: domain_name(topo, key),
-                nodes: nodes.clone(),
+                nodes: node_ids(ms),
             });
         }
         return Plan::Domains(attempts);
     }
+    unsatisfiable(topo, &r, want, None)
+}
+
+fn unsatisfiable(
+    topo: &TopologyInput,
+    r: &Resolved<'_>,
+    want: u64,
+    best: Option<(u64, &[&str])>,
+) -> Plan {
     let level = match r.required {
         Some(l) => format!("required level {}", topo.levels[l]),
         None => "any level".to_string(),
     };
-    let largest = if best_room.0 == 0 {
-        "none has room for one".to_string()
-    } else {
-        format!("the largest, {}, has room for {}", best_room.1, best_room.0)
+    let largest = match best {
+        Some((room, key)) if room > 0 => format!(
+            "the largest, {}, has room for {room}",
+            domain_name(topo, key)
+        ),
+        _ => "none has room for one".to_string(),
     };
     Plan::Unsatisfiable(format!(
         "topology {}: no domain at the {level} can hold all {want} pods of the job ({largest})",
@@ -271,43 +385,51 @@ pub fn plan(s: &Snapshot<'_>, st: &State, g: GroupId, tasks: &[PodId]) -> Plan {
     ))
 }
 
-/// Within domain `key`, the fewest children (most room first) that together hold `want`
-/// pods; `None` when one child is the whole domain anyway.
+/// Within the domain of members `ms` at `depth`, the fewest children (most room first) that
+/// together hold `want` pods; `None` when that takes every child anyway.
 fn fewest_children(
-    topo: &TopologyInput,
-    members: &[(NodeId, Vec<&str>, u32)],
-    key: &[&str],
+    ix: &Index<'_>,
+    room: &[u64],
+    depth: usize,
+    ms: &[u32],
     want: u64,
 ) -> Option<Attempt> {
-    let inside: Vec<(NodeId, Vec<&str>, u32)> = members
-        .iter()
-        .filter(|m| m.1[..key.len()] == *key)
-        .cloned()
-        .collect();
-    let children = domains(&inside, key.len() + 1);
-    if children.len() < 2 {
+    let mut kids: Vec<u32> = ms.iter().map(|&m| ix.dom[depth + 1][m as usize]).collect();
+    kids.sort_unstable();
+    kids.dedup();
+    if kids.len() < 2 {
         return None;
     }
-    let mut kids: Vec<_> = children.into_iter().collect();
-    kids.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(&b.0)));
+    let level = &ix.domains[depth + 1];
+    kids.sort_by(|&a, &b| {
+        room[b as usize]
+            .cmp(&room[a as usize])
+            .then(level[a as usize].0.cmp(&level[b as usize].0))
+    });
     let mut nodes = Vec::new();
     let mut names = Vec::new();
     let mut sum = 0;
-    for (k, (ns, room)) in &kids {
+    for &k in &kids {
         if sum >= want {
             break;
         }
-        sum += room;
-        nodes.extend_from_slice(ns);
-        names.push(k.join("/"));
+        sum += room[k as usize];
+        let (key, members) = &level[k as usize];
+        nodes.extend(members.iter().map(|&m| ix.members[m as usize]));
+        names.push(key.join("/"));
     }
     if names.len() == kids.len() {
         return None;
     }
     nodes.sort_unstable();
-    let level = short(&topo.levels[key.len()]);
+    let parent = &level[kids[0] as usize].0[..depth];
     Some(Attempt {
-        what: format!("{level} {} of {}", names.join("+"), domain_name(topo, key)),
+        what: format!(
+            "{} {} of {}",
+            short(&ix.topo.levels[depth]),
+            names.join("+"),
+            domain_name(ix.topo, parent)
+        ),
         nodes,
     })
 }

@@ -2,7 +2,7 @@
 //! inside the first node set of its plan that takes them all (one statement, rolled back
 //! between tries), and says which level could not be satisfied when none does.
 
-use super::{Plan, plan};
+use super::{Plan, plan_in};
 use crate::actions::Session;
 use crate::snapshot::{GroupId, PodId};
 use crate::statement::Statement;
@@ -21,7 +21,7 @@ pub fn try_place(
     tasks: &[PodId],
 ) -> Option<Result<(), PodId>> {
     let g = group_of(sess, tasks)?;
-    let attempts = match plan(sess.s, &sess.st, g, tasks) {
+    let attempts = match plan_in(&mut sess.topology, sess.s, &sess.st, g, tasks) {
         Plan::Any => return None,
         Plan::Unsatisfiable(_) => return Some(Err(tasks[0])),
         Plan::Domains(a) => a,
@@ -54,7 +54,7 @@ pub fn try_place(
 /// Why a job with a topology constraint is not placed (`None`: it has none).
 pub fn explain(sess: &mut Session<'_>, tasks: &[PodId], failed: PodId) -> Option<String> {
     let g = group_of(sess, tasks)?;
-    match plan(sess.s, &sess.st, g, tasks) {
+    match plan_in(&mut sess.topology, sess.s, &sess.st, g, tasks) {
         Plan::Any => None,
         Plan::Unsatisfiable(why) => Some(why),
         Plan::Domains(a) => {

@@ -75,8 +75,11 @@ async fn gang_with_required_rack_lands_in_one_rack_and_waits_when_none_fits() ->
     let nodes = c.kubectl(&["get", "nodes", "-L", RACK]).await?;
     assert!(nodes.contains("rack-1"), "{nodes}");
     let (stop, handle) = c.scheduler(c.options());
-    c.wait("Topology CRD served", Duration::from_secs(20), || async {
-        c.kubectl(&["get", "topologies"]).await.ok()
+    c.wait("Topology CRD served", Duration::from_secs(60), || async {
+        match c.kubectl(&["get", "topologies"]).await {
+            Ok(out) => Look::Done(out),
+            Err(e) => Look::Seen(e.to_string()),
+        }
     })
     .await?;
     c.wait("default queue", Duration::from_secs(20), || async {
@@ -127,21 +130,17 @@ async fn gang_with_required_rack_lands_in_one_rack_and_waits_when_none_fits() ->
 
     // No rack has room for another gang of 4 (rack-0: 3 GPUs): it waits, and says why.
     c.apply("gang-b.yaml", &gang("gang-b", 4)).await?;
+    // (jsonpath over all PodGroups stops at the first without a status: read JSON.)
     let cond = c
         .wait(
             "gang-b's podgroup condition",
             Duration::from_secs(60),
             || async {
-                let out = c
-                    .kubectl(&[
-                        "get",
-                        "podgroups",
-                        "-o",
-                        "jsonpath={.items[*].status.schedulingConditions[*].message}",
-                    ])
-                    .await
-                    .ok()?;
-                out.contains("required level").then_some(out)
+                match c.kubectl(&["get", "podgroups", "-o", "json"]).await {
+                    Ok(out) if out.contains("required level") => Look::Done(out),
+                    Ok(out) => Look::Seen(out),
+                    Err(e) => Look::Seen(e.to_string()),
+                }
             },
         )
         .await?;
