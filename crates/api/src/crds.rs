@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::cluster_policy::ClusterPolicy;
 use crate::crd_defaults;
-use crate::kai::{PodGroup, Queue};
+use crate::kai::{PodGroup, Queue, Topology};
 use crate::mig_cluster_policy::MigClusterPolicy;
 use crate::nvidia_driver::NVIDIADriver;
 
@@ -29,7 +29,8 @@ pub enum CrdError {
     DefaultsWithoutField { name: String, paths: Vec<String> },
 }
 
-/// Every CRD, in a stable order: ClusterPolicy, NVIDIADriver, MigClusterPolicy, Queue, PodGroup.
+/// Every CRD, in a stable order: ClusterPolicy, NVIDIADriver, MigClusterPolicy, Queue, PodGroup,
+/// Topology.
 pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, CrdError> {
     [
         ClusterPolicy::crd(),
@@ -37,6 +38,7 @@ pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, CrdError> {
         MigClusterPolicy::crd(),
         Queue::crd(),
         PodGroup::crd(),
+        Topology::crd(),
     ]
     .into_iter()
     .map(fix_up)
@@ -61,6 +63,10 @@ fn fix_up(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition, Crd
                     "nvidiadrivers.nvidia.com" => {
                         add_driver_rules(schema);
                         crd_defaults::nvidia_driver()
+                    }
+                    "topologies.kai.scheduler" => {
+                        add_topology_rules(schema);
+                        Vec::new()
                     }
                     _ => Vec::new(),
                 };
@@ -164,6 +170,27 @@ fn add_driver_rules(schema: &mut Value) {
             }
         }
     }
+}
+
+/// Topology rules upstream enforces with CEL (`levels` immutable, unique, hostname last).
+fn add_topology_rules(schema: &mut Value) {
+    let Some(levels) = schema
+        .pointer_mut("/properties/spec/properties/levels")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    levels.insert("x-kubernetes-list-type".into(), json!("atomic"));
+    levels.insert(
+        "x-kubernetes-validations".into(),
+        json!([
+            {"rule": "self == oldSelf", "message": "field is immutable"},
+            {"rule": "size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0",
+             "message": "must be unique"},
+            {"rule": "size(self.filter(i, i.nodeLabel == 'kubernetes.io/hostname')) == 0 || self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'",
+             "message": "the kubernetes.io/hostname label can only be used at the lowest level of topology"}
+        ]),
+    );
 }
 
 /// Every CRD as multi-document YAML (what `gantry crds` prints).
@@ -380,6 +407,7 @@ mod tests {
                 ("migclusterpolicies.nvidia.com".into(), "Cluster".into()),
                 ("queues.scheduling.run.ai".into(), "Cluster".into()),
                 ("podgroups.scheduling.run.ai".into(), "Namespaced".into()),
+                ("topologies.kai.scheduler".into(), "Cluster".into()),
             ]
         );
         let pg = &crds[4];
@@ -405,7 +433,14 @@ mod tests {
                     "{}: {problems:#?}",
                     crd.metadata.name.clone().unwrap_or_default()
                 );
-                assert!(v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+                // KAI's Topology has no status (and so no status subresource).
+                let status = v.subresources.as_ref().is_some_and(|s| s.status.is_some());
+                assert_eq!(
+                    status,
+                    crd.spec.names.kind != "Topology",
+                    "{}",
+                    crd.spec.names.kind
+                );
             }
         }
     }

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::cluster_policy::ClusterPolicy;
 use crate::device_plugin_config::DevicePluginConfig;
-use crate::kai::{PodGroup, Queue};
+use crate::kai::{PodGroup, Queue, Topology};
 use crate::mig_cluster_policy::MigClusterPolicy;
 use crate::mig_parted::{self, MigPartedConfig};
 use crate::nvidia_driver::NVIDIADriver;
@@ -25,6 +25,7 @@ pub enum DocKind {
     MigClusterPolicy,
     Queue,
     PodGroup,
+    Topology,
     ConfigMap,
     /// A Pod: its KAI GPU-sharing annotations are checked.
     Pod,
@@ -49,6 +50,7 @@ const MANIFESTS: &[(&str, &str, DocKind)] = &[
     ),
     ("Queue", "scheduling.run.ai/v2", DocKind::Queue),
     ("PodGroup", "scheduling.run.ai/v2alpha2", DocKind::PodGroup),
+    ("Topology", "kai.scheduler/v1alpha1", DocKind::Topology),
     ("ConfigMap", "v1", DocKind::ConfigMap),
     ("Pod", "v1", DocKind::Pod),
 ];
@@ -280,6 +282,11 @@ pub fn validate_value(v: &Value) -> Vec<Problem> {
         }
         Ok(DocKind::PodGroup) => {
             manifest::<PodGroup>(v, "scheduling.run.ai/v2alpha2", "PodGroup", |o| {
+                o.spec.validate()
+            })
+        }
+        Ok(DocKind::Topology) => {
+            manifest::<Topology>(v, "kai.scheduler/v1alpha1", "Topology", |o| {
                 o.spec.validate()
             })
         }

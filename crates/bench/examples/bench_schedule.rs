@@ -2,6 +2,7 @@
 //! `cargo run --release -p gantry-bench --example bench_schedule -- NODES GPUS RUNNING PENDING [skip-replay|skip-cycle] [kai-only|frag-only]`.
 //! With `DUMP=<file>` it also writes the KAI policy's (or `DUMP_POLICY`'s) decisions on the synthetic cluster as
 //! JSON, to check that a change to the core leaves every bind, eviction and reason as it was.
+//! `TOPOLOGY=zone=64,rack=8` constrains the jobs to a topology (`--topology`).
 use gantry_bench::schedule::{BenchOptions, SynthSpec, Workload, run, synth};
 use gantry_scheduler::{Config, Policy, Snapshot, schedule};
 
@@ -53,6 +54,7 @@ fn main() {
         seed: 1,
         skip_replay: a.iter().any(|x| x == "skip-replay"),
         skip_cycle: a.iter().any(|x| x == "skip-cycle"),
+        topology: std::env::var("TOPOLOGY").ok(),
     };
     match run(&opts) {
         Ok(r) => print!("{r}"),

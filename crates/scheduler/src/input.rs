@@ -13,6 +13,30 @@ pub struct ClusterInput {
     pub queues: Vec<QueueInput>,
     pub pod_groups: Vec<PodGroupInput>,
     pub pods: Vec<PodInput>,
+    /// KAI `Topology` objects (topology-aware placement).
+    #[serde(default)]
+    pub topologies: Vec<TopologyInput>,
+}
+
+/// A KAI `Topology`: node label keys of its levels, outermost first.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TopologyInput {
+    pub name: String,
+    pub levels: Vec<String>,
+    /// Why the object is unusable (its levels break upstream's rules); jobs naming it wait.
+    #[serde(default)]
+    pub problem: Option<String>,
+}
+
+/// A job's topology constraint (PodGroup `spec.topologyConstraint`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TopologyConstraintInput {
+    /// Name of the `Topology` object.
+    pub topology: String,
+    /// Level (node label key) all the job's pods must share.
+    pub required: Option<String>,
+    /// Level the scheduler tries to keep the pods within, widening when none fits.
+    pub preferred: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -108,6 +132,9 @@ pub struct PodGroupInput {
     /// seconds; min-runtime counts from here.
     #[serde(default)]
     pub last_start: Option<i64>,
+    /// Required/preferred topology placement.
+    #[serde(default)]
+    pub topology: Option<TopologyConstraintInput>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -23,6 +23,7 @@ pub mod predicates;
 pub mod request;
 pub mod sharing;
 pub mod snapshot;
+pub mod topology;
 pub mod usage;
 pub mod workload;
 

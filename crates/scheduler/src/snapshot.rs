@@ -163,6 +163,8 @@ pub struct PodGroup<'a> {
     pub pods: Span,
     /// Holder for running pods of other schedulers: never scheduled, never a victim.
     pub foreign: bool,
+    /// Required/preferred topology placement (see [`crate::topology`]).
+    pub topology: Option<&'a crate::input::TopologyConstraintInput>,
 }
 
 #[derive(Clone, Debug)]
@@ -212,6 +214,8 @@ pub struct Snapshot<'a> {
     pub mig_profile_gpus: Vec<u32>,
     /// Problems in the input that did not stop the cycle (object named, what is wrong).
     pub issues: Vec<String>,
+    /// KAI `Topology` objects, as given.
+    pub topologies: &'a [crate::input::TopologyInput],
 }
 
 impl<'a> Snapshot<'a> {
@@ -268,6 +272,7 @@ impl<'a> Snapshot<'a> {
     pub fn build(input: &'a ClusterInput) -> Snapshot<'a> {
         let mut s = Snapshot {
             now: input.now,
+            topologies: &input.topologies,
             ..Default::default()
         };
         let mut mig_ids: FastMap<String, u16> = fast_map(8);
@@ -424,6 +429,7 @@ impl<'a> Snapshot<'a> {
                 last_start: g.last_start,
                 pods: Span::default(),
                 foreign: false,
+                topology: g.topology.as_ref(),
             });
         }
         let max_gpu_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
@@ -495,6 +501,7 @@ impl<'a> Snapshot<'a> {
                         staleness_grace: None,
                         stale_since: None,
                         last_start: None,
+                        topology: None,
                         pods: Span::default(),
                         foreign: true,
                     });

@@ -10,6 +10,7 @@ pub mod gc;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod logs;
+pub mod node_topology;
 pub mod nodes;
 pub mod serve;
 pub mod store;

@@ -20,6 +20,8 @@ pub struct NodePlan {
     pub gpus: u32,
     /// Seeds the simulated GPUs (UUIDs, serials): the node's position in the whole spec.
     pub seed: u64,
+    /// Extra node labels, as the kubelet's `--node-labels` (topology: [`crate::node_topology`]).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A group of the spec as written.
@@ -36,6 +38,8 @@ pub enum SpecError {
     Empty,
     #[error("node spec group {group:?}: {problem}")]
     Group { group: String, problem: String },
+    #[error("topology spec {group:?}: {problem}")]
+    Topology { group: String, problem: String },
     #[error("node spec asks for {0} nodes; at most {MAX_NODES} are supported")]
     TooMany(u64),
 }
@@ -156,6 +160,7 @@ pub fn expand(groups: &[NodeGroup]) -> Vec<NodePlan> {
                 gpu: g.gpu,
                 gpus: g.gpus,
                 seed: out.len() as u64,
+                labels: Default::default(),
             });
             *i += 1;
         }

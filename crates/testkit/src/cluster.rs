@@ -21,6 +21,7 @@ use crate::{Look, Recorder};
 pub struct ClusterBuilder {
     options: ControlPlaneOptions,
     nodes: Option<String>,
+    topology: Option<String>,
     agents: Option<AgentRegistry>,
     crds: bool,
     controllers: bool,
@@ -57,6 +58,7 @@ impl Cluster {
         ClusterBuilder {
             options: ControlPlaneOptions::default(),
             nodes: None,
+            topology: None,
             agents: None,
             crds: false,
             controllers: false,
@@ -139,6 +141,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// Topology labels for the nodes (`gantry_sim::node_topology`, e.g. `zone=4,rack=2`: the
+    /// nodes in spec order, 4 to a zone and 2 to a rack).
+    pub fn topology(mut self, spec: &str) -> Self {
+        self.topology = Some(spec.to_string());
+        self
+    }
+
     /// The agent runners the nodes' kubelets use instead of the default registry
     /// (`AgentRegistry::new()` for none).
     pub fn agents(mut self, agents: AgentRegistry) -> Self {
@@ -189,8 +198,12 @@ impl ClusterBuilder {
             .context("a directory under /tmp")?;
         let sim = match &self.nodes {
             Some(spec) => {
-                let plan =
+                let mut plan =
                     gantry_sim::nodes::plan(spec).with_context(|| format!("node spec {spec:?}"))?;
+                if let Some(t) = &self.topology {
+                    gantry_sim::node_topology::apply(&mut plan, t)
+                        .with_context(|| format!("topology spec {t:?}"))?;
+                }
                 let agents = self
                     .agents
                     .unwrap_or_else(gantry_sim::kubelet::runners::default_registry);

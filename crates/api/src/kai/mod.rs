@@ -1,9 +1,11 @@
-//! KAI Scheduler objects: `Queue` (scheduling.run.ai/v2) and `PodGroup`
-//! (scheduling.run.ai/v2alpha2), with accessors returning the effective values.
+//! KAI Scheduler objects: `Queue` (scheduling.run.ai/v2), `PodGroup`
+//! (scheduling.run.ai/v2alpha2) and `Topology` (kai.scheduler/v1alpha1), with accessors
+//! returning the effective values.
 
 pub mod gpu_sharing;
 pub mod pod_group;
 pub mod queue;
+pub mod topology;
 
 pub use gpu_sharing::{
     GpuSharingRequest, SharePortion, SharingError, parse_gpu_sharing, pod_gpu_sharing,
@@ -11,6 +13,7 @@ pub use gpu_sharing::{
 };
 pub use pod_group::*;
 pub use queue::*;
+pub use topology::{Topology, TopologyLevel, TopologySpec};
 
 /// RFC 1123 DNS label: lowercase alphanumerics and `-`, starting and ending alphanumeric, ≤ 63.
 pub fn is_dns_label(s: &str) -> bool {

@@ -56,7 +56,7 @@ fn generated_yaml_parses_back_as_structural_crds() {
         }
         n += 1;
     }
-    assert_eq!(n, 5);
+    assert_eq!(n, 6);
 }
 
 /// A placeholder: no description, a bare path or word (`spec.mig.`, `Deprecated.`), or a

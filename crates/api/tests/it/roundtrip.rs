@@ -58,6 +58,7 @@ fn check_file(name: &str) -> Vec<DocKind> {
                 DocKind::MigClusterPolicy => drop(round_trip::<MigClusterPolicy>(d, &what)),
                 DocKind::Queue => drop(round_trip::<Queue>(d, &what)),
                 DocKind::PodGroup => drop(round_trip::<PodGroup>(d, &what)),
+                DocKind::Topology => drop(round_trip::<gantry_api::kai::Topology>(d, &what)),
                 DocKind::DevicePluginConfig => drop(round_trip::<DevicePluginConfig>(d, &what)),
                 DocKind::MigPartedConfig => drop(round_trip::<MigPartedConfig>(d, &what)),
                 DocKind::ConfigMap | DocKind::Pod | DocKind::Workload | DocKind::Unchecked => {}

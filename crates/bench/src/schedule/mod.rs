@@ -3,6 +3,7 @@
 
 pub mod paper;
 pub mod replay;
+pub mod topology;
 
 use gantry_scheduler::config::{Config, Policy};
 use gantry_scheduler::input::{ClusterInput, NodeInput, PodInput};
@@ -35,6 +36,8 @@ pub struct BenchOptions {
     pub skip_replay: bool,
     /// Skip the full-cycle run (throughput columns).
     pub skip_cycle: bool,
+    /// Topology levels as nodes per domain (`zone=64,rack=8`): jobs constrained to them.
+    pub topology: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +73,8 @@ pub enum BenchError {
     Trace(#[from] trace::TraceError),
     #[error("trace {0}: no GPU nodes")]
     NoGpus(String),
+    #[error(transparent)]
+    Topology(#[from] gantry_sim::nodes::SpecError),
 }
 
 pub fn policy_name(p: Policy) -> &'static str {
@@ -140,7 +145,7 @@ fn arrivals(opts: &BenchOptions, nodes: &[NodeInput], base: &[PodInput]) -> Vec<
 }
 
 pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
-    let (input, description) = match &opts.workload {
+    let (mut input, mut description) = match &opts.workload {
         Workload::Synthetic(spec) => (
             synth::synth(spec),
             format!(
@@ -175,6 +180,12 @@ pub fn run(opts: &BenchOptions) -> Result<Report, BenchError> {
             )
         }
     };
+    if let Some(t) = &opts.topology {
+        let domains = topology::apply(&mut input, t)?;
+        description.push_str(&format!(
+            ", topology {t} ({domains} innermost domains; gangs require one, single pods prefer one)"
+        ));
+    }
     let stream = if opts.skip_replay {
         Vec::new()
     } else {

@@ -58,6 +58,7 @@ pub fn replay_input(nodes: &[NodeInput], arrivals: &[PodInput]) -> ClusterInput 
         queues: vec![queue],
         pod_groups: groups,
         pods,
+        topologies: Vec::new(),
     }
 }
 

@@ -96,6 +96,10 @@ pub struct ScheduleBenchArgs {
     /// Skip the full cycle (throughput columns).
     #[arg(long)]
     skip_cycle: bool,
+    /// Topology-constrained cycle: nodes labelled into levels, outermost first, as nodes per
+    /// domain (`zone=64,rack=8`); gangs require the innermost level, single pods prefer it.
+    #[arg(long)]
+    topology: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -314,6 +318,7 @@ fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         skip_replay: args.skip_replay,
         skip_cycle: args.skip_cycle,
+        topology: args.topology,
     };
     print!("{}", run(&opts)?);
     Ok(ExitCode::SUCCESS)

@@ -18,6 +18,11 @@ pub struct Args {
     /// Simulated nodes, e.g. `4xH100-80GB:8,2xA100-80GB:8,1xL4:1,2xcpu` (COUNT x MODEL : GPUs).
     #[arg(long)]
     nodes: Option<String>,
+    /// Topology labels for the nodes, outermost level first, as nodes per domain: `zone=8,rack=2`
+    /// puts the nodes (in `--nodes` order) 8 to a zone, 2 to a rack (a KAI `Topology` names
+    /// `topology.kubernetes.io/zone` and `topology.gantry.dev/rack`).
+    #[arg(long, requires = "nodes")]
+    topology: Option<String>,
     /// The control plane and nodes only, for `helm install` of Gantry's chart: no in-process
     /// operator or scheduler, and none of the objects they would create (namespaces, default
     /// queues). The chart's operator and scheduler pods then run in-process as their
@@ -45,6 +50,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Bad input fails before anything starts (and before anything says "serving").
     if let Some(spec) = &args.nodes {
         gantry_sim::nodes::plan(spec).with_context(|| format!("--nodes {spec:?}"))?;
+    }
+    if let Some(t) = &args.topology {
+        gantry_sim::node_topology::parse(t).with_context(|| format!("--topology {t:?}"))?;
     }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
@@ -78,6 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let opts = gantry_sim::cluster::UpOptions {
                     default_scheduler: true,
                     components: super::in_process::runners(),
+                    topology: args.topology.clone(),
                 };
                 let start = gantry_sim::cluster::up_with(&cp, args.data_dir.as_deref(), spec, opts);
                 let up = tokio::select! {

@@ -71,6 +71,12 @@ pub fn run(sess: &mut Session<'_>) {
                 }
             }
             Err(task) => {
+                if let Some(msg) = super::common::topology::explain(sess, &tasks, task) {
+                    // A domain's failure says nothing about the shape elsewhere.
+                    mark(sess, g, &msg);
+                    sess.failed.push(g);
+                    continue;
+                }
                 let explain = sess.placer.explain(sess.snapshot, &sess.state, task);
                 // Scheduling signature: a shape that fails on the committed state fails
                 // for every later job this action (allocate only consumes capacity).

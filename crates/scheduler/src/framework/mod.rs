@@ -40,6 +40,8 @@ pub struct Session<'a> {
     /// Per job: whether its placed pods hold GPU (bit 0) or only CPU/memory (bit 1); set
     /// from the running pods and on every placement, never cleared (it only prunes).
     held_kinds: Vec<u8>,
+    /// Topology domains, indexed when a job first names a Topology (`crate::topology`).
+    pub topology: crate::topology::Indexes<'a>,
 }
 
 impl<'a> Session<'a> {
@@ -77,6 +79,7 @@ impl<'a> Session<'a> {
             stale_marks: Vec::new(),
             issues,
             state,
+            topology: Default::default(),
         }
     }
 

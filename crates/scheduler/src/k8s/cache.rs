@@ -4,7 +4,7 @@
 
 use super::convert::{self, CachedPod};
 use crate::input::{ClusterInput, PodGroupInput, PodInput, PodPhase};
-use gantry_api::kai::{PodGroup, Queue};
+use gantry_api::kai::{PodGroup, Queue, Topology};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -173,6 +173,25 @@ impl Cache {
         if self.queues.remove(&mut self.input.queues, name).is_some() {
             self.version += 1;
         }
+    }
+
+    pub fn apply_topology(&mut self, t: &Topology) {
+        let input = convert::topology(t);
+        match self
+            .input
+            .topologies
+            .iter_mut()
+            .find(|x| x.name == input.name)
+        {
+            Some(x) => *x = input,
+            None => self.input.topologies.push(input),
+        }
+        self.version += 1;
+    }
+
+    pub fn delete_topology(&mut self, name: &str) {
+        self.input.topologies.retain(|t| t.name != name);
+        self.version += 1;
     }
 
     pub fn queue_names(&self) -> impl Iterator<Item = &str> {

@@ -3,8 +3,9 @@
 
 use crate::input::{
     NodeInput, PodGroupInput, PodInput, PodPhase, QueueInput, QueueResourceInput, SubGroupInput,
+    TopologyConstraintInput, TopologyInput,
 };
-use gantry_api::kai::{Limit, PodGroup, Queue, QueueResourceKind, Quota};
+use gantry_api::kai::{Limit, PodGroup, Queue, QueueResourceKind, Quota, Topology};
 use gantry_api::names;
 use gantry_k8s_rules::RequiredNodeAffinity;
 use gantry_k8s_rules::taints::{taints_from_k8s, tolerations_from_k8s};
@@ -124,7 +125,10 @@ pub struct CachedPod {
     pub problem: Option<String>,
 }
 
-const KEPT_ANNOTATIONS: [&str; 5] = [
+const KEPT_ANNOTATIONS: [&str; 8] = [
+    names::ANNOTATION_TOPOLOGY,
+    names::ANNOTATION_TOPOLOGY_REQUIRED_PLACEMENT,
+    names::ANNOTATION_TOPOLOGY_PREFERRED_PLACEMENT,
     names::ANNOTATION_GPU_FRACTION,
     names::ANNOTATION_GPU_MEMORY,
     names::ANNOTATION_GPU_FRACTION_NUM_DEVICES,
@@ -467,6 +471,34 @@ pub fn pod_group(pg: &PodGroup, priority_of: impl Fn(&str) -> Option<i32>) -> Po
             .and_then(|a| a.get(names::ANNOTATION_LAST_START_TIMESTAMP))
             .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
             .map(|t| t.timestamp()),
+        topology: spec
+            .topology_constraint
+            .as_ref()
+            .and_then(topology_constraint),
+    }
+}
+
+/// A `topologyConstraint` that names a Topology; `None` when it names none (KAI ignores it).
+fn topology_constraint(c: &gantry_api::kai::TopologyConstraint) -> Option<TopologyConstraintInput> {
+    let level = |v: &Option<String>| v.clone().filter(|l| !l.is_empty());
+    Some(TopologyConstraintInput {
+        topology: c.topology.clone().filter(|t| !t.is_empty())?,
+        required: level(&c.required_topology_level),
+        preferred: level(&c.preferred_topology_level),
+    })
+}
+
+/// A Topology as the core sees it: its level labels, and why it is unusable if it is.
+pub fn topology(t: &Topology) -> TopologyInput {
+    let name = t.metadata.name.clone().unwrap_or_default();
+    let problems = t.spec.validate();
+    TopologyInput {
+        problem: (!problems.is_empty()).then(|| {
+            let list: Vec<String> = problems.iter().map(|(p, m)| format!("{p}: {m}")).collect();
+            format!("Topology {name} is invalid: {}", list.join("; "))
+        }),
+        levels: t.spec.labels().into_iter().map(str::to_string).collect(),
+        name,
     }
 }
 

@@ -11,7 +11,7 @@ use crate::predicates::static_check;
 use crate::sharing::can_fit_gpu;
 use crate::snapshot::{CPU, MEM, PodId, Snapshot};
 use crate::state::State;
-use gantry_api::kai::{PodGroup, Queue};
+use gantry_api::kai::{PodGroup, Queue, Topology};
 use gantry_api::lenient::Lenient;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -102,6 +102,11 @@ pub async fn explain_pod(
     if let Ok(qs) = Api::<Queue>::all(client.clone()).list(&lp).await {
         for q in qs {
             cache.apply_queue(&q);
+        }
+    }
+    if let Ok(ts) = Api::<Topology>::all(client.clone()).list(&lp).await {
+        for t in ts {
+            cache.apply_topology(&t);
         }
     }
     if let Ok(gs) = Api::<PodGroup>::all(client.clone()).list(&lp).await {
@@ -204,6 +209,7 @@ pub async fn explain_pod(
     {
         let mut issues = Vec::new();
         let st = State::new(&snap, &mut issues);
+        out.push_str(&topology_report(&snap, &st, id));
         let _ = writeln!(out, "Nodes:");
         for (n, v) in node_verdicts(&snap, &st, id) {
             match v {
@@ -239,6 +245,46 @@ pub async fn explain_pod(
         }
     }
     Ok(out)
+}
+
+/// The pod's job's topology constraint and what it allows now: the domains that hold the
+/// job's pending pods, or the level that cannot be satisfied. Empty without a constraint.
+pub fn topology_report(s: &Snapshot<'_>, st: &State, pod: PodId) -> String {
+    let g = s.pods[pod as usize].group;
+    let Some(c) = s.groups[g as usize].topology else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let level = |l: &Option<String>| l.as_deref().unwrap_or("-").to_string();
+    let _ = writeln!(
+        out,
+        "Topology:   {} (required {}, preferred {})",
+        c.topology,
+        level(&c.required),
+        level(&c.preferred)
+    );
+    let pending: Vec<PodId> = s
+        .pods_of(g)
+        .iter()
+        .copied()
+        .filter(|&p| st.placement[p as usize].is_none() && !s.pods[p as usize].running)
+        .collect();
+    match crate::topology::plan(s, st, g, &pending) {
+        crate::topology::Plan::Any => {}
+        crate::topology::Plan::Unsatisfiable(why) => {
+            let _ = writeln!(out, "  cannot be satisfied: {why}");
+        }
+        crate::topology::Plan::Domains(a) => {
+            let what: Vec<&str> = a.iter().map(|a| a.what.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "  domains with room for its {} pending pods, in the order tried: {}",
+                pending.len(),
+                what.join(", ")
+            );
+        }
+    }
+    out
 }
 
 fn gpus(

@@ -103,6 +103,9 @@ pub fn grouping(pod: &CachedPod, owner: Option<&Owner>) -> Grouping {
     if let Some(p) = label(owner, pod, names::LABEL_PREEMPTIBILITY) {
         spec["preemptibility"] = json!(p);
     }
+    if let Some(c) = topology_constraint(owner, pod) {
+        spec["topologyConstraint"] = c;
+    }
     let mut labels = serde_json::Map::new();
     if let Some(o) = owner {
         for (k, v) in &o.labels {
@@ -129,6 +132,25 @@ pub fn grouping(pod: &CachedPod, owner: Option<&Owner>) -> Grouping {
         "spec": spec,
     });
     Grouping { name, object }
+}
+
+/// KAI's `kai.scheduler/topology*` annotations (the top owner's, else the pod's) as the
+/// PodGroup's `topologyConstraint`; `None` without a topology name.
+fn topology_constraint(owner: Option<&Owner>, pod: &CachedPod) -> Option<Value> {
+    let ann = |key: &str| {
+        owner
+            .and_then(|o| o.annotations.get(key))
+            .or_else(|| pod.input.annotations.get(key))
+            .filter(|v| !v.is_empty())
+    };
+    let mut c = json!({"topology": ann(names::ANNOTATION_TOPOLOGY)?});
+    if let Some(r) = ann(names::ANNOTATION_TOPOLOGY_REQUIRED_PLACEMENT) {
+        c["requiredTopologyLevel"] = json!(r);
+    }
+    if let Some(p) = ann(names::ANNOTATION_TOPOLOGY_PREFERRED_PLACEMENT) {
+        c["preferredTopologyLevel"] = json!(p);
+    }
+    Some(c)
 }
 
 /// Object names are at most 253 characters; keep the unique uid tail.
@@ -201,6 +223,41 @@ mod tests {
         assert_eq!(g.name, "pg-train-j1");
         assert_eq!(g.object["spec"]["minMember"], 2);
         assert_eq!(g.object["spec"]["queue"], "team-a");
+    }
+
+    #[test]
+    fn topology_annotations_become_the_constraint_owner_first() {
+        let mut p = pod(&[]);
+        assert!(grouping(&p, None).object["spec"]["topologyConstraint"].is_null());
+        p.input.annotations = [
+            (
+                names::ANNOTATION_TOPOLOGY.to_string(),
+                "cluster".to_string(),
+            ),
+            (
+                names::ANNOTATION_TOPOLOGY_PREFERRED_PLACEMENT.to_string(),
+                "rack".to_string(),
+            ),
+        ]
+        .into();
+        let c = &grouping(&p, None).object["spec"]["topologyConstraint"];
+        assert_eq!(
+            *c,
+            json!({"topology": "cluster", "preferredTopologyLevel": "rack"})
+        );
+        let owner = Owner {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            annotations: [(
+                names::ANNOTATION_TOPOLOGY_REQUIRED_PLACEMENT.to_string(),
+                "zone".to_string(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let c = &grouping(&p, Some(&owner)).object["spec"]["topologyConstraint"];
+        assert_eq!(c["requiredTopologyLevel"], "zone");
+        assert_eq!(c["topology"], "cluster");
     }
 
     #[test]

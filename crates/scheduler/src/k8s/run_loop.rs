@@ -18,7 +18,7 @@ use super::status::{StatusWriter, child_queues, reason};
 use super::{Error, Options, binder, podgrouper};
 use crate::decisions::{Bind, Decisions, EvictReason, GpuBinding, QueueReport};
 use futures::StreamExt;
-use gantry_api::kai::{PodGroup, Queue};
+use gantry_api::kai::{PodGroup, Queue, Topology};
 use gantry_api::lenient::Lenient;
 use gantry_api::names;
 use gantry_runtime::lease::{Lease, LeaseConfig};
@@ -41,6 +41,7 @@ enum Msg {
     Queue(Box<watcher::Event<Queue>>),
     Group(Box<watcher::Event<PodGroup>>),
     Class(Box<watcher::Event<PriorityClass>>),
+    Topology(Box<watcher::Event<Topology>>),
     Bound {
         key: String,
         node: String,
@@ -56,7 +57,7 @@ enum Msg {
     },
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 /// Grace for deleting an idle reservation pod: short, but not 0 (see `collect_reservations`).
 const RESERVATION_GRACE_SECONDS: u32 = 1;
 
@@ -161,6 +162,11 @@ async fn lead(
         tx.clone(),
         |e| Msg::Class(Box::new(e)),
     ));
+    tasks.spawn(reflect(
+        Api::<Topology>::all(client.clone()),
+        tx.clone(),
+        |e| Msg::Topology(Box::new(e)),
+    ));
     tasks.spawn(status_task(
         client.clone(),
         opts.scheduler_name.clone(),
@@ -189,6 +195,9 @@ async fn lead(
         relist: Default::default(),
         said_problem: HashSet::new(),
     };
+    // Topologies are optional: a cluster without KAI's Topology CRD still schedules (jobs
+    // naming a topology wait until it is listed).
+    lp.relist[5].synced = true;
     let mut last_cycle = Instant::now();
     let mut seen_version = u64::MAX;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
@@ -254,6 +263,12 @@ impl Loop {
                 },
             )
             }
+            Msg::Topology(ev) => self.reflect(
+                5,
+                *ev,
+                |c, t| c.apply_topology(t),
+                |c, k| c.delete_topology(k),
+            ),
             Msg::Queue(ev) => {
                 self.reflect(2, *ev, |c, q| c.apply_queue(q), |c, k| c.delete_queue(k))
             }
@@ -350,6 +365,13 @@ impl Loop {
                             .collect(),
                         1 => self.cache.meta.keys().cloned().collect(),
                         2 => self.cache.queue_names().map(str::to_string).collect(),
+                        5 => self
+                            .cache
+                            .input
+                            .topologies
+                            .iter()
+                            .map(|t| t.name.clone())
+                            .collect(),
                         3 => self
                             .cache
                             .input

@@ -77,6 +77,9 @@ struct Case {
     queues: Vec<QueueSpec>,
     jobs: Vec<JobSpec>,
     expected: BTreeMap<String, Expect>,
+    /// KAI `Topology` objects: name → node label keys of its levels, outermost first.
+    #[serde(default)]
+    topologies: BTreeMap<String, Vec<String>>,
     /// Why Gantry differs on purpose; the case must then not match KAI's expectation.
     #[serde(default)]
     differs: Option<String>,
@@ -98,6 +101,9 @@ struct NodeSpec {
     /// MIG devices by profile (`1g.10gb: 2`), mixed strategy.
     #[serde(default)]
     mig: BTreeMap<String, u32>,
+    /// Node labels (topology levels, affinity keys).
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -158,6 +164,9 @@ struct JobSpec {
     /// The job's `LastStartTimestamp` this long before the cycle (min-runtime).
     #[serde(default)]
     started_seconds_ago: Option<i64>,
+    /// KAI's topology constraint (the root sub-group set's `TopologyConstraintInfo`).
+    #[serde(default)]
+    topology: Option<TopologyConstraintInput>,
     tasks: Vec<TaskSpec>,
 }
 
@@ -175,6 +184,9 @@ struct TaskSpec {
     gpu_group: Option<u32>,
     #[serde(default)]
     mig: Option<BTreeMap<String, u32>>,
+    /// KAI's `NodeAffinityNames`: required node labels.
+    #[serde(default)]
+    node_selector: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,7 +226,7 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
         ..Default::default()
     };
     for (name, n) in &c.nodes {
-        let mut labels = BTreeMap::new();
+        let mut labels = n.labels.clone();
         labels.insert(
             names::LABEL_GPU_MEMORY.to_string(),
             n.gpu_memory.unwrap_or(100).to_string(),
@@ -303,6 +315,7 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
             staleness_grace_secs: Some(grace.unwrap_or(-1)),
             stale_since: j.stale_seconds.map(|s| NOW - s),
             last_start: j.started_seconds_ago.map(|s| NOW - s),
+            topology: j.topology.clone(),
             ..Default::default()
         });
         for (k, t) in j.tasks.iter().enumerate() {
@@ -314,6 +327,7 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
                 memory_bytes: j.memory,
                 creation,
                 task_priority: t.priority,
+                node_selector: t.node_selector.clone(),
                 ..Default::default()
             };
             if let Some(mib) = j.gpu_memory {
@@ -354,6 +368,15 @@ fn input_of(c: &Case, grace: Option<i64>) -> Result<ClusterInput, String> {
             input.pods.push(p);
         }
     }
+    input.topologies = c
+        .topologies
+        .iter()
+        .map(|(name, levels)| TopologyInput {
+            name: name.clone(),
+            levels: levels.clone(),
+            problem: None,
+        })
+        .collect();
     place_whole_gpus(&mut input);
     Ok(input)
 }

@@ -19,6 +19,7 @@ mod k8s_reclaim;
 mod k8s_replay;
 mod k8s_restart;
 mod k8s_time_fairshare;
+mod k8s_topology;
 mod k8s_visibility;
 mod kai_semantics;
 mod module_graph;

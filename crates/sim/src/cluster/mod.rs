@@ -155,6 +155,8 @@ pub struct UpOptions {
     /// In-process runners of Gantry's components by subcommand (`operator`, `scheduler`), for
     /// pods of Gantry's image (the Helm chart's): see [`crate::kubelet::components`].
     pub components: BTreeMap<String, crate::kubelet::components::ComponentRunner>,
+    /// Topology labels for the nodes (`zone=8,rack=2`, see [`crate::node_topology`]).
+    pub topology: Option<String>,
 }
 
 /// `gantry up --nodes SPEC`: the workload controllers and one kubelet per node of `spec`,
@@ -175,7 +177,10 @@ pub async fn up_with(
     spec: &str,
     opts: UpOptions,
 ) -> Result<Up, UpError> {
-    let plan = crate::nodes::plan(spec)?;
+    let mut plan = crate::nodes::plan(spec)?;
+    if let Some(t) = &opts.topology {
+        crate::node_topology::apply(&mut plan, t)?;
+    }
     let (root, temp) = match data_dir {
         Some(d) => (sim_dir(d), None),
         None => {
@@ -301,7 +306,8 @@ pub async fn start(
             .filter(|_| p.gpus > 0)
             .map(|m| Arc::new(SimBackend::new(SimConfig::new(m, p.gpus, p.seed))));
         // The node's position in the whole spec (not in `plan`, which may be one share of it).
-        let res = NodeResources::for_gpus(p.gpu, p.gpus, p.seed as u32);
+        let mut res = NodeResources::for_gpus(p.gpu, p.gpus, p.seed as u32);
+        res.labels = p.labels.clone();
         let node = NodeShared::new(root, &p.name, res, backend);
         node.dirs
             .seed_host(if p.gpu.is_some() { p.gpus } else { 0 })

@@ -29,6 +29,8 @@ pub struct NodeResources {
     pub gpus: u32,
     /// Position in the cluster (addresses, machine IDs).
     pub index: u32,
+    /// Extra labels set at registration (the kubelet's `--node-labels`).
+    pub labels: BTreeMap<String, String>,
 }
 
 const GIB: u64 = 1 << 30;
@@ -50,6 +52,7 @@ impl NodeResources {
             gpu_model: gpu_model.filter(|_| gpus > 0),
             gpus,
             index,
+            labels: BTreeMap::new(),
         }
     }
 
@@ -103,6 +106,7 @@ pub fn labels(name: &str, res: &NodeResources) -> BTreeMap<String, String> {
             l.insert(k.to_string(), v.to_string());
         }
     }
+    l.extend(res.labels.clone());
     l
 }
 

@@ -7,6 +7,7 @@ pub mod job_order;
 pub mod lazy_sort;
 pub mod scenario;
 pub mod solver;
+pub mod topology;
 pub mod victims;
 
 use crate::framework::Session;
@@ -22,6 +23,9 @@ pub fn try_place(
     stmt: &mut Statement,
     tasks: &[PodId],
 ) -> Result<(), PodId> {
+    if let Some(r) = topology::try_place(sess, stmt, tasks) {
+        return r;
+    }
     let cp = stmt.checkpoint();
     for &t in tasks {
         match sess.placer.place(sess.snapshot, &sess.state, t) {

@@ -117,7 +117,10 @@ pub(super) async fn install_crds(client: &kube::Client) {
         return;
     };
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in all.into_iter().filter(|c| c.spec.group == names::KAI_GROUP) {
+    // KAI's own: Queue and PodGroup (scheduling.run.ai) and Topology (kai.scheduler).
+    let topology_group = <gantry_api::kai::Topology as kube::Resource>::group(&());
+    let kai = |g: &str| g == names::KAI_GROUP || g == topology_group;
+    for crd in all.into_iter().filter(|c| kai(&c.spec.group)) {
         if let Err(e) = api.create(&PostParams::default(), &crd).await
             && !matches!(&e, kube::Error::Api(s) if s.code == 409)
         {

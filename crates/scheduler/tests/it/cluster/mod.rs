@@ -71,15 +71,31 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra device-plugin flags.
     pub async fn start_with_plugin_args(spec: &str, plugin_args: &[&str]) -> Result<Cluster> {
+        Self::start_labelled(spec, plugin_args, None).await
+    }
+
+    /// [`Cluster::start`] with the nodes labelled into topology domains
+    /// (`gantry_sim::node_topology`, e.g. `zone=4,rack=2`).
+    pub async fn start_with_topology(spec: &str, topology: &str) -> Result<Cluster> {
+        Self::start_labelled(spec, &[], Some(topology)).await
+    }
+
+    async fn start_labelled(
+        spec: &str,
+        plugin_args: &[&str],
+        topology: Option<&str>,
+    ) -> Result<Cluster> {
         let plan = gantry_sim::nodes::plan(spec)?;
         let want: u64 = plan.iter().map(|p| u64::from(p.gpus)).sum();
-        let kit = gantry_testkit::Cluster::builder()
+        let mut builder = gantry_testkit::Cluster::builder()
             .controllers()
             .namespace("kube-system")
             .namespace("default")
-            .nodes(spec)
-            .start()
-            .await?;
+            .nodes(spec);
+        if let Some(t) = topology {
+            builder = builder.topology(t);
+        }
+        let kit = builder.start().await?;
         let client = kit.client().clone();
         let ds: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
         ds.create(

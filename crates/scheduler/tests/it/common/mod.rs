@@ -74,6 +74,7 @@ pub fn group(name: &str, queue: &str, priority: i32, min: u32, creation: i64) ->
         staleness_grace_secs: None,
         stale_since: None,
         last_start: None,
+        topology: None,
     }
 }
 
