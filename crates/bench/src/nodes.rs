@@ -218,7 +218,7 @@ fn progress(cp: &ControlPlane) -> Progress {
 
 /// Start the kubelet processes; they stop when their stdin closes (this side dropped) and
 /// are killed if the bench is.
-fn spawn_kubelets(
+pub(crate) fn spawn_kubelets(
     k: &KubeletProcesses,
     cp: &ControlPlane,
     spec: &str,
