@@ -105,17 +105,9 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 ..Default::default()
             }),
         progress: (args.progress > 0).then(|| std::time::Duration::from_secs(args.progress)),
-        kubelet_processes: match args.kubelet_processes {
-            0 => None,
-            count => Some(gantry_bench::nodes::KubeletProcesses {
-                count,
-                command: vec![
-                    std::env::current_exe()?.into_os_string(),
-                    "sim".into(),
-                    "kubelets".into(),
-                ],
-            }),
-        },
+        kubelet_processes: gantry_bench::nodes::KubeletProcesses::of_this_binary(
+            args.kubelet_processes,
+        )?,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
