@@ -35,7 +35,37 @@ pub fn rss_of(pid: u32) -> (Option<u64>, Option<u64>) {
 /// User + system CPU seconds a process has used (`/proc/<pid>/stat`, at Linux's 100 ticks a
 /// second); `None` where it cannot be read.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// CPU seconds of process `pid` by thread name (`/proc/<pid>/task/*/comm`), live threads
+/// only: (name, threads, seconds), most first. Tokio's workers share one name; the agents'
+/// own threads (exporter sampler, plugin health, ...) have theirs.
+pub fn cpu_by_thread(pid: u32) -> Vec<(String, usize, f64)> {
+    let mut by: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    for t in tasks.flatten() {
+        let path = t.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let Some(secs) = std::fs::read_to_string(path.join("stat"))
+            .ok()
+            .and_then(|s| stat_cpu_seconds(&s))
+        else {
+            continue;
+        };
+        let e = by.entry(name.trim().to_string()).or_default();
+        e.0 += 1;
+        e.1 += secs;
+    }
+    let mut out: Vec<_> = by.into_iter().map(|(n, (c, s))| (n, c, s)).collect();
+    out.sort_by(|a, b| b.2.total_cmp(&a.2));
+    out
+}
+
+/// utime + stime of one `/proc/.../stat` line, in seconds (100 ticks a second).
+fn stat_cpu_seconds(stat: &str) -> Option<f64> {
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -74,5 +104,16 @@ mod tests {
         let (rss, hwm) = (rss.unwrap(), hwm.unwrap());
         assert!(rss > 0 && hwm >= rss, "{rss} {hwm}");
         assert_eq!(super::rss_of(u32::MAX), (None, None));
+    }
+
+    #[test]
+    fn threads_are_grouped_by_name() {
+        let t = super::cpu_by_thread(std::process::id());
+        assert!(!t.is_empty());
+        assert_eq!(
+            t.iter().map(|x| x.1).sum::<usize>(),
+            std::fs::read_dir("/proc/self/task").unwrap().count()
+        );
+        assert!(t.windows(2).all(|w| w[0].2 >= w[1].2));
     }
 }

@@ -148,6 +148,23 @@ pub struct KubeletProcesses {
     pub command: Vec<std::ffi::OsString>,
 }
 
+impl KubeletProcesses {
+    /// `count` processes of this binary's `gantry sim kubelets` (None for 0: in-process).
+    pub fn of_this_binary(count: usize) -> std::io::Result<Option<Self>> {
+        if count == 0 {
+            return Ok(None);
+        }
+        Ok(Some(KubeletProcesses {
+            count,
+            command: vec![
+                std::env::current_exe()?.into_os_string(),
+                "sim".into(),
+                "kubelets".into(),
+            ],
+        }))
+    }
+}
+
 /// One share of a bench's nodes, in a process of its own (see [`KubeletProcesses`]): every
 /// `of`-th node of `spec` from the `share`-th, against the API server of `kubeconfig`, with
 /// their host directories under `dir`.
@@ -218,7 +235,7 @@ fn progress(cp: &ControlPlane) -> Progress {
 
 /// Start the kubelet processes; they stop when their stdin closes (this side dropped) and
 /// are killed if the bench is.
-fn spawn_kubelets(
+pub(crate) fn spawn_kubelets(
     k: &KubeletProcesses,
     cp: &ControlPlane,
     spec: &str,

@@ -8,3 +8,4 @@ pub mod mig;
 pub mod proto;
 pub mod toolkit;
 pub mod validator;
+pub mod warn_limit;

@@ -1,9 +1,13 @@
 //! `gantry bench operator`: an in-memory control plane with simulated GPU nodes in this
 //! process, the operator as a child process (`gantry operator`), so its RSS is its own.
 
+mod beside;
 mod steps;
 
-pub use steps::{BenchError, DEFAULT_POLICY, Progress, create_policy, install_crds, wait_ready};
+pub use beside::BesideUp;
+pub use steps::{
+    BenchError, DEFAULT_POLICY, Progress, create_policy, install_crds, progress, wait_ready,
+};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -22,12 +26,49 @@ pub struct OperatorBench {
     /// The `gantry` binary to run as `gantry operator`.
     pub exe: PathBuf,
     pub timeout: Duration,
+    /// A second `gantry up` under load beside the bench.
+    pub beside_up: Option<BesideUp>,
+    /// Print a progress line to stderr this often.
+    pub progress: Option<Duration>,
+    /// Run the simulated kubelets in child processes (None: in this process).
+    pub kubelet_processes: Option<crate::nodes::KubeletProcesses>,
+}
+
+/// Memory and load seen while the bench ran.
+#[derive(Default)]
+struct Samples {
+    /// Largest RSS of this process and the operator together.
+    peak_whole: u64,
+    /// Largest 1-minute load average.
+    peak_load: f64,
+}
+
+fn load_average() -> Option<(f64, String)> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let three: Vec<&str> = s.split_whitespace().take(3).collect();
+    Some((three.first()?.parse().ok()?, three.join(" ")))
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("n/a".to_string(), |b| {
+        format!("{:.1} MiB", b as f64 / 1048576.0)
+    })
 }
 
 /// Run it; the table is printed by the caller. The error, when the run did not complete,
 /// carries the memory figures seen so far.
 pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
     let dir = crate::scratch("operator")?;
+    let me = std::process::id();
+    let load_at_start = load_average().map(|l| l.1).unwrap_or_default();
+    let beside = match &b.beside_up {
+        Some(up) => Some(
+            beside::start(&b.exe, &dir, up, &b.policy)
+                .await
+                .context("--beside-up")?,
+        ),
+        None => None,
+    };
     let cp = gantry_sim::ControlPlane::start(gantry_sim::ControlPlaneOptions {
         port: 0,
         kubeconfig: Some(dir.join("kubeconfig")),
@@ -37,18 +78,44 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
     .context("starting the control plane")?;
     let client = cp.client()?;
     install_crds(&client).await?;
+    let rss_before_nodes = crate::rss_of(me).0.unwrap_or(0);
     let t_setup = Instant::now();
     let spec = format!("{}x{}", b.nodes, b.gpu);
-    let sim = gantry_sim::cluster::start(
-        client.clone(),
-        &dir.join("nodes"),
-        gantry_sim::nodes::plan(&spec)?,
-        gantry_sim::kubelet::runners::default_registry(),
-    )
-    .await
-    .context("starting the simulated nodes")?;
+    let (sim, kubelets) = match &b.kubelet_processes {
+        None => (
+            Some(
+                gantry_sim::cluster::start(
+                    client.clone(),
+                    &dir.join("nodes"),
+                    gantry_sim::nodes::plan(&spec)?,
+                    gantry_sim::kubelet::runners::default_registry(),
+                )
+                .await
+                .context("starting the simulated nodes")?,
+            ),
+            Vec::new(),
+        ),
+        Some(k) => (
+            None,
+            crate::nodes::spawn_kubelets(k, &cp, &spec, &dir.join("nodes"))?,
+        ),
+    };
+    // Every process of the bench but the operator: this one and the kubelet processes.
+    let mut sim_pids = vec![me];
+    sim_pids.extend(kubelets.iter().filter_map(|c| c.id()));
+    let rss_sum = |pids: &[u32]| {
+        pids.iter()
+            .map(|p| crate::rss_of(*p).0.unwrap_or(0))
+            .sum::<u64>()
+    };
+    let cpu_of = |pids: &[u32]| {
+        pids.iter()
+            .map(|p| crate::cpu_seconds(*p).unwrap_or(0.0))
+            .sum::<f64>()
+    };
     let _controllers = gantry_sim::controllers::start(client.clone());
     let setup = t_setup.elapsed();
+    let cpu_setup = cpu_of(&sim_pids);
 
     let mut child = tokio::process::Command::new(&b.exe)
         .args([
@@ -65,35 +132,71 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
     let pid = child.id().unwrap_or(0);
     let t0 = Instant::now();
     let name = create_policy(&client, &b.policy).await?;
-    let mut peak = 0u64;
-    let progress = wait_ready(&client, &name, b.nodes as usize, t0, b.timeout, || {
-        peak = peak.max(crate::rss_of(pid).0.unwrap_or(0))
-    })
+    let mut s = Samples::default();
+    let mut next_say = Instant::now();
+    let progress = wait_ready(
+        &cp.api().store,
+        &name,
+        b.nodes as usize,
+        t0,
+        b.timeout,
+        |p| {
+            let whole = rss_sum(&sim_pids) + crate::rss_of(pid).0.unwrap_or(0);
+            s.peak_whole = s.peak_whole.max(whole);
+            let load = load_average();
+            s.peak_load = s.peak_load.max(load.as_ref().map_or(0.0, |l| l.0));
+            if let Some(every) = b.progress
+                && Instant::now() >= next_say
+            {
+                next_say = Instant::now() + every;
+                eprintln!(
+                    "{:>6.1} s  {p}; RSS bench+operator {} MiB; CPU {:.1} s; load {}{}",
+                    t0.elapsed().as_secs_f64(),
+                    whole >> 20,
+                    cpu_of(&sim_pids) + crate::cpu_seconds(pid).unwrap_or(0.0),
+                    load.map(|l| l.1).unwrap_or_default(),
+                    beside
+                        .as_ref()
+                        .map(|r| format!("; beside: {} load pods created", r.created()))
+                        .unwrap_or_default(),
+                );
+            }
+        },
+    )
     .await;
     let (rss, hwm) = crate::rss_of(pid);
-    let cpu = (
-        crate::cpu_seconds(std::process::id()),
-        crate::cpu_seconds(pid),
-    );
+    let (my_rss, my_hwm) = crate::rss_of(me);
+    let sim_rss = rss_sum(&sim_pids);
+    let cpu = (Some(cpu_of(&sim_pids)), crate::cpu_seconds(pid));
+    let threads = crate::cpu_by_thread(me);
+    let kubelet_count = kubelets.len();
+    let beside_figures = beside.as_ref().map(|r| {
+        (
+            r.created(),
+            crate::rss_of(r.pid()).1,
+            crate::cpu_seconds(r.pid()),
+        )
+    });
+    drop(beside);
     let _ = child.start_kill();
     drop(sim);
+    drop(kubelets);
     let _ = std::fs::remove_dir_all(&dir);
-    let mib = |b: Option<u64>| {
-        b.map_or("n/a".to_string(), |b| {
-            format!("{:.1} MiB", b as f64 / 1048576.0)
-        })
-    };
     let progress = progress.map_err(|e| {
         anyhow::Error::new(e).context(format!(
-            "operator RSS at end {}, peak {} (no complete run)",
+            "operator RSS at end {}, peak {}; bench+operator peak {} (no complete run)",
             mib(rss),
-            mib(hwm.or(Some(peak)))
+            mib(hwm),
+            mib(Some(s.peak_whole)),
         ))
     })?;
     let cpu_s = |s: Option<f64>| s.map_or("n/a".to_string(), |s| format!("{s:.1} s"));
     let secs =
         |d: Option<Duration>| d.map_or("n/a".to_string(), |d| format!("{:.1} s", d.as_secs_f64()));
-    let rows = [
+    let n = f64::from(b.nodes.max(1));
+    let per_node_kib = sim_rss.saturating_sub(rss_before_nodes) as f64 / 1024.0 / n;
+    let per_node_cpu_ms = (cpu.0.unwrap_or(0.0) - cpu_setup) * 1000.0 / n;
+    let mut rows = vec![
         ("simulated GPU nodes", format!("{} ({})", b.nodes, b.gpu)),
         (
             "sim setup (not timed)",
@@ -106,16 +209,47 @@ pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
         ("policy -> ClusterPolicy ready", secs(progress.to_ready)),
         ("allocatable GPUs", progress.allocatable_gpus.to_string()),
         ("operator RSS at end", mib(rss)),
-        ("operator peak RSS (VmHWM)", mib(hwm.or(Some(peak)))),
+        ("operator peak RSS (VmHWM)", mib(hwm)),
         (
-            "CPU: this process (API server, nodes, controllers)",
+            "bench process RSS at end / peak",
+            format!("{} / {}", mib(my_rss), mib(my_hwm)),
+        ),
+        ("kubelet processes", kubelet_count.to_string()),
+        (
+            "peak RSS, bench + operator (sampled)",
+            mib(Some(s.peak_whole)),
+        ),
+        (
+            "simulated side's RSS per node (end)",
+            format!("{per_node_kib:.0} KiB"),
+        ),
+        (
+            "CPU: simulated side (API server, nodes, controllers)",
             cpu_s(cpu.0),
         ),
+        (
+            "CPU per simulated node after setup",
+            format!("{per_node_cpu_ms:.0} ms"),
+        ),
         ("CPU: operator", cpu_s(cpu.1)),
+        ("load average at start", load_at_start),
+        ("peak 1-minute load average", format!("{:.1}", s.peak_load)),
     ];
+    if let Some((created, hwm, cpu)) = beside_figures {
+        rows.push(("beside: load pods created", created.to_string()));
+        rows.push((
+            "beside: `gantry up` peak RSS / CPU",
+            format!("{} / {}", mib(hwm), cpu_s(cpu)),
+        ));
+    }
     let mut out = String::from("| metric | value |\n|---|---|\n");
     for (k, v) in rows {
         out.push_str(&format!("| {k} | {v} |\n"));
+    }
+    // Where the simulated side's CPU went, by thread name.
+    out.push_str("\n| CPU by thread (this process, top 8) | threads | seconds |\n|---|---|---|\n");
+    for (name, count, secs) in threads.into_iter().take(8) {
+        out.push_str(&format!("| {name} | {count} | {secs:.1} |\n"));
     }
     // Where the simulated API server's time went.
     out.push_str("\n| API requests (top 12) | count |\n|---|---|\n");

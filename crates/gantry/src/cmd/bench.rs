@@ -184,17 +184,9 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 timeout: Duration::from_secs(args.timeout),
                 data_dir: args.data_dir.clone(),
                 progress: (args.progress > 0).then(|| Duration::from_secs(args.progress)),
-                kubelet_processes: match args.kubelet_processes {
-                    0 => None,
-                    count => Some(gantry_bench::nodes::KubeletProcesses {
-                        count,
-                        command: vec![
-                            std::env::current_exe()?.into_os_string(),
-                            "sim".into(),
-                            "kubelets".into(),
-                        ],
-                    }),
-                },
+                kubelet_processes: gantry_bench::nodes::KubeletProcesses::of_this_binary(
+                    args.kubelet_processes,
+                )?,
             };
             let r = rt.block_on(nodes_bench(&opts))?;
             println!("{:<28} {}", "spec", args.nodes);

@@ -66,6 +66,21 @@ pub struct BenchArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Run a second `gantry up` beside the bench, busy with a stream of short GPU pods through
+    /// its scheduler (a shared machine). Its nodes, as `gantry up --nodes`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "100xH100-80GB:8")]
+    beside_up: Option<String>,
+    /// Pods per second the second `gantry up` gets (with --beside-up).
+    #[arg(long, default_value_t = 10)]
+    beside_pods_per_sec: u32,
+    /// Print a progress line to stderr every this many seconds (0: none).
+    #[arg(long, default_value_t = 10)]
+    progress: u64,
+    /// Run the simulated kubelets in this many child processes (`gantry sim kubelets`); 0
+    /// runs them in the bench process. A node with every operand holds ~8 file descriptors,
+    /// so 5,000 nodes need several processes where one may open 20,000.
+    #[arg(long, default_value_t = 0)]
+    kubelet_processes: usize,
 }
 
 /// `gantry bench operator` (the harness is `gantry_bench::operator`).
@@ -82,6 +97,17 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         policy,
         exe: std::env::current_exe().context("locating the gantry binary")?,
         timeout: std::time::Duration::from_secs(args.timeout),
+        beside_up: args
+            .beside_up
+            .map(|nodes| gantry_bench::operator::BesideUp {
+                nodes,
+                pods_per_sec: args.beside_pods_per_sec,
+                ..Default::default()
+            }),
+        progress: (args.progress > 0).then(|| std::time::Duration::from_secs(args.progress)),
+        kubelet_processes: gantry_bench::nodes::KubeletProcesses::of_this_binary(
+            args.kubelet_processes,
+        )?,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

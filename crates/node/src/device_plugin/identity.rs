@@ -54,7 +54,7 @@ pub fn spawn_publisher(client: kube::Client, node: String) -> watch::Sender<Opti
                 {
                     Ok(_) => written = Some(v),
                     Err(e) => {
-                        tracing::warn!(error = %e, %node, "cannot publish the GPU devices on the Node; retrying");
+                        crate::warn_limited!("device plugin node publish", error = %e, %node, "cannot publish the GPU devices on the Node; retrying");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         continue;
                     }

@@ -359,7 +359,9 @@ impl Generation {
                     s.registered = true;
                     self.kubelet_identity = Some(identity);
                 }
-                Err(e) => tracing::warn!(error = %e, "registration failed; retrying"),
+                Err(e) => {
+                    crate::warn_limited!("device plugin registration", error = %e, "registration failed; retrying")
+                }
             }
         }
     }

@@ -189,7 +189,11 @@ impl Exporter {
                     stop_rx.recv_timeout(interval)
                 {
                     if let Err(e) = s.sample() {
-                        tracing::warn!(error = %e, "sampling GPUs failed; serving the previous sample");
+                        crate::warn_limited!(
+                            "exporter sampling",
+                            error = %e,
+                            "sampling GPUs failed; serving the previous sample"
+                        );
                     }
                 }
             })
@@ -218,7 +222,7 @@ impl Exporter {
 
     /// Refresh pod attribution from the kubelet now. No socket = attribution off.
     pub async fn refresh_pods(&self) -> Result<(), pods::PodResourcesError> {
-        refresh_pods(&self.shared, &self.opts).await
+        refresh_pods(&self.shared, &self.opts, &mut pods::Connection::default()).await
     }
 
     /// The current exposition body.
@@ -294,10 +298,15 @@ impl Exporter {
         async move {
             let mut tick = tokio::time::interval(opts.pod_resources_interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut conn = pods::Connection::default();
             loop {
                 tick.tick().await;
-                if let Err(e) = refresh_pods(&shared, &opts).await {
-                    tracing::warn!(error = %e, "pod attribution skipped this round");
+                if let Err(e) = refresh_pods(&shared, &opts, &mut conn).await {
+                    crate::warn_limited!(
+                        "exporter pod attribution",
+                        error = %e,
+                        "pod attribution skipped this round"
+                    );
                 }
             }
         }
@@ -308,11 +317,12 @@ impl Exporter {
 async fn refresh_pods(
     shared: &Shared,
     opts: &ExporterOptions,
+    conn: &mut pods::Connection,
 ) -> Result<(), pods::PodResourcesError> {
     let Some(socket) = &opts.pod_resources_socket else {
         return Ok(());
     };
-    let list = pods::list(socket, POD_RESOURCES_TIMEOUT).await?;
+    let list = conn.list(socket, POD_RESOURCES_TIMEOUT).await?;
     let assignments = list
         .map(|l| pods::assignments(&l, &opts.resource_filter))
         .unwrap_or_default();

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use tonic::transport::{Endpoint, Uri};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::proto::podresources::{
     ListPodResourcesRequest, ListPodResourcesResponse,
@@ -101,12 +101,50 @@ pub async fn list(
     socket: &Path,
     timeout: Duration,
 ) -> Result<Option<ListPodResourcesResponse>, PodResourcesError> {
-    if !socket.exists() {
-        return Ok(None);
+    let mut conn = Connection::default();
+    conn.list(socket, timeout).await
+}
+
+/// A connection to the kubelet socket kept between `List` calls: a refresh every few seconds
+/// on every node would otherwise open a socket and run an HTTP/2 handshake each time. Dropped
+/// on any error, so the next call connects again (the kubelet restarted, say).
+#[derive(Default)]
+pub struct Connection {
+    client: Option<PodResourcesListerClient<Channel>>,
+}
+
+impl Connection {
+    /// `List` on `socket`, connecting first when there is no connection.
+    pub async fn list(
+        &mut self,
+        socket: &Path,
+        timeout: Duration,
+    ) -> Result<Option<ListPodResourcesResponse>, PodResourcesError> {
+        if !socket.exists() {
+            self.client = None;
+            return Ok(None);
+        }
+        let path = socket.display().to_string();
+        let mut client = match self.client.take() {
+            Some(c) => c,
+            None => PodResourcesListerClient::new(connect(socket, timeout).await?),
+        };
+        let resp =
+            client
+                .list(ListPodResourcesRequest {})
+                .await
+                .map_err(|e| PodResourcesError::List {
+                    path,
+                    message: e.message().to_string(),
+                })?;
+        self.client = Some(client);
+        Ok(Some(resp.into_inner()))
     }
-    let path = socket.display().to_string();
+}
+
+async fn connect(socket: &Path, timeout: Duration) -> Result<Channel, PodResourcesError> {
     let sock: PathBuf = socket.to_path_buf();
-    let channel = Endpoint::from_static("http://localhost")
+    Endpoint::from_static("http://localhost")
         .timeout(timeout)
         .connect_timeout(timeout)
         .connect_with_connector(tower::service_fn(move |_: Uri| {
@@ -118,19 +156,9 @@ pub async fn list(
         }))
         .await
         .map_err(|e| PodResourcesError::Connect {
-            path: path.clone(),
+            path: socket.display().to_string(),
             message: e.to_string(),
-        })?;
-    let mut client = PodResourcesListerClient::new(channel);
-    let resp =
-        client
-            .list(ListPodResourcesRequest {})
-            .await
-            .map_err(|e| PodResourcesError::List {
-                path,
-                message: e.message().to_string(),
-            })?;
-    Ok(Some(resp.into_inner()))
+        })
 }
 
 #[cfg(test)]

@@ -109,7 +109,7 @@ pub async fn run(node: Arc<NodeShared>, client: kube::Client) {
         match register(&node, &client).await {
             Ok(n) => break n,
             Err(e) => {
-                tracing::warn!(error = %e, "node registration failed; retrying");
+                gantry_node::warn_limited!("sim node registration", error = %e, node = %node.name, "node registration failed; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
@@ -141,7 +141,7 @@ pub async fn run(node: Arc<NodeShared>, client: kube::Client) {
                 Ok(()) => lease_ok = true,
                 Err(e) => {
                     if lease_ok {
-                        tracing::warn!(error = %e, "lease renewal failed");
+                        gantry_node::warn_limited!("sim lease renewal", error = %e, "lease renewal failed");
                     }
                     lease_ok = false;
                 }
