@@ -21,4 +21,3 @@ mod k8s_restart;
 mod k8s_visibility;
 mod kai_semantics;
 mod scenarios;
-mod trace_layouts;
