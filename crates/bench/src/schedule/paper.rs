@@ -298,7 +298,12 @@ impl PaperReport {
             for (i, paper) in fgd.iter().enumerate() {
                 match spread(&c.per_level[i]) {
                     Some((m, _, _)) => {
-                        let op = if m <= paper.0 { "<=" } else { "> " };
+                        // Both to the two decimals printed, so equal figures compare equal.
+                        let op = if (m * 100.0).round() <= (paper.0 * 100.0).round() {
+                            "<="
+                        } else {
+                            "> "
+                        };
                         write!(f, "  {m:6.2} {op} {:6.2}", paper.0)?;
                     }
                     None => write!(f, "  {:>16}", "-")?,
