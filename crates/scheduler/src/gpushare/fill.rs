@@ -72,8 +72,8 @@ impl TaskMix {
     /// device count): every request type of `pods` (CPU-only ones included) with its share,
     /// and each type's reach over the nodes; empty when no pod asks for a GPU. The product
     /// builds it each cycle from the running and pending pods of its snapshot
-    /// (`crate::frag::Mix`); the benchmark replay from the same pods as they arrive, or from
-    /// the whole trace in advance.
+    /// (`crate::frag::Mix`); the paper-protocol benchmark from the same pods as they arrive, or
+    /// from the whole trace in advance.
     pub fn observed(pods: &[PodShape], nodes: impl IntoIterator<Item = (u8, u8)>) -> TaskMix {
         let mut count: HashMap<PodShape, u64> = HashMap::new();
         for p in pods {
