@@ -3,7 +3,10 @@
 //! `cargo run --release -p gantry-bench --example paper_table -- NODES.csv RESULTS.md SEEDS PODS.csv...`;
 //! `POLICIES=FGD,Gantry` runs only those (all by default); `FIRST_SEED=N` starts the seeds
 //! at N (42, the paper's, by default); `STREAMS=chacha8` draws the seeds from ChaCha8
-//! instead of Go's `math/rand` (the paper's own draws, the default).
+//! instead of Go's `math/rand` (the paper's own draws, the default); `MIXES=oracle,online`
+//! reports FGD and Gantry with the whole trace's mix in advance and with the arrivals' mix
+//! the product's scheduler sees (oracle only by default).
+use gantry_bench::replay::MixMode;
 use gantry_bench::schedule::paper::{PaperOptions, run_paper};
 use gantry_scheduler::gpushare::SharePolicy;
 use std::path::PathBuf;
@@ -25,6 +28,9 @@ fn main() {
         first_seed: env_or("FIRST_SEED", 42, str::parse),
         tune_ratio: 1.3,
         streams: env_or("STREAMS", Default::default(), str::parse),
+        mixes: env_or("MIXES", vec![MixMode::Oracle], |list| {
+            list.split(',').map(str::parse).collect()
+        }),
     };
     match run_paper(&opts) {
         Ok(r) => print!("{r}"),

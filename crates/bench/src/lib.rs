@@ -8,13 +8,17 @@
 //! - [`device_plugin`]: Allocate / GetPreferredAllocation latency (`gantry bench device-plugin`)
 //! - [`nodes`]: simulated nodes to every GPU allocatable (`gantry bench nodes`)
 //! - [`apiserver`]: the embedded API server's creates, updates and watch events per second
+//! - [`replay`]: the FGD paper's evaluation protocol on plain values, with Go's random streams
+//! - [`workload`]: synthetic clusters and published trace files as scheduler input
 
 pub mod apiserver;
 pub mod device_plugin;
 pub mod nodes;
 pub mod operator;
+pub mod replay;
 pub mod schedule;
 pub mod scheduler_api;
+pub mod workload;
 
 /// Resident set size and its peak (`VmRSS`, `VmHWM`) of process `pid`, in bytes, from
 /// `/proc/<pid>/status`; `None` where not readable.

@@ -2,7 +2,7 @@
 //! [`crate::gpushare`] values, so the scheduler scores placements with exactly the policy
 //! the paper-protocol benchmark measures (`SharePolicy::Gantry`).
 
-use crate::gpushare::fgd::{ALL_TYPES, TaskMix};
+use crate::gpushare::fgd::TaskMix;
 use crate::gpushare::model::{MAX_GPUS, NO_MODEL};
 use crate::gpushare::policy::{Choice, Score, SharePolicy, score_node};
 use crate::gpushare::{ModelSet, Models, NodeFree, PodShape};
@@ -53,16 +53,11 @@ impl Mix {
                 })
             })
             .collect();
-        let any_gpu = shapes.iter().any(PodShape::wants_gpu);
-        let mut mix = TaskMix::default();
-        if any_gpu {
-            mix = TaskMix::from_workload(&shapes, ALL_TYPES, false);
-            let gpus = s
-                .nodes
-                .iter()
-                .map(|n| u8::try_from(n.gpus).unwrap_or(u8::MAX));
-            mix.set_reach(node_model.iter().copied().zip(gpus));
-        }
+        let gpus = s
+            .nodes
+            .iter()
+            .map(|n| u8::try_from(n.gpus).unwrap_or(u8::MAX));
+        let mix = TaskMix::observed(&shapes, node_model.iter().copied().zip(gpus));
         Mix { mix, node_model }
     }
 

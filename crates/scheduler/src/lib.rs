@@ -25,13 +25,6 @@ pub mod sharing;
 pub mod snapshot;
 pub mod topology;
 pub mod usage;
-pub mod workload;
-
-/// The workload generators' former path (`crate::bench::synth`), kept for code that names it.
-#[doc(hidden)]
-pub mod bench {
-    pub use crate::workload::{synth, trace};
-}
 
 pub use actions::schedule;
 pub use config::{Action, Config, Policy, Strategy};

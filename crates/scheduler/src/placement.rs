@@ -20,8 +20,6 @@ mod choose;
 mod fit;
 mod gpu_index;
 mod scorers;
-#[cfg(test)]
-mod tests;
 use choose::{Best, Order};
 use gpu_index::GpuIndex;
 use scorers::{Baseline, Frag, FragMemo, FragMemos, Kai};

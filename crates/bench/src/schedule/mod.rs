@@ -5,11 +5,11 @@ pub mod paper;
 pub mod replay;
 pub mod topology;
 
+pub use crate::workload::synth::{self, MixSpec, SynthSpec};
+use crate::workload::trace;
 use gantry_scheduler::config::{Config, Policy};
 use gantry_scheduler::input::{ClusterInput, NodeInput, PodInput};
 use gantry_scheduler::snapshot::Snapshot;
-pub use gantry_scheduler::workload::synth::{self, MixSpec, SynthSpec};
-use gantry_scheduler::workload::trace;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use replay::{ReplayFigures, replay, replay_input};

@@ -2,9 +2,9 @@
 //! files, several seeds per trace, every policy on the same arrival streams; medians and
 //! min–max printed beside the paper's own figures when its result table is given.
 
-use gantry_scheduler::gpushare::replay::{LEVELS, Streams, paired, run, seed_streams, spread};
+use crate::replay::{LEVELS, MixMode, Streams, paired, run, seed_streams, spread};
+use crate::workload::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
 use gantry_scheduler::gpushare::{NodeSpec, PodShape, SharePolicy};
-use gantry_scheduler::workload::trace::{TraceError, read_trace_nodes, read_trace_pods, to_shapes};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,20 @@ pub struct PaperOptions {
     /// The paper's result table (`fgd-paper-results.md` layout), printed alongside.
     pub paper_results: Option<PathBuf>,
     pub streams: Streams,
+    /// What FGD and Gantry know of the workload, each a row of its own: the whole trace in
+    /// advance (`oracle`, the paper's setting), the arrivals so far (`online[:N]`, the
+    /// product's, N arrivals a scheduling cycle).
+    pub mixes: Vec<MixMode>,
+}
+
+/// A row's name: the policy's, with `/online` when it scored against the online mix.
+pub fn row_name(policy: SharePolicy, mode: MixMode) -> String {
+    match mode {
+        MixMode::Online { .. } if policy.uses_mix() => {
+            format!("{}/{}", policy.name(), mode.name())
+        }
+        _ => policy.name().to_string(),
+    }
 }
 
 /// The paper's (median, min, max) at each level, by (trace, policy).
@@ -84,32 +98,39 @@ pub fn run_paper(opts: &PaperOptions) -> Result<PaperReport, PaperError> {
         pods.sort_by(|a, b| a.name.cmp(&b.name));
         let (specs, shapes) = to_shapes(&nodes, &pods);
         let name = trace_name(file);
-        for cell in run_trace(&specs, &shapes, opts) {
-            report
-                .rows
-                .push((name.clone(), cell.0.name().to_string(), cell.1));
+        for (row, cell) in run_trace(&specs, &shapes, opts) {
+            report.rows.push((name.clone(), row, cell));
         }
     }
     Ok(report)
 }
 
-/// Every policy on the same arrival streams, one per seed.
+/// Every policy, under each mix mode where it scores against a mix, on the same arrival
+/// streams, one per seed. Rows are named by [`row_name`].
 pub fn run_trace(
     specs: &[NodeSpec],
     shapes: &[PodShape],
     opts: &PaperOptions,
-) -> Vec<(SharePolicy, Cell)> {
+) -> Vec<(String, Cell)> {
     let capacity: i64 = specs.iter().map(|s| i64::from(s.gpus) * 1000).sum();
-    let mut cells: Vec<(SharePolicy, Cell)> = opts
-        .policies
-        .iter()
-        .map(|&p| (p, Cell::default()))
-        .collect();
+    let mut runs: Vec<(SharePolicy, MixMode)> = Vec::new();
+    for &p in &opts.policies {
+        let mut modes = opts.mixes.clone();
+        if modes.is_empty() || !p.uses_mix() {
+            modes = vec![MixMode::Oracle];
+        }
+        for m in modes {
+            if !runs.contains(&(p, m)) {
+                runs.push((p, m));
+            }
+        }
+    }
+    let mut cells: Vec<Cell> = vec![Cell::default(); runs.len()];
     for seed in opts.first_seed..opts.first_seed + opts.seeds {
         let (arrivals, nodes) =
             seed_streams(opts.streams, shapes, specs, capacity, opts.tune_ratio, seed);
-        for (policy, cell) in cells.iter_mut() {
-            let f = run(*policy, &nodes, &arrivals, shapes, seed, true, None);
+        for (&(policy, mode), cell) in runs.iter().zip(cells.iter_mut()) {
+            let f = run(policy, mode, &nodes, &arrivals, shapes, seed, true, None);
             for (i, v) in f.unalloc.iter().enumerate() {
                 if let Some(v) = v {
                     cell.per_level[i].push(*v);
@@ -119,7 +140,10 @@ pub fn run_trace(
             cell.elapsed += f.elapsed;
         }
     }
-    cells
+    runs.iter()
+        .map(|&(p, m)| row_name(p, m))
+        .zip(cells)
+        .collect()
 }
 
 /// The paper's figures from a `fgd-paper-results.md`-style table: rows of `trace
@@ -224,34 +248,68 @@ impl fmt::Display for PaperReport {
 }
 
 impl PaperReport {
-    /// Gantry against every other policy of the run, seed by seed at 100 %: medians of a few
-    /// seeds move with the seeds, the paired difference shows which policy is lower.
+    /// Gantry's rows (oracle and online mix) against every other row, seed by seed at 100 %:
+    /// medians of a few seeds move with the seeds, the paired difference shows which is lower.
     fn fmt_paired(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let gantry = SharePolicy::Gantry.name();
+        let is_gantry = |p: &str| p.split('/').next() == Some(gantry);
         let mut header = false;
-        for (trace, policy, c) in &self.rows {
-            let Some((_, _, g)) = self.rows.iter().find(|(t, p, _)| t == trace && p == gantry)
-            else {
-                continue;
-            };
-            if policy == gantry {
+        for (trace, row, g) in self.rows.iter().filter(|r| is_gantry(&r.1)) {
+            for (_, policy, c) in self.rows.iter().filter(|r| &r.0 == trace && &r.1 != row) {
+                let Some(d) = paired(&g.per_level[2], &c.per_level[2]) else {
+                    continue;
+                };
+                if !header {
+                    writeln!(
+                        f,
+                        "\nGantry - policy at 100 %, paired by seed: mean ± standard error, seeds where Gantry is lower"
+                    )?;
+                    header = true;
+                }
+                writeln!(
+                    f,
+                    "{:<28} {:<14} {:<14} {:>+7.3} ± {:.3} {:>5}/{}",
+                    trace, row, policy, d.mean, d.std_err, d.lower, d.seeds
+                )?;
+            }
+        }
+        self.fmt_against_paper(f)
+    }
+
+    /// Gantry's rows against the paper's FGD median at each level: `x <= y` or `x > y`.
+    fn fmt_against_paper(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gantry = SharePolicy::Gantry.name();
+        let mut header = false;
+        for (trace, row, c) in &self.rows {
+            if row.split('/').next() != Some(gantry) {
                 continue;
             }
-            let Some(d) = paired(&g.per_level[2], &c.per_level[2]) else {
+            let Some(fgd) = self.paper.get(&(trace.clone(), "FGD".to_string())) else {
                 continue;
             };
             if !header {
                 writeln!(
                     f,
-                    "\nGantry - policy at 100 %, paired by seed: mean ± standard error, seeds where Gantry is lower"
+                    "\nGantry against the paper's FGD, medians at 90 / 95 / 100 %"
                 )?;
                 header = true;
             }
-            writeln!(
-                f,
-                "{:<28} {:<14} {:>+7.3} ± {:.3} {:>5}/{}",
-                trace, policy, d.mean, d.std_err, d.lower, d.seeds
-            )?;
+            write!(f, "{trace:<28} {row:<14}")?;
+            for (i, paper) in fgd.iter().enumerate() {
+                match spread(&c.per_level[i]) {
+                    Some((m, _, _)) => {
+                        // Both to the two decimals printed, so equal figures compare equal.
+                        let op = if (m * 100.0).round() <= (paper.0 * 100.0).round() {
+                            "<="
+                        } else {
+                            "> "
+                        };
+                        write!(f, "  {m:6.2} {op} {:6.2}", paper.0)?;
+                    }
+                    None => write!(f, "  {:>16}", "-")?,
+                }
+            }
+            writeln!(f)?;
         }
         Ok(())
     }
@@ -310,10 +368,11 @@ mod tests {
             tune_ratio: 1.3,
             paper_results: None,
             streams: Default::default(),
+            mixes: vec![MixMode::Oracle],
         };
         let rows = run_trace(&specs, &shapes, &opts)
             .into_iter()
-            .map(|(p, c)| ("t".to_string(), p.name().to_string(), c))
+            .map(|(p, c)| ("t".to_string(), p, c))
             .collect();
         let report = PaperReport {
             seeds: 4,

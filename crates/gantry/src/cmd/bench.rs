@@ -41,7 +41,7 @@ pub struct ScheduleBenchArgs {
     running: usize,
     /// Pending workload mix in percent of jobs: whole-GPU, fractional, gang.
     #[arg(long, default_value = "whole:40,fraction:40,gang:20")]
-    mix: gantry_scheduler::workload::synth::MixSpec,
+    mix: gantry_bench::workload::synth::MixSpec,
     /// Leaf queues (two per parent), each with an equal GPU quota.
     #[arg(long, default_value_t = 4)]
     queues: usize,
@@ -82,7 +82,12 @@ pub struct ScheduleBenchArgs {
     /// math/rand as the authors' simulator does (seeds 42-51 are then the paper's own);
     /// `chacha8` from independent ChaCha8 streams.
     #[arg(long, default_value = "go")]
-    streams: gantry_scheduler::gpushare::replay::Streams,
+    streams: gantry_bench::replay::Streams,
+    /// Paper protocol: what FGD and Gantry know of the workload, comma-separated, a row
+    /// each: `oracle` the whole trace's mix in advance (the paper's setting), `online` the
+    /// mix of the pods that have arrived, as the scheduler sees them each cycle.
+    #[arg(long, value_delimiter = ',', default_value = "oracle")]
+    share_mix: Vec<gantry_bench::replay::MixMode>,
     /// Policies to compare, comma-separated.
     #[arg(
         long,
@@ -282,6 +287,7 @@ fn schedule(args: ScheduleBenchArgs) -> anyhow::Result<ExitCode> {
             tune_ratio: args.tune_ratio,
             paper_results: args.paper_results,
             streams: args.streams,
+            mixes: args.share_mix,
         };
         print!("{}", gantry_bench::schedule::paper::run_paper(&opts)?);
         return Ok(ExitCode::SUCCESS);

@@ -74,7 +74,7 @@ pub fn run(sess: &mut Session<'_>) {
                 if let Some(msg) = super::common::topology::explain(sess, &tasks, task) {
                     // A domain's failure says nothing about the shape elsewhere.
                     mark(sess, g, &msg);
-                    sess.failed.push(g);
+                    sess.failed_jobs.push(g);
                     continue;
                 }
                 let explain = sess.placer.explain(sess.snapshot, &sess.state, task);

@@ -42,14 +42,16 @@ impl TaskMix {
     pub fn from_workload(pods: &[PodShape], coverage: f64, with_mem: bool) -> TaskMix {
         let mut count: HashMap<PodShape, u64> = HashMap::new();
         for p in pods {
-            let key = PodShape {
-                mem: if with_mem { p.mem } else { 0 },
-                ..*p
-            };
-            *count.entry(key).or_default() += 1;
+            *count.entry(type_key(p, with_mem)).or_default() += 1;
         }
-        let total = pods.len() as f64;
-        let mut v: Vec<(PodShape, u64)> = count.into_iter().collect();
+        TaskMix::from_counts(&count, coverage, with_mem)
+    }
+
+    /// [`TaskMix::from_workload`] from pods already counted by type ([`type_key`]), for a
+    /// caller that keeps the counts as pods come.
+    pub fn from_counts(count: &HashMap<PodShape, u64>, coverage: f64, with_mem: bool) -> TaskMix {
+        let total = count.values().sum::<u64>() as f64;
+        let mut v: Vec<(PodShape, u64)> = count.iter().map(|(k, c)| (*k, *c)).collect();
         // Most common first; equal counts: the larger request first (the paper's order).
         v.sort_by(|a, b| {
             b.1.cmp(&a.1).then_with(|| {
@@ -110,6 +112,14 @@ impl TaskMix {
             bins[bin] += t.weight * milli as f64;
         }
         bins.iter().fold(0.0, |a, b| a + b)
+    }
+}
+
+/// A pod's task type: its request, memory left out unless the mix looks at it.
+pub fn type_key(p: &PodShape, with_mem: bool) -> PodShape {
+    PodShape {
+        mem: if with_mem { p.mem } else { 0 },
+        ..*p
     }
 }
 

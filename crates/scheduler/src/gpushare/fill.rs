@@ -20,7 +20,7 @@
 //! also charges a pod for the GPU it takes from pods confined to the node's pool
 //! ([`TaskMix::displaced`]).
 
-use super::fgd::{TaskMix, cpu_fits, gpu_fits};
+use super::fgd::{ALL_TYPES, TaskMix, cpu_fits, gpu_fits, type_key};
 use super::model::{MILLI, NodeFree, PodShape};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,6 +68,33 @@ fn can_run(t: &PodShape, n: &NodeFree, check_mem: bool) -> bool {
 }
 
 impl TaskMix {
+    /// Gantry's mix from the pods a scheduler knows of and the cluster's nodes (GPU model,
+    /// device count): every request type of `pods` (CPU-only ones included) with its share,
+    /// and each type's reach over the nodes; empty when no pod asks for a GPU. The product
+    /// builds it each cycle from the running and pending pods of its snapshot
+    /// (`crate::frag::Mix`); the paper-protocol benchmark from the same pods as they arrive, or
+    /// from the whole trace in advance.
+    pub fn observed(pods: &[PodShape], nodes: impl IntoIterator<Item = (u8, u8)>) -> TaskMix {
+        let mut count: HashMap<PodShape, u64> = HashMap::new();
+        for p in pods {
+            *count.entry(type_key(p, false)).or_default() += 1;
+        }
+        TaskMix::observed_counts(&count, nodes)
+    }
+
+    /// [`TaskMix::observed`] from the pods counted by type ([`type_key`] without memory).
+    pub fn observed_counts(
+        count: &HashMap<PodShape, u64>,
+        nodes: impl IntoIterator<Item = (u8, u8)>,
+    ) -> TaskMix {
+        if !count.keys().any(PodShape::wants_gpu) {
+            return TaskMix::default();
+        }
+        let mut mix = TaskMix::from_counts(count, ALL_TYPES, false);
+        mix.set_reach(nodes);
+        mix
+    }
+
     /// Tells the measure where each type may run: `nodes` are the cluster's (GPU model,
     /// device count). A type confined to some models arrives at their devices as often as
     /// its share of the workload over their share of the capacity: a pool that a constrained

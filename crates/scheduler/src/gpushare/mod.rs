@@ -1,16 +1,13 @@
 //! GPU-sharing placement on plain values: the FGD paper's policies and baselines, Gantry's
-//! fragmentation policy, the paper's replay protocol, and a class-based fast path that makes
-//! exactly the straightforward choice.
+//! fragmentation policy, and a class-based fast path that makes exactly the straightforward
+//! choice. The paper's evaluation protocol that measures them lives in `crates/bench`.
 
 pub mod cluster;
 pub mod fast;
 pub mod fgd;
 pub mod fill;
-pub mod gorand;
-mod gorand_table;
 pub mod model;
 pub mod policy;
-pub mod replay;
 
 pub use cluster::{Cluster, Decision, choose_simple};
 pub use fast::FastChooser;

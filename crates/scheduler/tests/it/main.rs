@@ -25,4 +25,3 @@ mod kai_semantics;
 mod module_graph;
 mod scenarios;
 mod sharing_grammar;
-mod trace_layouts;

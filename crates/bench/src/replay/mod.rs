@@ -2,16 +2,23 @@
 //! tuned to a multiple of GPU capacity by sampling pods with replacement (or dropping random
 //! pods), then shuffled; pods arrive one at a time. The figure at 90/95/100 % is 100 − the
 //! mean allocated share over the arrivals whose requested share rounds to that level.
+//!
+//! What a policy knows of the workload is the [`MixMode`]: the whole trace's mix in advance
+//! (the paper's simulator gives FGD that), or only the pods that have arrived, as the
+//! product's scheduler sees them in its snapshot each cycle.
+pub mod gorand;
+mod gorand_table;
 
-use super::cluster::{Cluster, Decision, choose_simple};
-use super::fast::FastChooser;
-use super::fgd::{ALL_TYPES, COVERAGE, TaskMix};
-use super::gorand::GoRand;
-use super::model::{NodeSpec, PodShape};
-use super::policy::SharePolicy;
+use gantry_scheduler::gpushare::cluster::{Cluster, Decision, choose_simple};
+use gantry_scheduler::gpushare::fast::FastChooser;
+use gantry_scheduler::gpushare::fgd::{COVERAGE, TaskMix, type_key};
+use gantry_scheduler::gpushare::model::{NodeSpec, PodShape};
+use gantry_scheduler::gpushare::policy::SharePolicy;
+use gorand::GoRand;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 pub const LEVELS: [u32; 3] = [90, 95, 100];
@@ -147,17 +154,66 @@ pub fn go_streams(
     (out, order.into_iter().flatten().collect())
 }
 
-/// The task mix a policy scores against, from the trace's own pods (the simulator computes
-/// its typical pods before tuning): the paper's for FGD, every type for Gantry's, which also
-/// knows how much of the cluster each type may use.
-pub fn mix_for(policy: SharePolicy, workload: &[PodShape], nodes: &[NodeSpec]) -> TaskMix {
+/// What a mix-scoring policy (FGD, Gantry) knows of the workload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MixMode {
+    /// The whole trace's mix in advance, as the paper's simulator gives FGD (it computes its
+    /// typical pods from the trace before tuning).
+    #[default]
+    Oracle,
+    /// What the product's scheduler sees: at each scheduling cycle, the mix of the pods that
+    /// have arrived, running or still pending, built by the same call the scheduler makes on
+    /// its snapshot ([`TaskMix::observed`]). `cycle` arrivals come in per cycle (1: a cycle
+    /// per arrival, the mix never older than the pod it places).
+    Online { cycle: usize },
+}
+
+impl MixMode {
+    pub const ONLINE: MixMode = MixMode::Online { cycle: 1 };
+    pub fn name(self) -> String {
+        match self {
+            MixMode::Oracle => "oracle".into(),
+            MixMode::Online { cycle: 1 } => "online".into(),
+            MixMode::Online { cycle } => format!("online:{cycle}"),
+        }
+    }
+}
+
+impl std::str::FromStr for MixMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("unknown mix {s:?}: oracle, online or online:N (N arrivals a cycle)");
+        match s.split_once(':') {
+            None if s == "oracle" => Ok(MixMode::Oracle),
+            None if s == "online" => Ok(MixMode::ONLINE),
+            Some(("online", n)) => match n.parse::<usize>() {
+                Ok(cycle) if cycle > 0 => Ok(MixMode::Online { cycle }),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Pods counted by task type, as a mix is built from them.
+pub type TypeCounts = HashMap<PodShape, u64>;
+
+/// Adds pods to the counts.
+pub fn count_types(counts: &mut TypeCounts, pods: &[PodShape]) {
+    for p in pods {
+        *counts.entry(type_key(p, false)).or_default() += 1;
+    }
+}
+
+/// The task mix a policy scores against, from the pods it knows of: the paper's for FGD
+/// (the most common types covering 95 %), the product's for Gantry (every type, and how much
+/// of the cluster each may use).
+pub fn mix_for(policy: SharePolicy, known: &TypeCounts, nodes: &[NodeSpec]) -> TaskMix {
     match policy {
         SharePolicy::Gantry => {
-            let mut mix = TaskMix::from_workload(workload, ALL_TYPES, false);
-            mix.set_reach(nodes.iter().map(|n| (n.model, n.gpus)));
-            mix
+            TaskMix::observed_counts(known, nodes.iter().map(|n| (n.model, n.gpus)))
         }
-        SharePolicy::Fgd => TaskMix::from_workload(workload, COVERAGE, false),
+        SharePolicy::Fgd => TaskMix::from_counts(known, COVERAGE, false),
         _ => TaskMix::default(),
     }
 }
@@ -175,10 +231,13 @@ pub struct RunFigures {
 /// Where each arrival went (`None`: did not fit), for comparing implementations.
 pub type Trail = Vec<Option<Decision>>;
 
-/// Replay one arrival stream; the task mix comes from `workload` (the trace's pods). `fast`
-/// uses the class-based chooser where the policy has one.
+/// Replay one arrival stream. The task mix comes from `workload` (the trace's pods) in
+/// [`MixMode::Oracle`], from the arrivals so far in [`MixMode::Online`]. `fast` uses the
+/// class-based chooser where the policy has one.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     policy: SharePolicy,
+    mode: MixMode,
     nodes: &[NodeSpec],
     arrivals: &[PodShape],
     workload: &[PodShape],
@@ -186,7 +245,15 @@ pub fn run(
     fast: bool,
     mut trail: Option<&mut Trail>,
 ) -> RunFigures {
-    let mix = mix_for(policy, workload, nodes);
+    let mut known = TypeCounts::new();
+    let cycle = match mode {
+        MixMode::Online { cycle } if policy.uses_mix() => Some(cycle.max(1)),
+        _ => {
+            count_types(&mut known, workload);
+            None
+        }
+    };
+    let mut mix = mix_for(policy, &known, nodes);
     let mut cluster = Cluster::new(nodes.to_vec());
     let gpus = (cluster.gpu_capacity() as f64 / 1000.0).max(1e-3);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908);
@@ -203,9 +270,21 @@ pub fn run(
         elapsed: Duration::ZERO,
     };
     let start = Instant::now();
-    for p in arrivals {
+    for (i, p) in arrivals.iter().enumerate() {
         out.arrived += 1;
         requested += p.gpu_total();
+        if let Some(cycle) = cycle
+            && i % cycle == 0
+        {
+            // A new cycle: this cycle's arrivals join the snapshot as pending pods, the mix
+            // is rebuilt from every pod it holds, and class scores kept under the old mix
+            // are forgotten.
+            count_types(&mut known, &arrivals[i..(i + cycle).min(arrivals.len())]);
+            mix = mix_for(policy, &known, nodes);
+            if chooser.is_some() {
+                chooser = Some(FastChooser::new(policy, &cluster, &mix));
+            }
+        }
         let d = match chooser.as_mut() {
             Some(f) => f.choose(&cluster, p, &mix, &mut rng),
             None => choose_simple(policy, &cluster, p, &mix, &mut rng),
@@ -294,7 +373,7 @@ pub fn paired(a: &[f64], b: &[f64]) -> Option<Paired> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpushare::model::ModelSet;
+    use gantry_scheduler::gpushare::model::ModelSet;
 
     #[test]
     fn paired_differences_per_seed() {
@@ -415,11 +494,84 @@ mod tests {
         }];
         // 1 GPU: 0.9 then 0.05 (95 %) then 0.05 (100 %, fits), then 0.5 (150 %, fails).
         let a = vec![pod(1, 900), pod(1, 50), pod(1, 50), pod(1, 500)];
-        let f = run(SharePolicy::BestFit, &nodes, &a, &a, 1, false, None);
+        let f = run(
+            SharePolicy::BestFit,
+            MixMode::Oracle,
+            &nodes,
+            &a,
+            &a,
+            1,
+            false,
+            None,
+        );
         assert_eq!(f.unalloc[0].map(|v| v.round()), Some(10.0));
         assert_eq!(f.unalloc[1].map(|v| v.round()), Some(5.0));
         assert_eq!(f.unalloc[2].map(|v| v.round()), Some(0.0));
         assert_eq!(spread(&[3.0, 1.0, 2.0, 10.0]), Some((2.5, 1.0, 10.0)));
+    }
+
+    #[test]
+    fn the_online_mix_is_the_arrivals_so_far() {
+        assert_eq!("online".parse::<MixMode>(), Ok(MixMode::ONLINE));
+        assert_eq!(
+            "online:16".parse::<MixMode>(),
+            Ok(MixMode::Online { cycle: 16 })
+        );
+        assert_eq!("oracle".parse::<MixMode>(), Ok(MixMode::Oracle));
+        for bad in ["online:0", "online:x", "future"] {
+            assert!(
+                bad.parse::<MixMode>()
+                    .unwrap_err()
+                    .contains("oracle, online")
+            );
+        }
+        assert_eq!(MixMode::Online { cycle: 8 }.name(), "online:8");
+        let specs = nodes(12);
+        let shapes = [
+            pod(1, 300),
+            pod(1, 700),
+            pod(1, 450),
+            pod(1, 1000),
+            pod(2, 1000),
+        ];
+        let (a, n) = go_streams(&shapes, &specs, 96_000, 1.3, 7, GO_SIDE_DRAWS);
+        let trail = |mode, workload: &[PodShape]| {
+            let mut t = Vec::new();
+            run(
+                SharePolicy::Gantry,
+                mode,
+                &n,
+                &a,
+                workload,
+                7,
+                true,
+                Some(&mut t),
+            );
+            t
+        };
+        // One cycle that takes in every arrival knows what the oracle knows when the oracle's
+        // workload is the arrivals themselves: the same mix, the same placements.
+        let all = MixMode::Online { cycle: a.len() };
+        assert_eq!(trail(all, &[]), trail(MixMode::Oracle, &a));
+        // A cycle per arrival: the first pod is placed knowing only itself, so the early
+        // placements differ from the oracle's on this stream.
+        assert_ne!(trail(MixMode::ONLINE, &[]), trail(MixMode::Oracle, &a));
+        // Baselines know no mix: the mode changes nothing.
+        let base = |mode| {
+            let mut t = Vec::new();
+            run(
+                SharePolicy::BestFit,
+                mode,
+                &n,
+                &a,
+                &shapes,
+                7,
+                true,
+                Some(&mut t),
+            );
+            t
+        };
+        assert_eq!(base(MixMode::ONLINE), base(MixMode::Oracle));
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! (node files keyed by `sn`, older ones by `name`; full pod files and the `multigpu*` ones
 //! without `gpu_spec` and the time columns), and bad input named by file, line and column.
 
+use gantry_bench::workload::trace::{parse_nodes, parse_pods, to_shapes};
 use gantry_scheduler::gpushare::ModelSet;
-use gantry_scheduler::workload::trace::{parse_nodes, parse_pods, to_shapes};
 
 const NODES_SN: &str = "sn,cpu_milli,memory_mib,gpu,model
 openb-node-0000,32000,262144,0,

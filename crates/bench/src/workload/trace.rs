@@ -4,10 +4,10 @@
 //! `pod_phase`, `creation_time`, `deletion_time`, `scheduled_time` (the `multigpu*` files
 //! stop after `gpu_milli`). Columns are found by name; unknown ones are ignored.
 
-use crate::gpushare::{Models, NodeSpec, PodShape, model::MAX_GPUS};
-use crate::input::*;
 use gantry_api::names;
 use gantry_k8s_rules::{Operator, Requirement};
+use gantry_scheduler::gpushare::{Models, NodeSpec, PodShape, model::MAX_GPUS};
+use gantry_scheduler::input::*;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
@@ -254,7 +254,7 @@ pub fn to_shapes(nodes: &[TraceNode], pods: &[TracePod]) -> (Vec<NodeSpec>, Vec<
             // At most 64 distinct models; beyond that a node reads as model-less.
             model: models
                 .intern(&n.model)
-                .unwrap_or(crate::gpushare::model::NO_MODEL),
+                .unwrap_or(gantry_scheduler::gpushare::model::NO_MODEL),
         })
         .collect();
     // GPU-model requests as the simulator keys them: the non-empty names joined by `|`,

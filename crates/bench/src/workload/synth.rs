@@ -1,7 +1,7 @@
 //! Synthetic clusters and workloads for `gantry bench schedule`.
 
-use crate::input::*;
 use gantry_api::names;
+use gantry_scheduler::input::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;

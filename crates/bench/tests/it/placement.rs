@@ -1,13 +1,13 @@
 //! The one choice behaves the same whichever candidates an index offers, and a restriction
 //! of the candidate nodes only ever removes nodes.
 
-use super::Placer;
-use crate::config::{Config, Policy, Strategy};
-use crate::snapshot::{NodeId, Snapshot};
-use crate::state::State;
-use crate::workload::synth::{MixSpec, SynthSpec, synth};
+use gantry_bench::workload::synth::{MixSpec, SynthSpec, synth};
+use gantry_scheduler::config::{Config, Policy, Strategy};
+use gantry_scheduler::placement::Placer;
+use gantry_scheduler::snapshot::{NodeId, Snapshot};
+use gantry_scheduler::state::State;
 
-fn cluster(seed: u64) -> crate::input::ClusterInput {
+fn cluster(seed: u64) -> gantry_scheduler::input::ClusterInput {
     synth(&SynthSpec {
         nodes: 48,
         gpus_per_node: 4,
