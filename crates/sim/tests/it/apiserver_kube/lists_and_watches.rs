@@ -1,0 +1,243 @@
+//! Lists and watches: selectors, pagination as one snapshot, resumed and expired watches, a
+//! reflector under load.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectors_and_pagination() -> Result {
+    let (_env, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    for i in 0..10 {
+        let mut c = cm(&format!("c{i}"), json!({}))?;
+        c.metadata.labels = Some(
+            [(
+                "parity".to_string(),
+                if i % 2 == 0 { "even" } else { "odd" }.to_string(),
+            )]
+            .into(),
+        );
+        api.create(&PostParams::default(), &c).await?;
+    }
+    let even = api
+        .list(&ListParams::default().labels("parity=even"))
+        .await?;
+    assert_eq!(even.items.len(), 5);
+    let some = api
+        .list(&ListParams::default().labels("parity in (odd),parity!=even"))
+        .await?;
+    assert_eq!(some.items.len(), 5);
+    let one = api
+        .list(&ListParams::default().fields("metadata.name=c3"))
+        .await?;
+    assert_eq!(one.items.len(), 1);
+    let mut names = Vec::new();
+    let mut lp = ListParams::default().limit(3);
+    loop {
+        let page = api.list(&lp).await?;
+        names.extend(page.items.iter().filter_map(|c| c.metadata.name.clone()));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    assert_eq!(names.len(), 10);
+    Ok(())
+}
+
+/// A change to an object on an earlier page, made while later pages are read, must reach the
+/// watch that follows the list: every page is read at the first page's resourceVersion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paged_list_is_one_snapshot_and_the_watch_after_it_misses_nothing() -> Result {
+    let (_env, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    for name in ["a", "b", "c", "d"] {
+        api.create(&PostParams::default(), &cm(name, json!({"v": "0"}))?)
+            .await?;
+    }
+    let first = api.list(&ListParams::default().limit(2)).await?;
+    let rv = first.metadata.resource_version.clone().unwrap_or_default();
+    let token = first.metadata.continue_.clone().unwrap_or_default();
+    // Between the pages: "a" (on the first page) and "c" (on the second) change, "d" goes.
+    for name in ["a", "c"] {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"v": "1"}})),
+        )
+        .await?;
+    }
+    api.delete("d", &DeleteParams::default()).await?;
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await?;
+    assert_eq!(
+        second.metadata.resource_version.as_deref(),
+        Some(rv.as_str())
+    );
+    let v = |c: &ConfigMap| c.data.as_ref().and_then(|d| d.get("v").cloned());
+    let page2: Vec<(String, Option<String>)> = second
+        .items
+        .iter()
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), v(c)))
+        .collect();
+    assert_eq!(
+        page2,
+        vec![
+            ("c".into(), Some("0".into())),
+            ("d".into(), Some("0".into()))
+        ],
+        "the second page shows the first page's moment"
+    );
+    // The watch from the list's version brings all three changes.
+    let mut stream = api.watch(&WatchParams::default(), &rv).await?.boxed();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match stream.try_next().await? {
+            Some(WatchEvent::Modified(o)) => {
+                seen.push(format!("modified {}", o.metadata.name.unwrap_or_default()))
+            }
+            Some(WatchEvent::Deleted(o)) => {
+                seen.push(format!("deleted {}", o.metadata.name.unwrap_or_default()))
+            }
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, ["modified a", "modified c", "deleted d"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_resumes_after_a_dropped_connection() -> Result {
+    let (_env, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let c = api
+        .create(&PostParams::default(), &cm("w", json!({"n": "0"}))?)
+        .await?;
+    let rv = c.metadata.resource_version.unwrap_or_default();
+    let mut stream = api.watch(&WatchParams::default(), &rv).await?.boxed();
+    for n in 1..=3 {
+        api.patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"n": n.to_string()}})),
+        )
+        .await?;
+    }
+    let mut last = rv;
+    for _ in 0..2 {
+        match stream.try_next().await? {
+            Some(WatchEvent::Modified(o)) => last = o.metadata.resource_version.unwrap_or_default(),
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    drop(stream);
+    let mut stream = api.watch(&WatchParams::default(), &last).await?.boxed();
+    match stream.try_next().await? {
+        Some(WatchEvent::Modified(o)) => assert_eq!(
+            o.data.and_then(|d| d.get("n").cloned()).as_deref(),
+            Some("3")
+        ),
+        other => anyhow::bail!("unexpected {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_old_resource_version_is_gone_and_relist_recovers() -> Result {
+    let env = Cluster::builder()
+        .options(ControlPlaneOptions {
+            watch_history: 16,
+            ..Default::default()
+        })
+        .start()
+        .await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(env.client().clone());
+    let first = api
+        .create(&PostParams::default(), &cm("g", json!({}))?)
+        .await?;
+    for n in 0..40 {
+        api.patch(
+            "g",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"n": n.to_string()}})),
+        )
+        .await?;
+    }
+    let rv = first.metadata.resource_version.unwrap_or_default();
+    let mut stream = api.watch(&WatchParams::default(), &rv).await?.boxed();
+    match stream.try_next().await? {
+        Some(WatchEvent::Error(e)) => assert_eq!(e.code, 410),
+        other => anyhow::bail!("expected 410, got {other:?}"),
+    }
+    // Relist, then watch from the list's resourceVersion.
+    let list = api.list(&ListParams::default()).await?;
+    let rv = list.metadata.resource_version.unwrap_or_default();
+    let mut stream = api.watch(&WatchParams::default(), &rv).await?.boxed();
+    api.patch(
+        "g",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"n": "last"}})),
+    )
+    .await?;
+    assert!(matches!(
+        stream.try_next().await?,
+        Some(WatchEvent::Modified(_))
+    ));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_stays_in_sync_under_10000_writes() -> Result {
+    let (_env, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let cfg = watcher::Config::default().streaming_lists();
+    let stream = reflector(writer, watcher(api.clone(), cfg)).applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    reader.wait_until_ready().await?;
+    const OBJECTS: usize = 500;
+    const WRITES: usize = 10_000;
+    futures::stream::iter(0..WRITES)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let name = format!("r{}", i % OBJECTS);
+                let c = cm(&name, json!({"i": i.to_string()}))?;
+                if i < OBJECTS {
+                    api.create(&PostParams::default(), &c).await?;
+                } else {
+                    // Writes to one object are serialized by (i % OBJECTS) ordering per batch.
+                    api.patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"data": {"i": i.to_string()}})),
+                    )
+                    .await?;
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+        })
+        .buffered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let truth = api.list(&ListParams::default()).await?;
+    eventually_secs("reflector to match the server", 60, || {
+        let reader = reader.clone();
+        let truth = truth.items.clone();
+        async move {
+            anyhow::Ok(
+                reader.len() == OBJECTS
+                    && truth.iter().all(|t| {
+                        reader
+                            .get(&reflector::ObjectRef::from_obj(t))
+                            .is_some_and(|r| {
+                                r.metadata.resource_version == t.metadata.resource_version
+                            })
+                    }),
+            )
+        }
+    })
+    .await?;
+    task.abort();
+    Ok(())
+}
