@@ -14,7 +14,7 @@ fn api_tests(sub: &str) -> PathBuf {
 }
 
 #[test]
-fn crds_prints_five_crds_as_yaml() {
+fn crds_prints_every_crd_as_yaml() {
     let out = gantry()
         .arg("crds")
         .output()

@@ -244,6 +244,7 @@ fn default_render_has_the_components_and_least_privilege_rbac() -> Result {
             &["get", "list", "watch", "create", "patch"],
         ),
         ("scheduling.run.ai/podgroups/status", &["patch"]),
+        ("kai.scheduler/topologies", &["list", "watch"]),
         (
             "scheduling.k8s.io/priorityclasses",
             &["list", "watch", "create"],
