@@ -143,7 +143,7 @@ impl Mix {
         let shape = self.shape(s, pod, n)?;
         let free = self.node_free(st, n)?;
         let mask = choice.resolve(&free, &shape, |_| 0);
-        let devices: Vec<u8> = (0..MAX_GPUS as u8)
+        let devices: crate::snapshot::GpuIdx = (0..MAX_GPUS as u8)
             .filter(|i| mask & (1 << i) != 0)
             .collect();
         Some(match choice {
