@@ -8,11 +8,15 @@
 #   demo    `time cargo run --release -- demo` in a fresh clone (build included)
 #   tests   `time scripts/test.sh` in another fresh clone
 #   beside  `time scripts/test.sh` in a fresh clone with a cold `cargo build --release` of a
-#           second fresh clone running beside it (the test command on a busy machine)
+#           second fresh clone running beside it, rebuilt until the tests end (the test
+#           command on a busy machine: the issue's third figure; `scripts/test-under-load.sh
+#           --beside-build` runs this)
 #
 # Environment: REF (commit to clone, default HEAD), WORK (work directory, default a new one
 # under /tmp), FRESH_CARGO_HOME=1 (an empty cargo registry too, so crate downloads count),
-# TIMINGS=1 (the demo's build with `--timings`: cargo's per-crate report, kept in the work dir).
+# TIMINGS=1 (the demo's build with `--timings`: cargo's per-crate report, kept in the work dir),
+# CPU=1 (the demo's build through scripts/rustc-cpu.sh: CPU seconds per crate, the top printed
+# at the end, the whole table kept as demo-cpu.txt in the work dir).
 # Targets on a 2-core machine: demo <= 12 min, tests <= 20 min (docs/benchmarks.md, "Build time").
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -55,11 +59,20 @@ note "load: $(uptime)"
 case "$what" in
 demo | all)
     clone demo
+    if [ "${CPU:-0}" = 1 ]; then
+        export RUSTC_WRAPPER="$repo/scripts/rustc-cpu.sh" RUSTC_CPU_LOG="$work/demo-cpu.log"
+    fi
     if [ "${TIMINGS:-0}" = 1 ]; then
         timed demo "$work/demo" cargo run --release --timings -- demo
         cp "$work"/demo/target/cargo-timings/cargo-timing.html "$work/demo-timings.html" || true
     else
         timed demo "$work/demo" cargo run --release -- demo
+    fi
+    if [ "${CPU:-0}" = 1 ]; then
+        unset RUSTC_WRAPPER RUSTC_CPU_LOG
+        "$repo/scripts/rustc-cpu.sh" --report "$work/demo-cpu.log" >"$work/demo-cpu.txt"
+        note "CPU seconds per crate (release build of the demo; all: $work/demo-cpu.txt)"
+        head -n 25 "$work/demo-cpu.txt"
     fi
     ;;
 esac
@@ -72,10 +85,42 @@ esac
 if [ "$what" = beside ]; then
     clone tests
     clone other
-    (cd "$work/other" && cargo build --release >"$work/other-build.log" 2>&1) &
+    # The second build: a cold `cargo build --release` of another clone, started with the tests;
+    # once it is done it rebuilds the workspace's crates again (`touch`), so the machine stays
+    # busy until the tests end. Its log says how many builds ran and how long each took.
+    other_log="$work/other-build.log"
+    (
+        cd "$work/other"
+        n=0
+        while :; do
+            n=$((n + 1))
+            start=$SECONDS
+            cargo build --release >>"$other_log" 2>&1 &
+            echo $! >"$work/other.pid"
+            if wait $!; then
+                echo "== build $n beside: $((SECONDS - start)) s, ok" >>"$other_log"
+            else
+                echo "== build $n beside: $((SECONDS - start)) s, FAILED" >>"$other_log"
+                exit 1
+            fi
+            [ -e "$work/tests.done" ] && exit 0
+            touch crates/*/src/lib.rs
+        done
+    ) &
     other=$!
     timed beside "$work/tests" scripts/test.sh
-    wait "$other" || echo "the build beside failed: $work/other-build.log" >&2
+    touch "$work/tests.done"
+    # The build in progress when the tests ended is not waited for: it is ended.
+    kill "$other" "$(cat "$work/other.pid")" 2>/dev/null || true
+    wait "$other" 2>/dev/null || true
+    grep '^== build' "$other_log" | tail -n 5 | sed 's/^/   /' || true
+    if grep -q 'FAILED' "$other_log"; then
+        echo "the build beside failed: $other_log" >&2
+    fi
+    summary+=("$(printf 'build   %d release builds beside the tests (%s); log %s' \
+        "$(grep -c '^== build' "$other_log" || true)" \
+        "$(grep -q FAILED "$other_log" && echo 'one FAILED' || echo 'all ok; the last one stopped when the tests ended')" \
+        "$other_log")")
 fi
 
 note "summary (commit ${ref:0:10}, $(nproc) cores; targets: demo <= 720 s, tests <= 1200 s)"

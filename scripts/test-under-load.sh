@@ -3,8 +3,16 @@
 # beside it, as on a busy machine, and prints each run's counts. Exits non-zero if any run had
 # a failure; the full output of a failed run is kept in target/under-load/run-N.log. Build
 # first (scripts/test.sh).
+#
+# `--beside-build`: instead, the whole README test command (`scripts/test.sh`, cold, in a fresh
+# clone) with a second cold `cargo build --release` running beside it until the tests end:
+# `scripts/cold-build-timing.sh beside` (issue #39's third figure; its summary line says
+# whether the tests were green and how long they took).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --beside-build ]; then
+    exec scripts/cold-build-timing.sh beside
+fi
 # The same compiler settings as scripts/test.sh's build, so its test binaries are reused as built.
 source scripts/clippy-env.sh
 runs="${1:-5}"

@@ -70,7 +70,8 @@ pub fn pod(v: &Value) -> Vec<Problem> {
                 };
                 for (name, q) in m {
                     let path = join(&format!("{base}.resources.{section}"), name);
-                    whole |= name == names::RESOURCE_GPU;
+                    // KAI's rule: a whole-GPU *limit* (the key's presence) excludes a share.
+                    whole |= section == "limits" && name == names::RESOURCE_GPU;
                     if let Some(p) = resource_problem(name, q) {
                         out.push(Problem::new(path, p));
                     }
@@ -81,7 +82,7 @@ pub fn pod(v: &Value) -> Vec<Problem> {
     if let Err(errs) = crate::kai::parse_gpu_sharing(&annotations, whole) {
         out.extend(
             errs.into_iter()
-                .map(|(k, m)| Problem::new(join("metadata.annotations", &k), m)),
+                .map(|e| Problem::new(join("metadata.annotations", e.annotation()), e.reason())),
         );
     }
     let kai_only = [names::ANNOTATION_GPU_FRACTION, "gpu-memory"]

@@ -2,16 +2,20 @@
 //! core, written once:
 //!
 //! - [`client`]: an API client from a kubeconfig, in-cluster config or `KUBECONFIG`;
+//! - [`events`]: the one Events recorder (counted, spaced repeats, as client-go's);
 //! - [`lease`]: leader election on a `coordination.k8s.io/v1` Lease;
 //! - [`health`]: the `/metrics` `/healthz` `/readyz` server;
 //! - [`shutdown`]: SIGTERM / Ctrl-C as a future, and as a `watch` flag;
 //! - [`paged`]: lists in pages;
-//! - [`rounds`]: the round loop every operator controller runs (list, decide, write; woken by
+//! - [`rounds`]: the round loop every controller runs (list, decide, write; woken by
 //!   watches, a requeue, never faster than a minimum interval);
+//! - [`expectations`]: created objects a controller waits to see in its watch;
 //! - [`task`]: a task aborted with its owner (`AbortOnDrop`);
 //! - [`ensure_namespace`].
 
 pub mod client;
+pub mod events;
+pub mod expectations;
 pub mod health;
 pub mod lease;
 pub mod paged;

@@ -1,7 +1,9 @@
-//! The round loop: the one controller style of the operator's loops. A round lists what it
+//! The round loop: the one controller style of Gantry's loops (the operator's controllers,
+//! the sim's DaemonSet, Job, Deployment and ReplicaSet controllers). A round lists what it
 //! needs, decides with a pure function and writes; it runs again when a trigger watch says
-//! something changed, when the round's own requeue is due, and never sooner than
+//! something changed, when the round's own requeue (or resync) is due, and never sooner than
 //! `min_interval` after the previous one (a burst of events costs one round, not one each).
+//! Controllers that create objects pair it with [`crate::expectations`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -78,14 +80,20 @@ impl Rounds {
             };
             tokio::select! {
                 () = &mut shutdown => break,
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(next) => {}
-            }
-            tokio::select! {
-                () = &mut shutdown => break,
-                () = tokio::time::sleep(self.min_interval) => {}
+                () = self.until_next(next) => {}
             }
         }
+    }
+
+    /// Wait until the next round is due: a wake-up, or `requeue` elapsed; then
+    /// `min_interval` (so a burst of wake-ups costs one round). For loops that keep mutable
+    /// state across rounds: `loop { let next = state.round().await; rounds.until_next(next).await }`.
+    pub async fn until_next(&self, requeue: Duration) {
+        tokio::select! {
+            () = self.wake.notified() => {}
+            () = tokio::time::sleep(requeue) => {}
+        }
+        tokio::time::sleep(self.min_interval).await;
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod actions;
 pub mod config;
 pub mod decisions;
+pub mod duration;
 pub mod fairshare;
 pub mod frag;
 pub mod frag_index;

@@ -14,7 +14,7 @@
 //! An elastic job is never wholly protected: while protected it may lose the pods above its
 //! minimum, never the minimum itself (KAI's scenario validator).
 
-use crate::config::GoDuration;
+use crate::duration::GoDuration;
 use crate::snapshot::{GroupId, QueueId, Snapshot};
 use serde::{Deserialize, Serialize};
 

@@ -9,13 +9,15 @@ use crate::frag_index::FragIndex;
 use crate::gpushare::policy::{Choice, Score};
 use crate::predicates::ClassCache;
 use crate::request::GpuRequest;
-use crate::sharing::{GpuOrder, can_fit_gpu, fit_gpu};
+use crate::sharing::{GpuOrder, fit_gpu};
 use crate::snapshot::{CPU, FastMap, MEM, NodeId, PodId, Snapshot};
 use crate::state::{GpuPlacement, Placement, State};
+use fit::can_fit;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod choose;
+mod fit;
 mod gpu_index;
 mod scorers;
 #[cfg(test)]
@@ -278,20 +280,4 @@ impl Placer {
     pub fn rank(&self, n: NodeId) -> u32 {
         self.rank[n as usize]
     }
-}
-
-/// Whether the pod fits the node now, without choosing devices.
-fn can_fit(s: &Snapshot<'_>, st: &State, node: NodeId, pod: PodId) -> Result<(), NodeReason> {
-    let p = &s.pods[pod as usize];
-    let n = node as usize;
-    if st.free_pods[n] < 1 {
-        return Err(NodeReason::TooManyPods);
-    }
-    if st.free_cpu[n] < p.res.0[CPU] {
-        return Err(NodeReason::InsufficientCpu);
-    }
-    if st.free_mem[n] < p.res.0[MEM] {
-        return Err(NodeReason::InsufficientMemory);
-    }
-    can_fit_gpu(s, st, node, &p.gpu)
 }

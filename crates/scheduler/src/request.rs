@@ -1,7 +1,8 @@
 //! GPU requests of a pod: whole GPUs, MIG profiles, and KAI's sharing annotations
-//! (`gpu-fraction`, `gpu-memory`, `gpu-fraction-num-devices`), validated as KAI's
-//! admission does. A fraction is kept in thousandths of a GPU ("milli").
+//! (`gpu-fraction`, `gpu-memory`, `gpu-fraction-num-devices`), read by the one parser in
+//! `gantry_api::kai`. A fraction is kept in thousandths of a GPU ("milli").
 
+use gantry_api::kai::{SharePortion, SharingError, parse_gpu_sharing};
 use gantry_api::names;
 use std::collections::BTreeMap;
 
@@ -44,20 +45,11 @@ impl GpuRequest {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    #[error("annotation gpu-fraction={0:?} is not a number")]
-    FractionNotANumber(String),
-    #[error("annotation gpu-fraction={0:?} must be greater than 0 and less than 1")]
-    FractionOutOfRange(String),
-    #[error("annotation gpu-memory={0:?} must be a positive integer number of MiB")]
-    BadMemory(String),
-    #[error("annotation gpu-fraction-num-devices={0:?} must be a positive integer")]
-    BadNumDevices(String),
-    #[error("annotation gpu-fraction-num-devices needs gpu-fraction or gpu-memory")]
-    NumDevicesWithoutFraction,
-    #[error("annotations gpu-fraction and gpu-memory are mutually exclusive")]
-    FractionAndMemory,
+    /// The sharing annotations are invalid (the first problem `gantry_api`'s parser found).
+    #[error(transparent)]
+    Sharing(#[from] SharingError),
     #[error("a GPU-sharing annotation cannot be combined with a {0} request")]
-    SharingWithResource(String),
+    SharingWithMig(String),
     #[error("request {resource}={value} must be a positive integer")]
     BadCount { resource: String, value: i64 },
     #[error("a pod may request only one of nvidia.com/gpu and one MIG profile, got {0}")]
@@ -65,6 +57,8 @@ pub enum RequestError {
 }
 
 /// Parse the GPU request of a pod. `intern_mig` maps a MIG resource name to its profile index.
+/// The sharing annotations go through [`gantry_api::kai::parse_gpu_sharing`], the parser
+/// admission uses, so the scheduler accepts exactly the values admission lets in.
 pub fn parse_gpu_request(
     extended: &BTreeMap<String, i64>,
     annotations: &BTreeMap<String, String>,
@@ -96,13 +90,17 @@ pub fn parse_gpu_request(
             mig = Some((name.clone(), count));
         }
     }
-    let fraction = annotations.get(names::ANNOTATION_GPU_FRACTION);
-    let memory = annotations.get(names::ANNOTATION_GPU_MEMORY);
-    let devices = annotations.get(names::ANNOTATION_GPU_FRACTION_NUM_DEVICES);
-    if fraction.is_none() && memory.is_none() {
-        if devices.is_some() {
-            return Err(RequestError::NumDevicesWithoutFraction);
-        }
+    // The parser reports at least one problem on `Err`; the scheduler surfaces the first.
+    // KAI's rule: an nvidia.com/gpu limit (even 0) excludes a share; limits fill requests here.
+    let whole_limit = extended.contains_key(names::RESOURCE_GPU);
+    let sharing = match parse_gpu_sharing(annotations, whole_limit) {
+        Ok(sharing) => sharing,
+        Err(errs) => match errs.into_iter().next() {
+            Some(first) => return Err(first.into()),
+            None => None,
+        },
+    };
+    let Some(sharing) = sharing else {
         return Ok(match (whole, mig) {
             (Some(n), _) => GpuRequest::Whole(n),
             (None, Some((name, count))) => GpuRequest::Mig {
@@ -111,60 +109,25 @@ pub fn parse_gpu_request(
             },
             (None, None) => GpuRequest::None,
         });
-    }
-    if let Some(n) = whole {
-        let _ = n;
-        return Err(RequestError::SharingWithResource(
-            names::RESOURCE_GPU.to_string(),
-        ));
-    }
-    if let Some((name, _)) = mig {
-        return Err(RequestError::SharingWithResource(name));
-    }
-    let devices = match devices {
-        None => 1,
-        Some(raw) => raw
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|d| *d > 0)
-            .ok_or_else(|| RequestError::BadNumDevices(raw.clone()))?,
     };
-    match (fraction, memory) {
-        (Some(_), Some(_)) => Err(RequestError::FractionAndMemory),
-        (Some(raw), None) => Ok(GpuRequest::Fraction {
-            milli: parse_fraction(raw)?,
-            devices,
-        }),
-        (None, Some(raw)) => {
-            let mib = raw
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|m| *m > 0)
-                .ok_or_else(|| RequestError::BadMemory(raw.clone()))?;
-            Ok(GpuRequest::Memory { mib, devices })
-        }
-        (None, None) => Ok(GpuRequest::None),
+    if let Some((name, _)) = mig {
+        return Err(RequestError::SharingWithMig(name));
     }
+    let devices = sharing.num_devices;
+    Ok(match sharing.portion {
+        SharePortion::Fraction(f) => GpuRequest::Fraction {
+            milli: fraction_milli(f),
+            devices,
+        },
+        SharePortion::MemoryMib(mib) => GpuRequest::Memory { mib, devices },
+    })
 }
 
-/// `0 < v < 1`, a plain decimal (as a Kubernetes quantity would accept), rounded to milli.
-fn parse_fraction(raw: &str) -> Result<u32, RequestError> {
-    let s = raw.trim();
-    let plain = !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_digit() || c == '.')
-        && s.matches('.').count() <= 1;
-    let value: f64 = s
-        .parse()
-        .ok()
-        .filter(|v: &f64| plain && v.is_finite())
-        .ok_or_else(|| RequestError::FractionNotANumber(raw.to_string()))?;
-    if value <= 0.0 || value >= 1.0 {
-        return Err(RequestError::FractionOutOfRange(raw.to_string()));
-    }
-    let milli = (value * f64::from(GPU_MILLI)).round() as u32;
-    Ok(milli.clamp(1, GPU_MILLI - 1))
+/// A portion 0 < f < 1 in milli, rounded, kept within 1..=999 (a share never rounds to
+/// nothing or to a whole GPU).
+fn fraction_milli(f: f64) -> u32 {
+    let milli = (f * f64::from(GPU_MILLI)).round() as u32;
+    milli.clamp(1, GPU_MILLI - 1)
 }
 
 /// Node GPU memory from the GFD label (MiB; very large values are bytes), floored to 100 MiB.
@@ -201,18 +164,21 @@ mod tests {
 
     #[test]
     fn invalid_fractions_rejected_with_reason() {
-        for (raw, want) in [
-            ("0", RequestError::FractionOutOfRange("0".into())),
-            ("1.5", RequestError::FractionOutOfRange("1.5".into())),
-            ("1", RequestError::FractionOutOfRange("1".into())),
-            ("abc", RequestError::FractionNotANumber("abc".into())),
-            ("NaN", RequestError::FractionNotANumber("NaN".into())),
-            ("-0.5", RequestError::FractionNotANumber("-0.5".into())),
-        ] {
+        for raw in ["0", "1.5", "1", "abc", "NaN", "-0.5", "500m"] {
             let err = parse(&[], &[("gpu-fraction", raw)]).unwrap_err();
-            assert_eq!(err, want, "{raw}");
+            assert_eq!(
+                err,
+                RequestError::Sharing(SharingError::Fraction(raw.into()))
+            );
             assert!(err.to_string().contains("gpu-fraction"));
         }
+        assert_eq!(
+            parse(&[], &[("gpu-fraction", "5e-1")]),
+            Ok(GpuRequest::Fraction {
+                milli: 500,
+                devices: 1
+            })
+        );
     }
 
     #[test]
@@ -259,19 +225,25 @@ mod tests {
     fn conflicting_requests_rejected() {
         assert_eq!(
             parse(&[], &[("gpu-fraction", "0.5"), ("gpu-memory", "100")]),
-            Err(RequestError::FractionAndMemory)
+            Err(SharingError::FractionAndMemory.into())
         );
         assert!(matches!(
             parse(&[("nvidia.com/gpu", 1)], &[("gpu-fraction", "0.5")]),
-            Err(RequestError::SharingWithResource(_))
+            Err(RequestError::Sharing(SharingError::WithWholeGpu(_)))
         ));
         assert_eq!(
+            parse(&[("nvidia.com/mig-1g.10gb", 1)], &[("gpu-memory", "10")]),
+            Err(RequestError::SharingWithMig(
+                "nvidia.com/mig-1g.10gb".into()
+            ))
+        );
+        assert_eq!(
             parse(&[], &[("gpu-fraction-num-devices", "2")]),
-            Err(RequestError::NumDevicesWithoutFraction)
+            Err(SharingError::NumDevicesWithoutShare.into())
         );
         assert_eq!(
             parse(&[], &[("gpu-memory", "0")]),
-            Err(RequestError::BadMemory("0".into()))
+            Err(SharingError::Memory("0".into()).into())
         );
         assert!(matches!(
             parse(&[("nvidia.com/gpu", -1)], &[]),

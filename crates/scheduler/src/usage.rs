@@ -11,7 +11,7 @@
 //! restarts. With `clientType: prometheus` the same numbers come from PromQL instead
 //! ([`prometheus_queries`]).
 
-use crate::config::GoDuration;
+use crate::duration::GoDuration;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -5,7 +5,10 @@ pub mod gpu_sharing;
 pub mod pod_group;
 pub mod queue;
 
-pub use gpu_sharing::{GpuSharingRequest, parse_gpu_sharing};
+pub use gpu_sharing::{
+    GpuSharingRequest, SharePortion, SharingError, parse_gpu_sharing, pod_gpu_sharing,
+    pod_has_whole_gpu_limit,
+};
 pub use pod_group::*;
 pub use queue::*;
 

@@ -87,20 +87,17 @@ pub fn policy_name(p: Policy) -> &'static str {
 /// the requested GPU passes the cluster's capacity.
 fn arrivals(opts: &BenchOptions, nodes: &[NodeInput], base: &[PodInput]) -> Vec<PodInput> {
     let capacity: i64 = nodes.iter().map(|n| i64::from(n.gpus) * 1000).sum();
+    // The scheduler's own reading of the request (one parser of the sharing annotations).
     let gpu_of = |p: &PodInput| -> i64 {
-        if let Some(n) = p.extended.get(gantry_api::names::RESOURCE_GPU) {
-            return n * 1000;
+        use gantry_scheduler::request::{GpuRequest, parse_gpu_request};
+        match parse_gpu_request(&p.extended, &p.annotations, |_| 0) {
+            Ok(GpuRequest::Whole(n)) => i64::from(n) * 1000,
+            Ok(GpuRequest::Fraction { milli, devices }) => i64::from(milli) * i64::from(devices),
+            Ok(GpuRequest::Memory { mib, devices }) => {
+                i64::try_from(mib).unwrap_or(0) * 1000 / 80_000 * i64::from(devices)
+            }
+            _ => 0,
         }
-        if let Some(f) = p
-            .annotations
-            .get(gantry_api::names::ANNOTATION_GPU_FRACTION)
-        {
-            return (f.parse::<f64>().unwrap_or(0.0) * 1000.0) as i64;
-        }
-        if let Some(m) = p.annotations.get(gantry_api::names::ANNOTATION_GPU_MEMORY) {
-            return m.parse::<i64>().unwrap_or(0) * 1000 / 80_000;
-        }
-        0
     };
     let mut out = Vec::new();
     let mut sum = 0i64;

@@ -1,14 +1,12 @@
 //! The only Kubernetes calls of the device plugin: read this node's config label, and
 //! tell people about a bad config or a GPU fault with events on the Node and the Pods.
 
-use k8s_openapi::api::core::v1::{Event, Node, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use kube::api::{Api, PostParams};
+use gantry_runtime::events::{Recorder, Said};
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::api::Api;
 
 use gantry_api::names;
 
-/// Where events about nodes go (nodes are cluster-scoped; kubectl shows them from here).
-const EVENT_NAMESPACE: &str = "default";
 pub const REASON_CONFIG_ERROR: &str = "DevicePluginConfigError";
 pub const REASON_CONFIG_APPLIED: &str = "DevicePluginConfigApplied";
 const COMPONENT: &str = "gantry-device-plugin";
@@ -71,47 +69,23 @@ pub fn pod_ref(namespace: &str, name: &str) -> ObjectReference {
     }
 }
 
-/// Emits `report` about `object`, from the device plugin on `node`. Node events go to
-/// `default` (nodes are cluster-scoped); pod events to the pod's namespace.
+/// Emits `report` about `object`, from the device plugin on `node`, through the one
+/// recorder (`gantry_runtime::events`; Node events go to `default`). Each report is a
+/// transition (config applied, a GPU lost or back), so each is written as it comes.
 pub async fn event(
     client: &kube::Client,
     node: &str,
     object: ObjectReference,
     report: &Report,
 ) -> Result<(), kube::Error> {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let namespace = object
-        .namespace
-        .clone()
-        .unwrap_or_else(|| EVENT_NAMESPACE.to_string());
-    let prefix = object.name.clone().unwrap_or_default();
-    let event = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{prefix}.device-plugin.")),
-            namespace: Some(namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: object,
-        reason: Some(report.reason.to_string()),
-        message: Some(report.message.clone()),
-        type_: Some(if report.warning { "Warning" } else { "Normal" }.to_string()),
-        count: Some(1),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        reporting_component: Some(COMPONENT.to_string()),
-        reporting_instance: Some(format!("{COMPONENT}-{node}")),
-        action: Some(report.action.to_string()),
-        source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some(COMPONENT.to_string()),
-            host: Some(node.to_string()),
-        }),
-        ..Event::default()
+    let said = if report.warning {
+        Said::warning(report.reason, report.message.clone())
+    } else {
+        Said::normal(report.reason, report.message.clone())
     };
-    Api::<Event>::namespaced(client.clone(), &namespace)
-        .create(&PostParams::default(), &event)
-        .await?;
-    Ok(())
+    Recorder::on_node(client.clone(), COMPONENT, node)
+        .try_publish(&object, &said, Some(report.action))
+        .await
 }
 
 /// A client from the in-cluster config or `KUBECONFIG`.

@@ -15,9 +15,9 @@ use gantry_api::lenient::Lenient;
 use gantry_api::mig_parted::MigPartedConfig;
 use gantry_api::names::{self, mig_config_state};
 use gantry_gpu::Backend;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use gantry_runtime::events::{Recorder, Said, object_ref};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
@@ -127,10 +127,12 @@ pub async fn run(
     let cfg = watcher::Config::default().fields(&format!("metadata.name={}", opts.node_name));
     let stream = watcher(nodes, cfg).default_backoff().applied_objects();
     tokio::pin!(stream);
+    let events = Recorder::on_node(client.clone(), names::app::MIG_MANAGER, &opts.node_name);
     let m = Manager {
         opts,
         backend,
         client,
+        events,
     };
     // The config last carried out (success or failed); `None` at start so the current label is
     // checked once (a restart in the middle of a change repairs it).
@@ -171,6 +173,7 @@ struct Manager {
     opts: DaemonOptions,
     backend: Arc<dyn Backend>,
     client: kube::Client,
+    events: Recorder,
 }
 
 /// Why a change failed, as shown in the state annotation and the Node event.
@@ -376,39 +379,17 @@ impl Manager {
         }
     }
 
-    /// A Node event; failing to write one is logged, not fatal.
+    /// A Node event through the one recorder (repeats counted); failing to write one is
+    /// logged, not fatal.
     async fn event(&self, kind: &str, reason: &str, message: &str) {
         let uid = self.get_node().await.ok().and_then(|n| n.metadata.uid);
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let ev = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{}.mig-", self.node())),
-                namespace: Some("default".into()),
-                ..ObjectMeta::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(self.node().to_string()),
-                uid,
-                ..ObjectReference::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            type_: Some(kind.into()),
-            count: Some(1),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            reporting_component: Some(names::app::MIG_MANAGER.into()),
-            reporting_instance: Some(self.node().to_string()),
-            source: Some(k8s_openapi::api::core::v1::EventSource {
-                component: Some(names::app::MIG_MANAGER.into()),
-                host: Some(self.node().to_string()),
-            }),
-            ..Event::default()
+        let node = object_ref("Node", None, self.node(), uid.as_deref());
+        let said = if kind == "Warning" {
+            Said::warning(reason, message)
+        } else {
+            Said::normal(reason, message)
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), "default");
-        if let Err(e) = api.create(&PostParams::default(), &ev).await {
+        if let Err(e) = self.events.try_publish(&node, &said, None).await {
             tracing::warn!(node = %self.node(), error = %e, "writing Node event {reason}");
         }
     }

@@ -45,7 +45,15 @@ impl VictimAction for Preempt {
                 Verdict::Take
             }
         };
-        let units = victims::collect(sess, order, q, &req, budget, &lower, Some(crate::min_runtime::Kind::Preempt));
+        let units = victims::collect(
+            sess,
+            order,
+            q,
+            &req,
+            budget,
+            &lower,
+            Some(crate::min_runtime::Kind::Preempt),
+        );
         if units.is_empty() {
             return None;
         }

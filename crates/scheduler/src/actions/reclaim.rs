@@ -116,7 +116,15 @@ impl VictimAction for Reclaim {
             Some(vq) if open_queue[vq as usize] => Verdict::Take,
             _ => Verdict::Skip,
         };
-        let units = victims::collect(sess, order, q, &req, budget, &open, Some(crate::min_runtime::Kind::Reclaim));
+        let units = victims::collect(
+            sess,
+            order,
+            q,
+            &req,
+            budget,
+            &open,
+            Some(crate::min_runtime::Kind::Reclaim),
+        );
         if units.is_empty() {
             return None;
         }

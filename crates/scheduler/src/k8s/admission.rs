@@ -46,12 +46,6 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// True when the pod asks for a share of a GPU.
-pub fn is_fractional(pod: &Pod) -> bool {
-    annotation(pod, names::ANNOTATION_GPU_FRACTION).is_some()
-        || annotation(pod, names::ANNOTATION_GPU_MEMORY).is_some()
-}
-
 /// The ConfigMap prefix for a new pod: its name, else its `generateName`, else its first
 /// owner's name (at most 40 characters, no trailing `-`), a random part, `-shared-gpu`.
 pub fn new_prefix(pod: &Pod, random: &str) -> String {
@@ -81,10 +75,14 @@ fn pointer_token(s: &str) -> String {
 pub fn mutate(pod: &Pod, cfg: &AdmissionConfig, random: &str) -> Option<Vec<Value>> {
     let spec = pod.spec.as_ref()?;
     let ours = spec.scheduler_name.as_deref() == Some(cfg.scheduler_name.as_str());
-    if !ours || !is_fractional(pod) || spec.containers.is_empty() {
+    if !ours || spec.containers.is_empty() {
         return None;
     }
-    let index = super::binder::fraction_container(pod);
+    // Invalid sharing annotations are not prepared: the scheduler reports them on the pod.
+    let Ok(Some(share)) = gantry_api::kai::pod_gpu_sharing(pod) else {
+        return None;
+    };
+    let index = share.container_index(spec.containers.iter().map(|c| c.name.as_str()));
     let container = &spec.containers[index];
     let mut ops = Vec::new();
     let prefix = match annotation(pod, names::ANNOTATION_SHARED_GPU_CONFIGMAP) {
@@ -239,13 +237,19 @@ mod tests {
         assert_eq!(mutate(&whole, &cfg, "r"), None);
         let other = fraction(json!({"spec": {"schedulerName": "default-scheduler"}}));
         assert_eq!(mutate(&other, &cfg, "r"), None);
+        // Invalid shares are not prepared: the scheduler reports them on the pod.
+        let invalid = fraction(json!({"metadata": {"annotations": {"gpu-fraction": "1.5"}}}));
+        assert_eq!(mutate(&invalid, &cfg, "r"), None);
     }
 
     #[test]
     fn a_named_prefix_and_runtime_class_are_kept() {
-        let p = fraction(json!({"metadata": {"name": "p", "annotations": {
+        // A gpu-memory pod (merge patch: `null` drops the base pod's gpu-fraction).
+        let p = fraction(
+            json!({"metadata": {"name": "p", "annotations": {"gpu-fraction": null,
             "gpu-memory": "2000", "runai/shared-gpu-configmap": "mine"}},
-            "spec": {"runtimeClassName": "nvidia-cdi"}}));
+            "spec": {"runtimeClassName": "nvidia-cdi"}}),
+        );
         let ops = mutate(&p, &AdmissionConfig::default(), "r").expect("patched");
         let got = apply(&p, &ops);
         assert_eq!(

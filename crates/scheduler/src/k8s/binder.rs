@@ -334,16 +334,16 @@ async fn bind_fraction(
     for &i in indices {
         uuids.push(reserve(client, ctx, &b.node, i, &tolerations).await?);
     }
-    let mps = ctx.node_mps
-        || pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(names::ANNOTATION_MPS))
-            .is_some_and(|v| v == "true");
+    // The scheduler placed this pod from the same parse, so its annotations are valid here.
+    let share = gantry_api::kai::pod_gpu_sharing(&pod).ok().flatten();
+    let mps = ctx.node_mps || share.as_ref().is_some_and(|s| s.mps);
     let env = share_env(&uuids, milli, ctx.node_gpu_mib, mps);
     let prefix = configmap_prefix(&pod);
-    let container = fraction_container(&pod);
+    let containers = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.name.as_str()));
+    let container = share.map_or(0, |s| s.container_index(containers));
     let owner = json!([{
         "apiVersion": "v1", "kind": "Pod", "name": b.name,
         "uid": pod.metadata.uid, "controller": false, "blockOwnerDeletion": false,
@@ -387,19 +387,6 @@ async fn bind_fraction(
         .await
         .map_err(|e| api_err(b, e))?;
     post_binding(client, b, &BTreeMap::new()).await
-}
-
-/// Index of the container that receives the share (`gpu-fraction-container-name`, else 0).
-pub fn fraction_container(pod: &Pod) -> usize {
-    let want = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANNOTATION_GPU_FRACTION_CONTAINER_NAME));
-    match (want, pod.spec.as_ref()) {
-        (Some(n), Some(s)) => s.containers.iter().position(|c| &c.name == n).unwrap_or(0),
-        _ => 0,
-    }
 }
 
 #[cfg(test)]

@@ -90,18 +90,6 @@ pub fn pod_requests(pod: &Pod) -> Result<BTreeMap<String, f64>, FieldError> {
     Ok(sum)
 }
 
-/// Whether a container limits `nvidia.com/gpu` (KAI rejects that together with a fraction).
-fn whole_gpu_limit(pod: &Pod) -> bool {
-    pod.spec.iter().flat_map(|s| s.containers.iter()).any(|c| {
-        c.resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.get(names::RESOURCE_GPU))
-            .and_then(quantity)
-            .is_some_and(|v| v > 0.0)
-    })
-}
-
 /// The controlling owner of an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnerRef {
@@ -244,12 +232,9 @@ pub fn pod(pod: &Pod, scheduler_name: &str, reservation_ns: &str) -> CachedPod {
         .filter_map(|k| Some((k.to_string(), ann_all?.get(*k)?.clone())))
         .collect();
     if problem.is_none()
-        && let Err(errs) = gantry_api::kai::parse_gpu_sharing(&annotations, whole_gpu_limit(pod))
+        && let Err(errs) = gantry_api::kai::pod_gpu_sharing(pod)
     {
-        let msg: Vec<String> = errs
-            .iter()
-            .map(|(k, m)| format!("annotation {k} {m}"))
-            .collect();
+        let msg: Vec<String> = errs.iter().map(ToString::to_string).collect();
         problem = Some(format!(
             "pod {}/{}: {}",
             namespace,
@@ -502,10 +487,21 @@ mod tests {
                 "annotations": {"gpu-fraction": "0.5", "pod-group-name": "pg-a", "noise": "y"}},
             "spec": {"schedulerName": "kai-scheduler", "containers": [
                 {"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
-                {"name": "d", "resources": {"limits": {"nvidia.com/gpu": "0"}}}]}
+                {"name": "d"}]}
         }));
         let c = pod(&p, "kai-scheduler", "gantry-reservation");
         assert!(c.ours && c.problem.is_none());
+        // KAI's rule: any nvidia.com/gpu limit, even "0", excludes a share.
+        let mut zero = p.clone();
+        if let Some(s) = zero.spec.as_mut() {
+            s.containers[1].resources =
+                Some(serde_json::from_value(json!({"limits": {"nvidia.com/gpu": "0"}})).unwrap());
+        }
+        let z = pod(&zero, "kai-scheduler", "gantry-reservation");
+        assert!(
+            z.problem
+                .is_some_and(|m| m.contains("whole nvidia.com/gpu limit"))
+        );
         assert_eq!(c.input.cpu_milli, 500);
         assert_eq!(c.input.memory_bytes, 1 << 30);
         assert_eq!(c.input.pod_group, "pg-a");

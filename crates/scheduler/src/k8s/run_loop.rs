@@ -167,7 +167,13 @@ async fn lead(
         opts.identity.clone(),
         status_rx,
     ));
-    let usage = super::usage::UsageState::start(&client, &opts, &mut tasks).await;
+    let usage = super::usage::UsageState::start(
+        &client,
+        opts.config.usage_db_config.clone(),
+        &opts.namespace,
+        &mut tasks,
+    )
+    .await;
     let mut lp = Loop {
         usage,
         cache: Cache::new(&opts.scheduler_name, &opts.reservation_namespace),
@@ -386,7 +392,7 @@ impl Loop {
             uid,
             said: Said {
                 type_,
-                reason,
+                reason: reason.to_string(),
                 message,
             },
         });

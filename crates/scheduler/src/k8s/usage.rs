@@ -11,7 +11,6 @@
 //!   restart or a leader change, and so does Gantry's.
 //! - no `usageDBConfig`: usage stays 0 (KAI without a usage database).
 
-use super::Options;
 use crate::decisions::QueueReport;
 use crate::input::ClusterInput;
 use crate::usage::{self, ClientType, Tracker, UsageDbConfig};
@@ -59,14 +58,14 @@ impl UsageState {
     /// with the loop).
     pub async fn start(
         client: &kube::Client,
-        opts: &Options,
+        cfg: Option<UsageDbConfig>,
+        namespace: &str,
         tasks: &mut tokio::task::JoinSet<()>,
     ) -> UsageState {
-        let cfg = opts.config.usage_db_config.clone();
         let source = match &cfg {
             None => Source::Off,
             Some(c) if c.client_type == ClientType::Internal => Source::Internal {
-                tracker: load(client, &opts.namespace).await,
+                tracker: load(client, namespace).await,
                 saved: Instant::now(),
             },
             Some(c) => match connection(c) {
@@ -87,7 +86,7 @@ impl UsageState {
         UsageState {
             cfg,
             client: client.clone(),
-            namespace: opts.namespace.clone(),
+            namespace: namespace.to_string(),
             source,
         }
     }

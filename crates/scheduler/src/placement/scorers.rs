@@ -1,8 +1,8 @@
 //! Each policy's [`Scorer`]: how it ranks the nodes for one pod. The choice itself (best
 //! score, then the seeded order) is [`super::choose`]'s, the same for all of them.
 
-use super::can_fit;
 use super::choose::Scorer;
+use super::fit::can_fit;
 use crate::config::Strategy;
 use crate::frag::Mix;
 use crate::frag_index::FragIndex;

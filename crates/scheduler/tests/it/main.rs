@@ -23,4 +23,5 @@ mod k8s_visibility;
 mod kai_semantics;
 mod module_graph;
 mod scenarios;
+mod sharing_grammar;
 mod trace_layouts;

@@ -327,6 +327,7 @@ pub async fn start(
         client: client.clone(),
         agents: Arc::new(agents),
         nodes: node_store,
+        events: gantry_runtime::events::Recorder::new(client.clone(), "kubelet", "kubelet"),
     };
     let nodes_arc = Arc::new(nodes);
     tasks.push(tokio::spawn(watch_pods(

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use gantry_runtime::events::{Said, object_ref};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -200,15 +201,8 @@ impl Reconciler {
             tracing::debug!(pod = %name, error = %e, "default scheduler: condition not set");
             return;
         }
-        let uid = p.metadata.uid.clone().unwrap_or_default();
-        super::writes::pod_event(
-            &self.client,
-            (&ns, &name, &uid),
-            "Warning",
-            "FailedScheduling",
-            why,
-            default_scheduler::NAME,
-        )
-        .await;
+        let pod = object_ref("Pod", Some(&ns), &name, p.metadata.uid.as_deref());
+        let said = Said::warning("FailedScheduling", why);
+        self.events.publish(&pod, &said, Some("Scheduling")).await;
     }
 }

@@ -1,14 +1,18 @@
 //! The Deployment and ReplicaSet controllers' and the default scheduler's shell: watch
 //! Deployments, ReplicaSets, Nodes and Pods into local stores and, on any change (debounced)
-//! or every resync period, reconcile them through the pure plans (`apps.rs`). Recently created
-//! pods are remembered until the store sees them, so a slow watch cannot cause duplicates.
+//! or every resync period, reconcile them through the pure plans (`apps.rs`). The loop and the
+//! memory of recently created pods are `gantry_runtime`'s `Rounds` and `Expectations`, as in
+//! `runner.rs`.
 //! (DaemonSets and Jobs have their own indexed caches: `runner.rs`.)
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use gantry_runtime::events::Recorder;
+use gantry_runtime::expectations::Expectations;
+use gantry_runtime::rounds::Rounds;
 use gantry_runtime::task::AbortOnDrop;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -24,8 +28,6 @@ use tokio::task::JoinHandle;
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
 const RESYNC: Duration = Duration::from_secs(5);
-/// How long a created pod is expected before we stop waiting for the watch to show it.
-const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 
 /// Names of pods the watch has shown (added, changed or deleted) since the last reconcile.
 type Observed = Arc<std::sync::Mutex<HashSet<String>>>;
@@ -78,7 +80,9 @@ pub struct Options {
 
 /// Start the Deployment and ReplicaSet controllers (and the default scheduler if `opts` says).
 pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> {
-    let trigger = Arc::new(Notify::new());
+    // Woken by the watches on every change; a pass at least every RESYNC.
+    let rounds = Rounds::new("deployment and replicaset controllers", DEBOUNCE);
+    let trigger = rounds.wake();
     let observed = Observed::default();
     let (deployments, t1) = cache(
         Api::<Deployment>::all(client.clone()),
@@ -102,10 +106,7 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
         // The pod and node watches cost every pod change in the cluster a decode here: they
         // start with the first Deployment or ReplicaSet (at once for the default scheduler).
         while !opts.default_scheduler && deployments.is_empty() && rss.is_empty() {
-            tokio::select! {
-                _ = trigger.notified() => {}
-                _ = tokio::time::sleep(RESYNC) => {}
-            }
+            rounds.until_next(RESYNC).await;
         }
         let (nodes, t3) = cache(Api::<Node>::all(client.clone()), trigger.clone(), None);
         let (pods, t4) = cache(
@@ -115,13 +116,19 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
         );
         // Aborting this task drops these, which stops the watches.
         let _watches = (AbortOnDrop(t3), AbortOnDrop(t4));
+        let events = Recorder::new(
+            client.clone(),
+            super::default_scheduler::NAME,
+            super::default_scheduler::NAME,
+        );
         let mut r = Reconciler {
+            events,
             client,
             deployments,
             rss,
             nodes,
             pods,
-            expected: HashMap::new(),
+            expected: Expectations::default(),
             observed,
             opts,
         };
@@ -129,10 +136,7 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
         let _ = r.pods.wait_until_ready().await;
         loop {
             r.reconcile_all().await;
-            tokio::select! {
-                _ = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
-                _ = tokio::time::sleep(RESYNC) => {}
-            }
+            rounds.until_next(RESYNC).await;
         }
     });
     vec![t1, t2, main]
@@ -167,12 +171,14 @@ pub(super) struct Reconciler {
     pub(super) rss: Store<ReplicaSet>,
     nodes: Store<Node>,
     pods: Store<Pod>,
-    /// (owner uid, pod name) → when created; dropped once the watch has shown the pod.
-    expected: HashMap<(String, String), (Instant, Option<String>)>,
+    /// Pods created (owner uid, pod name) that the watch has not shown yet.
+    expected: Expectations,
     /// A pod created and deleted between two passes never shows in the cache, but its events
     /// do: without them its node would wait for the expectation to time out.
     observed: Observed,
     opts: Options,
+    /// The default scheduler's Events (kube-scheduler's counting of repeats).
+    pub(super) events: Recorder,
 }
 
 impl Reconciler {
@@ -185,11 +191,9 @@ impl Reconciler {
             .map(|mut s| std::mem::take(&mut *s))
             .unwrap_or_default();
         let pods = self.pods.state();
-        let now = Instant::now();
-        self.expected.retain(|(owner, name), (at, _)| {
-            now.duration_since(*at) < EXPECTATION_TTL
-                && !seen.contains(name)
-                && !pods
+        self.expected.settle(Instant::now(), |owner, name| {
+            seen.contains(name)
+                || pods
                     .iter()
                     .any(|p| p.metadata.name.as_deref() == Some(name) && owned_by(p, owner))
         });
@@ -201,18 +205,13 @@ impl Reconciler {
     }
 
     pub(super) fn pending(&self, owner: &str) -> Vec<Option<String>> {
-        self.expected
-            .iter()
-            .filter(|((o, _), _)| o == owner)
-            .map(|(_, (_, node))| node.clone())
-            .collect()
+        self.expected.pending(owner)
     }
 
     /// Create `pods` (each with the node it is for) and expect them until the watch shows them.
     pub(super) async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
         for (_, name, node) in super::writes::create_pods(&self.client, pods).await {
-            self.expected
-                .insert((owner_uid.to_string(), name), (Instant::now(), node));
+            self.expected.expect(owner_uid, name, node, Instant::now());
         }
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use gantry_runtime::events::{Recorder, Said, object_ref};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
@@ -29,6 +30,7 @@ const COMPONENT: &str = "taint-eviction-controller";
 
 /// Start the controller on the shared caches.
 pub fn start(client: kube::Client, caches: cache::Shared) -> JoinHandle<()> {
+    let events = Recorder::new(client.clone(), COMPONENT, COMPONENT);
     tokio::spawn(async move {
         let mut missing_since: HashMap<String, Instant> = HashMap::new();
         let mut recent: HashMap<String, Instant> = HashMap::new();
@@ -55,7 +57,7 @@ pub fn start(client: kube::Client, caches: cache::Shared) -> JoinHandle<()> {
             recent.retain(|_, at| at.elapsed() < RECENT);
             for (pod, why) in plan.evict {
                 if recent.insert(pod.uid.clone(), Instant::now()).is_none() {
-                    evict(&client, &pod, &why).await;
+                    evict(&client, &events, &pod, &why).await;
                 }
             }
             missing_since.retain(|n, _| plan.orphaned.contains_key(n));
@@ -135,7 +137,7 @@ async fn mark(client: &kube::Client, pod: &PodId, reason: &str, message: &str, f
     }
 }
 
-async fn evict(client: &kube::Client, pod: &PodId, why: &str) {
+async fn evict(client: &kube::Client, events: &Recorder, pod: &PodId, why: &str) {
     tracing::info!(pod = %pod.name, namespace = %pod.namespace, %why, "evicting pod from its node");
     mark(
         client,
@@ -145,15 +147,12 @@ async fn evict(client: &kube::Client, pod: &PodId, why: &str) {
         false,
     )
     .await;
-    super::writes::pod_event(
-        client,
-        (&pod.namespace, &pod.name, &pod.uid),
-        "Normal",
+    let said = Said::normal(
         "TaintManagerEviction",
-        &format!("Marking for deletion Pod {}/{}", pod.namespace, pod.name),
-        COMPONENT,
-    )
-    .await;
+        format!("Marking for deletion Pod {}/{}", pod.namespace, pod.name),
+    );
+    let regarding = object_ref("Pod", Some(&pod.namespace), &pod.name, Some(&pod.uid));
+    events.publish(&regarding, &said, None).await;
     if let Err(e) = api(client, pod)
         .delete(&pod.name, &delete_params(pod, None))
         .await

@@ -1,11 +1,15 @@
 //! The controllers' shell: watch DaemonSets, Jobs, Nodes and Pods into local caches
 //! ([`cache`]), and after a change (debounced) reconcile the DaemonSets and Jobs it concerns
-//! through the pure plans; every resync period, all of them. Recently created pods are
-//! remembered until the cache sees them, so a slow watch cannot cause duplicates.
+//! through the pure plans; every resync period, all of them. The loop and the memory of
+//! recently created pods (so a slow watch cannot cause duplicates) are `gantry_runtime`'s
+//! `Rounds` and `Expectations`, as every controller's.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use gantry_runtime::expectations::Expectations;
+use gantry_runtime::rounds::Rounds;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -15,18 +19,12 @@ use kube::{Resource, ResourceExt};
 use rand::Rng;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{cache, daemonset, job};
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
 const RESYNC: Duration = Duration::from_secs(5);
-/// How long a created pod is expected before we stop waiting for the watch to show it: five
-/// minutes, as upstream's `ExpectationsTimeout`. At 1,000 nodes on a loaded machine the pod
-/// watch fell more than 30 s behind the creates, and a shorter wait created a second pod for
-/// ~100 nodes.
-const EXPECTATION_TTL: Duration = Duration::from_secs(300);
 
 /// Running controllers; dropping stops them.
 pub struct Controllers {
@@ -51,7 +49,9 @@ pub fn start(client: kube::Client) -> Controllers {
 /// [`start`], with the optional parts `opts` turns on.
 pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
     let apps = super::apps_runner::start(client.clone(), opts);
-    let trigger = Arc::new(Notify::new());
+    // Woken by the caches on every change; a pass at least every RESYNC.
+    let rounds = Rounds::new("daemonset and job controllers", DEBOUNCE);
+    let trigger = rounds.wake();
     let caches = cache::Shared::default();
     let mut tasks = cache::start(&client, &caches, &trigger);
     tasks.push(super::node_lifecycle_runner::start(
@@ -61,23 +61,22 @@ pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
     let mut r = Reconciler {
         client,
         caches,
-        expected: HashMap::new(),
+        expected: Expectations::default(),
     };
     tasks.push(tokio::spawn(async move {
         while !cache::lock(&r.caches).synced() {
             trigger.notified().await;
         }
-        let mut resync = tokio::time::Instant::now() + RESYNC;
+        let mut resync = Instant::now() + RESYNC;
         loop {
-            if tokio::time::Instant::now() >= resync {
+            if Instant::now() >= resync {
                 cache::lock(&r.caches).dirty.all = true;
-                resync = tokio::time::Instant::now() + RESYNC;
+                resync = Instant::now() + RESYNC;
             }
             r.reconcile_dirty().await;
-            tokio::select! {
-                _ = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
-                _ = tokio::time::sleep_until(resync) => {}
-            }
+            rounds
+                .until_next(resync.saturating_duration_since(Instant::now()))
+                .await;
         }
     }));
     tasks.extend(apps);
@@ -99,9 +98,8 @@ fn owned_by(p: &Pod, uid: &str) -> bool {
 struct Reconciler {
     client: kube::Client,
     caches: cache::Shared,
-    /// (owner uid, pod key) → when created, and for which node; dropped once the watch has
-    /// shown the pod.
-    expected: HashMap<(String, String), (Instant, Option<String>)>,
+    /// Pods created (owner uid, pod key `ns/name`) that the watch has not shown yet.
+    expected: Expectations,
 }
 
 /// One pass's work, copied out of the caches under their lock.
@@ -118,11 +116,8 @@ impl Reconciler {
         let work = {
             let mut c = cache::lock(&self.caches);
             let dirty = std::mem::take(&mut c.dirty);
-            let now = Instant::now();
-            self.expected.retain(|(owner, key), (at, _)| {
-                now.duration_since(*at) < EXPECTATION_TTL
-                    && !dirty.seen_pods.contains(key)
-                    && !c.pods.get(key).is_some_and(|p| owned_by(p, owner))
+            self.expected.settle(Instant::now(), |owner, key| {
+                dirty.seen_pods.contains(key) || c.pods.get(key).is_some_and(|p| owned_by(p, owner))
             });
             let wanted = |uid: Option<&String>, every: bool| {
                 every || uid.is_some_and(|u| dirty.owners.contains(u))
@@ -167,21 +162,11 @@ impl Reconciler {
         }
     }
 
-    fn pending(&self, owner: &str) -> Vec<Option<String>> {
-        self.expected
-            .iter()
-            .filter(|((o, _), _)| o == owner)
-            .map(|(_, (_, node))| node.clone())
-            .collect()
-    }
-
     /// Create `pods` (each with the node it is for) and expect them until the watch shows them.
     async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
         for (ns, name, node) in super::writes::create_pods(&self.client, pods).await {
-            self.expected.insert(
-                (owner_uid.to_string(), cache::key(Some(&ns), &name)),
-                (Instant::now(), node),
-            );
+            let key = cache::key(Some(&ns), &name);
+            self.expected.expect(owner_uid, key, node, Instant::now());
         }
     }
 
@@ -206,7 +191,7 @@ impl Reconciler {
         };
         let ns = ds.namespace().unwrap_or_default();
         let plan = daemonset::plan(ds, nodes, pods);
-        let pending: HashSet<String> = self.pending(&uid).into_iter().flatten().collect();
+        let pending: HashSet<String> = self.expected.pending(&uid).into_iter().flatten().collect();
         let new: Vec<(Pod, Option<String>)> = plan
             .create
             .into_iter()
@@ -232,7 +217,7 @@ impl Reconciler {
         let mine: Vec<Pod> = pods.iter().map(|p| (**p).clone()).collect();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = job::plan(j, &mine, &now);
-        let pending = self.pending(&uid).len() as i32;
+        let pending = self.expected.pending(&uid).len() as i32;
         let new = (0..(plan.create - pending).max(0))
             .map(|_| {
                 let name = format!("{}-{}", j.name_any(), random_suffix());

@@ -1,8 +1,8 @@
 //! The writes every controller here makes: pods created in bursts, pods deleted, statuses
-//! patched (only when they changed), Events about pods.
+//! patched (only when they changed). Events go through `gantry_runtime::events::Recorder`.
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -89,34 +89,5 @@ where
         .await
     {
         tracing::debug!(object = %obj.name_any(), error = %e, "status update failed");
-    }
-}
-
-/// An Event about a pod (`kind`: `Normal` or `Warning`) from `component`.
-pub async fn pod_event(
-    client: &kube::Client,
-    (namespace, name, uid): (&str, &str, &str),
-    kind: &str,
-    reason: &str,
-    message: &str,
-    component: &str,
-) {
-    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let ev: Event = match serde_json::from_value(serde_json::json!({
-        "metadata": {"generateName": format!("{name}."), "namespace": namespace},
-        "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": name,
-                           "namespace": namespace, "uid": uid},
-        "reason": reason, "message": message, "type": kind, "count": 1,
-        "source": {"component": component},
-        "firstTimestamp": now, "lastTimestamp": now, "reportingComponent": component,
-    })) {
-        Ok(e) => e,
-        Err(_) => return,
-    };
-    if let Err(e) = Api::<Event>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &ev)
-        .await
-    {
-        tracing::debug!(pod = %name, error = %e, "event not recorded");
     }
 }

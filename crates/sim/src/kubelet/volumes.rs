@@ -8,9 +8,8 @@ use gantry_k8s_rules::RequiredNodeAffinity;
 use gantry_k8s_rules::taints::{
     TaintEffect, taints_from_k8s, tolerations_from_k8s, untolerated_taint,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, PodSpec, Secret};
-use kube::api::{Api, PostParams};
-use serde_json::json;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PodSpec, Secret};
+use kube::api::Api;
 
 /// Why the node refuses the pod: the kubelet's predicate reason and message.
 pub fn node_refuses(spec: &PodSpec, node: &Node) -> Option<(String, String)> {
@@ -114,36 +113,25 @@ pub async fn first_missing(
     None
 }
 
-/// Records a `Warning` event on the pod from this node's kubelet.
+/// Records a `Warning` event on the pod from this node's kubelet (repeats, such as a
+/// back-off every few seconds, counted on one Event as the kubelet's recorder does).
 pub async fn warn_event(
-    client: &kube::Client,
+    events: &gantry_runtime::events::Recorder,
     pod: &crate::kubelet::PodRef,
     node: &str,
     reason: &str,
     message: &str,
 ) {
-    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let ev: Event = match serde_json::from_value(json!({
-        "metadata": {"generateName": format!("{}.", pod.name), "namespace": pod.namespace},
-        "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-        "reason": reason, "message": message, "type": "Warning", "count": 1,
-        "source": {"component": "kubelet", "host": node},
-        "firstTimestamp": now, "lastTimestamp": now, "reportingComponent": "kubelet", "reportingInstance": node,
-    })) {
-        Ok(e) => e,
-        Err(_) => return,
-    };
-    if let Err(e) = Api::<Event>::namespaced(client.clone(), &pod.namespace)
-        .create(&PostParams::default(), &ev)
-        .await
-    {
-        tracing::debug!(pod = %pod.name, error = %e, "event not recorded");
-    }
+    use gantry_runtime::events::{Said, object_ref};
+    let regarding = object_ref("Pod", Some(&pod.namespace), &pod.name, Some(&pod.uid));
+    let said = Said::warning(reason, message);
+    events.for_node(node).publish(&regarding, &said, None).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn spec(v: serde_json::Value) -> PodSpec {
         serde_json::from_value(v).expect("pod spec")

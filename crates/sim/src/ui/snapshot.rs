@@ -178,13 +178,16 @@ fn mig_share(profile: &str) -> f64 {
 
 /// The fraction a sharing pod asked for, given the GPU's memory.
 fn fraction_share(p: &Pod, memory_mib: u64) -> f64 {
-    if let Some(f) =
-        annotation(p, names::ANNOTATION_GPU_FRACTION).and_then(|v| v.parse::<f64>().ok())
+    use gantry_api::kai::SharePortion;
+    match gantry_api::kai::pod_gpu_sharing(p)
+        .ok()
+        .flatten()
+        .map(|s| s.portion)
     {
-        return f.clamp(0.0, 1.0);
-    }
-    match annotation(p, names::ANNOTATION_GPU_MEMORY).and_then(|v| v.parse::<f64>().ok()) {
-        Some(m) if memory_mib > 0 => (m / memory_mib as f64).clamp(0.0, 1.0),
+        Some(SharePortion::Fraction(f)) => f,
+        Some(SharePortion::MemoryMib(m)) if memory_mib > 0 => {
+            (m as f64 / memory_mib as f64).clamp(0.0, 1.0)
+        }
         _ => 0.0,
     }
 }

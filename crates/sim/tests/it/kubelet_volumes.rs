@@ -70,6 +70,19 @@ async fn missing_configmap_blocks_start_until_created() -> Result {
         anyhow::Ok(phase(&p) == "Running")
     })
     .await?;
+    // Every failed attempt said the same: one Event object, its repeats counted on it (the
+    // kubelet writes through the one recorder, as client-go's does).
+    let failed_mounts = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.involved_object.name.as_deref() == Some("needs-cm")
+        })
+        .count();
+    assert_eq!(failed_mounts, 1);
 
     let wrong: Pod = serde_json::from_value(json!({
         "metadata": {"name": "wrong-node"},

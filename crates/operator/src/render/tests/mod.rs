@@ -1,6 +1,8 @@
 //! Render tests: shared fixtures and helpers; `helm` renders the Helm-default ClusterPolicy
-//! end to end, `rules` checks one rule at a time, `invalid` the spec errors and invariants.
+//! end to end, `golden` compares every operand with its checked-in manifest, `rules` checks
+//! one rule at a time, `invalid` the spec errors and invariants.
 
+mod golden;
 mod helm;
 mod invalid;
 mod nvdriver;

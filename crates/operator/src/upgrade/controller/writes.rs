@@ -1,6 +1,7 @@
 //! What a round writes: node patches, Events, and the plan's actions.
 
 use super::*;
+use gantry_runtime::events::{Recorder, Said, object_ref};
 
 pub(super) async fn patch_node(
     client: &kube::Client,
@@ -17,6 +18,8 @@ pub(super) async fn patch_node(
         .map(|_| ())
 }
 
+/// A Node event about the driver upgrade, through the one recorder. Each is a transition
+/// of the node's upgrade state, written as it comes.
 pub(super) async fn event(
     client: &kube::Client,
     node: &str,
@@ -24,38 +27,15 @@ pub(super) async fn event(
     warning: bool,
     message: &str,
 ) {
-    let now = Timestamp::now();
-    let ev = Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{node}.{:x}", now.as_nanosecond())),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            uid: uid.cloned(),
-            ..Default::default()
-        },
-        reason: Some(EVENT_REASON.into()),
-        message: Some(message.to_string()),
-        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-        source: Some(EventSource {
-            component: Some(crate::FIELD_MANAGER.into()),
-            host: None,
-        }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        count: Some(1),
-        ..Default::default()
+    let said = if warning {
+        Said::warning(EVENT_REASON, message)
+    } else {
+        Said::normal(EVENT_REASON, message)
     };
-    if let Err(e) = Api::<Event>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &ev)
-        .await
-    {
-        tracing::debug!(node, error = %e, "recording a driver upgrade event failed");
-    }
+    let node = object_ref("Node", None, node, uid.map(String::as_str));
+    Recorder::new(client.clone(), crate::FIELD_MANAGER, crate::FIELD_MANAGER)
+        .publish(&node, &said, None)
+        .await;
 }
 
 /// Apply actions in order; a failed action skips the rest of its node's actions this round

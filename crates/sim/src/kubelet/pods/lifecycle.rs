@@ -272,7 +272,7 @@ async fn reject(ctx: &Ctx, waiting: &CState, reason: &str, message: &str) {
     let event = message
         .strip_prefix("Pod was rejected: ")
         .unwrap_or(message);
-    volumes::warn_event(&ctx.env.client, &ctx.r, &ctx.node.name, reason, event).await;
+    volumes::warn_event(&ctx.env.events, &ctx.r, &ctx.node.name, reason, event).await;
     ctx.patch_status("Failed", waiting, None, 0, Some((reason, message)))
         .await;
 }
@@ -342,7 +342,7 @@ async fn back_off(
     message: &str,
     delay: &mut Duration,
 ) -> bool {
-    volumes::warn_event(&ctx.env.client, &ctx.r, &ctx.node.name, reason, message).await;
+    volumes::warn_event(&ctx.env.events, &ctx.r, &ctx.node.name, reason, message).await;
     ctx.patch_status("Pending", waiting, None, 0, None).await;
     let stopped = tokio::select! {
         _ = tokio::time::sleep(*delay) => false,

@@ -43,6 +43,8 @@ pub struct PodEnv {
     /// Every Node, from one watch (a real kubelet's node lister): admission reads its node
     /// here instead of one GET per pod.
     pub nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
+    /// The kubelets' Events (`kubelet`, reported from each node).
+    pub events: gantry_runtime::events::Recorder,
 }
 
 /// A running pod task: the latest object (None = gone from the API) and the task.
