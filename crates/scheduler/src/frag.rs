@@ -32,27 +32,30 @@ impl Mix {
             .map(|n| models.intern(n.gpu_model).unwrap_or(NO_MODEL))
             .collect();
         let max_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
-        let shapes: Vec<PodShape> = s
-            .pods
-            .iter()
-            .filter(|p| p.invalid.is_none() && !s.groups[p.group as usize].foreign)
-            .filter_map(|p| {
-                let (num_gpu, milli) = match p.gpu {
-                    GpuRequest::Memory { mib, devices: 1 } => {
-                        (1, memory_to_milli(mib, max_mib?)? as u16)
-                    }
-                    ref g => gpu_of(g)?,
-                };
-                Some(PodShape {
-                    cpu: p.res.0[CPU],
-                    mem: p.res.0[MEM],
-                    num_gpu,
-                    milli,
-                    models: pod_models(s, &models, p.class as usize),
-                    spec: 0,
-                })
-            })
-            .collect();
+        // Sized up front: grown by doubling, this 140k-entry list was copied and page-faulted
+        // afresh a dozen times per cycle.
+        let mut shapes: Vec<PodShape> = Vec::with_capacity(s.pods.len());
+        shapes.extend(
+            s.pods
+                .iter()
+                .filter(|p| p.invalid.is_none() && !s.groups[p.group as usize].foreign)
+                .filter_map(|p| {
+                    let (num_gpu, milli) = match p.gpu {
+                        GpuRequest::Memory { mib, devices: 1 } => {
+                            (1, memory_to_milli(mib, max_mib?)? as u16)
+                        }
+                        ref g => gpu_of(g)?,
+                    };
+                    Some(PodShape {
+                        cpu: p.res.0[CPU],
+                        mem: p.res.0[MEM],
+                        num_gpu,
+                        milli,
+                        models: pod_models(s, &models, p.class as usize),
+                        spec: 0,
+                    })
+                }),
+        );
         let gpus = s
             .nodes
             .iter()
@@ -138,7 +141,7 @@ impl Mix {
         let shape = self.shape(s, pod, n)?;
         let free = self.node_free(st, n)?;
         let mask = choice.resolve(&free, &shape, |_| 0);
-        let devices: Vec<u8> = (0..MAX_GPUS as u8)
+        let devices: crate::snapshot::GpuIdx = (0..MAX_GPUS as u8)
             .filter(|i| mask & (1 << i) != 0)
             .collect();
         Some(match choice {

@@ -5,7 +5,7 @@ use crate::decisions::NodeReason;
 pub use crate::framework::state::shared_milli;
 use crate::framework::state::{GpuPlacement, GpuSlot, State};
 use crate::request::GpuRequest;
-use crate::snapshot::{NodeId, Snapshot};
+use crate::snapshot::{GpuIdx, NodeId, Snapshot};
 
 /// Order of candidate devices for fractions (KAI `gpupack` / `gpuspread`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub fn fit_gpu(
             if u32::from(st.idle_gpus[node as usize]) < *n {
                 return Err(NodeReason::InsufficientGpu);
             }
-            let idx: Vec<u8> = st
+            let idx: GpuIdx = st
                 .node_gpus(node)
                 .iter()
                 .enumerate()
@@ -135,12 +135,7 @@ pub fn can_fit_gpu(
 }
 
 /// Choose `devices` distinct devices with at least `milli` free.
-pub fn pick_shared(
-    slots: &[GpuSlot],
-    milli: u32,
-    devices: u32,
-    order: GpuOrder,
-) -> Option<Vec<u8>> {
+pub fn pick_shared(slots: &[GpuSlot], milli: u32, devices: u32, order: GpuOrder) -> Option<GpuIdx> {
     let mut cand: Vec<(u32, bool, u8)> = slots
         .iter()
         .enumerate()
@@ -159,7 +154,7 @@ pub fn pick_shared(
     }
     let mut out: Vec<u8> = cand.iter().take(devices as usize).map(|c| c.2).collect();
     out.sort_unstable();
-    Some(out)
+    Some(out.into())
 }
 
 /// Whether the node already has a shared device this request fits on (KAI `gpusharingorder`).
@@ -193,16 +188,25 @@ mod tests {
                 ..Default::default()
             },
         ];
-        assert_eq!(pick_shared(&slots, 250, 1, GpuOrder::Pack), Some(vec![2]));
-        assert_eq!(pick_shared(&slots, 500, 1, GpuOrder::Pack), Some(vec![1]));
-        assert_eq!(pick_shared(&slots, 250, 1, GpuOrder::Spread), Some(vec![0]));
         assert_eq!(
-            pick_shared(&slots, 600, 2, GpuOrder::Pack),
+            pick_shared(&slots, 250, 1, GpuOrder::Pack).map(|v| v.to_vec()),
+            Some(vec![2])
+        );
+        assert_eq!(
+            pick_shared(&slots, 500, 1, GpuOrder::Pack).map(|v| v.to_vec()),
+            Some(vec![1])
+        );
+        assert_eq!(
+            pick_shared(&slots, 250, 1, GpuOrder::Spread).map(|v| v.to_vec()),
+            Some(vec![0])
+        );
+        assert_eq!(
+            pick_shared(&slots, 600, 2, GpuOrder::Pack).map(|v| v.to_vec()),
             None,
             "whole device is never shared"
         );
         assert_eq!(
-            pick_shared(&slots, 250, 3, GpuOrder::Pack),
+            pick_shared(&slots, 250, 3, GpuOrder::Pack).map(|v| v.to_vec()),
             Some(vec![0, 1, 2])
         );
     }

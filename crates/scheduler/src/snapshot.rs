@@ -10,8 +10,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 pub(crate) mod devices;
+mod gpu_idx;
 mod groups;
+pub use gpu_idx::GpuIdx;
 mod index;
+#[cfg(test)]
+mod tests;
 use groups::{build_queues, group_pods, mig_slices};
 pub use index::{FastHasher, FastMap};
 use index::{GroupIndex, fast_map};
@@ -435,6 +439,9 @@ impl<'a> Snapshot<'a> {
         let max_gpu_mib = s.nodes.iter().filter_map(|n| n.gpu_memory_mib).max();
         let mut class_ids: FastMap<ConstraintClass, ClassId> = fast_map(16);
         let mut empty_class: Option<ClassId> = None;
+        // Only the input's groups are looked up by name (not the holders invented below).
+        let real_groups = s.groups.len() as GroupId;
+        let mut last_group: GroupId = 0;
         for p in &input.pods {
             let mut invalid = None;
             let gpu =
@@ -465,14 +472,26 @@ impl<'a> Snapshot<'a> {
                 // A running pod on a node we do not know holds nothing we can see.
                 continue;
             }
-            let hash = GroupIndex::hash(&p.namespace, &p.pod_group);
             let groups = &s.groups;
-            let found = group_ids.find(hash, |id| {
+            let is = |id: GroupId| {
                 let o = &groups[id as usize];
                 o.name == p.pod_group.as_str() && o.namespace == p.namespace
-            });
+            };
+            // The cache keeps pods and groups in arrival order, so a pod's group is mostly the
+            // previous pod's or the next one: try those before hashing (a sequential walk
+            // instead of a random probe per pod; same answer, the names are unique).
+            let found = match [last_group, last_group + 1]
+                .into_iter()
+                .find(|&id| id < real_groups && is(id))
+            {
+                Some(id) => Ok(id),
+                None => group_ids.find(GroupIndex::hash(&p.namespace, &p.pod_group), is),
+            };
             let group = match found {
-                Ok(g) => g,
+                Ok(g) => {
+                    last_group = g;
+                    g
+                }
                 Err(_) => {
                     if !running && invalid.is_none() {
                         invalid = Some(format!(

@@ -4,7 +4,7 @@
 
 use crate::decisions::NodeReason;
 use crate::request::{GpuRequest, memory_to_milli};
-use crate::snapshot::{CPU, GroupId, MEM, NodeId, PodId, Res, Snapshot};
+use crate::snapshot::{CPU, GpuIdx, GroupId, MEM, NodeId, PodId, Res, Snapshot};
 
 /// One physical GPU: idle, held whole, or shared by fractions (never both).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,10 +36,10 @@ impl GpuSlot {
 pub enum GpuPlacement {
     None,
     /// Whole devices by index on the node.
-    Whole(Vec<u8>),
+    Whole(GpuIdx),
     /// The same share on each listed device (a fraction slot).
     Shared {
-        gpus: Vec<u8>,
+        gpus: GpuIdx,
         milli: u16,
     },
     Mig {
@@ -200,7 +200,7 @@ impl State {
     ) -> GpuPlacement {
         let p = &s.pods[pod as usize];
         let count = s.nodes[node as usize].gpus;
-        let valid = || -> Vec<u8> {
+        let valid = || -> GpuIdx {
             p.gpu_indices
                 .iter()
                 .filter(|&&i| i < count)
