@@ -26,7 +26,11 @@ pub struct OperatorBench {
 
 /// Run it; the table is printed by the caller. The error, when the run did not complete,
 /// carries the memory figures seen so far.
-pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
+pub fn run<'a>(b: &'a OperatorBench) -> futures::future::BoxFuture<'a, anyhow::Result<String>> {
+    Box::pin(run_inner(b))
+}
+
+async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
     let dir = crate::scratch("operator")?;
     let cp = gantry_sim::ControlPlane::start(gantry_sim::ControlPlaneOptions {
         port: 0,
