@@ -152,7 +152,15 @@ pub async fn bench_one(
 }
 
 /// Memory, then SQLite in a temporary directory.
-pub async fn run(o: &BenchOpts) -> Result<Vec<BenchRow>, BenchError> {
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn run<'a>(
+    o: &'a BenchOpts,
+) -> futures::future::BoxFuture<'a, Result<Vec<BenchRow>, BenchError>> {
+    Box::pin(run_inner(o))
+}
+
+async fn run_inner(o: &BenchOpts) -> Result<Vec<BenchRow>, BenchError> {
     let mem = bench_one("memory", None, o).await?;
     let dir = tempfile::tempdir().map_err(|source| SimError::Io {
         what: "creating temporary directory",

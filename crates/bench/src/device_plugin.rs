@@ -61,7 +61,14 @@ pub struct BenchRow {
     pub max_us: f64,
 }
 
-pub async fn run_bench(
+pub fn run_bench<'a>(
+    cases: &'a [BenchCase],
+    calls: usize,
+) -> futures::future::BoxFuture<'a, Result<Vec<BenchRow>, DevicePluginError>> {
+    Box::pin(run_bench_inner(cases, calls))
+}
+
+async fn run_bench_inner(
     cases: &[BenchCase],
     calls: usize,
 ) -> Result<Vec<BenchRow>, DevicePluginError> {

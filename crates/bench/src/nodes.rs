@@ -168,7 +168,17 @@ impl KubeletProcesses {
 /// One share of a bench's nodes, in a process of its own (see [`KubeletProcesses`]): every
 /// `of`-th node of `spec` from the `share`-th, against the API server of `kubeconfig`, with
 /// their host directories under `dir`.
-pub async fn run_kubelets(
+pub fn run_kubelets<'a>(
+    kubeconfig: &'a Path,
+    spec: &'a str,
+    share: usize,
+    of: usize,
+    dir: &'a Path,
+) -> futures::future::BoxFuture<'a, Result<SimCluster, BenchError>> {
+    Box::pin(run_kubelets_inner(kubeconfig, spec, share, of, dir))
+}
+
+async fn run_kubelets_inner(
     kubeconfig: &Path,
     spec: &str,
     share: usize,
@@ -264,7 +274,13 @@ pub(crate) fn spawn_kubelets(
 }
 
 /// Run the benchmark.
-pub async fn nodes_bench(opts: &NodesBenchOpts) -> Result<NodesReport, BenchError> {
+pub fn nodes_bench<'a>(
+    opts: &'a NodesBenchOpts,
+) -> futures::future::BoxFuture<'a, Result<NodesReport, BenchError>> {
+    Box::pin(nodes_bench_inner(opts))
+}
+
+async fn nodes_bench_inner(opts: &NodesBenchOpts) -> Result<NodesReport, BenchError> {
     let plan = nodes::plan(&opts.spec)?;
     let want_nodes = plan.len();
     let want_gpus: u64 = plan.iter().map(|p| u64::from(p.gpus)).sum();

@@ -19,7 +19,14 @@ pub struct Components {
 /// The GPU-sharing admission webhook for `scheduler_name`, served in-process (loopback, a
 /// fresh CA) and registered with the API server: fractional pods created from now on get
 /// their share's environment.
-pub async fn admission(
+pub fn admission<'a>(
+    client: kube::Client,
+    scheduler_name: &'a str,
+) -> futures::future::BoxFuture<'a, Result<webhook_local::Local, String>> {
+    Box::pin(admission_inner(client, scheduler_name))
+}
+
+async fn admission_inner(
     client: kube::Client,
     scheduler_name: &str,
 ) -> Result<webhook_local::Local, String> {

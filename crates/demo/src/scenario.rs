@@ -55,7 +55,15 @@ impl Demo {
 }
 
 /// Run the whole demo. On success the cluster is left running in the returned [`Demo`].
-pub async fn run(opts: DemoOptions) -> Result<(Demo, Summary), DemoError> {
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn run(
+    opts: DemoOptions,
+) -> futures::future::BoxFuture<'static, Result<(Demo, Summary), DemoError>> {
+    Box::pin(run_inner(opts))
+}
+
+async fn run_inner(opts: DemoOptions) -> Result<(Demo, Summary), DemoError> {
     let plan = gantry_sim::nodes::plan(&opts.nodes)
         .map_err(|e| DemoError::Start(format!("--nodes {:?}: {e}", opts.nodes)))?;
     let t0 = Instant::now();

@@ -125,10 +125,20 @@ fn spawn_controllers(
 }
 
 /// Run the operator until `shutdown` resolves.
-pub async fn run(
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn run(
     client: kube::Client,
     opts: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> futures::future::BoxFuture<'static, Result<(), RunError>> {
+    Box::pin(run_inner(client, opts, Box::pin(shutdown)))
+}
+
+async fn run_inner(
+    client: kube::Client,
+    opts: RunOptions,
+    shutdown: futures::future::BoxFuture<'static, ()>,
 ) -> Result<(), RunError> {
     let shut_rx = shutdown::flag(shutdown);
     gantry_runtime::ensure_namespace(&client, &opts.namespace)

@@ -103,10 +103,20 @@ impl Endpoints {
 }
 
 /// Serve `endpoints` on `listener` until `shutdown` resolves.
-pub async fn serve(
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn serve(
     listener: tokio::net::TcpListener,
     endpoints: Endpoints,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> futures::future::BoxFuture<'static, std::io::Result<()>> {
+    Box::pin(serve_inner(listener, endpoints, Box::pin(shutdown)))
+}
+
+async fn serve_inner(
+    listener: tokio::net::TcpListener,
+    endpoints: Endpoints,
+    shutdown: futures::future::BoxFuture<'static, ()>,
 ) -> std::io::Result<()> {
     axum::serve(listener, endpoints.router())
         .with_graceful_shutdown(shutdown)

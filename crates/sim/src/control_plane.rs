@@ -55,7 +55,15 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Starts the API server and controllers and writes the kubeconfig.
-    pub async fn start(opts: ControlPlaneOptions) -> Result<Self, SimError> {
+    // A plain fn returning a boxed future: the body compiles once, here, not again in
+    // every crate that awaits it (docs/benchmarks.md, "Build time").
+    pub fn start(
+        opts: ControlPlaneOptions,
+    ) -> futures::future::BoxFuture<'static, Result<Self, SimError>> {
+        Box::pin(Self::start_inner(opts))
+    }
+
+    async fn start_inner(opts: ControlPlaneOptions) -> Result<Self, SimError> {
         let (store, material, token, tmp) = match &opts.data_dir {
             Some(dir) => {
                 let backend = SqliteBackend::open(dir)?;

@@ -57,7 +57,11 @@ fn mib(b: Option<u64>) -> String {
 
 /// Run it; the table is printed by the caller. The error, when the run did not complete,
 /// carries the memory figures seen so far.
-pub async fn run(b: &OperatorBench) -> anyhow::Result<String> {
+pub fn run<'a>(b: &'a OperatorBench) -> futures::future::BoxFuture<'a, anyhow::Result<String>> {
+    Box::pin(run_inner(b))
+}
+
+async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
     let dir = crate::scratch("operator")?;
     let me = std::process::id();
     let load_at_start = load_average().map(|l| l.1).unwrap_or_default();

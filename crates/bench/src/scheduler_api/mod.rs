@@ -22,7 +22,13 @@ pub struct SchedulerApiBench {
 }
 
 /// Run it: the table, and whether no node ended overcommitted.
-pub async fn run(b: &SchedulerApiBench) -> anyhow::Result<(String, bool)> {
+pub fn run<'a>(
+    b: &'a SchedulerApiBench,
+) -> futures::future::BoxFuture<'a, anyhow::Result<(String, bool)>> {
+    Box::pin(run_inner(b))
+}
+
+async fn run_inner(b: &SchedulerApiBench) -> anyhow::Result<(String, bool)> {
     let dir = crate::scratch("sched")?;
     let cp = gantry_sim::ControlPlane::start(gantry_sim::ControlPlaneOptions {
         port: 0,

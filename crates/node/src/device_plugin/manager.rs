@@ -151,10 +151,18 @@ struct Generation {
 }
 
 /// Runs the device plugin until `shutdown` resolves; sockets are removed on the way out.
-pub async fn run(
+pub fn run<'a>(
     opts: Options,
     backend: Arc<dyn Backend>,
-    shutdown: impl Future<Output = ()> + Send,
+    shutdown: impl Future<Output = ()> + Send + 'a,
+) -> futures::future::BoxFuture<'a, Result<(), DevicePluginError>> {
+    Box::pin(run_inner(opts, backend, Box::pin(shutdown)))
+}
+
+async fn run_inner(
+    opts: Options,
+    backend: Arc<dyn Backend>,
+    shutdown: futures::future::BoxFuture<'_, ()>,
 ) -> Result<(), DevicePluginError> {
     tokio::pin!(shutdown);
     std::fs::create_dir_all(&opts.plugin_dir)

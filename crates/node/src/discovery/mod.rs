@@ -273,11 +273,22 @@ async fn config_changed(
 /// Label the node, then (unless oneshot or an infinite interval) again every sleep interval
 /// until `shutdown` completes, or at once when the device plugin config changes (see
 /// [`wake`]). The config is re-read on every pass.
-pub async fn run(
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn run<'a>(
     opts: DiscoveryOptions,
     backend: Arc<dyn Backend>,
     client: kube::Client,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()> + Send + 'a,
+) -> futures::future::BoxFuture<'a, Result<(), DiscoveryError>> {
+    Box::pin(run_inner(opts, backend, client, Box::pin(shutdown)))
+}
+
+async fn run_inner(
+    opts: DiscoveryOptions,
+    backend: Arc<dyn Backend>,
+    client: kube::Client,
+    shutdown: futures::future::BoxFuture<'_, ()>,
 ) -> Result<(), DiscoveryError> {
     let node = opts.node_name.clone().ok_or(DiscoveryError::NoNodeName)?;
     let started = unix_now();

@@ -347,10 +347,18 @@ impl Drop for Exporter {
 }
 
 /// Start the exporter on `opts.address` and serve until `shutdown`.
-pub async fn run(
+pub fn run(
     opts: ExporterOptions,
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> futures::future::BoxFuture<'static, Result<(), ExporterError>> {
+    Box::pin(run_inner(opts, backend, Box::pin(shutdown)))
+}
+
+async fn run_inner(
+    opts: ExporterOptions,
+    backend: Arc<dyn Backend>,
+    shutdown: futures::future::BoxFuture<'static, ()>,
 ) -> Result<(), ExporterError> {
     let address = opts.address;
     // The first sample calls NVML: keep it off the async workers.

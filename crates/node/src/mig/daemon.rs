@@ -116,11 +116,20 @@ pub fn merge_configs(mut base: MigPartedConfig, extra: MigPartedConfig) -> MigPa
 }
 
 /// Runs until `shutdown` resolves. Errors of single changes end up in the Node's state, not here.
-pub async fn run(
+pub fn run<'a>(
     opts: DaemonOptions,
     backend: Arc<dyn Backend>,
     client: kube::Client,
-    shutdown: impl Future<Output = ()> + Send,
+    shutdown: impl Future<Output = ()> + Send + 'a,
+) -> futures::future::BoxFuture<'a, Result<(), DaemonError>> {
+    Box::pin(run_inner(opts, backend, client, Box::pin(shutdown)))
+}
+
+async fn run_inner(
+    opts: DaemonOptions,
+    backend: Arc<dyn Backend>,
+    client: kube::Client,
+    shutdown: futures::future::BoxFuture<'_, ()>,
 ) -> Result<(), DaemonError> {
     tokio::pin!(shutdown);
     let nodes: Api<Node> = Api::all(client.clone());

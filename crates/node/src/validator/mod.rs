@@ -203,10 +203,18 @@ pub struct Seams {
 }
 
 /// Run the validator in `opts.mode` until done or `shutdown` resolves.
-pub async fn run(
+pub fn run(
     opts: ValidatorOptions,
     seams: Seams,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> futures::future::BoxFuture<'static, Result<(), ValidatorError>> {
+    Box::pin(run_inner(opts, seams, Box::pin(shutdown)))
+}
+
+async fn run_inner(
+    opts: ValidatorOptions,
+    seams: Seams,
+    shutdown: futures::future::BoxFuture<'static, ()>,
 ) -> Result<(), ValidatorError> {
     match opts.mode.clone() {
         Mode::Check { component, wait } => validate(&opts, &seams, component, wait, shutdown).await,

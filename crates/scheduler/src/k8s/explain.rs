@@ -64,7 +64,23 @@ fn fmt3(v: [f64; 3]) -> String {
 }
 
 /// The report for one pod, as text.
-pub async fn explain_pod(
+pub fn explain_pod<'a>(
+    client: &'a kube::Client,
+    namespace: &'a str,
+    name: &'a str,
+    scheduler_name: &'a str,
+    reservation_ns: &'a str,
+) -> futures::future::BoxFuture<'a, Result<String, ExplainError>> {
+    Box::pin(explain_pod_inner(
+        client,
+        namespace,
+        name,
+        scheduler_name,
+        reservation_ns,
+    ))
+}
+
+async fn explain_pod_inner(
     client: &kube::Client,
     namespace: &str,
     name: &str,
@@ -382,7 +398,13 @@ pub fn queue_table(queues: &[Queue]) -> String {
 }
 
 /// `gantry explain queues`.
-pub async fn explain_queues(client: &kube::Client) -> Result<String, ExplainError> {
+pub fn explain_queues<'a>(
+    client: &'a kube::Client,
+) -> futures::future::BoxFuture<'a, Result<String, ExplainError>> {
+    Box::pin(explain_queues_inner(client))
+}
+
+async fn explain_queues_inner(client: &kube::Client) -> Result<String, ExplainError> {
     let queues = Api::<Queue>::all(client.clone())
         .list(&ListParams::default())
         .await

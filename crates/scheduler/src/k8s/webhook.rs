@@ -146,12 +146,32 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds `addr` (port 0: any) and returns the bound address and the serving future, which
 /// runs until `stop` flips.
-pub async fn bind(
+// Plain fn returning boxed futures: the bodies compile once, here, not again in every crate
+// that awaits them (docs/benchmarks.md, "Build time").
+pub fn bind(
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    cfg: AdmissionConfig,
+    stop: watch::Receiver<bool>,
+) -> futures::future::BoxFuture<
+    'static,
+    Result<(SocketAddr, futures::future::BoxFuture<'static, ()>), WebhookError>,
+> {
+    Box::pin(async move {
+        let (local, serve) = bind_inner(addr, tls, cfg, stop).await?;
+        Ok((
+            local,
+            Box::pin(serve) as futures::future::BoxFuture<'static, ()>,
+        ))
+    })
+}
+
+async fn bind_inner(
     addr: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     cfg: AdmissionConfig,
     mut stop: watch::Receiver<bool>,
-) -> Result<(SocketAddr, impl Future<Output = ()> + Send), WebhookError> {
+) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static), WebhookError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| WebhookError::Listen { addr, source })?;

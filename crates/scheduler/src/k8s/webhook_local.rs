@@ -83,7 +83,15 @@ pub struct Local {
 }
 
 /// Serves the webhook on `127.0.0.1` (any port) and registers it with the API server.
-pub async fn start(
+pub fn start<'a>(
+    client: kube::Client,
+    certs: &'a Certificates,
+    cfg: AdmissionConfig,
+) -> futures::future::BoxFuture<'a, Result<Local, WebhookError>> {
+    Box::pin(start_inner(client, certs, cfg))
+}
+
+async fn start_inner(
     client: kube::Client,
     certs: &Certificates,
     cfg: AdmissionConfig,

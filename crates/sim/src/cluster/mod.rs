@@ -162,7 +162,15 @@ pub struct UpOptions {
 /// `gantry up --nodes SPEC`: the workload controllers and one kubelet per node of `spec`,
 /// with every agent runner the sim has. State lives under `<data_dir>/sim`, or without a
 /// data dir in a fresh temporary directory of its own.
-pub async fn up(
+pub fn up<'a>(
+    cp: &'a crate::ControlPlane,
+    data_dir: Option<&'a Path>,
+    spec: &'a str,
+) -> futures::future::BoxFuture<'a, Result<Up, UpError>> {
+    Box::pin(up_inner(cp, data_dir, spec))
+}
+
+async fn up_inner(
     cp: &crate::ControlPlane,
     data_dir: Option<&Path>,
     spec: &str,
@@ -171,7 +179,18 @@ pub async fn up(
 }
 
 /// [`up`] with a default scheduler and component runners as `opts` says.
-pub async fn up_with(
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn up_with<'a>(
+    cp: &'a crate::ControlPlane,
+    data_dir: Option<&'a Path>,
+    spec: &'a str,
+    opts: UpOptions,
+) -> futures::future::BoxFuture<'a, Result<Up, UpError>> {
+    Box::pin(up_with_inner(cp, data_dir, spec, opts))
+}
+
+async fn up_with_inner(
     cp: &crate::ControlPlane,
     data_dir: Option<&Path>,
     spec: &str,
@@ -280,7 +299,16 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), Clust
 
 /// Start one kubelet per planned node under `root` (`<root>/<node>/…`), the shared pod watch,
 /// and the control socket `<root>/sim-control.sock`.
-pub async fn start(
+pub fn start<'a>(
+    client: kube::Client,
+    root: &'a Path,
+    plan: Vec<NodePlan>,
+    agents: AgentRegistry,
+) -> futures::future::BoxFuture<'a, Result<SimCluster, ClusterError>> {
+    Box::pin(start_inner(client, root, plan, agents))
+}
+
+async fn start_inner(
     client: kube::Client,
     root: &Path,
     plan: Vec<NodePlan>,

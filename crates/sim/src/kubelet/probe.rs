@@ -248,7 +248,13 @@ fn check(req: &RegisterRequest, dir: &Path) -> Result<(), String> {
 }
 
 /// Run the probe once. The Registration server stops when this returns.
-pub async fn run(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
+pub fn run<'a>(
+    opts: &'a ProbeOptions,
+) -> futures::future::BoxFuture<'a, Result<ProbeReport, ProbeError>> {
+    Box::pin(run_inner(opts))
+}
+
+async fn run_inner(opts: &ProbeOptions) -> Result<ProbeReport, ProbeError> {
     let deadline = Instant::now() + opts.timeout;
     let secs = opts.timeout.as_secs();
     let resource = opts.resource.clone();

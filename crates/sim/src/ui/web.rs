@@ -169,7 +169,14 @@ pub fn host_allowed(host: Option<&str>, port: u16) -> bool {
 
 /// Serve the page on `127.0.0.1:port` (0 = any free port). Loopback only: the page shows
 /// the whole cluster without authentication, and requests for other host names are refused.
-pub async fn serve(collector: Collector, port: u16) -> std::io::Result<UiServer> {
+pub fn serve(
+    collector: Collector,
+    port: u16,
+) -> futures::future::BoxFuture<'static, std::io::Result<UiServer>> {
+    Box::pin(serve_inner(collector, port))
+}
+
+async fn serve_inner(collector: Collector, port: u16) -> std::io::Result<UiServer> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let addr = listener.local_addr()?;
     let check_host = move |req: axum::extract::Request, next: axum::middleware::Next| async move {

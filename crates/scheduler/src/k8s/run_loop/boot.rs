@@ -5,7 +5,17 @@ use super::*;
 
 /// Run the scheduler until `shutdown` becomes true. With leader election, waits for the
 /// Lease first and returns [`Error::LostLease`] if another replica takes it.
-pub async fn run(
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn run(
+    client: kube::Client,
+    opts: Options,
+    shutdown: watch::Receiver<bool>,
+) -> futures::future::BoxFuture<'static, Result<(), Error>> {
+    Box::pin(run_inner(client, opts, shutdown))
+}
+
+async fn run_inner(
     client: kube::Client,
     opts: Options,
     shutdown: watch::Receiver<bool>,
@@ -15,7 +25,16 @@ pub async fn run(
 }
 
 /// [`run`] with a caller-provided metrics registry.
-pub async fn run_with(
+pub fn run_with(
+    client: kube::Client,
+    opts: Options,
+    shutdown: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> futures::future::BoxFuture<'static, Result<(), Error>> {
+    Box::pin(run_with_inner(client, opts, shutdown, metrics))
+}
+
+async fn run_with_inner(
     client: kube::Client,
     opts: Options,
     mut shutdown: watch::Receiver<bool>,
