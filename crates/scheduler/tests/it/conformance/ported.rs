@@ -227,5 +227,5 @@ fn kai_action_tests_ported_as_data() {
         files.len()
     );
     assert!(failed.is_empty(), "{}", failed.join("\n"));
-    assert!(passed >= 87, "too few ported cases pass: {passed}");
+    assert!(passed >= 114, "too few ported cases pass: {passed}");
 }
