@@ -44,7 +44,8 @@ fn crds_prints_every_crd_as_yaml() {
             "NVIDIADriver",
             "MigClusterPolicy",
             "Queue",
-            "PodGroup"
+            "PodGroup",
+            "Topology"
         ]
     );
 }
