@@ -22,7 +22,8 @@ pub struct ControlPlaneOptions {
     /// Where to write the kubeconfig; None writes `kubeconfig` into the data dir, or a
     /// temporary directory owned by the control plane.
     pub kubeconfig: Option<PathBuf>,
-    /// Events kept for watches resuming from an older resourceVersion.
+    /// Events kept for watches resuming from an older resourceVersion (default 100,000;
+    /// `GANTRY_SIM_WATCH_HISTORY` overrides it, e.g. to measure what the history costs).
     pub watch_history: usize,
     /// Connections served at once; None: from the open-file limit
     /// ([`crate::serve::connection_limit`]).
@@ -35,7 +36,10 @@ impl Default for ControlPlaneOptions {
             data_dir: None,
             port: 0,
             kubeconfig: None,
-            watch_history: 100_000,
+            watch_history: std::env::var("GANTRY_SIM_WATCH_HISTORY")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(100_000),
             max_connections: None,
         }
     }
