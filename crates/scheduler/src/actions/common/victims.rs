@@ -64,13 +64,19 @@ pub fn eligible(sess: &Session<'_>, victim: GroupId, req: &Res) -> bool {
     sess.helps(victim, req)
 }
 
-/// Whether a unit of an eligible victim may be taken: a job still inside its queue's minimum
-/// runtime (`preemptMinRuntime` / `reclaimMinRuntime`) gives up only pods above its minimum.
-fn unit_allowed(sess: &Session<'_>, min_runtime: Option<Kind>, q: QueueId, unit: &Unit) -> bool {
+/// Whether a unit of an eligible victim may be taken, the job holding `placed` pods: a job
+/// still inside its queue's minimum runtime (`preemptMinRuntime` / `reclaimMinRuntime`) gives
+/// up only pods above its minimum.
+fn unit_allowed(
+    sess: &Session<'_>,
+    min_runtime: Option<Kind>,
+    q: QueueId,
+    unit: &Unit,
+    placed: usize,
+) -> bool {
     let Some(kind) = min_runtime else {
         return true;
     };
-    let placed = sess.placed_pods(unit.group).len();
     crate::min_runtime::allows(
         sess.snapshot,
         &sess.config.min_runtime,
@@ -192,8 +198,11 @@ pub fn collect(
             Verdict::Take => {}
         }
         budget.jobs -= 1;
-        for u in units_of(sess, v) {
-            if u.pods.len() <= budget.pods && unit_allowed(sess, min_runtime, q, &u) {
+        let units = units_of(sess, v);
+        // The units partition the job's placed pods.
+        let placed: usize = units.iter().map(|u| u.pods.len()).sum();
+        for u in units {
+            if u.pods.len() <= budget.pods && unit_allowed(sess, min_runtime, q, &u, placed) {
                 budget.pods -= u.pods.len();
                 if u.elastic {
                     elastic.push(u);
