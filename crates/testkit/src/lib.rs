@@ -5,6 +5,7 @@
 //! - [`Recorder`]: a client of such a cluster that records every write it sends.
 //! - [`Kubectl`]: the real kubectl against such a cluster, as a user runs it.
 //! - [`share`]: fractional-GPU pods that print their share, and checks of what they print.
+//! - [`module_graph`]: the import loops between a crate's modules, for the tests that forbid them.
 //! - [`eventually`]: the one way to assert something another task writes (a label, an event,
 //!   a status, a metric): it waits with a deadline, never assumes the order of two writes, and
 //!   on timeout says what it last saw.
@@ -12,6 +13,7 @@
 mod cluster;
 mod kubectl;
 mod recorder;
+pub mod module_graph;
 pub mod share;
 mod wait;
 

@@ -8,6 +8,7 @@ mod exporter_metrics;
 mod mig_apply;
 mod mig_e2e;
 mod mig_upstream;
+mod module_graph;
 mod sharing_follow;
 mod toolkit_cdi;
 mod toolkit_golden;

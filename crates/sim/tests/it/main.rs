@@ -17,6 +17,7 @@ mod kubelet_e2e;
 mod kubelet_init;
 mod kubelet_strict;
 mod kubelet_volumes;
+mod module_graph;
 mod node_lifecycle;
 mod probe;
 mod strictness;
