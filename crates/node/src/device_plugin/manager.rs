@@ -21,7 +21,7 @@ use super::health::{Cleared, FaultKind, Faults, HealthPolicy, Probe, Target};
 use super::health_report::{self, Change};
 use super::identity;
 use super::inventory::Inventory;
-use super::load::{ConfigSource, ConfigState, Overrides};
+use super::load::{ConfigInputs, ConfigSource, ConfigState, Overrides};
 use super::metrics::{self, Metrics};
 use super::preferred::Topology;
 use super::server::{PluginService, ResourceContext, device_list};
@@ -199,8 +199,14 @@ async fn run_inner(
             }
         });
     }
-    let mut config = ConfigState::new(&opts);
-    config.refresh(&opts, None).await;
+    let mut config = ConfigState::new(ConfigInputs {
+        source: opts.config.clone(),
+        overrides: opts.overrides.clone(),
+        imex_channel_dir: opts.imex_channel_dir.clone(),
+        kube: opts.kube.clone(),
+        node_name: opts.node_name.clone(),
+    });
+    config.refresh(None).await;
     let mut faults = Faults::default();
     let mut ticker = tokio::time::interval(opts.poll_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -244,7 +250,7 @@ async fn run_inner(
                     if let Some(reason) = generation.needs_restart(&opts, backend.as_ref()) {
                         break reason;
                     }
-                    if config.refresh(&opts, Some(&generation.inventory)).await {
+                    if config.refresh(Some(&generation.inventory)).await {
                         break "config changed".to_string();
                     }
                     generation.register_pending(&opts).await;
@@ -274,7 +280,7 @@ async fn start(
             Inventory::default()
         }
     };
-    let sets = config.build(&inventory, opts).await.unwrap_or_default();
+    let sets = config.build(&inventory).await.unwrap_or_default();
     let settings = Arc::new(config.settings().clone());
     let topology = Arc::new(read_topology(backend, &inventory));
     let mig_minors = Arc::new(

@@ -16,6 +16,7 @@
 pub mod allocate;
 pub mod args;
 pub mod check;
+pub mod config_file;
 mod error;
 pub mod health;
 #[cfg(test)]
