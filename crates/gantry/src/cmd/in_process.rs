@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use gantry_sim::kubelet::agents::AgentFuture;
-use gantry_sim::kubelet::components::{ComponentContext, ComponentRunner};
+use gantry_sim::kubelet::component_pods::{ComponentContext, ComponentRunner};
+use gantry_sim::kubelet::in_process::AgentFuture;
 
 /// A simulated pod has no network namespace of its own: metrics and health listen on a free
 /// loopback port instead of the container's.

@@ -1,42 +1,73 @@
-//! `gantry node <agent>`: the node agents, one subcommand each. Each agent's flags and env are
-//! its library `args` type (`gantry_node::<agent>::args`), which the simulated kubelet parses
-//! from a container's command line too.
-
-mod device_plugin;
-mod discovery;
-mod exporter;
-mod mig_manager;
-mod toolkit;
-mod validator;
+//! `gantry node <agent>`: the node agents, one subcommand each, from the agent registry
+//! (`gantry_node::agent::AGENTS`), which the simulated kubelet runs its operand containers
+//! from too. Each agent's flags and env are its library `args` type.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use gantry_node as agents;
+use anyhow::Context;
+use clap::{ArgMatches, Command, FromArgMatches};
+use gantry_node::agent::{self, AgentError, LocalHost};
 
-#[derive(clap::Subcommand)]
-pub enum NodeCommand {
-    /// Configure the container runtime for the `nvidia` runtime and write the CDI spec.
-    Toolkit(agents::toolkit::args::ToolkitArgs),
-    /// Kubelet device plugin: advertise GPUs, MIG devices and shared replicas; allocate them.
-    DevicePlugin(Box<agents::device_plugin::args::DevicePluginArgs>),
-    /// GPU Feature Discovery: compute the `nvidia.com/gpu.*` node labels and apply them.
-    Discovery(agents::discovery::args::DiscoveryArgs),
-    /// GPU metrics under dcgm-exporter's names and labels, on :9400.
-    Exporter(Box<agents::exporter::args::ExporterArgs>),
-    /// MIG manager: plan and apply a named layout of a mig-parted config (`--dry-run` prints it).
-    MigManager(agents::mig::args::MigManagerArgs),
-    /// Validate a layer of the node's GPU stack and write its ready file (or wait for one,
-    /// serve the state as metrics, or idle and clean up on stop).
-    Validator(agents::validator::args::ValidatorArgs),
+/// One agent's subcommand, as clap parsed it.
+pub struct NodeCommand {
+    agent: &'static agent::Entry,
+    matches: ArgMatches,
 }
 
+impl FromArgMatches for NodeCommand {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let (name, matches) = m
+            .subcommand()
+            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::MissingSubcommand))?;
+        let agent = agent::get(name)
+            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidSubcommand))?;
+        Ok(NodeCommand {
+            agent,
+            matches: matches.clone(),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Subcommand for NodeCommand {
+    fn augment_subcommands(cmd: Command) -> Command {
+        agent::AGENTS
+            .iter()
+            .fold(cmd, |cmd, a| cmd.subcommand(a.command()))
+    }
+
+    fn augment_subcommands_for_update(cmd: Command) -> Command {
+        Self::augment_subcommands(cmd)
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        agent::get(name).is_some()
+    }
+}
+
+/// Run the agent on this machine until it ends or the process is told to stop.
 pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        NodeCommand::Toolkit(args) => toolkit::run(args),
-        NodeCommand::DevicePlugin(args) => device_plugin::run(*args),
-        NodeCommand::Discovery(args) => discovery::run(args),
-        NodeCommand::Exporter(args) => exporter::run(*args),
-        NodeCommand::MigManager(args) => mig_manager::run(args),
-        NodeCommand::Validator(args) => validator::run(args),
+    let name = cmd.agent.name;
+    let rt = if cmd.agent.worker_threads {
+        tokio::runtime::Runtime::new()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .context("starting the async runtime")?;
+    let host = Arc::new(LocalHost::default());
+    let shutdown = Box::pin(gantry_runtime::shutdown::signal());
+    match rt.block_on(cmd.agent.start(&cmd.matches, host, shutdown)) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(AgentError::Usage(e)) => e.exit(),
+        Err(AgentError::Failed(e)) => {
+            Err(anyhow::Error::from_boxed(e).context(format!("gantry node {name}")))
+        }
     }
 }

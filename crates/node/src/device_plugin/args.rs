@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::named::{DEFAULT_FALLBACKS, Fallback};
 use super::settings::{AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, MigStrategy};
 use super::{ConfigSource, HealthPolicy, Options, Overrides, health};
-use crate::args::{ArgsError, GpuArgs, HostPaths, mig_strategy_parser};
+use crate::args::{ArgsError, GpuArgs, mig_strategy_parser};
+use crate::host::HostPaths;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum ListStrategyArg {
@@ -300,6 +301,9 @@ impl DevicePluginArgs {
         opts.metrics_address = self.metrics_address;
         opts.poll_interval = Duration::from_millis(self.poll_interval_ms.max(50));
         opts.imex_channel_dir = paths.resolve(std::path::Path::new(super::imex::CHANNEL_DIR));
+        // The driver's file, where the host keeps it (a simulated node has none: the fixed
+        // layout).
+        opts.mig_minors_file = opts.mig_minors_file.as_deref().map(|p| paths.resolve(p));
         Ok(opts)
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::health::{FaultKind, Target};
 use super::node_api::{self, Report};
-use crate::exporter::pods::{self, ResourceFilter};
+use crate::host::pod_resources::{self as pods, ResourceFilter};
 
 pub const REASON_UNHEALTHY: &str = "GPUUnhealthy";
 pub const REASON_RECOVERED: &str = "GPUHealthy";

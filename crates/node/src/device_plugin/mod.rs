@@ -41,5 +41,4 @@ pub use error::{DevicePluginError, RequestError};
 pub use health::HealthPolicy;
 pub use load::{ConfigSource, Overrides};
 pub use manager::{Options, PluginStatus, run};
-pub use node_api::default_client as kube_client;
 pub use settings::Settings;

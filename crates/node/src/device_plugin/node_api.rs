@@ -88,11 +88,6 @@ pub async fn event(
         .await
 }
 
-/// A client from the in-cluster config or `KUBECONFIG`.
-pub async fn default_client() -> Result<kube::Client, kube::Error> {
-    kube::Client::try_default().await
-}
-
 /// The `data` of a ConfigMap (named device plugin configs, one key each).
 pub async fn config_map_data(
     client: &kube::Client,

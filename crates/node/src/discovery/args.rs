@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::{DiscoveryOptions, MigStrategy};
-use crate::args::{ArgsError, GpuArgs, HostPaths, mig_strategy_parser};
+use crate::args::{ArgsError, GpuArgs, mig_strategy_parser};
+use crate::host::HostPaths;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DiscoveryStrategy {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::upstream_flags::UpstreamFlags;
 pub use super::upstream_flags::{normalize, normalize_args};
 use super::{ExporterOptions, RenderOptions, ResourceFilter};
-use crate::args::{GpuArgs, HostPaths, listen_address};
+use crate::args::{GpuArgs, listen_address};
+use crate::host::HostPaths;
 
 /// Where NVIDIA's dcgm-exporter image keeps its metrics CSVs.
 const UPSTREAM_CSV_DIR: &str = "/etc/dcgm-exporter/";

@@ -5,7 +5,6 @@
 
 pub mod args;
 pub mod fields;
-pub mod pods;
 pub mod render;
 pub mod sample;
 mod upstream_flags;
@@ -24,8 +23,9 @@ use axum::routing::get;
 use gantry_gpu::{Backend, GpuError};
 use thiserror::Error;
 
+use crate::host::pod_resources as pods;
+pub use crate::host::pod_resources::{Assignment, PodRef, ResourceFilter};
 pub use fields::{MetricSet, default_set, parse_csv};
-pub use pods::{Assignment, PodRef, ResourceFilter};
 pub use render::{CONTENT_TYPE, RenderOptions};
 pub use sample::{Entity, Snapshot, Value};
 
@@ -103,19 +103,6 @@ pub fn load_metric_set(path: Option<&Path>) -> Result<MetricSet, ExporterError> 
         tracing::warn!(file = %path.display(), "metrics CSV selects no metric this exporter can read; /metrics will carry no GPU series");
     }
     Ok(set)
-}
-
-/// The `Hostname` label: `NODE_NAME`, else the kernel's host name.
-pub fn hostname_from_env() -> String {
-    std::env::var("NODE_NAME")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "localhost".into())
 }
 
 struct Shared {
@@ -344,30 +331,4 @@ impl Drop for Exporter {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
-}
-
-/// Start the exporter on `opts.address` and serve until `shutdown`.
-pub fn run(
-    opts: ExporterOptions,
-    backend: Arc<dyn Backend>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> futures::future::BoxFuture<'static, Result<(), ExporterError>> {
-    Box::pin(run_inner(opts, backend, Box::pin(shutdown)))
-}
-
-async fn run_inner(
-    opts: ExporterOptions,
-    backend: Arc<dyn Backend>,
-    shutdown: futures::future::BoxFuture<'static, ()>,
-) -> Result<(), ExporterError> {
-    let address = opts.address;
-    // The first sample calls NVML: keep it off the async workers.
-    let exporter = tokio::task::spawn_blocking(move || Exporter::start(opts, backend))
-        .await
-        .map_err(|e| ExporterError::Thread(std::io::Error::other(e.to_string())))??;
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| ExporterError::Bind { address, source })?;
-    tracing::info!(%address, "serving GPU metrics");
-    exporter.serve(listener, shutdown).await
 }

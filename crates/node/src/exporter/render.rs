@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::fields::{Field, MetricSet};
-use super::pods::{Assignment, PodRef};
 use super::sample::{Entity, Snapshot, Value};
+use crate::host::pod_resources::{Assignment, PodRef};
 
 /// `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

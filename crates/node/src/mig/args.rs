@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::daemon::{self, ConfigSource, DaemonOptions};
-use crate::args::{ArgsError, GpuArgs, HostPaths, namespaced};
+use crate::args::{ArgsError, GpuArgs, namespaced};
+use crate::host::HostPaths;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct MigManagerArgs {

@@ -9,7 +9,8 @@ use super::Runtime;
 use super::agent::AgentConfig;
 use super::cdi;
 use super::reload::{CommandReloader, NoReload, Reloader, SignalReloader};
-use crate::args::{ArgsError, HostPaths};
+use crate::args::ArgsError;
+use crate::host::HostPaths;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum RuntimeArg {

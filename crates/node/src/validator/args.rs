@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Mode, ValidatorOptions};
-use crate::args::{GpuArgs, HostPaths, listen_address, mig_strategy_parser};
+use crate::args::{GpuArgs, listen_address, mig_strategy_parser};
+use crate::host::HostPaths;
 use gantry_k8s_rules::MigStrategy;
 
 #[derive(clap::Args, Clone, Debug)]

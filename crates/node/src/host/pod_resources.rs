@@ -1,4 +1,6 @@
-//! Pod attribution from the kubelet PodResources API (`v1.PodResourcesLister/List`).
+//! The kubelet's PodResources API (`v1.PodResourcesLister/List`) as every agent that needs it
+//! reads it: which pod's container holds which GPU device (the exporter's pod labels, the
+//! device plugin's health events on the pods that hold a withdrawn device).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
