@@ -12,7 +12,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use gantry_sim::cluster::{ClusterError, SimCluster, start};
-use gantry_sim::kubelet::runners::default_registry;
+use gantry_sim::kubelet::node_agents::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
 
 /// What `bench nodes` measured.

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use gantry_sim::cluster::SimCluster;
 use gantry_sim::controllers::Controllers;
-use gantry_sim::kubelet::agents::AgentRegistry;
+use gantry_sim::kubelet::AgentRegistry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -206,7 +206,7 @@ impl ClusterBuilder {
                 }
                 let agents = self
                     .agents
-                    .unwrap_or_else(gantry_sim::kubelet::runners::default_registry);
+                    .unwrap_or_else(gantry_sim::kubelet::node_agents::default_registry);
                 let names: Vec<String> = plan.iter().map(|p| p.name.clone()).collect();
                 let sim = gantry_sim::cluster::start(client.clone(), dir.path(), plan, agents)
                     .await

@@ -92,7 +92,7 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
                     client.clone(),
                     &dir.join("nodes"),
                     gantry_sim::nodes::plan(&spec)?,
-                    gantry_sim::kubelet::runners::default_registry(),
+                    gantry_sim::kubelet::node_agents::default_registry(),
                 )
                 .await
                 .context("starting the simulated nodes")?,

@@ -153,8 +153,8 @@ pub struct UpOptions {
     /// Bind pods of the default scheduler (Deployments' pods, plain pods), as kube-scheduler.
     pub default_scheduler: bool,
     /// In-process runners of Gantry's components by subcommand (`operator`, `scheduler`), for
-    /// pods of Gantry's image (the Helm chart's): see [`crate::kubelet::components`].
-    pub components: BTreeMap<String, crate::kubelet::components::ComponentRunner>,
+    /// pods of Gantry's image (the Helm chart's): see [`crate::kubelet::component_pods`].
+    pub components: BTreeMap<String, crate::kubelet::component_pods::ComponentRunner>,
     /// Topology labels for the nodes (`zone=8,rack=2`, see [`crate::node_topology`]).
     pub topology: Option<String>,
 }
@@ -225,9 +225,9 @@ async fn up_with_inner(
             default_scheduler: opts.default_scheduler,
         },
     );
-    let mut agents = crate::kubelet::runners::default_registry();
+    let mut agents = crate::kubelet::node_agents::default_registry();
     if !opts.components.is_empty() {
-        crate::kubelet::components::register(&mut agents, cp.kube_config()?, opts.components);
+        crate::kubelet::component_pods::register(&mut agents, cp.kube_config()?, opts.components);
     }
     let cluster = match start(client, &root, plan, agents).await {
         Ok(c) => c,

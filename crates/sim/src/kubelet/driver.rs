@@ -10,7 +10,7 @@ use std::time::Duration;
 use gantry_api::names;
 use tokio::sync::watch;
 
-use super::agents::{AgentContext, AgentExit, AgentFuture, AgentRunner};
+use super::in_process::{AgentContext, AgentExit, AgentFuture, AgentRunner};
 
 /// How long a simulated driver install takes by default.
 pub const DEFAULT_INSTALL_DELAY: Duration = Duration::from_secs(1);

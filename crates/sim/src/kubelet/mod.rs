@@ -4,19 +4,18 @@
 //! watch (see [`crate::cluster`]); everything per node is a handful of tokio tasks.
 
 pub mod admission;
-pub mod agents;
-pub mod components;
+pub mod component_pods;
 pub mod devices;
 pub mod driver;
 pub mod env;
-pub mod host_agents;
+pub mod in_process;
+pub mod node_agents;
 pub mod node_status;
 pub mod node_sync;
 pub mod plugins;
 pub mod podresources;
 pub mod pods;
 pub mod probe;
-pub mod runners;
 pub mod tools;
 pub mod volumes;
 
@@ -28,7 +27,7 @@ use gantry_gpu::SimBackend;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-pub use agents::{AgentContext, AgentRegistry, AgentRunner};
+pub use in_process::{AgentContext, AgentRegistry, AgentRunner};
 pub use node_status::NodeResources;
 
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,7 @@
 //! for a container that does not exist or has not started.
 
 use crate::kubectl::{KUBECTL, Kubectl};
-use gantry_sim::kubelet::agents::AgentFuture;
+use gantry_sim::kubelet::in_process::AgentFuture;
 use gantry_sim::kubelet::{AgentContext, AgentRegistry};
 use gantry_testkit::{Cluster, eventually_secs};
 use std::path::Path;

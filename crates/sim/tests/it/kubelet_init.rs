@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gantry_sim::kubelet::AgentRegistry;
-use gantry_sim::kubelet::agents::{AgentContext, AgentFuture};
+use gantry_sim::kubelet::in_process::{AgentContext, AgentFuture};
 use gantry_testkit::{Cluster, Look, eventually_secs};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};

@@ -43,7 +43,6 @@ const KNOWN_LOOPS: &[&[&str]] = &[
         "controllers::job",
         "controllers::runner",
     ],
-    &["kubelet::host_agents", "kubelet::runners"],
     &["cluster", "cluster::control"],
     &["ui", "ui::web"],
 ];

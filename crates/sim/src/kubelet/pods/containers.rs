@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gantry_api::names;
-use gantry_node::args::HostPaths;
+use gantry_node::host::HostPaths;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::watch;
 
 use super::annotation;
 use super::lifecycle::Ctx;
 use crate::kubelet::NodeDirs;
-use crate::kubelet::agents::{AgentContext, DRIVER, agent_command, driver_image};
+use crate::kubelet::in_process::{AgentContext, DRIVER, agent_command, driver_image};
 /// One container's run: its exit code and a message.
 pub(super) type ContainerRun =
     std::pin::Pin<Box<dyn std::future::Future<Output = (i32, String)> + Send>>;
@@ -70,7 +70,7 @@ pub(super) fn container_run(
             .map(|r| (DRIVER.to_string(), Vec::new(), r)),
         // Node agents (`gantry node <agent>`), else Gantry's components (`gantry operator`).
         None => agent_command(c)
-            .or_else(|| crate::kubelet::components::key(c))
+            .or_else(|| crate::kubelet::component_pods::key(c))
             .and_then(|(name, args)| ctx.env.agents.get(&name).map(|r| (name, args, r))),
     };
     // Each run of the container has a log (`kubectl logs`): an agent's tracing events.

@@ -25,7 +25,7 @@ use kube::api::{Api, DeleteParams, Preconditions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::agents::AgentRegistry;
+use super::in_process::AgentRegistry;
 use super::{NodeShared, PodRef, lock};
 
 pub use status::{CState, InitStatus, StatusView, status_patch};

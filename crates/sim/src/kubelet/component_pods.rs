@@ -24,7 +24,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::agents::{AgentContext, AgentFuture, AgentRegistry};
+use super::in_process::{AgentContext, AgentFuture, AgentRegistry};
 
 /// Agent registry key of a component's runner: `component:<subcommand>`.
 pub const KEY_PREFIX: &str = "component:";

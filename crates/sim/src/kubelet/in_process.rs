@@ -1,8 +1,9 @@
-//! Operand pods: a container whose command runs `gantry node <agent> …` is run in-process
-//! against the node's simulated GPUs and host directory instead of as a container. Agents plug
-//! in through [`AgentRunner`], keyed by agent name, so the sim does not hard-wire which exist.
-//! A runner parses `args`/`env` with the agent's own flag type (`gantry_node::<agent>::args`),
-//! so a command line the binary rejects ends the container as the binary would ([`AgentExit`]).
+//! Containers the kubelet runs in-process instead of as processes: what a runner gets
+//! ([`AgentContext`]), how it ends ([`AgentExit`]), and the registry of runners by name
+//! ([`AgentRegistry`]). A container is matched to a runner by its command: `gantry node
+//! <agent> …` (the node agents, see [`super::node_agents`]), `gantry <component> …` of
+//! Gantry's image (see [`super::component_pods`]), or the driver container's image (see
+//! [`super::driver`]). The sim does not hard-wire which runners exist.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -11,19 +12,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use gantry_gpu::SimBackend;
-use gantry_node::args::HostPaths;
+use gantry_node::agent::AgentError;
+use gantry_node::host::HostPaths;
 use k8s_openapi::api::core::v1::Container;
 use tokio::sync::watch;
-
-/// Agents the operator deploys (`gantry node <name>`).
-pub const AGENTS: &[&str] = &[
-    "device-plugin",
-    "discovery",
-    "exporter",
-    "mig-manager",
-    "toolkit",
-    "validator",
-];
 
 /// What an in-process agent gets instead of a container.
 #[derive(Clone)]
@@ -83,6 +75,16 @@ impl From<clap::Error> for AgentExit {
         AgentExit {
             code: e.exit_code(),
             message: e.render().to_string().trim_end().to_string(),
+        }
+    }
+}
+
+/// How a node agent ended: a rejected command line as clap exits, a failure with code 1.
+impl From<AgentError> for AgentExit {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::Usage(e) => e.into(),
+            AgentError::Failed(e) => e.to_string().into(),
         }
     }
 }
@@ -167,7 +169,7 @@ pub fn agent_command(c: &Container) -> Option<(String, Vec<String>)> {
     let node = words.iter().position(|w| w == "node")?;
     let binary_ok = node == 0 || words[node - 1].ends_with("gantry");
     let agent = words.get(node + 1)?;
-    if !binary_ok || !AGENTS.contains(&agent.as_str()) {
+    if !binary_ok || gantry_node::agent::get(agent).is_none() {
         return None;
     }
     Some((agent.clone(), words[node + 2..].to_vec()))
