@@ -10,11 +10,11 @@ use tokio::sync::{oneshot, watch};
 
 use gantry_node::device_plugin::DevicePluginError;
 use gantry_node::device_plugin::load::ConfigSource;
-use gantry_node::device_plugin::manager::{Options, PluginStatus, run};
 use gantry_node::device_plugin::settings::{
     DeviceSelector, ReplicatedResource, Settings, Sharing, SharingKind,
 };
 use gantry_node::device_plugin::uds;
+use gantry_node::device_plugin::{Options, PluginStatus, run};
 use gantry_node::proto::deviceplugin as pb;
 use gantry_node::proto::deviceplugin::device_plugin_client::DevicePluginClient;
 
