@@ -66,6 +66,8 @@ pub fn run(cmd: NodeCommand) -> anyhow::Result<ExitCode> {
     match rt.block_on(cmd.agent.start(&cmd.matches, host, shutdown)) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(AgentError::Usage(e)) => e.exit(),
+        // As clap reports a bad flag: the flag and the value, no agent prefix.
+        Err(AgentError::Options(e)) => Err(anyhow::Error::from_boxed(e)),
         Err(AgentError::Failed(e)) => {
             Err(anyhow::Error::from_boxed(e).context(format!("gantry node {name}")))
         }

@@ -24,6 +24,8 @@ pub type Run = BoxFuture<'static, Result<(), AgentError>>;
 pub enum AgentError {
     /// Its command line was rejected, or asked for `--help`: clap's message and exit code.
     Usage(clap::Error),
+    /// Its flags and env parse but make no options on this host (exit code 1).
+    Options(BoxError),
     /// It failed: the error it prints on its way out (exit code 1).
     Failed(BoxError),
 }
@@ -50,7 +52,7 @@ impl std::fmt::Display for AgentError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AgentError::Usage(e) => write!(f, "{}", e.render().to_string().trim_end()),
-            AgentError::Failed(e) => write!(f, "{e}"),
+            AgentError::Options(e) | AgentError::Failed(e) => write!(f, "{e}"),
         }
     }
 }

@@ -24,7 +24,7 @@ pub struct Options {
 impl Agent for DevicePlugin {
     const NAME: &'static str = "device-plugin";
     const ABOUT: &'static str =
-        "Kubelet device plugin: advertise GPUs, MIG devices and shared replicas; allocate them.";
+        "Kubelet device plugin: advertise GPUs, MIG devices and shared replicas; allocate them";
     const WORKER_THREADS: bool = true;
     type Args = DevicePluginArgs;
     type Options = Options;

@@ -19,7 +19,7 @@ pub struct Options {
 impl Agent for Discovery {
     const NAME: &'static str = "discovery";
     const ABOUT: &'static str =
-        "GPU Feature Discovery: compute the `nvidia.com/gpu.*` node labels and apply them.";
+        "GPU Feature Discovery: compute the `nvidia.com/gpu.*` node labels and apply them";
     type Args = DiscoveryArgs;
     type Options = Options;
 

@@ -19,7 +19,7 @@ pub struct Options {
 
 impl Agent for Exporter {
     const NAME: &'static str = "exporter";
-    const ABOUT: &'static str = "GPU metrics under dcgm-exporter's names and labels, on :9400.";
+    const ABOUT: &'static str = "GPU metrics under dcgm-exporter's names and labels, on :9400";
     type Args = ExporterArgs;
     type Options = Options;
 

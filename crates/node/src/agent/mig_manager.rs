@@ -29,7 +29,8 @@ pub enum Options {
 
 impl Agent for MigManager {
     const NAME: &'static str = "mig-manager";
-    const ABOUT: &'static str = "MIG manager: plan and apply a named layout of a mig-parted config (`--dry-run` prints it).";
+    const ABOUT: &'static str =
+        "MIG manager: plan and apply a named layout of a mig-parted config (`--dry-run` prints it)";
     type Args = MigManagerArgs;
     type Options = Options;
 

@@ -57,7 +57,7 @@ impl Entry {
 
     /// The `gantry node <name>` subcommand: its flags, env names and help.
     pub fn command(&self) -> Command {
-        (self.augment)(Command::new(self.name).about(self.about))
+        (self.augment)(Command::new(self.name)).about(self.about)
     }
 
     /// Start it on the matches of [`Entry::command`] (clap read the process's argv and env).
@@ -101,7 +101,10 @@ fn launch<A: Agent>(
     shutdown: Shutdown,
 ) -> Run {
     Box::pin(async move {
-        let options = A::options(args?, host.as_ref())?;
+        let options = A::options(args?, host.as_ref()).map_err(|e| match e {
+            AgentError::Failed(e) => AgentError::Options(e),
+            e => e,
+        })?;
         A::run(options, host, shutdown).await
     })
 }

@@ -23,7 +23,7 @@ pub struct Options {
 impl Agent for Toolkit {
     const NAME: &'static str = "toolkit";
     const ABOUT: &'static str =
-        "Configure the container runtime for the `nvidia` runtime and write the CDI spec.";
+        "Configure the container runtime for the `nvidia` runtime and write the CDI spec";
     type Args = ToolkitArgs;
     type Options = Options;
 

@@ -24,7 +24,7 @@ pub struct Options {
 
 impl Agent for Validator {
     const NAME: &'static str = "validator";
-    const ABOUT: &'static str = "Validate a layer of the node's GPU stack and write its ready file (or wait for one, serve the state as metrics, or idle and clean up on stop).";
+    const ABOUT: &'static str = "Validate a layer of the node's GPU stack and write its ready file (or wait for one, serve the state as metrics, or idle and clean up on stop)";
     type Args = ValidatorArgs;
     type Options = Options;
 

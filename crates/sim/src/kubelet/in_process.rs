@@ -84,7 +84,7 @@ impl From<AgentError> for AgentExit {
     fn from(e: AgentError) -> Self {
         match e {
             AgentError::Usage(e) => e.into(),
-            AgentError::Failed(e) => e.to_string().into(),
+            AgentError::Options(e) | AgentError::Failed(e) => e.to_string().into(),
         }
     }
 }
