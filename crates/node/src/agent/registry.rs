@@ -112,6 +112,82 @@ fn launch<A: Agent>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::GpuArgs;
+    use crate::host::HostPaths;
+    use futures::future::BoxFuture;
+
+    /// A simulated host with no GPUs and no API.
+    #[derive(Default)]
+    struct Bare(HostPaths);
+
+    impl Host for Bare {
+        fn paths(&self) -> &HostPaths {
+            &self.0
+        }
+        fn hostname(&self) -> String {
+            "n1".into()
+        }
+        fn gpus(
+            &self,
+            _: &GpuArgs,
+            for_what: &str,
+        ) -> Result<Arc<dyn gantry_gpu::Backend>, String> {
+            Err(format!("no GPUs {for_what}"))
+        }
+        fn client(
+            &self,
+            _: Option<&std::path::Path>,
+        ) -> BoxFuture<'static, Result<kube::Client, String>> {
+            Box::pin(async { Err("no API".to_string()) })
+        }
+        fn print(&self, _: &str) {}
+        fn simulated(&self) -> bool {
+            true
+        }
+    }
+
+    async fn start(agent: &str, argv: &[&str], env: &[(&str, &str)]) -> Result<(), AgentError> {
+        let argv = argv.iter().map(|s| s.to_string()).collect();
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        // Stops at once: an agent that idles returns.
+        let stop: Shutdown = Box::pin(async {});
+        get(agent)
+            .unwrap()
+            .start_argv(argv, &env, Arc::new(Bare::default()), stop)
+            .await
+    }
+
+    /// A command line ends the run as it ends the binary: a rejected flag as clap exits, flags
+    /// that make no options with the flag named, a failed start with its reason.
+    #[tokio::test]
+    async fn runs_end_as_the_binary_would() {
+        let e = start("device-plugin", &["--bogus"], &[]).await.unwrap_err();
+        assert!(
+            matches!(&e, AgentError::Usage(c) if c.exit_code() == 2),
+            "{e}"
+        );
+        // The env is the given one (the container's), read as clap reads the process's.
+        let e = start("device-plugin", &[], &[("CONFIG_MAP", "bad")])
+            .await
+            .unwrap_err();
+        assert!(matches!(&e, AgentError::Options(_)), "{e}");
+        assert!(e.to_string().contains("--config-map \"bad\""), "{e}");
+        let e = start("exporter", &[], &[]).await.unwrap_err();
+        assert!(matches!(&e, AgentError::Failed(_)), "{e}");
+        assert_eq!(e.to_string(), "no GPUs (NVML cannot load for the exporter)");
+        // FAIL_ON_INIT_ERROR=false: no GPUs, so it idles until stopped.
+        start("device-plugin", &[], &[("FAIL_ON_INIT_ERROR", "false")])
+            .await
+            .unwrap();
+        // The one-shot MIG apply is not run on a simulated node.
+        let e = start("mig-manager", &["--config", "all-1g.10gb"], &[])
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("run it as the daemon"), "{e}");
+    }
 
     #[test]
     fn every_agent_once_with_its_flags() {
