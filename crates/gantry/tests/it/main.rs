@@ -9,6 +9,7 @@ mod dependencies;
 mod fractions;
 mod image;
 mod install;
+mod node_agents_cli;
 mod observability;
 mod prometheus_real;
 mod quickstart;
