@@ -21,6 +21,8 @@ pub struct Rounds {
     name: &'static str,
     wake: Arc<Notify>,
     min_interval: Duration,
+    /// The gap after a round is at least this many times the round's own duration.
+    pace: u32,
     triggers: Vec<JoinHandle<()>>,
 }
 
@@ -33,8 +35,19 @@ impl Rounds {
             name,
             wake: Arc::new(Notify::new()),
             min_interval,
+            pace: 0,
             triggers: Vec::new(),
         }
+    }
+
+    /// Space rounds by their cost too: after a round that took `d`, the next starts no sooner
+    /// than `factor × d` later (and never sooner than `min_interval`). A loop with a short
+    /// `min_interval` then reacts at once on a small cluster, while on a large one, where a
+    /// round lists thousands of objects, it spends at most `1 / (1 + factor)` of its time in
+    /// rounds however often its triggers fire.
+    pub fn pace(mut self, factor: u32) -> Self {
+        self.pace = factor;
+        self
     }
 
     /// The signal that starts the next round (give it to triggers of your own).
@@ -67,6 +80,7 @@ impl Rounds {
     {
         tokio::pin!(shutdown);
         loop {
+            let started = tokio::time::Instant::now();
             let this = round();
             tokio::pin!(this);
             let next = tokio::select! {
@@ -78,9 +92,10 @@ impl Rounds {
                     break;
                 }
             };
+            let not_before = tokio::time::Instant::now() + started.elapsed() * self.pace;
             tokio::select! {
                 () = &mut shutdown => break,
-                () = self.until_next(next) => {}
+                () = self.until_next_paced(next, not_before) => {}
             }
         }
     }
@@ -89,11 +104,18 @@ impl Rounds {
     /// `min_interval` (so a burst of wake-ups costs one round). For loops that keep mutable
     /// state across rounds: `loop { let next = state.round().await; rounds.until_next(next).await }`.
     pub async fn until_next(&self, requeue: Duration) {
+        self.until_next_paced(requeue, tokio::time::Instant::now())
+            .await;
+    }
+
+    /// [`Rounds::until_next`], and not before `not_before` (the pace).
+    async fn until_next_paced(&self, requeue: Duration, not_before: tokio::time::Instant) {
         tokio::select! {
             () = self.wake.notified() => {}
             () = tokio::time::sleep(requeue) => {}
         }
-        tokio::time::sleep(self.min_interval).await;
+        let due = (tokio::time::Instant::now() + self.min_interval).max(not_before);
+        tokio::time::sleep_until(due).await;
     }
 }
 
@@ -176,5 +198,37 @@ mod tests {
         }
         stop.send(()).unwrap();
         task.await.unwrap();
+    }
+
+    /// A round that takes 100 ms with pace 3: a wake-up right after it still waits until
+    /// 300 ms after its end, not just `min_interval` (10 ms). Real time, lower bound only:
+    /// `sleep_until` never ends early, so a slow machine cannot fail it.
+    #[tokio::test]
+    async fn pace_spaces_rounds_by_their_cost() {
+        let rounds = Rounds::new("paced", Duration::from_millis(10)).pace(3);
+        let wake = rounds.wake();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(rounds.run(
+            async {
+                let _ = stop_rx.await;
+            },
+            move || {
+                let tx = tx.clone();
+                async move {
+                    let started = tokio::time::Instant::now();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = tx.send((started, tokio::time::Instant::now()));
+                    Duration::from_secs(3600)
+                }
+            },
+        ));
+        let (_, first_end) = rx.recv().await.unwrap();
+        wake.notify_one();
+        let (second_start, _) = rx.recv().await.unwrap();
+        stop_tx.send(()).unwrap();
+        task.await.unwrap();
+        let gap = second_start - first_end;
+        assert!(gap >= Duration::from_millis(300), "gap {gap:?}");
     }
 }

@@ -273,15 +273,25 @@ async fn config_changed(
 /// Label the node, then (unless oneshot or an infinite interval) again every sleep interval
 /// until `shutdown` completes, or at once when the device plugin config changes (see
 /// [`wake`]). The config is re-read on every pass.
-// A plain fn returning a boxed future: the body compiles once, here, not again in
-// every crate that awaits it (docs/benchmarks.md, "Build time").
 pub fn run<'a>(
     opts: DiscoveryOptions,
     backend: Arc<dyn Backend>,
     client: kube::Client,
     shutdown: impl Future<Output = ()> + Send + 'a,
 ) -> futures::future::BoxFuture<'a, Result<(), DiscoveryError>> {
-    Box::pin(run_inner(opts, backend, client, Box::pin(shutdown)))
+    run_boxed(opts, backend, client, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed<'a>(
+    opts: DiscoveryOptions,
+    backend: Arc<dyn Backend>,
+    client: kube::Client,
+    shutdown: futures::future::BoxFuture<'a, ()>,
+) -> futures::future::BoxFuture<'a, Result<(), DiscoveryError>> {
+    Box::pin(run_inner(opts, backend, client, shutdown))
 }
 
 async fn run_inner(

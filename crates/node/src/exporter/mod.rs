@@ -352,7 +352,18 @@ pub fn run(
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> futures::future::BoxFuture<'static, Result<(), ExporterError>> {
-    Box::pin(run_inner(opts, backend, Box::pin(shutdown)))
+    run_boxed(opts, backend, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed(
+    opts: ExporterOptions,
+    backend: Arc<dyn Backend>,
+    shutdown: futures::future::BoxFuture<'static, ()>,
+) -> futures::future::BoxFuture<'static, Result<(), ExporterError>> {
+    Box::pin(run_inner(opts, backend, shutdown))
 }
 
 async fn run_inner(

@@ -208,7 +208,18 @@ pub fn run(
     seams: Seams,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> futures::future::BoxFuture<'static, Result<(), ValidatorError>> {
-    Box::pin(run_inner(opts, seams, Box::pin(shutdown)))
+    run_boxed(opts, seams, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed(
+    opts: ValidatorOptions,
+    seams: Seams,
+    shutdown: futures::future::BoxFuture<'static, ()>,
+) -> futures::future::BoxFuture<'static, Result<(), ValidatorError>> {
+    Box::pin(run_inner(opts, seams, shutdown))
 }
 
 async fn run_inner(
