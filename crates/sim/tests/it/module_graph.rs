@@ -37,15 +37,7 @@ const KNOWN_LOOPS: &[&[&str]] = &[
         "kubelet::pods::restarts",
         "kubelet::volumes",
     ],
-    &[
-        "controllers",
-        "controllers::daemonset",
-        "controllers::job",
-        "controllers::runner",
-    ],
     &["kubelet::host_agents", "kubelet::runners"],
-    &["cluster", "cluster::control"],
-    &["ui", "ui::web"],
 ];
 
 #[test]
