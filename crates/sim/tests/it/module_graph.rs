@@ -26,17 +26,6 @@ const KNOWN_LOOPS: &[&[&str]] = &[
         "gc",
         "gc::owners",
     ],
-    &[
-        "kubelet",
-        "kubelet::plugins",
-        "kubelet::podresources",
-        "kubelet::pods",
-        "kubelet::pods::allocation",
-        "kubelet::pods::containers",
-        "kubelet::pods::lifecycle",
-        "kubelet::pods::restarts",
-        "kubelet::volumes",
-    ],
     &["kubelet::host_agents", "kubelet::runners"],
 ];
 
