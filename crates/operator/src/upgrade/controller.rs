@@ -112,7 +112,7 @@ fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// Run until `shutdown` resolves. A failed round is logged and retried on the next wake-up.
+/// Run until `shutdown` resolves. A failed round is logged and retried with backoff.
 pub async fn run<F>(client: kube::Client, opts: UpgradeOptions, nodes: NodeWatch, shutdown: F)
 where
     F: Future<Output = ()> + Send + 'static,
@@ -135,19 +135,15 @@ where
     let (client, opts, nodes) = (&client, &opts, &nodes);
     rounds
         .run(shutdown, move || async move {
-            let mut next = opts.requeue;
-            match reconcile_once(client, opts, nodes).await {
-                Ok(r) => {
-                    if r.actions > 0 {
-                        tracing::debug!(actions = r.actions, "driver upgrade round");
-                    }
-                    if r.in_flight {
-                        next = next.min(opts.busy_requeue);
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "driver upgrade round failed"),
+            let r = reconcile_once(client, opts, nodes).await?;
+            if r.actions > 0 {
+                tracing::debug!(actions = r.actions, "driver upgrade round");
             }
-            next
+            Ok::<_, UpgradeError>(if r.in_flight {
+                opts.requeue.min(opts.busy_requeue)
+            } else {
+                opts.requeue
+            })
         })
         .await;
 }
