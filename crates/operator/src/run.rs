@@ -125,14 +125,23 @@ fn spawn_controllers(
 }
 
 /// Run the operator until `shutdown` resolves.
-// A plain fn returning a boxed future: the body compiles once, here, not again in
-// every crate that awaits it (docs/benchmarks.md, "Build time").
 pub fn run(
     client: kube::Client,
     opts: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> futures::future::BoxFuture<'static, Result<(), RunError>> {
-    Box::pin(run_inner(client, opts, Box::pin(shutdown)))
+    run_boxed(client, opts, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed(
+    client: kube::Client,
+    opts: RunOptions,
+    shutdown: futures::future::BoxFuture<'static, ()>,
+) -> futures::future::BoxFuture<'static, Result<(), RunError>> {
+    Box::pin(run_inner(client, opts, shutdown))
 }
 
 async fn run_inner(

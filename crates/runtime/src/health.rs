@@ -103,14 +103,23 @@ impl Endpoints {
 }
 
 /// Serve `endpoints` on `listener` until `shutdown` resolves.
-// A plain fn returning a boxed future: the body compiles once, here, not again in
-// every crate that awaits it (docs/benchmarks.md, "Build time").
 pub fn serve(
     listener: tokio::net::TcpListener,
     endpoints: Endpoints,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> futures::future::BoxFuture<'static, std::io::Result<()>> {
-    Box::pin(serve_inner(listener, endpoints, Box::pin(shutdown)))
+    serve_boxed(listener, endpoints, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`serve`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn serve_boxed(
+    listener: tokio::net::TcpListener,
+    endpoints: Endpoints,
+    shutdown: futures::future::BoxFuture<'static, ()>,
+) -> futures::future::BoxFuture<'static, std::io::Result<()>> {
+    Box::pin(serve_inner(listener, endpoints, shutdown))
 }
 
 async fn serve_inner(

@@ -8,11 +8,14 @@
 //! - [`shutdown`]: SIGTERM / Ctrl-C as a future, and as a `watch` flag;
 //! - [`paged`]: lists in pages;
 //! - [`rounds`]: the round loop every controller runs (list, decide, write; woken by
-//!   watches, a requeue, never faster than a minimum interval);
+//!   watches, a requeue, never faster than a minimum interval; failed rounds retried with
+//!   [`backoff`]);
+//! - [`backoff`]: capped, jittered exponential backoff and rate-limited failure logs;
 //! - [`expectations`]: created objects a controller waits to see in its watch;
 //! - [`task`]: a task aborted with its owner (`AbortOnDrop`);
 //! - [`ensure_namespace`].
 
+pub mod backoff;
 pub mod client;
 pub mod events;
 pub mod expectations;

@@ -9,8 +9,9 @@
 
 mod owners;
 
-use crate::apiserver::ApiServer;
-use crate::apiserver::objects::{DeleteOpts, Target};
+use crate::apiserver::meta::{CRD_CLEANUP, FOREGROUND, ORPHAN};
+use crate::apiserver::server::ApiServer;
+use crate::apiserver::target::{DeleteOpts, Target};
 use crate::store::{Event, EventType};
 use owners::{Action, Owner};
 use serde_json::{Value, json};
@@ -18,12 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 
-/// Finalizer of an owner deleted with `propagationPolicy: Foreground`.
-pub const FOREGROUND: &str = "foregroundDeletion";
-/// Finalizer of an owner deleted with `propagationPolicy: Orphan`.
-pub const ORPHAN: &str = "orphan";
-/// Finalizer of a deleted CRD until its custom objects are gone.
-pub const CRD_CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 const CRDS: &str = "apiextensions.k8s.io/customresourcedefinitions";
 /// The namespace spec finalizer the namespace controller clears.
 const NAMESPACE_FINALIZER: &str = "kubernetes";

@@ -12,8 +12,8 @@
 
 mod cluster;
 mod kubectl;
-mod recorder;
 pub mod module_graph;
+mod recorder;
 pub mod share;
 mod wait;
 

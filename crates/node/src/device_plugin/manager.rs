@@ -79,7 +79,18 @@ pub fn run<'a>(
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()> + Send + 'a,
 ) -> futures::future::BoxFuture<'a, Result<(), DevicePluginError>> {
-    Box::pin(run_inner(opts, backend, Box::pin(shutdown)))
+    run_boxed(opts, backend, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed<'a>(
+    opts: Options,
+    backend: Arc<dyn Backend>,
+    shutdown: futures::future::BoxFuture<'a, ()>,
+) -> futures::future::BoxFuture<'a, Result<(), DevicePluginError>> {
+    Box::pin(run_inner(opts, backend, shutdown))
 }
 
 async fn run_inner(

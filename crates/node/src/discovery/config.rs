@@ -9,7 +9,7 @@ use gantry_api::device_plugin_config::{DevicePluginConfig, full_resource_name};
 use gantry_k8s_rules::MigStrategy;
 use serde_json::Value;
 
-use super::DiscoveryError;
+use super::error::DiscoveryError;
 use super::sharing::{Replication, Sharing};
 
 /// The parts of the config file that matter to discovery.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use gantry_api::names;
 use gantry_gpu::{DeviceInfo, MigDevice};
 
-use super::DiscoveryError;
+use super::error::DiscoveryError;
 use super::sharing::{Sharing, SharingStrategy};
 
 /// Which MIG strategy the device plugin runs with (`flags.migStrategy`).

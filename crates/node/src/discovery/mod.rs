@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod config;
+mod error;
 pub mod facts;
 pub mod labels;
 pub mod sharing;
@@ -19,31 +20,10 @@ use gantry_api::device_plugin_config::sharing_refused;
 use gantry_gpu::{Backend, GpuError};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
-use thiserror::Error;
 
+pub use error::DiscoveryError;
 pub use labels::{GpuFacts, LabelOptions, Labels, MigStrategy, NodeFacts, compute_labels};
 pub use sharing::{Sharing, SharingStrategy};
-
-/// Failures of discovery, each naming what is wrong.
-#[derive(Debug, Error)]
-pub enum DiscoveryError {
-    #[error(transparent)]
-    Gpu(#[from] GpuError),
-    #[error("sharing strategy mps cannot be used with MIG: GPU {0} has MIG enabled")]
-    MpsWithMig(u32),
-    #[error("config file {path}: {message}")]
-    Config { path: String, message: String },
-    #[error("no node name: set --node-name or NODE_NAME")]
-    NoNodeName,
-    #[error("connecting to the Kubernetes API (in-cluster config or KUBECONFIG): {0}")]
-    Client(#[source] kube::Error),
-    #[error("applying labels to Node {node}: {source}")]
-    Apply {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
-}
 
 /// Command-line options; `None` = take it from the config file, else the GFD default.
 #[derive(Debug, Clone, Default)]
@@ -273,15 +253,25 @@ async fn config_changed(
 /// Label the node, then (unless oneshot or an infinite interval) again every sleep interval
 /// until `shutdown` completes, or at once when the device plugin config changes (see
 /// [`wake`]). The config is re-read on every pass.
-// A plain fn returning a boxed future: the body compiles once, here, not again in
-// every crate that awaits it (docs/benchmarks.md, "Build time").
 pub fn run<'a>(
     opts: DiscoveryOptions,
     backend: Arc<dyn Backend>,
     client: kube::Client,
     shutdown: impl Future<Output = ()> + Send + 'a,
 ) -> futures::future::BoxFuture<'a, Result<(), DiscoveryError>> {
-    Box::pin(run_inner(opts, backend, client, Box::pin(shutdown)))
+    run_boxed(opts, backend, client, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed<'a>(
+    opts: DiscoveryOptions,
+    backend: Arc<dyn Backend>,
+    client: kube::Client,
+    shutdown: futures::future::BoxFuture<'a, ()>,
+) -> futures::future::BoxFuture<'a, Result<(), DiscoveryError>> {
+    Box::pin(run_inner(opts, backend, client, shutdown))
 }
 
 async fn run_inner(

@@ -122,7 +122,19 @@ pub fn run<'a>(
     client: kube::Client,
     shutdown: impl Future<Output = ()> + Send + 'a,
 ) -> futures::future::BoxFuture<'a, Result<(), DaemonError>> {
-    Box::pin(run_inner(opts, backend, client, Box::pin(shutdown)))
+    run_boxed(opts, backend, client, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed<'a>(
+    opts: DaemonOptions,
+    backend: Arc<dyn Backend>,
+    client: kube::Client,
+    shutdown: futures::future::BoxFuture<'a, ()>,
+) -> futures::future::BoxFuture<'a, Result<(), DaemonError>> {
+    Box::pin(run_inner(opts, backend, client, shutdown))
 }
 
 async fn run_inner(

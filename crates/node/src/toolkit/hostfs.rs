@@ -150,7 +150,7 @@ impl HostRoot {
 /// Where the backup of a host file is kept: next to it, with a suffix no config glob matches.
 pub fn backup_path(host_path: &Path) -> PathBuf {
     let mut name = host_path.as_os_str().to_owned();
-    name.push(super::BACKUP_SUFFIX);
+    name.push(super::names::BACKUP_SUFFIX);
     PathBuf::from(name)
 }
 

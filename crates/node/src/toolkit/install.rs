@@ -268,7 +268,7 @@ fn crio_sources(
     names.sort();
     for name in names {
         let path = dir.join(&name);
-        if path == drop_in || name.starts_with('.') || name.ends_with(super::BACKUP_SUFFIX) {
+        if path == drop_in || name.starts_with('.') || name.ends_with(super::names::BACKUP_SUFFIX) {
             continue;
         }
         let bytes = host.read(&path)?;

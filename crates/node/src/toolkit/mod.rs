@@ -16,16 +16,11 @@ mod error;
 pub mod hostfs;
 pub mod install;
 mod jsonedit;
+mod names;
 pub mod reload;
 mod runtime;
 mod tomlutil;
 
 pub use error::ToolkitError;
 pub use install::{Outcome, Report, Runtime, RuntimeConfig};
-
-/// Where the operator-style toolkit installs `nvidia-container-runtime` and `nvidia-cdi-hook`.
-pub const DEFAULT_TOOLKIT_DIR: &str = "/usr/local/nvidia/toolkit";
-/// The runtime name registered with the container runtime.
-pub const DEFAULT_RUNTIME_NAME: &str = "nvidia";
-/// Suffix of the backup kept next to every file we modify.
-pub const BACKUP_SUFFIX: &str = ".gantry-backup";
+pub use names::{BACKUP_SUFFIX, DEFAULT_RUNTIME_NAME, DEFAULT_TOOLKIT_DIR};

@@ -2,7 +2,7 @@
 
 use super::error::ToolkitError;
 use super::hostfs::HostRoot;
-use super::install::Runtime;
+use super::runtime::Runtime;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -118,7 +118,7 @@ impl RuntimeConfig {
                 Runtime::Crio => runtime.default_drop_in().map(PathBuf::from),
                 _ => None,
             },
-            runtime_name: super::DEFAULT_RUNTIME_NAME.to_string(),
+            runtime_name: super::names::DEFAULT_RUNTIME_NAME.to_string(),
             binary_path: toolkit_dir
                 .join("nvidia-container-runtime")
                 .to_string_lossy()

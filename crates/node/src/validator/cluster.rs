@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 
-use super::ValidatorError;
+use super::component::ValidatorError;
 
 /// What the validator reads from the cluster.
 pub trait ClusterView: Send + Sync {

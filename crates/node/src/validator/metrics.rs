@@ -6,7 +6,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::{Component, Seams, ValidatorError, ValidatorOptions, checks};
+use super::checks;
+use super::component::{Component, ValidatorError};
+use super::options::{Seams, ValidatorOptions};
 
 /// What one scrape reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

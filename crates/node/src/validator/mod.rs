@@ -12,195 +12,21 @@
 pub mod args;
 pub mod checks;
 pub mod cluster;
+mod component;
 pub mod metrics;
+mod options;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use gantry_api::names::{self, ready_file};
-use gantry_gpu::Backend;
-use thiserror::Error;
 
 pub use checks::DriverInfo;
 pub use cluster::{ClusterView, KubeView};
-
-/// Upstream retries every 5 s.
-pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(5);
-pub const DEFAULT_METRICS_ADDRESS: &str = "0.0.0.0:8000";
-
-#[derive(Debug, Error)]
-pub enum ValidatorError {
-    #[error("{component} validation: {reason}")]
-    NotReady {
-        component: Component,
-        reason: String,
-    },
-    #[error(
-        "validator component {0:?} is not supported (gantry validates driver, toolkit, cuda, plugin; `metrics` serves their state)"
-    )]
-    UnknownComponent(String),
-    #[error("{what} needs the node's name: set NODE_NAME (or --node-name)")]
-    NoNodeName { what: &'static str },
-    #[error("{path}: {reason}")]
-    Io { path: PathBuf, reason: String },
-    #[error("Kubernetes API: {what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("validator metrics on {address}: {source}")]
-    Bind {
-        address: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("no Kubernetes API access (in-cluster config, KUBECONFIG or ~/.kube/config): {0}")]
-    NoApi(String),
-    #[error("stopped while waiting for {0}")]
-    Interrupted(String),
-}
-
-impl ValidatorError {
-    /// Worth another attempt under `--wait` (the layer below may still be coming up).
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            ValidatorError::NotReady { .. } | ValidatorError::Api { .. }
-        )
-    }
-}
-
-/// The layers the validator checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Component {
-    Driver,
-    Toolkit,
-    Cuda,
-    Plugin,
-}
-
-impl Component {
-    pub const ALL: [Component; 4] = [
-        Component::Driver,
-        Component::Toolkit,
-        Component::Cuda,
-        Component::Plugin,
-    ];
-
-    pub fn name(self) -> &'static str {
-        use names::validator_component as c;
-        match self {
-            Component::Driver => c::DRIVER,
-            Component::Toolkit => c::TOOLKIT,
-            Component::Cuda => c::CUDA,
-            Component::Plugin => c::PLUGIN,
-        }
-    }
-
-    /// The file this component's validation writes.
-    pub fn ready_file(self) -> &'static str {
-        match self {
-            Component::Driver => ready_file::DRIVER,
-            Component::Toolkit => ready_file::TOOLKIT,
-            Component::Cuda => ready_file::CUDA,
-            Component::Plugin => ready_file::PLUGIN,
-        }
-    }
-}
-
-impl std::fmt::Display for Component {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Component {
-    type Err = ValidatorError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Component::ALL
-            .into_iter()
-            .find(|c| c.name() == s.trim())
-            .ok_or_else(|| ValidatorError::UnknownComponent(s.to_string()))
-    }
-}
-
-/// What the validator does this run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mode {
-    Check { component: Component, wait: bool },
-    WaitFor(Component),
-    Metrics,
-    Idle,
-}
-
-impl Mode {
-    /// From `--component` (env `COMPONENT`), `--wait` and `--wait-for`.
-    pub fn from_flags(
-        component: Option<&str>,
-        wait: bool,
-        wait_for: Option<&str>,
-    ) -> Result<Self, ValidatorError> {
-        if let Some(w) = wait_for {
-            return Ok(Mode::WaitFor(w.parse()?));
-        }
-        match component.map(str::trim).filter(|c| !c.is_empty()) {
-            None => Ok(Mode::Idle),
-            Some(names::validator_component::METRICS) => Ok(Mode::Metrics),
-            Some(c) => Ok(Mode::Check {
-                component: c.parse()?,
-                wait,
-            }),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ValidatorOptions {
-    pub mode: Mode,
-    /// Where the ready files live, as this process sees it.
-    pub output_dir: PathBuf,
-    /// Where the host's `/` is, as this process sees it (runtime configs, CDI specs, driver root).
-    pub host_root: PathBuf,
-    /// Host path of the driver root; default `/run/nvidia/driver` with an operator-managed
-    /// driver, else `/`.
-    pub driver_root: Option<PathBuf>,
-    pub node_name: Option<String>,
-    /// Retry period of `--wait` and `--wait-for`.
-    pub retry_interval: Duration,
-    pub metrics_address: SocketAddr,
-    /// The container runtime's name for the NVIDIA runtime.
-    pub runtime_name: String,
-}
-
-impl ValidatorOptions {
-    pub fn new(mode: Mode) -> Self {
-        ValidatorOptions {
-            mode,
-            output_dir: PathBuf::from(names::VALIDATIONS_DIR),
-            host_root: PathBuf::from("/"),
-            driver_root: None,
-            node_name: None,
-            retry_interval: DEFAULT_RETRY_INTERVAL,
-            metrics_address: SocketAddr::from(([0, 0, 0, 0], 8000)),
-            runtime_name: crate::toolkit::DEFAULT_RUNTIME_NAME.to_string(),
-        }
-    }
-}
-
-/// Opens the GPU library (NVML); `Err` says why it cannot be loaded.
-pub type BackendSource = Arc<dyn Fn() -> Result<Arc<dyn Backend>, String> + Send + Sync>;
-
-/// The outside world of the validator.
-#[derive(Clone)]
-pub struct Seams {
-    pub backend: BackendSource,
-    /// `None`: no API access (the driver counts as host-installed; `plugin` cannot be checked).
-    pub cluster: Option<Arc<dyn ClusterView>>,
-}
+pub use component::{Component, ValidatorError};
+pub use options::{
+    BackendSource, DEFAULT_METRICS_ADDRESS, DEFAULT_RETRY_INTERVAL, Mode, Seams, ValidatorOptions,
+};
 
 /// Run the validator in `opts.mode` until done or `shutdown` resolves.
 pub fn run(
@@ -208,7 +34,18 @@ pub fn run(
     seams: Seams,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> futures::future::BoxFuture<'static, Result<(), ValidatorError>> {
-    Box::pin(run_inner(opts, seams, Box::pin(shutdown)))
+    run_boxed(opts, seams, Box::pin(shutdown))
+}
+
+// Not generic and never inlined, so the body's state machine is compiled here once, not in
+// every crate that calls [`run`] (docs/benchmarks.md, "Build time").
+#[inline(never)]
+fn run_boxed(
+    opts: ValidatorOptions,
+    seams: Seams,
+    shutdown: futures::future::BoxFuture<'static, ()>,
+) -> futures::future::BoxFuture<'static, Result<(), ValidatorError>> {
+    Box::pin(run_inner(opts, seams, shutdown))
 }
 
 async fn run_inner(

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use gantry_gpu::{SimBackend, SimConfig, catalog};
+use gantry_gpu::{Backend, SimBackend, SimConfig, catalog};
 
 use super::*;
 

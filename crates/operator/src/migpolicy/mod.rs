@@ -73,7 +73,7 @@ fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> MigPolicyError {
     move |source| MigPolicyError::Api { what, source }
 }
 
-/// Runs until `shutdown` resolves; a failed round is logged and retried.
+/// Runs until `shutdown` resolves; a failed round is logged and retried with backoff.
 pub async fn run<F>(client: kube::Client, opts: MigPolicyOptions, nodes: NodeWatch, shutdown: F)
 where
     F: Future<Output = ()> + Send,
@@ -86,12 +86,11 @@ where
     let (client, opts, nodes) = (&client, &opts, &nodes);
     rounds
         .run(shutdown, move || async move {
-            match reconcile_once(client, opts, nodes).await {
-                Ok(n) if n > 0 => tracing::debug!(actions = n, "MigClusterPolicy round"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "MigClusterPolicy round failed"),
+            let n = reconcile_once(client, opts, nodes).await?;
+            if n > 0 {
+                tracing::debug!(actions = n, "MigClusterPolicy round");
             }
-            opts.requeue
+            Ok::<_, MigPolicyError>(opts.requeue)
         })
         .await;
 }

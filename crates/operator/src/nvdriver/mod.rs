@@ -96,7 +96,7 @@ pub struct Round {
     pub busy: bool,
 }
 
-/// Run until `shutdown` resolves; a failed round is logged and retried.
+/// Run until `shutdown` resolves; a failed round is logged and retried with backoff.
 pub async fn run<F>(client: kube::Client, opts: NvDriverOptions, nodes: NodeWatch, shutdown: F)
 where
     F: Future<Output = ()> + Send,
@@ -113,22 +113,15 @@ where
     let (client, opts, nodes, memo) = (&client, &opts, &nodes, &memo);
     rounds
         .run(shutdown, move || async move {
-            match reconcile(client, opts, nodes, memo).await {
-                Ok(r) => {
-                    if r.writes > 0 {
-                        tracing::debug!(writes = r.writes, "NVIDIADriver round");
-                    }
-                    if r.busy {
-                        opts.busy_requeue
-                    } else {
-                        opts.requeue
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "NVIDIADriver round failed");
-                    opts.busy_requeue
-                }
+            let r = reconcile(client, opts, nodes, memo).await?;
+            if r.writes > 0 {
+                tracing::debug!(writes = r.writes, "NVIDIADriver round");
             }
+            Ok::<_, NvDriverError>(if r.busy {
+                opts.busy_requeue
+            } else {
+                opts.requeue
+            })
         })
         .await;
 }

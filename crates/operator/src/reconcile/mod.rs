@@ -303,24 +303,28 @@ pub async fn run(
     rounds.run(shutdown, move || round(ctx)).await;
 }
 
-/// Reconcile every policy once; returns when the next round is due without a change.
-async fn round(ctx: &Ctx) -> Duration {
+/// Reconcile every policy once; returns when the next round is due without a change, or
+/// the policies that failed (their failure is counted and written to their status; the loop
+/// logs it and retries with backoff).
+async fn round(ctx: &Ctx) -> Result<Duration, String> {
     if !ctx.synced.load(Ordering::Acquire) {
-        return Duration::from_millis(500);
+        return Ok(Duration::from_millis(500));
     }
     let mut next = RESYNC;
+    let mut failed = Vec::new();
     for obj in ctx.policies.state() {
+        let name = obj.metadata.name.clone().unwrap_or_default();
         match reconcile(obj, ctx).await {
             Ok(Some(requeue)) => next = next.min(requeue),
             Ok(None) => {}
-            // Failures are already counted and written to the status; retry soon.
-            Err(e) => {
-                tracing::warn!(error = %e, "ClusterPolicy reconcile failed");
-                next = next.min(REQUEUE_NOT_READY);
-            }
+            Err(e) => failed.push(format!("ClusterPolicy {name}: {e}")),
         }
     }
-    next
+    if failed.is_empty() {
+        Ok(next)
+    } else {
+        Err(failed.join("; "))
+    }
 }
 
 /// The active policy: oldest creationTimestamp, ties broken by lowest name.

@@ -40,6 +40,12 @@ pub const FIELD_MANAGER: &str = "gantry-operator-upgrade";
 /// Event reason (upper-cased driver name + `DriverUpgrade`, as upstream).
 pub const EVENT_REASON: &str = "GPUDriverUpgrade";
 
+/// After a round that took `d`, the next waits at least `ROUND_PACE × d`: each node moves one
+/// state per round, so on a small cluster the walk goes as fast as the writes land, while a
+/// large cluster's rounds (thousands of nodes and pods listed) take at most a fifth of the
+/// loop's time.
+pub const ROUND_PACE: u32 = 4;
+
 #[derive(Debug, Clone)]
 pub struct UpgradeOptions {
     /// Namespace of the driver DaemonSets (the operator namespace).
@@ -49,7 +55,8 @@ pub struct UpgradeOptions {
     /// Re-plan at least this often while a node is mid-upgrade: its waits (the driver's
     /// minimum ready time, job and validation time-outs) end without any event.
     pub busy_requeue: Duration,
-    /// Shortest gap between two rounds (a busy cluster's pod events are coalesced).
+    /// Shortest gap between two rounds (a busy cluster's pod events are coalesced). Rounds are
+    /// also paced by their cost ([`ROUND_PACE`]), so a short gap costs a large cluster nothing.
     pub min_interval: Duration,
     /// A driver pod counts as ready once its containers have run this long (the DaemonSet
     /// `minReadySeconds` idea; keeps a crash-looping driver's brief Ready from counting).
@@ -73,7 +80,7 @@ impl Default for UpgradeOptions {
             namespace: "gpu-operator".into(),
             requeue: Duration::from_secs(120),
             busy_requeue: Duration::from_secs(2),
-            min_interval: Duration::from_secs(1),
+            min_interval: Duration::from_millis(200),
             driver_min_ready: Duration::from_secs(5),
             config: Config::default(),
         }
@@ -105,12 +112,12 @@ fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// Run until `shutdown` resolves. A failed round is logged and retried on the next wake-up.
+/// Run until `shutdown` resolves. A failed round is logged and retried with backoff.
 pub async fn run<F>(client: kube::Client, opts: UpgradeOptions, nodes: NodeWatch, shutdown: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    let mut rounds = Rounds::new("driver upgrade", opts.min_interval);
+    let mut rounds = Rounds::new("driver upgrade", opts.min_interval).pace(ROUND_PACE);
     rounds.trigger(nodes.clone().notify(rounds.wake()));
     // The operator namespace's pods only (driver and validator pods): a node mid upgrade
     // re-plans every `busy_requeue` anyway, and every pod of a busy cluster waking a
@@ -128,19 +135,15 @@ where
     let (client, opts, nodes) = (&client, &opts, &nodes);
     rounds
         .run(shutdown, move || async move {
-            let mut next = opts.requeue;
-            match reconcile_once(client, opts, nodes).await {
-                Ok(r) => {
-                    if r.actions > 0 {
-                        tracing::debug!(actions = r.actions, "driver upgrade round");
-                    }
-                    if r.in_flight {
-                        next = next.min(opts.busy_requeue);
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "driver upgrade round failed"),
+            let r = reconcile_once(client, opts, nodes).await?;
+            if r.actions > 0 {
+                tracing::debug!(actions = r.actions, "driver upgrade round");
             }
-            next
+            Ok::<_, UpgradeError>(if r.in_flight {
+                opts.requeue.min(opts.busy_requeue)
+            } else {
+                opts.requeue
+            })
         })
         .await;
 }

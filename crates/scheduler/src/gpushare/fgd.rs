@@ -2,7 +2,7 @@
 //! expected task types could not use, weighted by how often each type arrives. The types
 //! ("typical pods") come from the workload itself, CPU-only pods included.
 
-use super::fill::FillTables;
+use super::fill_tables::FillTables;
 use super::model::{ModelSet, NodeFree, PodShape};
 use std::collections::{BTreeMap, HashMap};
 

@@ -21,41 +21,14 @@
 //! ([`TaskMix::displaced`]).
 
 use super::fgd::{ALL_TYPES, TaskMix, cpu_fits, gpu_fits, type_key};
+use super::fill_tables::{FillTables, Table};
 use super::model::{MILLI, NodeFree, PodShape};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
 
 /// Mean number of arrivals the measure follows a device through. Chosen on seeds 100-129 of
 /// the published trace against the measure it replaced: 16 to 24 are lower on every trace,
 /// 8 and 12 gain less, 32 and 64 lose on some (`docs/benchmarks.md`, issue 25).
 pub const FILL_HORIZON: f64 = 20.0;
-
-type Table = Arc<[f64]>;
-
-/// Waste tables by the set of task types that can run on a node (a bit per type of the
-/// mix). A clone starts empty: tables depend on the mix alone and are rebuilt on demand.
-#[derive(Default)]
-pub struct FillTables(Mutex<HashMap<Box<[u64]>, Table>>);
-
-impl Clone for FillTables {
-    fn clone(&self) -> FillTables {
-        FillTables::default()
-    }
-}
-
-impl PartialEq for FillTables {
-    /// A cache: equal mixes have equal tables, whatever each has built so far.
-    fn eq(&self, _: &FillTables) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for FillTables {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
-        write!(f, "FillTables({n} built)")
-    }
-}
 
 /// Whether a type could take GPU on the node: model, CPU (and memory where the mix looks at
 /// it), and for a pod of several devices enough devices with its milli free. Whether one
@@ -178,17 +151,7 @@ impl TaskMix {
         } else {
             0.0
         };
-        let table = {
-            let mut tables = self.fill.0.lock().unwrap_or_else(PoisonError::into_inner);
-            match tables.get(&key) {
-                Some(t) => t.clone(),
-                None => {
-                    let t = self.waste_table(&key);
-                    tables.insert(key, t.clone());
-                    t
-                }
-            }
-        };
+        let table = self.fill.get_or_build(key, |key| self.waste_table(key));
         let devices: f64 = n.gpus().iter().map(|&g| table[usize::from(g)]).sum();
         devices.max(cpu_stranded)
     }

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod fast;
 pub mod fgd;
 pub mod fill;
+mod fill_tables;
 pub mod model;
 pub mod policy;
 

@@ -5,7 +5,6 @@
 //! Every step is idempotent, so a retry or a restarted scheduler never doubles anything, and
 //! `pods/binding` itself refuses a second node.
 
-use super::names_hash;
 use crate::decisions::{Bind, GpuBinding};
 use gantry_api::names;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -60,6 +59,16 @@ pub struct BindContext {
     pub node_gpu_mib: Option<u64>,
     /// The node's GPUs run MPS (GFD `nvidia.com/gpu.sharing-strategy=mps`).
     pub node_mps: bool,
+}
+
+/// 64-bit FNV-1a: stable names (GPU groups, reservation pods) every replica derives alike.
+pub fn names_hash(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
 }
 
 /// GPU group id of device `index` on `node`: stable, so every scheduler derives the same one.

@@ -1,22 +1,23 @@
 //! `run`: leader election, reflectors, and the loop that owns the cache and runs cycles.
 //!
-//! - [`boot`]: leader election and what is created at start-up;
-//! - this module: the reflectors and the loop (cache, cycles);
-//! - [`writer`]: API writes and the status task.
+//! - this module: leader election, then the reflectors and the loop;
+//! - [`boot`]: what is created at start-up;
+//! - [`state`]: the loop's state, and how it takes in watch events and API results;
+//! - [`cycle`]: one cycle and the housekeeping after it;
+//! - [`writer`]: API writes in spawned tasks;
+//! - [`status_task`]: Events and status, written in order.
 
 mod boot;
+mod cycle;
+mod state;
+mod status_task;
 mod writer;
 
-use boot::*;
-pub use boot::{run, run_with};
-use writer::*;
-
-use super::cache::{Assumed, Cache, key};
-use super::events::{Events, Said};
-use super::metrics::{Metrics, PhaseLabel, QueueLabel, QueueResourceLabel, ReasonLabel};
-use super::status::{StatusWriter, child_queues, reason};
-use super::{Error, Options, binder, podgrouper};
-use crate::decisions::{Bind, Decisions, EvictReason, GpuBinding, QueueReport};
+use super::cache::Cache;
+use super::error::Error;
+use super::metrics::Metrics;
+use super::options::Options;
+use boot::{create_default_queues, create_priority_classes, install_crds};
 use futures::StreamExt;
 use gantry_api::kai::{PodGroup, Queue, Topology};
 use gantry_api::lenient::Lenient;
@@ -24,42 +25,142 @@ use gantry_api::names;
 use gantry_runtime::lease::{Lease, LeaseConfig};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::Api;
 use kube::runtime::watcher;
-use serde_json::json;
-use std::collections::{HashMap, HashSet};
+use state::{Loop, Msg};
+use status_task::status_task;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
 
-/// What the reflectors and the spawned API tasks tell the loop.
-enum Msg {
-    Node(Box<watcher::Event<Node>>),
-    Pod(Box<watcher::Event<Lenient<Pod>>>),
-    Queue(Box<watcher::Event<Queue>>),
-    Group(Box<watcher::Event<PodGroup>>),
-    Class(Box<watcher::Event<PriorityClass>>),
-    Topology(Box<watcher::Event<Topology>>),
-    Bound {
-        key: String,
-        node: String,
-        result: Result<(), String>,
-        started: Instant,
-    },
-    Grouped {
-        key: String,
-        result: Result<Box<PodGroup>, String>,
-    },
-    Deleted {
-        key: String,
-    },
+/// Run the scheduler until `shutdown` becomes true. With leader election, waits for the
+/// Lease first and returns [`Error::LostLease`] if another replica takes it.
+// A plain fn returning a boxed future: the body compiles once, here, not again in
+// every crate that awaits it (docs/benchmarks.md, "Build time").
+pub fn run(
+    client: kube::Client,
+    opts: Options,
+    shutdown: watch::Receiver<bool>,
+) -> futures::future::BoxFuture<'static, Result<(), Error>> {
+    Box::pin(run_inner(client, opts, shutdown))
 }
 
-const KINDS: usize = 6;
-/// Grace for deleting an idle reservation pod: short, but not 0 (see `collect_reservations`).
-const RESERVATION_GRACE_SECONDS: u32 = 1;
+async fn run_inner(
+    client: kube::Client,
+    opts: Options,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let metrics = Metrics::new();
+    run_with(client, opts, shutdown, metrics).await
+}
+
+/// [`run`] with a caller-provided metrics registry.
+pub fn run_with(
+    client: kube::Client,
+    opts: Options,
+    shutdown: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> futures::future::BoxFuture<'static, Result<(), Error>> {
+    Box::pin(run_with_inner(client, opts, shutdown, metrics))
+}
+
+async fn run_with_inner(
+    client: kube::Client,
+    opts: Options,
+    mut shutdown: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> Result<(), Error> {
+    if let Some(addr) = opts.metrics_address {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Metrics { addr, source })?;
+        tokio::spawn(crate::k8s::metrics::serve(
+            l,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
+    let lease = Lease::new(
+        client.clone(),
+        LeaseConfig {
+            namespace: opts.namespace.clone(),
+            name: names::SCHEDULER_LEASE.to_string(),
+            identity: opts.identity.clone(),
+            duration: opts.lease_duration,
+        },
+    );
+    if opts.leader_elect {
+        if opts.create_namespaces
+            && let Err(e) = gantry_runtime::ensure_namespace(&client, &opts.namespace).await
+        {
+            tracing::warn!(namespace = %opts.namespace, error = %e, "could not create namespace");
+        }
+        loop {
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            if lease.try_acquire_or_renew().await? {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(opts.lease_duration / 5) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        tracing::info!(identity = %opts.identity, "acquired the scheduler lease");
+    }
+    metrics.leader.set(1);
+    // Renew in the background; a failed renewal ends leadership.
+    let (lost_tx, mut lost_rx) = watch::channel(false);
+    let renew = if opts.leader_elect {
+        let (l, sd) = (
+            Lease::new(client.clone(), lease.config().clone()),
+            shutdown.clone(),
+        );
+        let every = opts.lease_duration;
+        Some(tokio::spawn(async move {
+            let mut last_ok = Instant::now();
+            loop {
+                tokio::time::sleep(every / 3).await;
+                if *sd.borrow() {
+                    return;
+                }
+                match l.try_acquire_or_renew().await {
+                    Ok(true) => last_ok = Instant::now(),
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "renewing the scheduler lease failed");
+                        if last_ok.elapsed() > every {
+                            break;
+                        }
+                    }
+                }
+            }
+            let _ = lost_tx.send(true);
+        }))
+    } else {
+        None
+    };
+    let mut stop = shutdown.clone();
+    let res = tokio::select! {
+        r = lead(client.clone(), opts.clone(), stop.clone(), metrics.clone()) => r,
+        _ = lost_rx.wait_for(|v| *v) => Err(Error::LostLease { namespace: lease.config().namespace.clone(), name: lease.config().name.clone() }),
+        _ = stop.wait_for(|v| *v) => Ok(()),
+    };
+    metrics.leader.set(0);
+    metrics.set_ready(false);
+    if let Some(r) = renew {
+        r.abort();
+    }
+    if opts.leader_elect
+        && !matches!(res, Err(Error::LostLease { .. }))
+        && let Err(e) = lease.release().await
+    {
+        tracing::debug!(error = %e, "releasing the scheduler lease");
+    }
+    res
+}
 
 async fn reflect<K>(api: Api<K>, tx: mpsc::Sender<Msg>, wrap: fn(watcher::Event<K>) -> Msg)
 where
@@ -79,37 +180,6 @@ where
             }
         }
     }
-}
-
-/// Per-kind bookkeeping of a (re)list: keys seen between Init and InitDone.
-#[derive(Default)]
-struct Relist {
-    synced: bool,
-    seen: Option<HashSet<String>>,
-}
-
-fn obj_key<K: kube::Resource>(o: &K) -> String {
-    let m = o.meta();
-    match &m.namespace {
-        Some(ns) => key(ns, m.name.as_deref().unwrap_or_default()),
-        None => m.name.clone().unwrap_or_default(),
-    }
-}
-
-struct Loop {
-    client: kube::Client,
-    opts: Options,
-    cache: Cache,
-    metrics: Arc<Metrics>,
-    tx: mpsc::Sender<Msg>,
-    status_tx: mpsc::UnboundedSender<StatusMsg>,
-    bind_slots: Arc<Semaphore>,
-    api_slots: Arc<Semaphore>,
-    grouping: HashSet<String>,
-    deleting: HashSet<String>,
-    relist: [Relist; KINDS],
-    said_problem: HashSet<String>,
-    usage: super::usage::UsageState,
 }
 
 async fn lead(
@@ -230,329 +300,4 @@ async fn lead(
     };
     drop(tasks);
     res
-}
-
-impl Loop {
-    fn handle(&mut self, m: Msg) {
-        match m {
-            Msg::Node(ev) => self.reflect(0, *ev, |c, n| c.apply_node(n), |c, k| c.delete_node(k)),
-            Msg::Pod(ev) => {
-                if let watcher::Event::Delete(p) = &*ev {
-                    let m = kube::Resource::meta(p);
-                    let _ = self.status_tx.send(StatusMsg::Forget {
-                        namespace: m.namespace.clone().unwrap_or_default(),
-                        name: m.name.clone().unwrap_or_default(),
-                    });
-                }
-                self.reflect(
-                1,
-                *ev,
-                |c, p| match p {
-                    Lenient::Decoded(p) => c.apply_pod(p),
-                    bad => match bad.clone().salvaged() {
-                        Some(p) => c.apply_pod(&p),
-                        None => {
-                            tracing::warn!(pod = ?kube::Resource::meta(bad).name, "pod does not decode; ignored")
-                        }
-                    },
-                },
-                |c, k| {
-                    if let Some((ns, n)) = k.split_once('/') {
-                        c.delete_pod(ns, n)
-                    }
-                },
-            )
-            }
-            Msg::Topology(ev) => self.reflect(
-                5,
-                *ev,
-                |c, t| c.apply_topology(t),
-                |c, k| c.delete_topology(k),
-            ),
-            Msg::Queue(ev) => {
-                self.reflect(2, *ev, |c, q| c.apply_queue(q), |c, k| c.delete_queue(k))
-            }
-            Msg::Group(ev) => self.reflect(
-                3,
-                *ev,
-                |c, g| c.apply_pod_group(g),
-                |c, k| {
-                    if let Some((ns, n)) = k.split_once('/') {
-                        c.delete_pod_group(ns, n)
-                    }
-                },
-            ),
-            Msg::Class(ev) => self.reflect(
-                4,
-                *ev,
-                |c, pc| {
-                    if let Some(n) = &pc.metadata.name {
-                        c.apply_priority_class(n, pc.value)
-                    }
-                },
-                |_, _| {},
-            ),
-            Msg::Bound {
-                key,
-                node,
-                result,
-                started,
-            } => match result {
-                Ok(()) => {
-                    self.metrics.binds.inc();
-                    self.metrics
-                        .bind_seconds
-                        .observe(started.elapsed().as_secs_f64());
-                    let msg = format!("Successfully assigned {key} to {node}");
-                    self.pod_event(&key, "Normal", reason::SCHEDULED, msg);
-                    if let Some((ns, n)) = key.split_once('/') {
-                        let _ = self.status_tx.send(StatusMsg::Forget {
-                            namespace: ns.into(),
-                            name: n.into(),
-                        });
-                    }
-                }
-                Err(e) => {
-                    self.metrics.bind_failures.inc();
-                    tracing::warn!(pod = %key, error = %e, "bind failed; the pod is pending again");
-                    self.cache.forget(&key);
-                    self.pod_event(&key, "Warning", reason::BIND_FAILED, e);
-                }
-            },
-            Msg::Grouped { key, result } => {
-                self.grouping.remove(&key);
-                match result {
-                    // Use the group at once rather than waiting for both watch events.
-                    Ok(pg) => {
-                        self.cache.apply_pod_group(&pg);
-                        if let Some(name) = &pg.metadata.name {
-                            self.cache.set_pod_group(&key, name);
-                        }
-                    }
-                    Err(e) => self.pod_event(&key, "Warning", reason::INVALID, e),
-                }
-            }
-            Msg::Deleted { key } => {
-                self.deleting.remove(&key);
-            }
-        }
-    }
-
-    fn reflect<K: kube::Resource>(
-        &mut self,
-        kind: usize,
-        ev: watcher::Event<K>,
-        apply: impl Fn(&mut Cache, &K),
-        delete: impl Fn(&mut Cache, &str),
-    ) {
-        match ev {
-            watcher::Event::Init => self.relist[kind].seen = Some(HashSet::new()),
-            watcher::Event::InitApply(o) => {
-                if let Some(s) = self.relist[kind].seen.as_mut() {
-                    s.insert(obj_key(&o));
-                }
-                apply(&mut self.cache, &o);
-            }
-            watcher::Event::InitDone => {
-                if let Some(seen) = self.relist[kind].seen.take() {
-                    let stale: Vec<String> = match kind {
-                        0 => self
-                            .cache
-                            .input
-                            .nodes
-                            .iter()
-                            .map(|n| n.name.clone())
-                            .collect(),
-                        1 => self.cache.meta.keys().cloned().collect(),
-                        2 => self.cache.queue_names().map(str::to_string).collect(),
-                        5 => self
-                            .cache
-                            .input
-                            .topologies
-                            .iter()
-                            .map(|t| t.name.clone())
-                            .collect(),
-                        3 => self
-                            .cache
-                            .input
-                            .pod_groups
-                            .iter()
-                            .map(|g| key(&g.namespace, &g.name))
-                            .collect(),
-                        _ => Vec::new(),
-                    };
-                    for k in stale.into_iter().filter(|k| !seen.contains(k)) {
-                        delete(&mut self.cache, &k);
-                    }
-                }
-                if kind == 1 {
-                    self.cache.settle_order();
-                }
-                self.relist[kind].synced = true;
-            }
-            watcher::Event::Apply(o) => apply(&mut self.cache, &o),
-            watcher::Event::Delete(o) => {
-                let k = obj_key(&o);
-                delete(&mut self.cache, &k);
-            }
-        }
-    }
-
-    fn pod_event(&self, k: &str, type_: &'static str, reason: &'static str, message: String) {
-        let Some((ns, n)) = k.split_once('/') else {
-            return;
-        };
-        let uid = self
-            .cache
-            .meta
-            .get(k)
-            .map(|m| m.uid.clone())
-            .unwrap_or_default();
-        let _ = self.status_tx.send(StatusMsg::PodEvent {
-            namespace: ns.into(),
-            name: n.into(),
-            uid,
-            said: Said {
-                type_,
-                reason: reason.to_string(),
-                message,
-            },
-        });
-    }
-
-    fn cycle(&mut self) {
-        let t0 = Instant::now();
-        self.cache.input.now = chrono::Utc::now().timestamp();
-        self.usage.apply(&mut self.cache.input);
-        let snap = crate::Snapshot::build(&self.cache.input);
-        let t1 = Instant::now();
-        let d = crate::schedule(&snap, &self.opts.config);
-        let t2 = Instant::now();
-        drop(snap);
-        self.usage.record(&self.cache.input, &d.queues);
-        self.apply(d);
-        self.report_problems();
-        self.group_pods();
-        self.collect_reservations();
-        let t3 = Instant::now();
-        tracing::debug!(
-            pods = self.cache.input.pods.len(),
-            snapshot = ?(t1 - t0),
-            actions = ?(t2 - t1),
-            apply = ?(t3 - t2),
-            binds_in_flight = self.cache.assumed.len(),
-            ungrouped = self.cache.ungrouped.len(),
-            "cycle"
-        );
-        let ph = |p: &str| PhaseLabel { phase: p.into() };
-        self.metrics
-            .phase_seconds
-            .get_or_create(&ph("snapshot"))
-            .observe((t1 - t0).as_secs_f64());
-        self.metrics
-            .phase_seconds
-            .get_or_create(&ph("actions"))
-            .observe((t2 - t1).as_secs_f64());
-        self.metrics
-            .phase_seconds
-            .get_or_create(&ph("apply"))
-            .observe((t3 - t2).as_secs_f64());
-        self.metrics.cycle_seconds.observe((t3 - t0).as_secs_f64());
-    }
-
-    /// Pods of ours the scheduler cannot consider at all: say why, once.
-    fn report_problems(&mut self) {
-        let now = self.cache.input.now;
-        let mut out = Vec::new();
-        for (k, c, p) in self.cache.problems() {
-            out.push((k.to_string(), p.to_string()));
-            let _ = c;
-        }
-        for (k, c) in &self.cache.meta {
-            if c.ours
-                && c.input.node.is_none()
-                && c.problem.is_none()
-                && !c.input.pod_group.is_empty()
-                && now - c.input.creation > 5
-                && self
-                    .cache
-                    .pod_group(&c.input.namespace, &c.input.pod_group)
-                    .is_none()
-            {
-                out.push((
-                    k.clone(),
-                    format!(
-                        "pod {k}: podgroup {:?} (annotation {}) does not exist",
-                        c.input.pod_group,
-                        names::ANNOTATION_POD_GROUP_NAME
-                    ),
-                ));
-            }
-        }
-        for (k, msg) in out {
-            if self.said_problem.insert(format!("{k}\u{0}{msg}")) {
-                self.pod_event(&k, "Warning", reason::INVALID, msg);
-            }
-        }
-    }
-
-    fn group_pods(&mut self) {
-        let todo: Vec<String> = self
-            .cache
-            .ungrouped
-            .iter()
-            .filter(|k| !self.grouping.contains(*k))
-            .cloned()
-            .collect();
-        for k in todo {
-            let Some(pod) = self.cache.meta.get(&k).cloned() else {
-                continue;
-            };
-            self.grouping.insert(k.clone());
-            let (client, tx, slots) =
-                (self.client.clone(), self.tx.clone(), self.api_slots.clone());
-            tokio::spawn(async move {
-                let _permit = slots.acquire_owned().await;
-                let result = group_one(&client, &pod).await;
-                let _ = tx.send(Msg::Grouped { key: k, result }).await;
-            });
-        }
-    }
-
-    /// Remove reservation pods whose GPU has no fractional tenants (bound or being bound).
-    fn collect_reservations(&mut self) {
-        let now = self.cache.input.now;
-        let idle: Vec<(String, String, String)> = self
-            .cache
-            .reservations
-            .iter()
-            .filter(|(g, r)| {
-                (r.phase_failed || now - r.created > 5) && self.cache.group_tenants(g) == 0
-            })
-            .map(|(g, r)| (g.clone(), r.namespace.clone(), r.name.clone()))
-            .collect();
-        for (_, ns, name) in idle {
-            let k = key(&ns, &name);
-            if !self.deleting.insert(k.clone()) {
-                continue;
-            }
-            let (client, tx) = (self.client.clone(), self.tx.clone());
-            tokio::spawn(async move {
-                let api: Api<Pod> = Api::namespaced(client, &ns);
-                // Graceful, so the pod stays (Terminating, a Releasing holder of its GPU)
-                // until the kubelet has stopped it and released the device; with grace 0 it
-                // would vanish at once while the node still holds the device.
-                let dp = DeleteParams {
-                    grace_period_seconds: Some(RESERVATION_GRACE_SECONDS),
-                    ..Default::default()
-                };
-                if let Err(e) = api.delete(&name, &dp).await
-                    && !matches!(&e, kube::Error::Api(s) if s.code == 404)
-                {
-                    tracing::warn!(pod = %name, error = %e, "removing reservation pod failed");
-                }
-                let _ = tx.send(Msg::Deleted { key: k }).await;
-            });
-        }
-    }
 }

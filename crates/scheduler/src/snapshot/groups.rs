@@ -1,7 +1,10 @@
 //! The parts of a snapshot build that lay out groups and queues: pods in group and task
 //! order, MIG slice counts, and the queue tree.
 
-use super::*;
+use super::model::{PodId, Queue, QueueId, Snapshot, Span};
+use crate::input::ClusterInput;
+use gantry_api::names;
+use std::collections::HashMap;
 
 /// Lay out every group's pods in one array (counting sort by group, pod ids ascending
 /// within a group), then put each group's pods in task order.

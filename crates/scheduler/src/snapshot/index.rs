@@ -1,6 +1,6 @@
 //! The build's name indexes: a small fast hasher, and the pod -> group table.
 
-use super::GroupId;
+use super::model::GroupId;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -2,10 +2,11 @@
 //! validate built-in types, prune/default/validate custom resources against their CRD's
 //! structural schema (unknown fields per `fieldValidation`), then etcd's size limit.
 
-use super::objects::Target;
 use super::schema::{self, Checks, CrdSchema, FieldValidation};
+use super::server::ApiServer;
 use super::status::ApiError;
-use super::{ApiServer, decode, validate};
+use super::target::Target;
+use super::{decode, validate};
 use serde_json::Value;
 
 const CRDS: &str = "apiextensions.k8s.io/customresourcedefinitions";

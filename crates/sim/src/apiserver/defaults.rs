@@ -133,7 +133,7 @@ fn crd_status(crd: &mut Value) -> Result<(), ApiError> {
         .pointer("/status/conditions/0/lastTransitionTime")
         .and_then(Value::as_str)
         .map(str::to_string)
-        .unwrap_or_else(super::now);
+        .unwrap_or_else(super::meta::now);
     let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
     let mut accepted = names.clone();
     if accepted.get("singular").is_none() {

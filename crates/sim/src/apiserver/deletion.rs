@@ -1,8 +1,9 @@
 //! What a delete does to a stored object: finalizers, graceful pod deletion, namespaces, and
 //! CRDs (which wait, Terminating, until the garbage collector has deleted their objects).
 
-use super::objects::{DeleteOpts, same_content};
+use super::meta::{CRD_CLEANUP, FOREGROUND, ORPHAN, same_content};
 use super::resources::ResourceInfo;
+use super::target::DeleteOpts;
 use crate::store::Mutation;
 use serde_json::{Value, json};
 
@@ -16,12 +17,10 @@ pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> M
         .cloned()
         .unwrap_or_default();
     match opts.propagation.as_deref() {
-        Some("Foreground") if !finalizers.contains(&json!(crate::gc::FOREGROUND)) => {
-            finalizers.push(json!(crate::gc::FOREGROUND))
+        Some("Foreground") if !finalizers.contains(&json!(FOREGROUND)) => {
+            finalizers.push(json!(FOREGROUND))
         }
-        Some("Orphan") if !finalizers.contains(&json!(crate::gc::ORPHAN)) => {
-            finalizers.push(json!(crate::gc::ORPHAN))
-        }
+        Some("Orphan") if !finalizers.contains(&json!(ORPHAN)) => finalizers.push(json!(ORPHAN)),
         _ => {}
     }
     let deleting = cur.pointer("/metadata/deletionTimestamp").is_some();
@@ -29,8 +28,8 @@ pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> M
     if is_crd && !deleting {
         // As apiextensions-apiserver: the cleanup finalizer holds the CRD until the garbage
         // collector has deleted every custom object, so none comes back with a new CRD.
-        if !finalizers.contains(&json!(crate::gc::CRD_CLEANUP)) {
-            finalizers.push(json!(crate::gc::CRD_CLEANUP));
+        if !finalizers.contains(&json!(CRD_CLEANUP)) {
+            finalizers.push(json!(CRD_CLEANUP));
         }
         set_terminating(&mut obj);
     }
@@ -95,7 +94,7 @@ pub fn delete_decision(info: &ResourceInfo, cur: &Value, opts: &DeleteOpts) -> M
 fn set_terminating(crd: &mut Value) {
     let cond = json!({"type": "Terminating", "status": "True", "reason": "InstanceDeletionPending",
         "message": "CustomResourceDefinition marked for deletion; instance deletion pending",
-        "lastTransitionTime": super::now()});
+        "lastTransitionTime": super::meta::now()});
     let Some(status) = crd
         .as_object_mut()
         .map(|o| o.entry("status").or_insert_with(|| json!({})))
@@ -112,7 +111,7 @@ fn set_terminating(crd: &mut Value) {
 
 /// A create of a custom object whose CRD is being deleted, refused as the real server does.
 pub fn refuse_create(
-    srv: &super::ApiServer,
+    srv: &super::server::ApiServer,
     info: &ResourceInfo,
 ) -> Result<(), super::status::ApiError> {
     let Some(crd) = info.crd.as_deref() else {

@@ -1,7 +1,7 @@
 //! Discovery documents: /version, /api, /apis, /api/v1, /apis/{group}[/{version}].
 
-use super::ApiServer;
 use super::resources::ResourceInfo;
+use super::server::ApiServer;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,9 +3,9 @@
 //! containers, `previous`), `tailLines`, `limitBytes`, `sinceSeconds`, `timestamps` and
 //! `follow`.
 
-use super::ApiServer;
-use super::objects::Target;
+use super::server::ApiServer;
 use super::status::ApiError;
+use super::target::Target;
 use crate::logs::{self, Line};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};

@@ -3,10 +3,10 @@
 //! its running containers' CPU and memory requests, a node's the sum over its running pods.
 //! Read-only and computed per request from the stored pods and nodes.
 
-use super::ApiServer;
-use super::objects::{ListOpts, Target};
 use super::selectors::{FieldSelector, LabelSelector};
+use super::server::ApiServer;
 use super::status::ApiError;
+use super::target::{ListOpts, Target};
 use gantry_k8s_rules::quantity::Quantity;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -73,7 +73,7 @@ fn running(pod: &Value) -> bool {
 
 fn meta(obj: &Value, namespaced: bool) -> Value {
     let mut m = json!({"name": obj.pointer("/metadata/name"), "labels": obj.pointer("/metadata/labels"),
-                       "creationTimestamp": super::now()});
+                       "creationTimestamp": super::meta::now()});
     if namespaced {
         m["namespace"] = obj
             .pointer("/metadata/namespace")
@@ -135,7 +135,7 @@ fn not_found(resource: &str, name: &str) -> ApiError {
 
 /// GET under `/apis/metrics.k8s.io/v1beta1/`: `nodes[/NAME]`, `[namespaces/NS/]pods[/NAME]`.
 pub fn get(srv: &ApiServer, rest: &[&str], q: &HashMap<String, String>) -> Result<Value, ApiError> {
-    let now = super::now();
+    let now = super::meta::now();
     let all_pods = || -> Result<Vec<Value>, ApiError> {
         Ok(items(
             &srv.list(&target(srv, "pods", "")?, &ListOpts::default())?,

@@ -1,5 +1,10 @@
 //! The Kubernetes API server: REST verbs, watches, patches, discovery, over one
 //! [`Store`]. `router()` gives the axum service the control plane serves over HTTPS.
+//!
+//! Layers, top down: this module builds the server and runs the request path
+//! (authentication, authorization, then [`routes`]); the handlers (`objects`, `watch`,
+//! `deletion`, `table`...) below it; at the bottom the shared state ([`server`]), the verbs'
+//! arguments ([`target`]) and object metadata helpers ([`meta`]).
 
 mod checks;
 pub mod decode;
@@ -8,6 +13,7 @@ mod deletion;
 pub mod discovery;
 pub mod logs;
 pub mod match_conditions;
+pub mod meta;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
@@ -20,9 +26,11 @@ pub mod resources;
 pub mod routes;
 pub mod schema;
 pub mod selectors;
+pub mod server;
 pub mod services;
 pub mod status;
 pub mod table;
+pub mod target;
 pub mod validate;
 pub mod watch;
 pub mod webhooks;
@@ -30,32 +38,13 @@ pub mod webhooks;
 use crate::store::Store;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use objects::Target;
 use resources::Registry;
 use serde_json::json;
 use status::ApiError;
 use std::sync::{Arc, OnceLock};
 
-/// The current time as Kubernetes writes it (RFC 3339, seconds).
-pub fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-/// The API server state, shared by every request and the controllers.
-pub struct ApiServer {
-    pub store: Store,
-    pub registry: Registry,
-    token: Option<String>,
-    address: OnceLock<String>,
-    /// ServiceAccount tokens and RBAC's decision counts.
-    pub rbac: rbac::Rbac,
-    /// Recent events' JSON, shared by every watcher that sends them.
-    pub(crate) encodings: watch::Encodings,
-    /// Open watches and slow ones closed (`/metrics`).
-    pub watches: watch::WatchCounts,
-    /// Requests served by verb and resource (`/metrics`).
-    pub requests: requests::RequestCounts,
-}
+pub use meta::now;
+pub use server::ApiServer;
 
 impl ApiServer {
     /// An API server over `store`; requests must carry `token` (None: no auth, for
@@ -66,9 +55,9 @@ impl ApiServer {
             registry: Registry::default(),
             token,
             address: OnceLock::new(),
-            rbac: rbac::Rbac::default(),
-            encodings: watch::Encodings::default(),
-            watches: watch::WatchCounts::default(),
+            rbac: rbac::state::Rbac::default(),
+            encodings: watch::state::Encodings::default(),
+            watches: watch::state::WatchCounts::default(),
             requests: requests::RequestCounts::default(),
         });
         srv.refresh_crds();
@@ -82,42 +71,6 @@ impl ApiServer {
             }
         }
         srv
-    }
-
-    /// Records the `host:port` clients reach us at (for discovery).
-    pub fn set_address(&self, addr: String) {
-        let _ = self.address.set(addr);
-    }
-
-    pub fn address(&self) -> String {
-        self.address
-            .get()
-            .cloned()
-            .unwrap_or_else(|| "127.0.0.1".into())
-    }
-
-    /// A verb target for `group/version/plural` in `namespace`, if served.
-    pub fn target(
-        &self,
-        group: &str,
-        version: &str,
-        plural: &str,
-        namespace: &str,
-    ) -> Option<Target> {
-        let info = self.registry.lookup(group, version, plural)?;
-        Some(Target {
-            info,
-            version: version.to_string(),
-            namespace: namespace.to_string(),
-        })
-    }
-
-    /// Re-reads the stored CRDs into the registry.
-    pub fn refresh_crds(&self) {
-        let (crds, _) =
-            self.store
-                .list("apiextensions.k8s.io/customresourcedefinitions", None, None);
-        self.registry.set_crds(crds.iter().map(|c| c.as_ref()));
     }
 
     /// The HTTP service: authentication, then routing.
@@ -140,15 +93,6 @@ impl ApiServer {
             .and_then(|v| v.strip_prefix("Bearer "));
         rbac::authenticate(self, self.token.as_deref(), bearer)
     }
-}
-
-/// Compares secrets in time that depends only on their lengths, not on where they differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
@@ -182,14 +126,4 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
         return r;
     }
     routes::handle(srv, parts.method, &path, &query, parts.headers, body).await
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn constant_time_eq_compares() {
-        assert!(super::constant_time_eq(b"abc", b"abc"));
-        assert!(!super::constant_time_eq(b"abc", b"abd"));
-        assert!(!super::constant_time_eq(b"abc", b"ab"));
-    }
 }

@@ -1,13 +1,14 @@
 //! HTTP routing: parses Kubernetes REST paths and query parameters and calls the verbs.
 
 use super::decode::{self, Format};
-use super::objects::{DeleteOpts, ListOpts, Target};
 use super::patch::PatchType;
 use super::schema::{Checks, FieldValidation};
 use super::selectors::{FieldSelector, LabelSelector};
+use super::server::ApiServer;
 use super::status::{ApiError, json_response, success_status};
+use super::target::{DeleteOpts, ListOpts, Target};
 use super::watch::{self, WatchOpts};
-use super::{ApiServer, discovery, metrics, openapi, table};
+use super::{discovery, metrics, openapi, table};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};

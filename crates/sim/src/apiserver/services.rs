@@ -16,7 +16,7 @@ use std::sync::Arc;
 use gantry_api::names;
 use serde_json::Value;
 
-use super::ApiServer;
+use super::server::ApiServer;
 
 /// Where a Service's port leads: the pod picked and the address to dial.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,17 +2,18 @@
 //! with bookmarks, timeouts, 410 Gone for compacted versions and the streaming list
 //! (`sendInitialEvents=true`, ended by a bookmark annotated `k8s.io/initial-events-end`).
 
-use super::ApiServer;
-use super::objects::Target;
+pub mod state;
+
 use super::selectors::{FieldSelector, LabelSelector};
+use super::server::ApiServer;
 use super::status::ApiError;
+use super::target::Target;
 use crate::store::{Event, EventType};
 use axum::body::Bytes;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use state::Encodings;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
@@ -84,40 +85,6 @@ impl Filter {
     }
 }
 
-/// How many recent events' encodings are kept: watchers send an event within moments of each
-/// other, so a short window serves them all without holding the whole watch history twice.
-const ENCODINGS_KEPT: usize = 4096;
-
-/// The JSON of recent events by resourceVersion (unique per store event).
-#[derive(Default)]
-pub struct Encodings(Mutex<Recent>);
-
-/// Encodings by resourceVersion, and the order they came in (the oldest goes first).
-type Recent = (HashMap<u64, Arc<[u8]>>, VecDeque<u64>);
-
-impl Encodings {
-    fn get(&self, ev: &Event) -> Arc<[u8]> {
-        if let Ok(g) = self.0.lock()
-            && let Some(b) = g.0.get(&ev.rv)
-        {
-            return b.clone();
-        }
-        let b: Arc<[u8]> = serde_json::to_vec(&*ev.object).unwrap_or_default().into();
-        if let Ok(mut g) = self.0.lock() {
-            let (map, order) = &mut *g;
-            if map.insert(ev.rv, b.clone()).is_none() {
-                order.push_back(ev.rv);
-            }
-            while order.len() > ENCODINGS_KEPT {
-                if let Some(old) = order.pop_front() {
-                    map.remove(&old);
-                }
-            }
-        }
-        b
-    }
-}
-
 fn line(kind: &str, object: &Value) -> Bytes {
     encoded_line(kind, &serde_json::to_vec(object).unwrap_or_default())
 }
@@ -155,56 +122,6 @@ tokio::task_local! {
     /// again and would hold its buffers. HTTP/2 streams run on their own tasks and never see
     /// it; their flow-control window bounds them and the stream just ends.
     pub static CLOSE_CONNECTION: Arc<tokio::sync::Notify>;
-}
-
-/// Open watches and those closed for being too slow (`/metrics`).
-#[derive(Default)]
-pub struct WatchCounts {
-    open: AtomicI64,
-    terminated: Mutex<BTreeMap<String, u64>>,
-}
-
-impl WatchCounts {
-    pub fn open(&self) -> i64 {
-        self.open.load(Ordering::Relaxed)
-    }
-
-    /// Watchers closed for not reading, over all resources.
-    pub fn terminated(&self) -> u64 {
-        self.terminated
-            .lock()
-            .map(|m| m.values().sum())
-            .unwrap_or(0)
-    }
-
-    fn terminate(&self, resource: &str) {
-        if let Ok(mut m) = self.terminated.lock() {
-            *m.entry(resource.to_string()).or_default() += 1;
-        }
-    }
-
-    /// The Prometheus text exposition, with upstream's metric names.
-    pub fn exposition(&self) -> String {
-        let mut out = format!(
-            "# HELP apiserver_registered_watchers Number of currently registered watchers.\n\
-             # TYPE apiserver_registered_watchers gauge\napiserver_registered_watchers {}\n\
-             # HELP apiserver_terminated_watchers_total Counter of watchers closed due to unresponsiveness broken by resource type.\n\
-             # TYPE apiserver_terminated_watchers_total counter\n",
-            self.open()
-        );
-        for (r, n) in self
-            .terminated
-            .lock()
-            .map(|m| m.clone())
-            .unwrap_or_default()
-        {
-            let _ = writeln!(
-                out,
-                "apiserver_terminated_watchers_total{{resource=\"{r}\"}} {n}"
-            );
-        }
-        out
-    }
 }
 
 /// Counts a watch as open while it lives.
@@ -384,52 +301,5 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                 Err(broadcast::error::RecvError::Closed) => return Ok(()),
             },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::ObjKey;
-
-    fn event(rv: u64) -> Event {
-        Event {
-            rv,
-            kind: EventType::Modified,
-            key: ObjKey {
-                gr: "pods".into(),
-                namespace: "default".into(),
-                name: format!("p{rv}"),
-            },
-            object: Arc::new(
-                json!({"metadata": {"name": format!("p{rv}"), "resourceVersion": rv.to_string()}}),
-            ),
-            prev: None,
-        }
-    }
-
-    #[test]
-    fn an_event_is_encoded_once_and_the_window_stays_bounded() {
-        let enc = Encodings::default();
-        let e = event(7);
-        let a = enc.get(&e);
-        let b = enc.get(&e);
-        assert!(
-            Arc::ptr_eq(&a, &b),
-            "the second watcher reuses the first's bytes"
-        );
-        let back: Value = serde_json::from_slice(&a).unwrap();
-        assert_eq!(back, *e.object);
-        let l = line("MODIFIED", &e.object);
-        assert!(l.ends_with(b"}\n"), "one event a line");
-        let ev: Value = serde_json::from_slice(&l).unwrap();
-        assert_eq!(ev, json!({"type": "MODIFIED", "object": *e.object}));
-        for rv in 8..(8 + ENCODINGS_KEPT as u64 + 10) {
-            enc.get(&event(rv));
-        }
-        let g = enc.0.lock().unwrap();
-        assert_eq!(g.0.len(), ENCODINGS_KEPT);
-        assert_eq!(g.1.len(), ENCODINGS_KEPT);
-        assert!(!g.0.contains_key(&7), "the oldest went first");
     }
 }

@@ -25,7 +25,9 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
-use super::{ApiError, ApiServer, Target};
+use super::server::ApiServer;
+use super::status::ApiError;
+use super::target::Target;
 
 const CONFIGS: &str = "admissionregistration.k8s.io/mutatingwebhookconfigurations";
 

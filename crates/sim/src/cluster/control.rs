@@ -11,7 +11,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
-use super::{ClusterError, Fault, apply_fault};
+use super::error::ClusterError;
+use super::faults::{Fault, apply_fault};
 use crate::kubelet::NodeShared;
 
 pub const SOCKET_NAME: &str = "sim-control.sock";

@@ -6,6 +6,11 @@
 //! ```
 
 pub mod control;
+pub mod error;
+pub mod faults;
+
+pub use error::ClusterError;
+pub use faults::{Fault, apply_fault};
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -18,53 +23,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::kubelet::node_sync::{self, LEASE_NAMESPACE};
 use crate::kubelet::pods::{self, PodEnv};
-use crate::kubelet::{AgentRegistry, KubeletError, NodeResources, NodeShared};
+use crate::kubelet::{AgentRegistry, NodeResources, NodeShared};
 use crate::nodes::NodePlan;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    #[error(transparent)]
-    Kubelet(#[from] KubeletError),
-    #[error("no simulated node named {0:?}")]
-    NoSuchNode(String),
-    #[error("node {node}: {reason}")]
-    Fault { node: String, reason: String },
-    #[error("creating namespace {namespace}: {source}")]
-    Namespace {
-        namespace: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("sim control socket {path}: {reason}")]
-    Control { path: PathBuf, reason: String },
-}
-
-/// A fault (or repair) to inject into a running sim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "kind")]
-pub enum Fault {
-    /// An XID error on a GPU.
-    Xid { gpu: u32, xid: u64 },
-    /// The GPU falls off the bus (XID 79; every NVML call on it fails).
-    OffBus { gpu: u32 },
-    /// A double-bit ECC error (XID 48, counters, pending row remap).
-    EccDbe { gpu: u32 },
-    /// Reset the GPU: clears a lost GPU, the last XID, volatile ECC counts.
-    Clear { gpu: u32 },
-    /// The node loses power: containers stop, no heartbeat, Ready becomes Unknown.
-    PowerOff,
-    /// Power returns: kubelet restarts (plugin sockets wiped), containers start again.
-    PowerOn,
-    /// The node's driver container fails (exits 1, so it crash-loops) until `DriverOk`.
-    DriverFail,
-    /// Clear `DriverFail`: the driver container's next restart installs the driver.
-    DriverOk,
-}
 
 /// Where a sim keeps its nodes' host directories and its control socket: `<data-dir>/sim`.
 /// An in-memory `gantry up` uses a fresh `$TMPDIR/gantry-sim-XXXXXX` instead (see [`up`]),
@@ -457,81 +421,5 @@ impl SimCluster {
             .get(node)
             .ok_or_else(|| ClusterError::NoSuchNode(node.to_string()))?;
         apply_fault(n, fault).await
-    }
-}
-
-/// Apply a fault to a node; returns a one-line description of what happened.
-pub async fn apply_fault(n: &Arc<NodeShared>, fault: &Fault) -> Result<String, ClusterError> {
-    let err = |reason: String| ClusterError::Fault {
-        node: n.name.clone(),
-        reason,
-    };
-    let gpu_backend = || {
-        n.backend
-            .clone()
-            .ok_or_else(|| err("is a CPU node; GPU faults need a GPU node".into()))
-    };
-    match fault {
-        Fault::Xid { gpu, xid } => {
-            gpu_backend()?
-                .inject_xid(*gpu, *xid, None, None)
-                .map_err(|e| err(e.to_string()))?;
-            Ok(format!("{}: XID {xid} on GPU {gpu}", n.name))
-        }
-        Fault::OffBus { gpu } => {
-            gpu_backend()?
-                .inject_fallen_off_bus(*gpu)
-                .map_err(|e| err(e.to_string()))?;
-            Ok(format!("{}: GPU {gpu} fell off the bus (XID 79)", n.name))
-        }
-        Fault::EccDbe { gpu } => {
-            gpu_backend()?
-                .inject_ecc_dbe(*gpu)
-                .map_err(|e| err(e.to_string()))?;
-            Ok(format!(
-                "{}: double-bit ECC error on GPU {gpu} (XID 48)",
-                n.name
-            ))
-        }
-        Fault::Clear { gpu } => {
-            gpu_backend()?
-                .reset_gpu(*gpu)
-                .map_err(|e| err(e.to_string()))?;
-            Ok(format!("{}: GPU {gpu} reset", n.name))
-        }
-        Fault::PowerOff => {
-            if !n.is_powered() {
-                return Ok(format!("{}: already powered off", n.name));
-            }
-            n.power.send_replace(false);
-            n.stop_servers();
-            n.changed.notify_one();
-            Ok(format!("{}: powered off", n.name))
-        }
-        Fault::DriverFail => {
-            let was = n.driver_fail.send_replace(true);
-            Ok(format!(
-                "{}: driver container fails{}",
-                n.name,
-                if was { " (already)" } else { "" }
-            ))
-        }
-        Fault::DriverOk => {
-            let was = n.driver_fail.send_replace(false);
-            Ok(format!(
-                "{}: driver fault cleared{}",
-                n.name,
-                if was { "" } else { " (none was set)" }
-            ))
-        }
-        Fault::PowerOn => {
-            if n.is_powered() {
-                return Ok(format!("{}: already powered on", n.name));
-            }
-            n.start_servers().await?;
-            n.power.send_replace(true);
-            n.changed.notify_one();
-            Ok(format!("{}: powered on", n.name))
-        }
     }
 }

@@ -77,7 +77,9 @@ impl Reconciler {
                 // Created already (a slow cache): the next pass sees it.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
-                    tracing::warn!(deployment = %d.name_any(), namespace = %ns, error = %e, "deployment step failed")
+                    if !self.unreached.note(&e) {
+                        tracing::warn!(deployment = %d.name_any(), namespace = %ns, error = %e, "deployment step failed")
+                    }
                 }
             }
         }
@@ -99,6 +101,7 @@ impl Reconciler {
             if let Err(e) = dapi
                 .patch(&d.name_any(), &PatchParams::default(), &Patch::Merge(&body))
                 .await
+                && !self.unreached.note(&e)
             {
                 tracing::debug!(deployment = %d.name_any(), error = %e, "revision annotation");
             }
@@ -162,6 +165,7 @@ impl Reconciler {
             }
         }
         let client = self.client.clone();
+        let unreached = &self.unreached;
         futures::stream::iter(binds)
             .map(|((ns, name), node)| {
                 let client = client.clone();
@@ -175,7 +179,11 @@ impl Reconciler {
                         .await
                     {
                         Ok(_) => tracing::debug!(pod = %name, namespace = %ns, %node, "default scheduler bound pod"),
-                        Err(e) => tracing::debug!(pod = %name, error = %e, "default scheduler: bind failed"),
+                        Err(e) => {
+                            if !unreached.note(&e) {
+                                tracing::debug!(pod = %name, error = %e, "default scheduler: bind failed")
+                            }
+                        }
                     }
                 }
             })
@@ -198,7 +206,9 @@ impl Reconciler {
             .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
             .await
         {
-            tracing::debug!(pod = %name, error = %e, "default scheduler: condition not set");
+            if !self.unreached.note(&e) {
+                tracing::debug!(pod = %name, error = %e, "default scheduler: condition not set");
+            }
             return;
         }
         let pod = object_ref("Pod", Some(&ns), &name, p.metadata.uid.as_deref());

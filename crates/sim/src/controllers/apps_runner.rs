@@ -2,7 +2,8 @@
 //! Deployments, ReplicaSets, Nodes and Pods into local stores and, on any change (debounced)
 //! or every resync period, reconcile them through the pure plans (`apps.rs`). The loop and the
 //! memory of recently created pods are `gantry_runtime`'s `Rounds` and `Expectations`, as in
-//! `runner.rs`.
+//! `runner.rs` (a pass whose writes did not reach the API server fails its round: the loop
+//! backs off).
 //! (DaemonSets and Jobs have their own indexed caches: `runner.rs`.)
 
 use std::collections::HashSet;
@@ -25,6 +26,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+
+use super::writes::{Tally, Unreached};
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
 const RESYNC: Duration = Duration::from_secs(5);
@@ -81,7 +84,7 @@ pub struct Options {
 /// Start the Deployment and ReplicaSet controllers (and the default scheduler if `opts` says).
 pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> {
     // Woken by the watches on every change; a pass at least every RESYNC.
-    let rounds = Rounds::new("deployment and replicaset controllers", DEBOUNCE);
+    let mut rounds = Rounds::new("deployment and replicaset controllers", DEBOUNCE);
     let trigger = rounds.wake();
     let observed = Observed::default();
     let (deployments, t1) = cache(
@@ -131,12 +134,13 @@ pub(super) fn start(client: kube::Client, opts: Options) -> Vec<JoinHandle<()>> 
             expected: Expectations::default(),
             observed,
             opts,
+            unreached: Unreached::default(),
         };
         let _ = r.nodes.wait_until_ready().await;
         let _ = r.pods.wait_until_ready().await;
         loop {
-            r.reconcile_all().await;
-            rounds.until_next(RESYNC).await;
+            let outcome = r.reconcile_all().await;
+            rounds.next(outcome.map(|()| RESYNC)).await;
         }
     });
     vec![t1, t2, main]
@@ -179,10 +183,13 @@ pub(super) struct Reconciler {
     opts: Options,
     /// The default scheduler's Events (kube-scheduler's counting of repeats).
     pub(super) events: Recorder,
+    /// This pass's writes that did not reach the API server.
+    pub(super) unreached: Unreached,
 }
 
 impl Reconciler {
-    async fn reconcile_all(&mut self) {
+    /// Reconcile everything; fails if some write did not reach the API server.
+    async fn reconcile_all(&mut self) -> Result<(), Tally> {
         // Taken before the snapshot: the reflector updates the store before it yields an event,
         // so every name seen here is already reflected in `pods`.
         let seen = self
@@ -202,6 +209,7 @@ impl Reconciler {
         if self.opts.default_scheduler {
             self.schedule_defaults(&nodes, &pods).await;
         }
+        self.unreached.take()
     }
 
     pub(super) fn pending(&self, owner: &str) -> Vec<Option<String>> {
@@ -210,13 +218,14 @@ impl Reconciler {
 
     /// Create `pods` (each with the node it is for) and expect them until the watch shows them.
     pub(super) async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
-        for (_, name, node) in super::writes::create_pods(&self.client, pods).await {
+        for (_, name, node) in super::writes::create_pods(&self.client, &self.unreached, pods).await
+        {
             self.expected.expect(owner_uid, name, node, Instant::now());
         }
     }
 
     pub(super) async fn delete_pod(&self, ns: &str, name: &str) {
-        super::writes::delete_pod(&self.client, ns, name).await
+        super::writes::delete_pod(&self.client, &self.unreached, ns, name).await
     }
 
     pub(super) async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
@@ -227,6 +236,6 @@ impl Reconciler {
             + std::fmt::Debug,
         S: Serialize + PartialEq,
     {
-        super::writes::patch_status(&self.client, obj, current, status).await
+        super::writes::patch_status(&self.client, &self.unreached, obj, current, status).await
     }
 }

@@ -42,7 +42,7 @@ pub fn revision_hash(ds: &DaemonSet) -> String {
         .as_ref()
         .map(|s| serde_json::to_string(&s.template).unwrap_or_default())
         .unwrap_or_default();
-    super::short_hash(&json)
+    super::hash::short_hash(&json)
 }
 
 /// What decides whether a DaemonSet wants a pod on a node: nodeSelector, required node

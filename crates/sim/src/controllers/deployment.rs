@@ -33,7 +33,7 @@ pub struct Plan {
 
 /// The `pod-template-hash` of a template: a short stable hash of its JSON.
 pub fn template_hash(t: &PodTemplateSpec) -> String {
-    super::short_hash(&serde_json::to_string(t).unwrap_or_default())
+    super::hash::short_hash(&serde_json::to_string(t).unwrap_or_default())
 }
 
 fn replicas(rs: &ReplicaSet) -> i32 {

@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use super::writes::{Tally, Unreached};
 use super::{cache, daemonset, job};
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -50,7 +51,7 @@ pub fn start(client: kube::Client) -> Controllers {
 pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
     let apps = super::apps_runner::start(client.clone(), opts);
     // Woken by the caches on every change; a pass at least every RESYNC.
-    let rounds = Rounds::new("daemonset and job controllers", DEBOUNCE);
+    let mut rounds = Rounds::new("daemonset and job controllers", DEBOUNCE);
     let trigger = rounds.wake();
     let caches = cache::Shared::default();
     let mut tasks = cache::start(&client, &caches, &trigger);
@@ -62,6 +63,7 @@ pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
         client,
         caches,
         expected: Expectations::default(),
+        unreached: Unreached::default(),
     };
     tasks.push(tokio::spawn(async move {
         while !cache::lock(&r.caches).synced() {
@@ -73,9 +75,9 @@ pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
                 cache::lock(&r.caches).dirty.all = true;
                 resync = Instant::now() + RESYNC;
             }
-            r.reconcile_dirty().await;
+            let outcome = r.reconcile_dirty().await;
             rounds
-                .until_next(resync.saturating_duration_since(Instant::now()))
+                .next(outcome.map(|()| resync.saturating_duration_since(Instant::now())))
                 .await;
         }
     }));
@@ -100,6 +102,8 @@ struct Reconciler {
     caches: cache::Shared,
     /// Pods created (owner uid, pod key `ns/name`) that the watch has not shown yet.
     expected: Expectations,
+    /// This pass's writes that did not reach the API server.
+    unreached: Unreached,
 }
 
 /// One pass's work, copied out of the caches under their lock.
@@ -111,8 +115,9 @@ struct Work {
 
 impl Reconciler {
     /// Reconcile what changed since the last pass: the owners whose object or pods changed,
-    /// every DaemonSet when a node's placement did, everything on a relist or resync.
-    async fn reconcile_dirty(&mut self) {
+    /// every DaemonSet when a node's placement did, everything on a relist or resync. Fails
+    /// if some write did not reach the API server; the retry then reconciles everything.
+    async fn reconcile_dirty(&mut self) -> Result<(), Tally> {
         let work = {
             let mut c = cache::lock(&self.caches);
             let dirty = std::mem::take(&mut c.dirty);
@@ -160,18 +165,25 @@ impl Reconciler {
         for (j, pods) in &work.jobs {
             self.reconcile_job(j, pods).await;
         }
+        let outcome = self.unreached.take();
+        if outcome.is_err() {
+            cache::lock(&self.caches).dirty.all = true;
+        }
+        outcome
     }
 
     /// Create `pods` (each with the node it is for) and expect them until the watch shows them.
     async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
-        for (ns, name, node) in super::writes::create_pods(&self.client, pods).await {
+        for (ns, name, node) in
+            super::writes::create_pods(&self.client, &self.unreached, pods).await
+        {
             let key = cache::key(Some(&ns), &name);
             self.expected.expect(owner_uid, key, node, Instant::now());
         }
     }
 
     async fn delete_pod(&self, ns: &str, name: &str) {
-        super::writes::delete_pod(&self.client, ns, name).await
+        super::writes::delete_pod(&self.client, &self.unreached, ns, name).await
     }
 
     async fn patch_status<K, S>(&self, obj: &K, current: Option<&S>, status: &S)
@@ -182,7 +194,7 @@ impl Reconciler {
             + std::fmt::Debug,
         S: Serialize + PartialEq,
     {
-        super::writes::patch_status(&self.client, obj, current, status).await
+        super::writes::patch_status(&self.client, &self.unreached, obj, current, status).await
     }
 
     async fn reconcile_ds(&mut self, ds: &DaemonSet, nodes: &[Arc<Node>], pods: &[Arc<Pod>]) {

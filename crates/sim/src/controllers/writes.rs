@@ -1,5 +1,9 @@
 //! The writes every controller here makes: pods created in bursts, pods deleted, statuses
 //! patched (only when they changed). Events go through `gantry_runtime::events::Recorder`.
+//! A write the API server answers (a conflict, a rejection) concerns one object: logged here,
+//! retried by the next pass. A write that never reached it is the pass failing: noted in
+//! [`Unreached`], and the pass's round fails, so the round loop logs it (rate-limited) and
+//! retries with backoff.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -7,6 +11,49 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+/// Writes of one pass that did not reach the API server.
+#[derive(Debug, Default)]
+pub struct Unreached(std::sync::Mutex<Tally>);
+
+/// How many writes of a pass did not reach the API server, and the first one's error.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tally {
+    pub writes: usize,
+    pub first: String,
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} controller write(s) did not reach the API server (first: {})",
+            self.writes, self.first
+        )
+    }
+}
+
+impl Unreached {
+    /// Note `e` unless it is the API server's answer; true if noted (the pass's round fails
+    /// and the loop logs it, so the caller need not).
+    pub fn note(&self, e: &kube::Error) -> bool {
+        if matches!(e, kube::Error::Api(_)) {
+            return false;
+        }
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if t.writes == 0 {
+            t.first = e.to_string();
+        }
+        t.writes += 1;
+        true
+    }
+
+    /// The pass's outcome: `Err` if some write did not reach the API server. Starts afresh.
+    pub fn take(&self) -> Result<(), Tally> {
+        let t = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        if t.writes == 0 { Ok(()) } else { Err(t) }
+    }
+}
 
 /// Pod creations in flight at once (per pass of one owner).
 pub const CREATE_BURST: usize = 32;
@@ -17,6 +64,7 @@ pub const CREATE_BURST: usize = 32;
 /// as (namespace, name, node).
 pub async fn create_pods(
     client: &kube::Client,
+    unreached: &Unreached,
     pods: Vec<(Pod, Option<String>)>,
 ) -> Vec<(String, String, Option<String>)> {
     let results: Vec<_> = futures::stream::iter(pods)
@@ -50,24 +98,32 @@ pub async fn create_pods(
                 tracing::debug!(pod = %name, namespace = %ns, "pod name taken; retrying")
             }
             Err(e) => {
-                tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
+                if !unreached.note(&e) {
+                    tracing::warn!(pod = %name, namespace = %ns, error = %e, "controller could not create pod")
+                }
             }
         }
     }
     created
 }
 
-pub async fn delete_pod(client: &kube::Client, ns: &str, name: &str) {
+pub async fn delete_pod(client: &kube::Client, unreached: &Unreached, ns: &str, name: &str) {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => tracing::debug!(pod = %name, namespace = %ns, "controller deleted pod"),
-        Err(kube::Error::Api(_)) => {}
-        Err(e) => tracing::debug!(pod = %name, error = %e, "controller could not delete pod"),
+        Err(e) => {
+            unreached.note(&e);
+        }
     }
 }
 
-pub async fn patch_status<K, S>(client: &kube::Client, obj: &K, current: Option<&S>, status: &S)
-where
+pub async fn patch_status<K, S>(
+    client: &kube::Client,
+    unreached: &Unreached,
+    obj: &K,
+    current: Option<&S>,
+    status: &S,
+) where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + DeserializeOwned
@@ -87,6 +143,7 @@ where
             &Patch::Merge(&body),
         )
         .await
+        && !unreached.note(&e)
     {
         tracing::debug!(object = %obj.name_any(), error = %e, "status update failed");
     }

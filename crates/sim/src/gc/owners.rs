@@ -6,6 +6,7 @@
 //! collector waits, as upstream does on a failed REST mapping). Then: a dependent with a
 //! solid owner keeps it and loses the others; one whose owners are all gone is deleted.
 
+use crate::apiserver::meta::{FOREGROUND, ORPHAN};
 use serde_json::Value;
 
 /// What one ownerReference resolves to.
@@ -74,7 +75,7 @@ pub fn classify(reference: &OwnerRef, found: Option<&Value>) -> Owner {
         return Owner::Absent;
     }
     let deleting = o.pointer("/metadata/deletionTimestamp").is_some();
-    if deleting && has_finalizer(o, super::FOREGROUND) {
+    if deleting && has_finalizer(o, FOREGROUND) {
         Owner::Waiting
     } else {
         Owner::Solid
@@ -112,9 +113,9 @@ pub fn decide(dependent: &Value, owners: &[(String, Owner)]) -> Action {
     if owners.iter().any(|(_, o)| *o == Owner::Waiting) {
         return Action::Delete("Foreground");
     }
-    if has_finalizer(dependent, super::ORPHAN) {
+    if has_finalizer(dependent, ORPHAN) {
         Action::Delete("Orphan")
-    } else if has_finalizer(dependent, super::FOREGROUND) {
+    } else if has_finalizer(dependent, FOREGROUND) {
         Action::Delete("Foreground")
     } else {
         Action::Delete("Background")

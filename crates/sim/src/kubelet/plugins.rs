@@ -3,13 +3,13 @@
 //! ListAndWatch, GetPreferredAllocation, Allocate, PreStartContainer), and the kubelet-restart
 //! semantics (wipe the plugin sockets, recreate kubelet.sock).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_node::proto::deviceplugin::{
     self as dp, AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
-    ContainerPreferredAllocationRequest, DevicePluginOptions, Empty, PreStartContainerRequest,
+    ContainerPreferredAllocationRequest, Empty, PreStartContainerRequest,
     PreferredAllocationRequest, RegisterRequest,
     device_plugin_client::DevicePluginClient,
     registration_server::{Registration, RegistrationServer},
@@ -20,26 +20,16 @@ use tonic::transport::{Channel, Endpoint, Server, Uri};
 use tonic::{Request, Response, Status};
 
 use super::devices::{self, Device};
-use super::{KubeletError, NodeShared, lock};
+use super::error::KubeletError;
+use super::lock::lock;
+use super::node::NodeShared;
+pub use super::plugin_endpoint::PluginEndpoint;
+use super::pod_ref::PodRef;
 
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 const PRE_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The kubelet's checkpoint file, never wiped on restart.
 pub const CHECKPOINT_FILE: &str = "kubelet_internal_checkpoint";
-
-/// A registered plugin.
-pub struct PluginEndpoint {
-    pub client: DevicePluginClient<Channel>,
-    pub options: DevicePluginOptions,
-    pub socket: PathBuf,
-    stream: JoinHandle<()>,
-}
-
-impl Drop for PluginEndpoint {
-    fn drop(&mut self) {
-        self.stream.abort();
-    }
-}
 
 /// Dial a gRPC server on a unix socket.
 pub async fn dial(path: &Path) -> Result<Channel, KubeletError> {
@@ -243,7 +233,7 @@ pub struct Allocation {
 /// Callers serialise allocations per node (`NodeShared::alloc_lock`).
 pub async fn allocate(
     node: &NodeShared,
-    pod: &super::PodRef,
+    pod: &PodRef,
     container: &str,
     init: bool,
     resource: &str,

@@ -15,7 +15,9 @@ use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status};
 
 use super::devices::{DeviceState, PodDevices};
-use super::{KubeletError, NodeShared, lock};
+use super::error::KubeletError;
+use super::lock::lock;
+use super::node::NodeShared;
 
 const QPS: f64 = 100.0;
 const BURST: f64 = 10.0;

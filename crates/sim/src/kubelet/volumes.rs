@@ -117,7 +117,7 @@ pub async fn first_missing(
 /// back-off every few seconds, counted on one Event as the kubelet's recorder does).
 pub async fn warn_event(
     events: &gantry_runtime::events::Recorder,
-    pod: &crate::kubelet::PodRef,
+    pod: &super::pod_ref::PodRef,
     node: &str,
     reason: &str,
     message: &str,

@@ -1,6 +1,6 @@
 //! The memory backend: the store's own maps are the only copy.
 
-use super::{Backend, ObjKey, StoreError};
+use super::backend::{Backend, ObjKey, StoreError};
 use serde_json::Value;
 
 /// Keeps nothing outside the process; a restart starts empty.

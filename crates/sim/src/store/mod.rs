@@ -2,6 +2,7 @@
 //! event history for watches. The logic lives here; where bytes are kept is a [`Backend`]
 //! (memory or SQLite), so both behave the same.
 
+mod backend;
 pub mod memory;
 pub mod sqlite;
 
@@ -10,52 +11,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
+pub use backend::{Backend, ObjKey, StoreError};
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
-
-/// Errors of the storage layer.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("sqlite database {path}: {source}")]
-    Sqlite {
-        path: String,
-        source: rusqlite::Error,
-    },
-    #[error("stored object {key} is not valid JSON: {source}")]
-    Corrupt {
-        key: String,
-        source: serde_json::Error,
-    },
-    #[error("creating data directory {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-}
-
-/// Where objects are kept. Writes are called under the store lock, in resourceVersion
-/// order; a write returns only once it survives the process being killed.
-pub trait Backend: Send {
-    /// Every stored object with its key, and the last resourceVersion handed out.
-    fn load(&mut self) -> Result<(Vec<(ObjKey, Value)>, u64), StoreError>;
-    fn put(&mut self, key: &ObjKey, object: &Value, rv: u64) -> Result<(), StoreError>;
-    fn delete(&mut self, key: &ObjKey, rv: u64) -> Result<(), StoreError>;
-}
-
-/// Identifies one object: `gr` is `group/resource` (core group is empty: `/pods`),
-/// `namespace` is empty for cluster-scoped objects.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjKey {
-    pub gr: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl std::fmt::Display for ObjKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.gr, self.namespace, self.name)
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {

@@ -3,7 +3,7 @@
 //! the write is acknowledged, so killing the process (even with SIGKILL) loses nothing;
 //! only an OS crash or power loss can drop the last commits.
 
-use super::{Backend, ObjKey, StoreError};
+use super::backend::{Backend, ObjKey, StoreError};
 use rusqlite::{Connection, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

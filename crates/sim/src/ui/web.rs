@@ -93,7 +93,7 @@ impl Collector {
             .await
             .map(|l| l.items)
             .unwrap_or_default();
-        let readings: BTreeMap<String, Vec<GpuReading>> = super::readings(nodes);
+        let readings: BTreeMap<String, Vec<GpuReading>> = super::gpu_readings::readings(nodes);
         let mut s = snapshot::build(&node_list, &pods, &queues, &readings);
         s.cluster_policy = super::cluster_state::policy_view(&policies);
         Ok(s)

@@ -1,54 +1,9 @@
 //! No import loops between the sim's modules (`gantry_testkit::module_graph`).
 
-use gantry_testkit::module_graph::new_loops;
-
-/// Loops that remain while other work clears them (issue #43). A loop outside this list
-/// fails; remove an entry once its loop is gone.
-const KNOWN_LOOPS: &[&[&str]] = &[
-    &["store", "store::memory", "store::sqlite"],
-    &[
-        "apiserver",
-        "apiserver::deletion",
-        "apiserver::discovery",
-        "apiserver::logs",
-        "apiserver::metrics",
-        "apiserver::objects",
-        "apiserver::openapi",
-        "apiserver::rbac",
-        "apiserver::rbac::escalation",
-        "apiserver::rbac::tokens",
-        "apiserver::routes",
-        "apiserver::services",
-        "apiserver::table",
-        "apiserver::table::builtin",
-        "apiserver::watch",
-        "apiserver::webhooks",
-        "gc",
-        "gc::owners",
-    ],
-    &[
-        "kubelet",
-        "kubelet::plugins",
-        "kubelet::podresources",
-        "kubelet::pods",
-        "kubelet::pods::allocation",
-        "kubelet::pods::containers",
-        "kubelet::pods::lifecycle",
-        "kubelet::pods::restarts",
-        "kubelet::volumes",
-    ],
-    &[
-        "controllers",
-        "controllers::daemonset",
-        "controllers::job",
-        "controllers::runner",
-    ],
-    &["cluster", "cluster::control"],
-    &["ui", "ui::web"],
-];
+use gantry_testkit::module_graph::{crate_src, loops};
 
 #[test]
 fn sim_modules_import_no_loop() {
-    let new = new_loops("sim", KNOWN_LOOPS);
-    assert!(new.is_empty(), "import loops in sim: {new:?}");
+    let found = loops(&crate_src("sim"));
+    assert!(found.is_empty(), "import loops in sim: {found:?}");
 }

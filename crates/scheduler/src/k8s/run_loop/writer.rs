@@ -1,63 +1,21 @@
 //! The writer side: decisions become binds, evictions and deletions in spawned tasks that
-//! report back; Events and status go through one in-order status task.
+//! report back to the loop; pods get their PodGroups.
 
-use super::*;
-
-/// Work for the status task (one writer, in order, deduplicated there).
-pub(super) enum StatusMsg {
-    PodEvent {
-        namespace: String,
-        name: String,
-        uid: String,
-        said: Said,
-    },
-    Forget {
-        namespace: String,
-        name: String,
-    },
-    Queue {
-        report: QueueReport,
-        children: Vec<String>,
-    },
-    Group {
-        namespace: String,
-        name: String,
-        unschedulable: Option<String>,
-    },
-}
-
-/// `component` names the writer in Events (`source.component`, `reportingComponent`: the
-/// scheduler's name, as kube-scheduler's `default-scheduler`); `instance` is this replica.
-pub(super) async fn status_task(
-    client: kube::Client,
-    component: String,
-    instance: String,
-    mut rx: mpsc::UnboundedReceiver<StatusMsg>,
-) {
-    let mut events = Events::new(client.clone(), &component, &instance);
-    let mut status = StatusWriter::new(client);
-    while let Some(m) = rx.recv().await {
-        match m {
-            StatusMsg::PodEvent {
-                namespace,
-                name,
-                uid,
-                said,
-            } => events.pod(&namespace, &name, &uid, said).await,
-            StatusMsg::Forget { namespace, name } => events.forget(&namespace, &name),
-            StatusMsg::Queue { report, children } => status.queue(&report, &children).await,
-            StatusMsg::Group {
-                namespace,
-                name,
-                unschedulable,
-            } => {
-                status
-                    .pod_group(&namespace, &name, unschedulable.as_deref())
-                    .await
-            }
-        }
-    }
-}
+use super::state::{Loop, Msg};
+use super::status_task::StatusMsg;
+use crate::decisions::{Bind, Decisions, EvictReason, GpuBinding};
+use crate::k8s::cache::{Assumed, key};
+use crate::k8s::metrics::{QueueLabel, QueueResourceLabel, ReasonLabel};
+use crate::k8s::status::{child_queues, reason};
+use crate::k8s::{binder, podgrouper};
+use gantry_api::kai::PodGroup;
+use gantry_api::names;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::Instant;
 
 impl Loop {
     pub(super) fn apply(&mut self, d: Decisions) {

@@ -1,11 +1,13 @@
 //! Server-side apply (PATCH with `application/apply-patch+yaml`): create or merge by field
 //! ownership, then the same preparation as any other write.
 
+use super::super::meta::now;
 use super::super::patch::apply as ssa;
 use super::super::schema::Checks;
+use super::super::server::ApiServer;
 use super::super::status::ApiError;
-use super::super::{ApiServer, now};
-use super::{Target, rv_of};
+use super::super::target::Target;
+use super::rv_of;
 use crate::store::Mutation;
 use serde_json::{Value, json};
 

@@ -1,104 +1,22 @@
 //! The verbs on objects: create, get, list, update, patch, delete, plus the pod
 //! subresources binding and eviction. HTTP-free so controllers can call them too.
 //!
-//! Here: the request shapes ([`Target`], [`ListOpts`], [`DeleteOpts`]) and the reads;
-//! `prepare` builds what a write stores (server-set metadata, checks, managed fields),
-//! `write` the writes, `apply` server-side apply.
+//! Here: the reads; `prepare` builds what a write stores (server-set metadata, checks,
+//! managed fields), `write` the writes, `apply` server-side apply. Their arguments
+//! ([`Target`], [`ListOpts`], [`DeleteOpts`]) are in [`super::target`].
 
 mod apply;
 mod prepare;
 mod write;
 
-use super::ApiServer;
 pub use super::deletion::delete_decision;
 use super::paging::{decode_continue, encode_continue};
-use super::patch::{self, strategic::ListKind};
 use super::resources::ResourceInfo;
-use super::selectors::{FieldSelector, LabelSelector};
+use super::server::ApiServer;
 use super::status::ApiError;
-use crate::store::ObjKey;
+pub use super::target::{DeleteOpts, ListOpts, Target};
 use serde_json::{Value, json};
 use std::sync::Arc;
-
-/// Which resource, in which version and namespace ("" for cluster scope) a verb acts on.
-#[derive(Clone)]
-pub struct Target {
-    pub info: Arc<ResourceInfo>,
-    pub version: String,
-    pub namespace: String,
-}
-
-impl Target {
-    pub fn key(&self, name: &str) -> ObjKey {
-        ObjKey {
-            gr: self.info.gr(),
-            namespace: self.namespace.clone(),
-            name: name.to_string(),
-        }
-    }
-    fn api_version(&self) -> String {
-        self.info.api_version(&self.version)
-    }
-    fn not_found(&self, name: &str) -> ApiError {
-        ApiError::not_found(&self.info.plural, &self.info.group, name)
-    }
-    /// The object as served in the requested version.
-    pub fn present(&self, obj: &Value) -> Value {
-        let mut out = obj.clone();
-        if !self.info.builtin {
-            out["apiVersion"] = json!(self.api_version());
-        }
-        out
-    }
-    fn list_kinds(&self) -> impl Fn(&[String], &str, Option<&Value>) -> ListKind<'static> + '_ {
-        let builtin = self.info.builtin;
-        move |path: &[String], field: &str, sample: Option<&Value>| {
-            if builtin || path.first().map(String::as_str) == Some("f:metadata") {
-                patch::strategic::list_kind(field, sample)
-            } else {
-                ListKind::Atomic
-            }
-        }
-    }
-}
-
-/// Options of a delete (query parameters or a DeleteOptions body).
-#[derive(Debug, Default, Clone)]
-pub struct DeleteOpts {
-    pub propagation: Option<String>,
-    pub grace_seconds: Option<i64>,
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
-}
-
-impl DeleteOpts {
-    pub fn from_body(body: &Value) -> Self {
-        Self {
-            propagation: body
-                .get("propagationPolicy")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            grace_seconds: body.get("gracePeriodSeconds").and_then(Value::as_i64),
-            uid: body
-                .pointer("/preconditions/uid")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            resource_version: body
-                .pointer("/preconditions/resourceVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        }
-    }
-}
-
-/// Options of a list.
-#[derive(Debug, Default, Clone)]
-pub struct ListOpts {
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
-    pub limit: Option<usize>,
-    pub continue_token: Option<String>,
-}
 
 fn meta_str<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
     obj.get("metadata")
@@ -117,23 +35,6 @@ fn generate_suffix() -> String {
     (0..5)
         .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
         .collect()
-}
-
-/// Compares two objects ignoring resourceVersion and managedFields timestamps.
-pub(crate) fn same_content(a: &Value, b: &Value) -> bool {
-    fn scrub(v: &Value) -> Value {
-        let mut v = v.clone();
-        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("resourceVersion");
-            if let Some(Value::Array(mf)) = meta.get_mut("managedFields") {
-                for e in mf.iter_mut().filter_map(Value::as_object_mut) {
-                    e.remove("time");
-                }
-            }
-        }
-        v
-    }
-    scrub(a) == scrub(b)
 }
 
 /// The parts of an object whose change bumps `metadata.generation`.

@@ -2,11 +2,14 @@
 //! the stored object (immutable fields, status subresource, generation), the checks.
 
 use super::super::deletion::finish;
+use super::super::meta::{now, same_content};
 use super::super::patch::apply as ssa;
 use super::super::schema::Checks;
+use super::super::server::ApiServer;
 use super::super::status::ApiError;
-use super::super::{ApiServer, defaults, now, validate};
-use super::{Target, generate_suffix, meta_str, rv_of, same_content, spec_part};
+use super::super::target::Target;
+use super::super::{defaults, validate};
+use super::{generate_suffix, meta_str, rv_of, spec_part};
 use crate::store::Mutation;
 use serde_json::{Value, json};
 

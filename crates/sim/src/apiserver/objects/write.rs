@@ -2,11 +2,13 @@
 //! binding subresource.
 
 use super::super::deletion::delete_decision;
+use super::super::meta::now;
 use super::super::patch::{self, PatchType};
 use super::super::schema::Checks;
+use super::super::server::ApiServer;
 use super::super::status::ApiError;
-use super::super::{ApiServer, now};
-use super::{DeleteOpts, ListOpts, Target, meta_str, rv_of};
+use super::super::target::{DeleteOpts, ListOpts, Target};
+use super::{meta_str, rv_of};
 use crate::store::{Mutation, ObjKey};
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 mod builtin;
 mod crd;
 
-use super::ApiServer;
+use super::server::ApiServer;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 

@@ -7,9 +7,9 @@
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
 
-use super::super::ApiServer;
 use super::super::decode::{self, Format};
 use super::super::patch::{self, PatchType};
+use super::super::server::ApiServer;
 use super::super::status::ApiError;
 use super::attrs::{self, Attributes, ResourceAttrs};
 use super::rules::{self, AUTHENTICATED, User};

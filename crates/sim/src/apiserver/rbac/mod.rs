@@ -13,38 +13,20 @@
 pub mod attrs;
 pub mod escalation;
 pub mod rules;
+pub mod state;
 mod tokens;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::ApiServer;
+use super::server::ApiServer;
 use super::status::ApiError;
 pub use rules::User;
-
-/// RBAC's state: issued ServiceAccount tokens and decision counts.
-#[derive(Default)]
-pub struct Rbac {
-    tokens: tokens::Tokens,
-    allowed: AtomicU64,
-    denied: AtomicU64,
-}
-
-impl Rbac {
-    /// Requests of ServiceAccounts RBAC refused since start.
-    pub fn denied(&self) -> u64 {
-        self.denied.load(Ordering::Relaxed)
-    }
-
-    /// Requests of ServiceAccounts RBAC allowed since start.
-    pub fn allowed(&self) -> u64 {
-        self.allowed.load(Ordering::Relaxed)
-    }
-}
+use state::Rbac;
 
 fn decode_all<T: DeserializeOwned>(srv: &ApiServer, gr: &str, ns: Option<&str>) -> Vec<T> {
     srv.store
@@ -90,10 +72,19 @@ pub fn authenticate(
         return Some(User::admin());
     };
     let bearer = bearer?.trim();
-    if super::constant_time_eq(bearer.as_bytes(), admin.as_bytes()) {
+    if constant_time_eq(bearer.as_bytes(), admin.as_bytes()) {
         return Some(User::admin());
     }
-    srv.rbac.tokens.resolve(srv, bearer)
+    srv.rbac.tokens.resolve(&srv.store, bearer)
+}
+
+/// Compares secrets in time that depends only on their lengths, not on where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 /// The authorization step: `Ok` or upstream's 403.
@@ -162,10 +153,12 @@ pub fn serve(
                 name,
                 "token",
             ],
-        ) => Some(match tokens::request(srv, ns, name, content_type, body) {
-            Ok(v) => super::status::json_response(http::StatusCode::CREATED, &v),
-            Err(e) => e.into_response(),
-        }),
+        ) => Some(
+            match tokens::request(&srv.store, &srv.rbac.tokens, ns, name, content_type, body) {
+                Ok(v) => super::status::json_response(http::StatusCode::CREATED, &v),
+                Err(e) => e.into_response(),
+            },
+        ),
         ("GET", ["metrics"]) => Some(
             (
                 http::StatusCode::OK,
@@ -188,4 +181,14 @@ fn metrics_text(r: &Rbac) -> String {
         r.allowed(),
         r.denied()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn constant_time_eq_compares() {
+        assert!(super::constant_time_eq(b"abc", b"abc"));
+        assert!(!super::constant_time_eq(b"abc", b"abd"));
+        assert!(!super::constant_time_eq(b"abc", b"ab"));
+    }
 }

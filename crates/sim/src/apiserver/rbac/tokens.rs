@@ -10,9 +10,9 @@ use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;
 use serde_json::{Value, json};
 
-use super::super::ApiServer;
 use super::super::status::ApiError;
 use super::rules::User;
+use crate::store::Store;
 
 /// Upstream's default and minimum `expirationSeconds`.
 const DEFAULT_EXPIRATION: i64 = 3600;
@@ -40,15 +40,14 @@ fn uid_of(v: &Value) -> &str {
 
 impl Tokens {
     /// The ServiceAccount a token stands for, while it is valid.
-    pub(super) fn resolve(&self, srv: &ApiServer, token: &str) -> Option<User> {
+    pub(super) fn resolve(&self, store: &Store, token: &str) -> Option<User> {
         let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
         let t = issued.get(token)?;
-        let sa_ok = srv
-            .store
+        let sa_ok = store
             .get("/serviceaccounts", &t.namespace, &t.name)
             .is_some_and(|sa| uid_of(&sa) == t.uid);
         let pod_ok = t.pod.as_ref().is_none_or(|(name, uid)| {
-            srv.store
+            store
                 .get("/pods", &t.namespace, name)
                 .is_some_and(|p| uid.is_empty() || uid_of(&p) == uid)
         });
@@ -63,14 +62,14 @@ impl Tokens {
 /// `POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`: a TokenRequest answered with its
 /// `status.token` and `status.expirationTimestamp`.
 pub(super) fn request(
-    srv: &ApiServer,
+    store: &Store,
+    tokens: &Tokens,
     ns: &str,
     name: &str,
     content_type: Option<&str>,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    let sa = srv
-        .store
+    let sa = store
         .get("/serviceaccounts", ns, name)
         .ok_or_else(|| ApiError::not_found("serviceaccounts", "", name))?;
     let mut req: Value = if body.is_empty() {
@@ -96,8 +95,7 @@ pub(super) fn request(
         Some(r) if r.get("kind").and_then(Value::as_str) == Some("Pod") => {
             let pname = r.get("name").and_then(Value::as_str).unwrap_or_default();
             let puid = r.get("uid").and_then(Value::as_str).unwrap_or_default();
-            let found = srv
-                .store
+            let found = store
                 .get("/pods", ns, pname)
                 .ok_or_else(|| ApiError::not_found("pods", "", pname))?;
             if !puid.is_empty() && uid_of(&found) != puid {
@@ -125,8 +123,7 @@ pub(super) fn request(
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     );
     let expires = Utc::now() + Duration::seconds(secs);
-    srv.rbac
-        .tokens
+    tokens
         .issued
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -143,7 +140,7 @@ pub(super) fn request(
     req["apiVersion"] = json!("authentication.k8s.io/v1");
     req["kind"] = json!("TokenRequest");
     req["metadata"] =
-        json!({"name": name, "namespace": ns, "creationTimestamp": super::super::now()});
+        json!({"name": name, "namespace": ns, "creationTimestamp": super::super::meta::now()});
     req["spec"]["expirationSeconds"] = json!(secs);
     req["status"] = json!({
         "token": token,

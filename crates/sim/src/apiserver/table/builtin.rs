@@ -3,7 +3,7 @@
 //! priority 1, and the same derived values (a pod's STATUS and READY, a node's STATUS and
 //! ROLES, an event's OBJECT …).
 
-use super::{Column, age_of, human_duration, name_of, since};
+use super::cells::{Column, age_of, human_duration, name_of, since};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 

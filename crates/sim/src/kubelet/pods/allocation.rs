@@ -6,8 +6,11 @@ use std::sync::atomic::Ordering;
 use gantry_gpu::{Backend, SimProcess};
 use serde_json::{Value, json};
 
-use super::NEXT_PID;
-use crate::kubelet::{NodeShared, PodRef, admission, lock, plugins};
+use super::ctx::NEXT_PID;
+use crate::kubelet::lock::lock;
+use crate::kubelet::node::NodeShared;
+use crate::kubelet::pod_ref::PodRef;
+use crate::kubelet::{admission, plugins};
 
 pub(super) async fn allocate_all(
     node: &NodeShared,

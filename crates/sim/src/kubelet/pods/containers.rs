@@ -9,10 +9,9 @@ use gantry_node::host::HostPaths;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::watch;
 
-use super::annotation;
-use super::lifecycle::Ctx;
-use crate::kubelet::NodeDirs;
+use super::ctx::Ctx;
 use crate::kubelet::in_process::{AgentContext, DRIVER, agent_command, driver_image};
+use crate::kubelet::node_dirs::NodeDirs;
 /// One container's run: its exit code and a message.
 pub(super) type ContainerRun =
     std::pin::Pin<Box<dyn std::future::Future<Output = (i32, String)> + Send>>;
@@ -105,7 +104,7 @@ pub(super) fn container_run(
     }
     // What the container's command prints (`nvidia-smi -L`, `env`, …), as the runtime would
     // have set it up: the device plugins' env, then the pod spec's (which wins).
-    let mut env = crate::kubelet::lock(&ctx.device_env)
+    let mut env = crate::kubelet::lock::lock(&ctx.device_env)
         .get(&c.name)
         .cloned()
         .unwrap_or_default();
@@ -208,7 +207,7 @@ fn termination_message(policy: Option<&str>, printed: &str) -> String {
 
 /// A container's env as the kubelet gives it (sources read when the pod started).
 fn container_env(ctx: &Ctx, c: &Container, pod: &Pod) -> BTreeMap<String, String> {
-    let sources = crate::kubelet::lock(&ctx.sources);
+    let sources = crate::kubelet::lock::lock(&ctx.sources);
     crate::kubelet::env::resolve(c, pod, &ctx.node.name, &sources).unwrap_or_default()
 }
 
@@ -253,6 +252,14 @@ fn host_paths(pod: &Pod, c: &Container, dirs: &NodeDirs) -> HostPaths {
     let mut host: Vec<(PathBuf, PathBuf)> = kubelet_dirs(dirs).into();
     host.push((PathBuf::from("/"), dirs.host_root.clone()));
     HostPaths::new(mounts, host)
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 #[cfg(test)]

@@ -7,95 +7,20 @@ use std::time::Duration;
 
 use gantry_api::names;
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::allocation::{allocate_all, release, start_gpu_load};
+use super::ctx::{Ctx, NEXT_PID, PodEnv, now};
+use super::deletion::{stopping, wait_stopping};
 use super::restarts::run_containers_with_restarts;
-use super::status::{CState, InitStatus, StatusView, status_patch};
-use super::{NEXT_PID, PodEnv, now, stopping, wait_stopping};
-use crate::kubelet::{NodeShared, PodRef, admission, env, lock, volumes};
-
-pub(super) struct Ctx {
-    pub(super) node: Arc<NodeShared>,
-    pub(super) env: PodEnv,
-    pub(super) r: PodRef,
-    pub(super) rx: watch::Receiver<Option<Arc<Pod>>>,
-    pub(super) host_ip: String,
-    pub(super) pod_ip: String,
-    pub(super) started: String,
-    /// Init container statuses, and whether all of them have completed.
-    pub(super) inits: std::sync::Mutex<(Vec<InitStatus>, bool)>,
-    /// The ConfigMaps and Secrets the containers' env names, read before they start.
-    pub(super) sources: std::sync::Mutex<env::Sources>,
-    /// Per container: the env its device plugins' Allocate answers gave.
-    pub(super) device_env: std::sync::Mutex<
-        std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
-    >,
-}
-
-impl Ctx {
-    fn api(&self) -> Api<Pod> {
-        Api::namespaced(self.env.client.clone(), &self.r.namespace)
-    }
-
-    pub(super) async fn patch_status(
-        &self,
-        phase: &str,
-        state: &CState,
-        last: Option<&CState>,
-        restarts: u32,
-        reason: Option<(&str, &str)>,
-    ) {
-        let Some(pod) = self.rx.borrow().clone() else {
-            return;
-        };
-        let n = now();
-        let (inits, initialized) = lock(&self.inits).clone();
-        let patch = status_patch(&StatusView {
-            pod: &pod,
-            phase,
-            state,
-            last,
-            restarts,
-            inits: &inits,
-            initialized,
-            host_ip: &self.host_ip,
-            pod_ip: &self.pod_ip,
-            started: &self.started,
-            reason,
-            now: &n,
-        });
-        if let Err(e) = self
-            .api()
-            .patch_status(&self.r.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::debug!(node = %self.node.name, pod = %self.r.name, error = %e, "pod status patch failed");
-        }
-    }
-
-    /// Remove a pod that is being deleted: the kubelet's final delete with grace 0.
-    async fn finalize(&self) {
-        if self.rx.borrow().is_none() {
-            return;
-        }
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(self.r.uid.clone()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match self.api().delete(&self.r.name, &dp).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(e) => tracing::debug!(pod = %self.r.name, error = %e, "final pod delete failed"),
-        }
-    }
-}
+use super::status::CState;
+use crate::kubelet::lock::lock;
+use crate::kubelet::node::NodeShared;
+use crate::kubelet::pod_ref::PodRef;
+use crate::kubelet::{admission, env, volumes};
 
 pub(super) async fn pod_task(
     node: Arc<NodeShared>,

@@ -6,58 +6,35 @@
 //! - [`allocation`]: device allocation through the plugins and GPU load on the backend;
 //! - [`restarts`]: init and main containers run with restarts and back-off;
 //! - [`containers`]: what one container run is (in-process agent or plain);
-//! - [`status`]: the pod status patch, pure.
+//! - [`status`]: the pod status patch, pure;
+//! - [`ctx`]: what a pod task works with (its node, the shared env, its watched pod);
+//! - [`deletion`]: whether the watched pod is being deleted;
+//! - [`handle`]: the running task as its node holds it.
 
 mod allocation;
 mod containers;
+mod ctx;
+mod deletion;
+pub(super) mod handle;
 mod lifecycle;
 mod restarts;
 mod status;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
-use std::time::Duration;
 
 use gantry_api::lenient::Lenient;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Preconditions};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use super::in_process::AgentRegistry;
-use super::{NodeShared, PodRef, lock};
+use super::lock::lock;
+use super::node::NodeShared;
+use super::pod_ref::PodRef;
 
+pub use ctx::PodEnv;
+pub use handle::PodHandle;
 pub use status::{CState, InitStatus, StatusView, status_patch};
-
-/// How long an in-process agent gets to stop after its pod is deleted.
-const STOP_GRACE: Duration = Duration::from_secs(10);
-
-static NEXT_PID: AtomicU32 = AtomicU32::new(10_000);
-
-/// What the pod tasks share beyond their node.
-#[derive(Clone)]
-pub struct PodEnv {
-    pub client: kube::Client,
-    pub agents: Arc<AgentRegistry>,
-    /// Every Node, from one watch (a real kubelet's node lister): admission reads its node
-    /// here instead of one GET per pod.
-    pub nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
-    /// The kubelets' Events (`kubelet`, reported from each node).
-    pub events: gantry_runtime::events::Recorder,
-}
-
-/// A running pod task: the latest object (None = gone from the API) and the task.
-pub struct PodHandle {
-    tx: watch::Sender<Option<Arc<Pod>>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for PodHandle {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 fn pod_ref(pod: &Pod) -> Option<PodRef> {
     Some(PodRef {
@@ -135,30 +112,4 @@ pub fn on_undecodable(node: &Arc<NodeShared>, env: &PodEnv, meta: &ObjectMeta, e
 /// Uids of the pods this node runs.
 pub fn known_pods(node: &NodeShared) -> Vec<String> {
     lock(&node.pods).keys().cloned().collect()
-}
-
-fn stopping(p: &Option<Arc<Pod>>) -> bool {
-    p.as_ref()
-        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-}
-
-/// Wait until the pod is being deleted (or gone).
-async fn wait_stopping(rx: &mut watch::Receiver<Option<Arc<Pod>>>) {
-    while !stopping(&rx.borrow_and_update()) {
-        if rx.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

@@ -8,10 +8,13 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::watch;
 
 use super::containers::{ContainerRun, PlainRun, container_run, run_containers};
-use super::lifecycle::Ctx;
+use super::ctx::{Ctx, now};
+use super::deletion::{stopping, wait_stopping};
 use super::status::{CState, InitStatus, crash_loop, pod_initializing};
-use super::{STOP_GRACE, now, stopping, wait_stopping};
-use crate::kubelet::lock;
+use crate::kubelet::lock::lock;
+
+/// How long an in-process agent gets to stop after its pod is deleted.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Restart back-off: doubles from here per restart, capped (the kubelet's 10 s / 5 min,
 /// scaled down so simulations move).
