@@ -65,9 +65,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             kubeconfig: Some(args.kubeconfig.clone()),
             ..Default::default()
         };
+        // `biased`, signal first: its first poll installs the handlers, and must come before
+        // the start's, which can run a while before it first waits (a Ctrl-C before the
+        // handlers exist would kill the process and leave the sim's directory behind).
         let cp = tokio::select! {
-            cp = ControlPlane::start(opts) => cp.context("starting the control plane")?,
+            biased;
             () = &mut signal => return Ok(interrupted()),
+            cp = ControlPlane::start(opts) => cp.context("starting the control plane")?,
         };
         println!("gantry control plane serving at {}", cp.base_url());
         println!("kubeconfig: {}", cp.kubeconfig_path().display());
@@ -90,8 +94,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 };
                 let start = gantry_sim::cluster::up_with(&cp, args.data_dir.as_deref(), spec, opts);
                 let up = tokio::select! {
-                    up = start => up.context("starting the simulated nodes")?,
+                    biased;
                     () = &mut signal => return Ok(interrupted()),
+                    up = start => up.context("starting the simulated nodes")?,
                 };
                 let target = match &args.data_dir {
                     Some(d) => format!("--data-dir {}", d.display()),
