@@ -4,7 +4,10 @@
 mod cmd;
 
 // mimalloc instead of glibc's malloc: the scheduler binds ~20% faster on it, and glibc kept
-// up to ~110 MiB of freed memory in the operator's arenas at 1,000 nodes.
+// up to ~110 MiB of freed memory in the operator's arenas at 1,000 nodes. The `system-alloc`
+// feature (off by default) keeps glibc's, so heap profilers that hook malloc (heaptrack) see
+// every allocation.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -12,6 +15,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// for arenas), unless `MIMALLOC_PURGE_DELAY` says otherwise. For long-lived controllers whose
 /// memory comes in bursts (a watch relist, a round over every node): the operator at 1,000
 /// nodes went from 77 / 98 MiB (end / peak) to 59 / 70 MiB (docs/benchmarks.md).
+#[cfg(not(feature = "system-alloc"))]
 #[allow(unsafe_code)]
 pub(crate) fn purge_freed_memory_promptly() {
     // mimalloc 3's `mimalloc.h`: `void mi_option_set(mi_option_t, long)` and
@@ -25,6 +29,10 @@ pub(crate) fn purge_freed_memory_promptly() {
         unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     }
 }
+
+/// glibc's malloc has no such option (and mimalloc is not linked in).
+#[cfg(feature = "system-alloc")]
+pub(crate) fn purge_freed_memory_promptly() {}
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

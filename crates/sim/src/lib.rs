@@ -14,6 +14,7 @@ pub mod node_topology;
 pub mod nodes;
 pub mod serve;
 pub mod store;
+pub mod strip;
 pub mod tls;
 pub mod ui;
 

@@ -316,7 +316,8 @@ async fn start_inner(
     tasks.push(tokio::spawn(
         reflector(
             node_writer,
-            watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+            watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+                .modify(crate::strip::strip_managed_fields),
         )
         .default_backoff()
         .for_each(|_| std::future::ready(())),
@@ -347,7 +348,9 @@ async fn watch_pods(
     env: PodEnv,
 ) {
     let api: Api<Lenient<Pod>> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    let mut stream = watcher(api, watcher::Config::default())
+        .modify(crate::strip::strip_managed_fields)
+        .boxed();
     let mut seen_in_init: HashSet<String> = HashSet::new();
     let node_of = |p: &Lenient<Pod>| {
         let name = match p {

@@ -268,7 +268,9 @@ fn follow<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(crate::strip::strip_managed_fields);
     tokio::spawn(async move {
         let mut s = stream.boxed();
         let mut relist: Vec<K> = Vec::new();
