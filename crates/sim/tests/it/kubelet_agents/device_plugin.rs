@@ -13,15 +13,12 @@ async fn device_plugin_daemonset_makes_gpus_allocatable() -> Res<()> {
         .await?;
     let client = env.client().clone();
     let sim = env.sim()?;
-    let ds: DaemonSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "gpu-operator"},
-        "spec": {"selector": {"matchLabels": {"app": "nvidia-device-plugin-daemonset"}},
-                 "template": {"metadata": {"labels": {"app": "nvidia-device-plugin-daemonset"}},
-                              "spec": {"nodeSelector": {names::NFD_GPU_LABELS[0]: "true"},
-                                       "containers": [{"name": "nvidia-device-plugin", "image": "ghcr.io/gantry/gantry:dev",
-                                                       "command": ["gantry"], "args": ["node", "device-plugin"]}]}}}
-    }))?;
+    let ds = daemonset(
+        "nvidia-device-plugin-daemonset",
+        json!({}),
+        json!({"containers": [{"name": "nvidia-device-plugin", "image": "ghcr.io/gantry/gantry:dev",
+                               "command": ["gantry"], "args": ["node", "device-plugin"]}]}),
+    )?;
     Api::<DaemonSet>::namespaced(client.clone(), "gpu-operator")
         .create(&PostParams::default(), &ds)
         .await?;

@@ -48,16 +48,12 @@ async fn exporter_daemonset_serves_per_node_with_attribution() -> Res<()> {
     pods.create(&PostParams::default(), &pod).await?;
     let mut addrs = Vec::new();
     for node in ["l4-0", "l4-1"] {
-        let addr = eventually_secs("a metrics address on the exporter pod", 60, || async {
-            operand_pod(&client, "nvidia-dcgm-exporter", node)
-                .await
-                .and_then(|p| {
-                    p.metadata
-                        .annotations?
-                        .get(names::ANNOTATION_SIM_METRICS_ADDRESS)
-                        .cloned()
-                })
-        })
+        let addr = metrics_address(
+            &client,
+            "nvidia-dcgm-exporter",
+            node,
+            "a metrics address on the exporter pod",
+        )
         .await?;
         addrs.push(addr);
     }

@@ -29,6 +29,20 @@ fn daemonset(name: &str, labels: serde_json::Value, pod_spec: serde_json::Value)
     }))?)
 }
 
+/// The address the sim kubelet published for the metrics server of app `app`'s pod on
+/// `node` (its `ANNOTATION_SIM_METRICS_ADDRESS`), waited for: `what` names it in a timeout.
+async fn metrics_address(client: &kube::Client, app: &str, node: &str, what: &str) -> Res<String> {
+    Ok(eventually_secs(what, 60, || async {
+        operand_pod(client, app, node).await.and_then(|p| {
+            p.metadata
+                .annotations?
+                .get(names::ANNOTATION_SIM_METRICS_ADDRESS)
+                .cloned()
+        })
+    })
+    .await?)
+}
+
 fn gantry(name: &str, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["node"];
     all.extend_from_slice(args);

@@ -122,16 +122,12 @@ async fn driver_toolkit_validator_chain_and_driver_fault() -> Res<()> {
     .await?;
 
     // The node status exporter serves the ready states on its published address.
-    let addr = eventually_secs("the node status exporter's address", 60, || async {
-        operand_pod(&client, "nvidia-node-status-exporter", node)
-            .await
-            .and_then(|p| {
-                p.metadata
-                    .annotations?
-                    .get(names::ANNOTATION_SIM_METRICS_ADDRESS)
-                    .cloned()
-            })
-    })
+    let addr = metrics_address(
+        &client,
+        "nvidia-node-status-exporter",
+        node,
+        "the node status exporter's address",
+    )
     .await?;
     // The exporter refreshes on its own schedule: wait for every ready state.
     eventually_secs(
