@@ -105,12 +105,9 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
     if let Err(e) = rbac::authorize(&srv, &user, parts.method.as_str(), &path, &query) {
         return e.into_response();
     }
-    let body = match axum::body::to_bytes(body, decode::MAX_REQUEST_BYTES).await {
+    let body = match read_body(body).await {
         Ok(b) => b,
-        Err(e) => {
-            tracing::debug!(error = %e, "request body refused");
-            return decode::too_large(decode::MAX_REQUEST_BYTES).into_response();
-        }
+        Err(e) => return e.into_response(),
     };
     tracing::debug!(method = %parts.method, %path, %query, "request");
     let ct = parts
@@ -127,3 +124,33 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
     }
     routes::handle(srv, parts.method, &path, &query, parts.headers, body).await
 }
+
+/// The request body, at most [`decode::MAX_REQUEST_BYTES`]. A larger one is read on and
+/// dropped (up to [`DRAIN_BYTES`]) before the 413 goes out: a client still writing its body
+/// when the server closes the connection sees a broken pipe instead of the answer.
+async fn read_body(mut body: axum::body::Body) -> Result<bytes::Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen += data.len();
+        if seen <= decode::MAX_REQUEST_BYTES {
+            buf.extend_from_slice(&data);
+        } else {
+            buf = bytes::BytesMut::new();
+            if seen > DRAIN_BYTES {
+                break;
+            }
+        }
+    }
+    if seen > decode::MAX_REQUEST_BYTES {
+        tracing::debug!(bytes = seen, "request body refused");
+        return Err(decode::too_large(decode::MAX_REQUEST_BYTES));
+    }
+    Ok(buf.freeze())
+}
+
+/// How much of an oversized body is read and dropped before answering 413.
+const DRAIN_BYTES: usize = 64 << 20;
