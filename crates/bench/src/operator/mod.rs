@@ -174,6 +174,7 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
     let cpu = (Some(cpu_of(&sim_pids)), crate::cpu_seconds(pid));
     let threads = crate::cpu_by_thread(me);
     let kubelet_count = kubelets.len();
+    let store_stats = cp.api().store.stats();
     let beside_figures = beside.as_ref().map(|r| {
         (
             r.created(),
@@ -255,6 +256,9 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
     for (name, count, secs) in threads.into_iter().take(8) {
         out.push_str(&format!("| {name} | {count} | {secs:.1} |\n"));
     }
+    // What the simulated API server keeps, by resource.
+    out.push('\n');
+    out.push_str(&store_stats.table());
     // Where the simulated API server's time went.
     out.push_str("\n| API requests (top 12) | count |\n|---|---|\n");
     for ((verb, res, sub), n) in cp.api().requests.sorted().into_iter().take(12) {

@@ -54,8 +54,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(t) = &args.topology {
         gantry_sim::node_topology::parse(t).with_context(|| format!("--topology {t:?}"))?;
     }
+    // Without a data dir the sim lives in a temporary directory made here: a Ctrl-C during the
+    // start drops the start while node tasks it spawned may still write there, so what is left
+    // is removed once the runtime has stopped them all.
+    let temp = match (&args.nodes, &args.data_dir) {
+        (Some(_), None) => Some(gantry_sim::cluster::temp_dir()?),
+        _ => None,
+    };
+    let leftover = temp.as_ref().map(|t| t.path().to_path_buf());
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(async {
+    let out = rt.block_on(serve(&args, temp));
+    rt.shutdown_timeout(std::time::Duration::from_secs(10));
+    if let Some(dir) = leftover.filter(|d| d.exists()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    out
+}
+
+async fn serve(
+    args: &Args,
+    temp: Option<gantry_sim::cluster::TempDir>,
+) -> anyhow::Result<ExitCode> {
+    {
         // Ctrl-C (or SIGTERM) while starting stops the start and cleans up what it made (the
         // sim's temporary directory), as it does once serving.
         let mut signal = std::pin::pin!(gantry_runtime::shutdown::signal());
@@ -91,6 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     default_scheduler: true,
                     components: super::in_process::runners(),
                     topology: args.topology.clone(),
+                    temp,
                 };
                 let start = gantry_sim::cluster::up_with(&cp, args.data_dir.as_deref(), spec, opts);
                 let up = tokio::select! {
@@ -130,7 +151,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         let (stop_scheduler, scheduler_stop) = tokio::sync::watch::channel(false);
         if args.bare {
-            println!("bare: no in-process operator or scheduler (install them: helm install gantry deploy/helm/gantry -n gantry --create-namespace)");
+            println!(
+                "bare: no in-process operator or scheduler (install them: helm install gantry deploy/helm/gantry -n gantry --create-namespace)"
+            );
         }
         let mut admission = None;
         let scheduler = if args.no_scheduler || args.bare {
@@ -212,7 +235,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         cp.shutdown().await;
         Ok(ExitCode::SUCCESS)
-    })
+    }
 }
 
 /// A signal during the start: what was started is dropped (and cleaned up) on return.

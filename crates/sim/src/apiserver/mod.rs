@@ -134,7 +134,9 @@ async fn read_body(mut body: axum::body::Body) -> Result<bytes::Bytes, ApiError>
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         seen += data.len();
         if seen <= decode::MAX_REQUEST_BYTES {
             buf.extend_from_slice(&data);

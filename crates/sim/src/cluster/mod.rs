@@ -121,6 +121,23 @@ pub struct UpOptions {
     pub components: BTreeMap<String, crate::kubelet::component_pods::ComponentRunner>,
     /// Topology labels for the nodes (`zone=8,rack=2`, see [`crate::node_topology`]).
     pub topology: Option<String>,
+    /// Without a data dir: the temporary directory to use (from [`temp_dir`]), so a caller
+    /// that may cancel the start knows what to remove once its runtime has stopped.
+    pub temp: Option<tempfile::TempDir>,
+}
+
+/// An in-memory sim's directory, removed when dropped.
+pub use tempfile::TempDir;
+
+/// A fresh `$TMPDIR/gantry-sim-XXXXXX` for an in-memory sim.
+pub fn temp_dir() -> Result<tempfile::TempDir, UpError> {
+    tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempdir()
+        .map_err(|error| UpError::TempDir {
+            dir: std::env::temp_dir(),
+            error,
+        })
 }
 
 /// `gantry up --nodes SPEC`: the workload controllers and one kubelet per node of `spec`,
@@ -167,13 +184,10 @@ async fn up_with_inner(
     let (root, temp) = match data_dir {
         Some(d) => (sim_dir(d), None),
         None => {
-            let t = tempfile::Builder::new()
-                .prefix(TEMP_PREFIX)
-                .tempdir()
-                .map_err(|error| UpError::TempDir {
-                    dir: std::env::temp_dir(),
-                    error,
-                })?;
+            let t = match opts.temp {
+                Some(t) => t,
+                None => temp_dir()?,
+            };
             let server = t.path().join(SERVER_FILE);
             std::fs::write(&server, cp.base_url()).map_err(|error| UpError::TempDir {
                 dir: server.clone(),

@@ -5,6 +5,7 @@
 mod backend;
 pub mod memory;
 pub mod sqlite;
+mod stats;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -14,6 +15,7 @@ use tokio::sync::broadcast;
 pub use backend::{Backend, ObjKey, StoreError};
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
+pub use stats::{Stats, Tally};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {

@@ -1,0 +1,88 @@
+//! What the store holds, by resource: for benchmarks and debugging memory, not for serving.
+
+use super::{Event, Store};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// Objects and their size as compact JSON (the in-memory `Value` is a few times larger).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub count: usize,
+    pub json_bytes: usize,
+}
+
+impl Tally {
+    fn add(&mut self, v: &Value) {
+        self.count += 1;
+        self.json_bytes += serde_json::to_vec(v).map_or(0, |b| b.len());
+    }
+}
+
+/// A census of the store at one moment.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Current objects by `group/resource`.
+    pub current: BTreeMap<String, Tally>,
+    /// Events kept for watches, by resource (count only).
+    pub events: BTreeMap<String, usize>,
+    /// Object versions that only the event history keeps alive (no longer current), by resource.
+    pub history_only: BTreeMap<String, Tally>,
+}
+
+impl Stats {
+    /// One row per resource: current objects, kept events, versions only history holds.
+    pub fn table(&self) -> String {
+        let mut out = String::from(
+            "| resource | objects | JSON MiB | kept events | old versions | their JSON MiB |\n|---|---|---|---|---|---|\n",
+        );
+        let mib = |b: usize| format!("{:.1}", b as f64 / f64::from(1 << 20));
+        let mut keys: Vec<&String> = self.current.keys().chain(self.events.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        for k in keys {
+            let c = self.current.get(k).copied().unwrap_or_default();
+            let h = self.history_only.get(k).copied().unwrap_or_default();
+            out.push_str(&format!(
+                "| {k} | {} | {} | {} | {} | {} |\n",
+                c.count,
+                mib(c.json_bytes),
+                self.events.get(k).copied().unwrap_or(0),
+                h.count,
+                mib(h.json_bytes)
+            ));
+        }
+        out
+    }
+}
+
+impl Store {
+    /// Counts what the store holds. Serializes every object: seconds at thousands of nodes.
+    pub fn stats(&self) -> Stats {
+        let (current, history): (Vec<(String, Arc<Value>)>, Vec<Arc<Event>>) = {
+            let inner = self.lock();
+            let cur = inner
+                .objects
+                .iter()
+                .flat_map(|(gr, b)| b.values().map(move |v| (gr.clone(), v.clone())))
+                .collect();
+            (cur, inner.history.iter().cloned().collect())
+        };
+        let mut s = Stats::default();
+        let live: HashSet<*const Value> = current.iter().map(|(_, v)| Arc::as_ptr(v)).collect();
+        for (gr, v) in &current {
+            s.current.entry(gr.clone()).or_default().add(v);
+        }
+        let mut seen = HashSet::new();
+        for e in &history {
+            *s.events.entry(e.key.gr.clone()).or_default() += 1;
+            for v in std::iter::once(&e.object).chain(e.prev.as_ref()) {
+                let p = Arc::as_ptr(v);
+                if !live.contains(&p) && seen.insert(p) {
+                    s.history_only.entry(e.key.gr.clone()).or_default().add(v);
+                }
+            }
+        }
+        s
+    }
+}
