@@ -54,27 +54,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(t) = &args.topology {
         gantry_sim::node_topology::parse(t).with_context(|| format!("--topology {t:?}"))?;
     }
-    // Without a data dir the sim lives in a temporary directory made here: a Ctrl-C during the
-    // start drops the start while node tasks it spawned may still write there, so what is left
-    // is removed once the runtime has stopped them all.
-    let temp = match (&args.nodes, &args.data_dir) {
-        (Some(_), None) => Some(gantry_sim::cluster::temp_dir()?),
-        _ => None,
-    };
-    let leftover = temp.as_ref().map(|t| t.path().to_path_buf());
+    // Without a data dir the sim lives in a temporary directory (`serve` says which): a Ctrl-C
+    // during the start drops the start while node tasks it spawned may still write there, so
+    // what is left is removed once the runtime has stopped them all.
+    let mut leftover = None;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let out = rt.block_on(serve(&args, temp));
+    let out = rt.block_on(serve(&args, &mut leftover));
     rt.shutdown_timeout(std::time::Duration::from_secs(10));
-    if let Some(dir) = leftover.filter(|d| d.exists()) {
+    if let Some(dir) = leftover.filter(|d: &PathBuf| d.exists()) {
         let _ = std::fs::remove_dir_all(dir);
     }
     out
 }
 
-async fn serve(
-    args: &Args,
-    temp: Option<gantry_sim::cluster::TempDir>,
-) -> anyhow::Result<ExitCode> {
+async fn serve(args: &Args, temp_path: &mut Option<PathBuf>) -> anyhow::Result<ExitCode> {
     {
         // Ctrl-C (or SIGTERM) while starting stops the start and cleans up what it made (the
         // sim's temporary directory), as it does once serving.
@@ -107,6 +100,11 @@ async fn serve(
             Some(spec) => {
                 // Deployments' pods need kube-scheduler's part; pods of Gantry's image (the
                 // chart's) run their component in-process.
+                let temp = match &args.data_dir {
+                    Some(_) => None,
+                    None => Some(gantry_sim::cluster::temp_dir()?),
+                };
+                *temp_path = temp.as_ref().map(|t| t.path().to_path_buf());
                 let opts = gantry_sim::cluster::UpOptions {
                     default_scheduler: true,
                     components: super::in_process::runners(),
