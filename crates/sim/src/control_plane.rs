@@ -25,6 +25,9 @@ pub struct ControlPlaneOptions {
     /// Events kept for watches resuming from an older resourceVersion (default 100,000;
     /// `GANTRY_SIM_WATCH_HISTORY` overrides it, e.g. to measure what the history costs).
     pub watch_history: usize,
+    /// Bytes of packed (JSON) objects the history keeps beyond its newest events (default
+    /// [`crate::store::HISTORY_BYTES`]; `GANTRY_SIM_WATCH_HISTORY_BYTES` overrides it).
+    pub watch_history_bytes: usize,
     /// Connections served at once; None: from the open-file limit
     /// ([`crate::serve::connection_limit`]).
     pub max_connections: Option<usize>,
@@ -40,6 +43,10 @@ impl Default for ControlPlaneOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(100_000),
+            watch_history_bytes: std::env::var("GANTRY_SIM_WATCH_HISTORY_BYTES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(crate::store::HISTORY_BYTES),
             max_connections: None,
         }
     }
@@ -71,7 +78,11 @@ impl ControlPlane {
         let (store, material, token, tmp) = match &opts.data_dir {
             Some(dir) => {
                 let backend = SqliteBackend::open(dir)?;
-                let store = Store::open(Box::new(backend), opts.watch_history)?;
+                let store = Store::open_with(
+                    Box::new(backend),
+                    opts.watch_history,
+                    opts.watch_history_bytes,
+                )?;
                 (
                     store,
                     tls::load_or_generate(dir)?,
@@ -85,8 +96,9 @@ impl ControlPlane {
                     path: "$TMPDIR".into(),
                     error: source,
                 })?;
+                let memory = Box::new(crate::store::MemoryBackend);
                 (
-                    Store::memory(opts.watch_history),
+                    Store::open_with(memory, opts.watch_history, opts.watch_history_bytes)?,
                     tls::generate()?,
                     kubeconfig::new_token(),
                     Some(tmp),

@@ -295,9 +295,20 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                         send(tx, l).await?;
                     }
                 }
-                // Behind by more than the store's event ring, or shutting down: end the
-                // watch; the client resumes from its last resourceVersion (or lists on 410).
-                Err(broadcast::error::RecvError::Lagged(_)) => return Err(Stop::Slow),
+                // Behind the store's live ring: the history has every event the ring let
+                // go, so the watch goes on from there (a 410 if it was compacted too).
+                Err(broadcast::error::RecvError::Lagged(_)) => match srv.store.watch_from(last) {
+                    Ok((backlog, fresh)) => {
+                        sub = fresh;
+                        for ev in backlog {
+                            last = last.max(ev.rv);
+                            if let Some(l) = filter.line_for(&ev, &srv.encodings) {
+                                send(tx, l).await?;
+                            }
+                        }
+                    }
+                    Err(e) => return send(tx, line("ERROR", &ApiError::gone(e.to_string()).to_status())).await,
+                },
                 Err(broadcast::error::RecvError::Closed) => return Ok(()),
             },
         }

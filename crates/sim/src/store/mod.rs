@@ -3,12 +3,14 @@
 //! (memory or SQLite), so both behave the same.
 
 mod backend;
+mod history;
 pub mod memory;
 pub mod sqlite;
 mod stats;
 
+use history::History;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
@@ -70,9 +72,7 @@ type Bucket = BTreeMap<(String, String), Arc<Value>>;
 struct Inner {
     rv: u64,
     objects: HashMap<String, Bucket>,
-    history: VecDeque<Arc<Event>>,
-    /// Events at or below this rv are no longer in `history`.
-    compacted: u64,
+    history: History,
     backend: Box<dyn Backend>,
 }
 
@@ -81,13 +81,25 @@ struct Inner {
 pub struct Store {
     inner: Arc<Mutex<Inner>>,
     tx: broadcast::Sender<Arc<Event>>,
-    history_limit: usize,
 }
+
+/// Default bound of the packed objects the event history keeps ([`Store::open_with`]).
+pub const HISTORY_BYTES: usize = 256 << 20;
 
 impl Store {
     /// Opens a store on `backend`, loading what it holds. `history_limit` bounds the
     /// events kept for watches that resume from an older resourceVersion.
-    pub fn open(mut backend: Box<dyn Backend>, history_limit: usize) -> Result<Self, StoreError> {
+    pub fn open(backend: Box<dyn Backend>, history_limit: usize) -> Result<Self, StoreError> {
+        Self::open_with(backend, history_limit, HISTORY_BYTES)
+    }
+
+    /// [`Store::open`] with the history also bounded to `history_bytes` of packed objects
+    /// (the newest events, whose objects are still shared with the store, are not counted).
+    pub fn open_with(
+        mut backend: Box<dyn Backend>,
+        history_limit: usize,
+        history_bytes: usize,
+    ) -> Result<Self, StoreError> {
         let (objects, rv) = backend.load()?;
         let mut map: HashMap<String, Bucket> = HashMap::new();
         for (key, obj) in objects {
@@ -95,18 +107,17 @@ impl Store {
                 .or_default()
                 .insert((key.namespace, key.name), Arc::new(obj));
         }
-        let history_limit = history_limit.max(16);
-        let (tx, _) = broadcast::channel(history_limit.max(1024));
+        // The ring holds what the history keeps decoded: a receiver behind it resumes from
+        // the history (`watch_from`), which has everything the ring had.
+        let (tx, _) = broadcast::channel(history::LIVE_EVENTS);
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner {
                 rv,
                 objects: map,
-                history: VecDeque::new(),
-                compacted: rv,
+                history: History::new(history_limit, history_bytes, rv),
                 backend,
             })),
             tx,
-            history_limit,
         })
     }
 
@@ -168,10 +179,10 @@ impl Store {
         use std::ops::Bound;
         let inner = self.lock();
         let at = at.unwrap_or(inner.rv).min(inner.rv);
-        if at < inner.compacted {
+        if at < inner.history.compacted() {
             return Err(TooOld {
                 requested: at,
-                oldest: inner.compacted,
+                oldest: inner.history.compacted(),
             });
         }
         let start = match (after, namespace) {
@@ -191,20 +202,17 @@ impl Store {
             return Ok((items.map(|(_, v)| v.clone()).collect(), at));
         }
         let mut then: Bucket = items.map(|(k, v)| (k.clone(), v.clone())).collect();
-        for e in inner.history.iter().rev().take_while(|e| e.rv > at) {
-            let k = (e.key.namespace.clone(), e.key.name.clone());
-            if e.key.gr != gr || !in_range(&k) {
+        for (kind, key, prev) in inner.history.undo_since(at, gr) {
+            let k = (key.namespace.clone(), key.name.clone());
+            if !in_range(&k) {
                 continue;
             }
-            match (&e.kind, &e.prev) {
-                (EventType::Added, _) => {
+            match (kind, prev) {
+                (EventType::Added, _) | (_, None) => {
                     then.remove(&k);
                 }
                 (_, Some(prev)) => {
-                    then.insert(k, prev.clone());
-                }
-                (_, None) => {
-                    then.remove(&k);
+                    then.insert(k, prev);
                 }
             }
         }
@@ -279,12 +287,7 @@ impl Store {
                 None
             },
         });
-        inner.history.push_back(event.clone());
-        while inner.history.len() > self.history_limit {
-            if let Some(old) = inner.history.pop_front() {
-                inner.compacted = old.rv;
-            }
-        }
+        inner.history.push(event.clone());
         // No receivers is fine.
         let _ = self.tx.send(event);
         Ok(Some(event_obj))
@@ -322,20 +325,14 @@ impl Store {
     /// follows, taken atomically so nothing falls between them.
     pub fn watch_from(&self, rv: u64) -> Result<WatchStart, TooOld> {
         let inner = self.lock();
-        if rv < inner.compacted {
+        if rv < inner.history.compacted() {
             return Err(TooOld {
                 requested: rv,
-                oldest: inner.compacted,
+                oldest: inner.history.compacted(),
             });
         }
         let rx = self.tx.subscribe();
-        let backlog = inner
-            .history
-            .iter()
-            .filter(|e| e.rv > rv)
-            .cloned()
-            .collect();
-        Ok((backlog, rx))
+        Ok((inner.history.since(rv), rx))
     }
 
     /// A receiver of all future events plus the current rv, for controllers.

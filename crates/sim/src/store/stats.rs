@@ -1,6 +1,6 @@
 //! What the store holds, by resource: for benchmarks and debugging memory, not for serving.
 
-use super::{Event, Store};
+use super::Store;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -26,15 +26,18 @@ pub struct Stats {
     pub current: BTreeMap<String, Tally>,
     /// Events kept for watches, by resource (count only).
     pub events: BTreeMap<String, usize>,
-    /// Object versions that only the event history keeps alive (no longer current), by resource.
+    /// Decoded object versions that only the event history keeps alive (no longer current),
+    /// by resource: the newest events'.
     pub history_only: BTreeMap<String, Tally>,
+    /// Bytes of the older events' objects, kept packed as JSON, by resource.
+    pub packed: BTreeMap<String, usize>,
 }
 
 impl Stats {
     /// One row per resource: current objects, kept events, versions only history holds.
     pub fn table(&self) -> String {
         let mut out = String::from(
-            "| resource | objects | JSON MiB | kept events | old versions | their JSON MiB |\n|---|---|---|---|---|---|\n",
+            "| resource | objects | JSON MiB | kept events | decoded old versions | their JSON MiB | packed MiB |\n|---|---|---|---|---|---|---|\n",
         );
         let mib = |b: usize| format!("{:.1}", b as f64 / f64::from(1 << 20));
         let mut keys: Vec<&String> = self.current.keys().chain(self.events.keys()).collect();
@@ -44,12 +47,13 @@ impl Stats {
             let c = self.current.get(k).copied().unwrap_or_default();
             let h = self.history_only.get(k).copied().unwrap_or_default();
             out.push_str(&format!(
-                "| {k} | {} | {} | {} | {} | {} |\n",
+                "| {k} | {} | {} | {} | {} | {} | {} |\n",
                 c.count,
                 mib(c.json_bytes),
                 self.events.get(k).copied().unwrap_or(0),
                 h.count,
-                mib(h.json_bytes)
+                mib(h.json_bytes),
+                mib(self.packed.get(k).copied().unwrap_or(0)),
             ));
         }
         out
@@ -59,29 +63,39 @@ impl Stats {
 impl Store {
     /// Counts what the store holds. Serializes every object: seconds at thousands of nodes.
     pub fn stats(&self) -> Stats {
-        let (current, history): (Vec<(String, Arc<Value>)>, Vec<Arc<Event>>) = {
+        let mut s = Stats::default();
+        let mut history_only: Vec<(String, Arc<Value>)> = Vec::new();
+        let current: Vec<(String, Arc<Value>)> = {
             let inner = self.lock();
-            let cur = inner
+            let current: Vec<(String, Arc<Value>)> = inner
                 .objects
                 .iter()
                 .flat_map(|(gr, b)| b.values().map(move |v| (gr.clone(), v.clone())))
                 .collect();
-            (cur, inner.history.iter().cloned().collect())
+            let live: HashSet<*const Value> = current.iter().map(|(_, v)| Arc::as_ptr(v)).collect();
+            let mut seen = HashSet::new();
+            for (gr, kept) in inner.history.census() {
+                *s.events.entry(gr.to_string()).or_default() += 1;
+                match kept {
+                    Ok(values) => {
+                        for v in values.into_iter().flatten() {
+                            let p = Arc::as_ptr(v);
+                            if !live.contains(&p) && seen.insert(p) {
+                                history_only.push((gr.to_string(), v.clone()));
+                            }
+                        }
+                    }
+                    Err(bytes) => *s.packed.entry(gr.to_string()).or_default() += bytes,
+                }
+            }
+            current
         };
-        let mut s = Stats::default();
-        let live: HashSet<*const Value> = current.iter().map(|(_, v)| Arc::as_ptr(v)).collect();
+        // Encoded outside the lock.
         for (gr, v) in &current {
             s.current.entry(gr.clone()).or_default().add(v);
         }
-        let mut seen = HashSet::new();
-        for e in &history {
-            *s.events.entry(e.key.gr.clone()).or_default() += 1;
-            for v in std::iter::once(&e.object).chain(e.prev.as_ref()) {
-                let p = Arc::as_ptr(v);
-                if !live.contains(&p) && seen.insert(p) {
-                    s.history_only.entry(e.key.gr.clone()).or_default().add(v);
-                }
-            }
+        for (gr, v) in &history_only {
+            s.history_only.entry(gr.clone()).or_default().add(v);
         }
         s
     }

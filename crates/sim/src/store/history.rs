@@ -1,0 +1,329 @@
+//! The events kept for watches that resume from an older resourceVersion and for lists at an
+//! older one. The newest [`LIVE_EVENTS`] share their objects with the store and the live ring;
+//! older ones keep their objects as compact JSON (a `serde_json::Value` takes about six
+//! times its JSON), decoded again only when a watch or list reaches back that far. The history
+//! is bounded by a count and by the bytes of its packed objects; what falls off is compacted
+//! (410 Gone for a watch or list from before it, as etcd's compaction).
+
+use super::{Event, EventType, ObjKey};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+
+/// Events whose objects stay decoded: what the live ring holds, so it pins nothing more.
+pub const LIVE_EVENTS: usize = 4096;
+
+/// An object as JSON.
+type Packed = Arc<[u8]>;
+
+enum Kept {
+    Live(Arc<Event>),
+    Packed {
+        rv: u64,
+        kind: EventType,
+        key: ObjKey,
+        object: Packed,
+        prev: Option<Packed>,
+        /// What this entry adds to the history's bytes (a prev shared with the entry
+        /// before counts there).
+        bytes: usize,
+    },
+}
+
+impl Kept {
+    fn rv(&self) -> u64 {
+        match self {
+            Kept::Live(e) => e.rv,
+            Kept::Packed { rv, .. } => *rv,
+        }
+    }
+
+    fn key(&self) -> &ObjKey {
+        match self {
+            Kept::Live(e) => &e.key,
+            Kept::Packed { key, .. } => key,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Kept::Live(_) => 0,
+            Kept::Packed { bytes, .. } => *bytes,
+        }
+    }
+
+    /// The event, with its objects decoded.
+    fn event(&self) -> Option<Arc<Event>> {
+        match self {
+            Kept::Live(e) => Some(e.clone()),
+            Kept::Packed {
+                rv,
+                kind,
+                key,
+                object,
+                prev,
+                ..
+            } => Some(Arc::new(Event {
+                rv: *rv,
+                kind: *kind,
+                key: key.clone(),
+                object: Arc::new(unpack(object)?),
+                prev: match prev {
+                    Some(p) => Some(Arc::new(unpack(p)?)),
+                    None => None,
+                },
+            })),
+        }
+    }
+}
+
+fn unpack(b: &[u8]) -> Option<Value> {
+    match serde_json::from_slice(b) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            // Written by `pack` from a Value: cannot fail short of a bug.
+            tracing::error!(error = %e, "a packed history object does not decode");
+            None
+        }
+    }
+}
+
+fn pack(v: &Value) -> Packed {
+    serde_json::to_vec(v).unwrap_or_default().into()
+}
+
+pub(super) struct History {
+    kept: VecDeque<Kept>,
+    /// Entries from this index on are live.
+    live_from: usize,
+    /// How many of the newest stay live ([`LIVE_EVENTS`]).
+    live: usize,
+    limit: usize,
+    byte_limit: usize,
+    packed_bytes: usize,
+    /// Per object, its newest packed version and the value it came from: the next version's
+    /// `prev` is usually that same value, and then shares its bytes instead of a second copy.
+    /// A weak reference, so a value freed and its address reused never matches.
+    newest: HashMap<ObjKey, (Weak<Value>, Packed)>,
+    /// Events at or below this rv are no longer kept.
+    compacted: u64,
+}
+
+impl History {
+    pub(super) fn new(limit: usize, byte_limit: usize, compacted: u64) -> Self {
+        Self {
+            kept: VecDeque::new(),
+            live_from: 0,
+            live: LIVE_EVENTS,
+            limit: limit.max(16),
+            byte_limit,
+            packed_bytes: 0,
+            newest: HashMap::new(),
+            compacted,
+        }
+    }
+
+    pub(super) fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    pub(super) fn push(&mut self, ev: Arc<Event>) {
+        self.kept.push_back(Kept::Live(ev));
+        while self.kept.len() - self.live_from > self.live {
+            self.pack_oldest_live();
+        }
+        while self.kept.len() > self.limit
+            || (self.packed_bytes > self.byte_limit && self.live_from > 0)
+        {
+            let Some(old) = self.kept.pop_front() else {
+                break;
+            };
+            self.live_from = self.live_from.saturating_sub(1);
+            self.packed_bytes -= old.bytes();
+            self.compacted = old.rv();
+            if let Some((_, p)) = self.newest.get(old.key())
+                && let Kept::Packed { object, .. } = &old
+                && Arc::ptr_eq(p, object)
+            {
+                self.newest.remove(old.key());
+            }
+        }
+    }
+
+    fn pack_oldest_live(&mut self) {
+        let i = self.live_from;
+        let Some(Kept::Live(e)) = self.kept.get(i) else {
+            self.live_from += 1;
+            return;
+        };
+        let e = e.clone();
+        let mut bytes = 0;
+        let prev = e.prev.as_ref().map(|p| match self.newest.get(&e.key) {
+            Some((w, packed)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)) => packed.clone(),
+            _ => {
+                let packed = pack(p);
+                bytes += packed.len();
+                packed
+            }
+        });
+        let object = pack(&e.object);
+        bytes += object.len();
+        if e.kind == EventType::Deleted {
+            self.newest.remove(&e.key);
+        } else {
+            self.newest
+                .insert(e.key.clone(), (Arc::downgrade(&e.object), object.clone()));
+        }
+        let kept = Kept::Packed {
+            rv: e.rv,
+            kind: e.kind,
+            key: e.key.clone(),
+            object,
+            prev,
+            bytes,
+        };
+        self.packed_bytes += bytes;
+        self.kept[i] = kept;
+        self.live_from += 1;
+    }
+
+    /// The kept events newer than `rv`, oldest first.
+    pub(super) fn since(&self, rv: u64) -> Vec<Arc<Event>> {
+        let start = self.kept.partition_point(|k| k.rv() <= rv);
+        self.kept.range(start..).filter_map(Kept::event).collect()
+    }
+
+    /// The kept events newer than `at`, newest first, for one resource (`gr`), as
+    /// (kind, key, prev): what undoing them needs.
+    pub(super) fn undo_since(
+        &self,
+        at: u64,
+        gr: &str,
+    ) -> impl Iterator<Item = (EventType, &ObjKey, Option<Arc<Value>>)> {
+        self.kept
+            .iter()
+            .rev()
+            .take_while(move |k| k.rv() > at)
+            .filter(move |k| k.key().gr == gr)
+            .map(|k| match k {
+                Kept::Live(e) => (e.kind, &e.key, e.prev.clone()),
+                Kept::Packed {
+                    kind, key, prev, ..
+                } => (*kind, key, prev.as_deref().and_then(unpack).map(Arc::new)),
+            })
+    }
+
+    /// Per kept event: its resource, and its objects when decoded (live) or the bytes it
+    /// holds packed (for [`super::Stats`]).
+    pub(super) fn census(
+        &self,
+    ) -> impl Iterator<Item = (&str, Result<[Option<&Arc<Value>>; 2], usize>)> {
+        self.kept.iter().map(|k| match k {
+            Kept::Live(e) => (e.key.gr.as_str(), Ok([Some(&e.object), e.prev.as_ref()])),
+            Kept::Packed { key, bytes, .. } => (key.gr.as_str(), Err(*bytes)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key(name: &str) -> ObjKey {
+        ObjKey {
+            gr: "/configmaps".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    /// `n` modifications of one object after its creation, each a new version.
+    fn versions(h: &mut History, n: u64) -> Vec<Arc<Event>> {
+        let mut prev: Option<Arc<Value>> = None;
+        let mut out = Vec::new();
+        for rv in 1..=n {
+            let obj = Arc::new(json!({"metadata": {"name": "a"}, "data": {"n": rv.to_string()}}));
+            let ev = Arc::new(Event {
+                rv,
+                kind: if prev.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                },
+                key: key("a"),
+                object: obj.clone(),
+                prev: prev.replace(obj),
+            });
+            h.push(ev.clone());
+            out.push(ev);
+        }
+        out
+    }
+
+    fn small(limit: usize, bytes: usize) -> History {
+        let mut h = History::new(limit, bytes, 0);
+        h.live = 4;
+        h
+    }
+
+    #[test]
+    fn older_events_come_back_from_their_packed_form_unchanged() {
+        let mut h = small(100, usize::MAX);
+        let sent = versions(&mut h, 20);
+        assert_eq!(h.live_from, 16, "all but the newest four are packed");
+        let back = h.since(0);
+        assert_eq!(back.len(), 20);
+        for (a, b) in sent.iter().zip(&back) {
+            assert_eq!((a.rv, a.kind, &a.key), (b.rv, b.kind, &b.key));
+            assert_eq!(a.object, b.object);
+            assert_eq!(a.prev, b.prev);
+        }
+        assert_eq!(h.since(17).len(), 3);
+    }
+
+    #[test]
+    fn a_version_is_packed_once_though_two_events_hold_it() {
+        let mut h = small(100, usize::MAX);
+        let sent = versions(&mut h, 20);
+        let one: usize = sent[..16]
+            .iter()
+            .map(|e| serde_json::to_vec(&*e.object).map_or(0, |b| b.len()))
+            .sum();
+        assert_eq!(
+            h.packed_bytes, one,
+            "each prev shares the bytes of the version before"
+        );
+    }
+
+    #[test]
+    fn the_byte_bound_compacts_the_oldest_packed_events() {
+        let size = serde_json::to_vec(&json!({"metadata": {"name": "a"}, "data": {"n": "10"}}))
+            .map_or(0, |b| b.len());
+        let mut h = small(100, size * 5);
+        versions(&mut h, 30);
+        assert!(
+            h.packed_bytes <= size * 5,
+            "{} > {}",
+            h.packed_bytes,
+            size * 5
+        );
+        assert!(h.compacted() >= 20, "compacted at {}", h.compacted());
+        assert_eq!(h.since(h.compacted()).len() as u64, 30 - h.compacted());
+        // The live events are never dropped for bytes.
+        assert!(h.since(26).len() == 4);
+    }
+
+    #[test]
+    fn undoing_reads_packed_prevs() {
+        let mut h = small(100, usize::MAX);
+        let sent = versions(&mut h, 10);
+        let undo: Vec<_> = h.undo_since(2, "/configmaps").collect();
+        assert_eq!(undo.len(), 8);
+        // Newest first; the oldest undone (rv 3) restores version 2.
+        let (kind, _, prev) = &undo[7];
+        assert_eq!(*kind, EventType::Modified);
+        assert_eq!(prev.as_deref(), Some(&*sent[1].object));
+        assert_eq!(h.undo_since(2, "/secrets").count(), 0);
+    }
+}
