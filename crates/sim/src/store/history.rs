@@ -16,6 +16,10 @@ pub const LIVE_EVENTS: usize = 4096;
 /// An object as JSON.
 type Packed = Arc<[u8]>;
 
+/// One kept event as [`History::census`] tells it: its object and prev when decoded, else
+/// the bytes it holds packed.
+pub(super) type Census<'a> = Result<[Option<&'a Arc<Value>>; 2], usize>;
+
 enum Kept {
     Live(Arc<Event>),
     Packed {
@@ -215,9 +219,7 @@ impl History {
 
     /// Per kept event: its resource, and its objects when decoded (live) or the bytes it
     /// holds packed (for [`super::Stats`]).
-    pub(super) fn census(
-        &self,
-    ) -> impl Iterator<Item = (&str, Result<[Option<&Arc<Value>>; 2], usize>)> {
+    pub(super) fn census(&self) -> impl Iterator<Item = (&str, Census<'_>)> {
         self.kept.iter().map(|k| match k {
             Kept::Live(e) => (e.key.gr.as_str(), Ok([Some(&e.object), e.prev.as_ref()])),
             Kept::Packed { key, bytes, .. } => (key.gr.as_str(), Err(*bytes)),
