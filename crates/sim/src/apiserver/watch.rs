@@ -8,7 +8,7 @@ use super::selectors::{FieldSelector, LabelSelector};
 use super::server::ApiServer;
 use super::status::ApiError;
 use super::target::Target;
-use crate::store::{Event, EventType};
+use crate::store::{Event, EventType, Kept};
 use axum::body::Bytes;
 use serde_json::{Value, json};
 use state::Encodings;
@@ -51,6 +51,23 @@ impl Filter {
         }
         // Built-in kinds are sent as stored: one encoding per event, whatever the watchers.
         Some(encoded_line(kind.as_str(), &encodings.get(ev)))
+    }
+
+    /// [`Filter::line_for`] for a kept event: an older one's JSON goes out as it was kept
+    /// when nothing needs it decoded (a built-in kind, no selector).
+    fn line_for_kept(&self, k: &Kept, encodings: &Encodings) -> Option<Bytes> {
+        let key = k.key();
+        let plain =
+            self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty();
+        match k.json() {
+            Some(json) if plain => {
+                let other_ns = self.target.info.namespaced
+                    && !self.target.namespace.is_empty()
+                    && key.namespace != self.target.namespace;
+                (key.gr == self.gr && !other_ns).then(|| encoded_line(k.kind().as_str(), json))
+            }
+            _ => self.line_for(&*k.event()?, encodings),
+        }
     }
 
     /// The event type a watcher of this filter sees for a store event, if any.
@@ -165,7 +182,7 @@ struct Start {
     initial: Vec<Arc<Value>>,
     end_bookmark: bool,
     rv: u64,
-    backlog: Vec<Arc<Event>>,
+    backlog: Vec<Kept>,
     sub: Option<broadcast::Receiver<Arc<Event>>>,
     error: Option<Value>,
 }
@@ -268,9 +285,9 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
         return Ok(());
     };
     let mut last = start.rv;
-    for ev in start.backlog {
-        last = last.max(ev.rv);
-        if let Some(l) = filter.line_for(&ev, &srv.encodings) {
+    for k in start.backlog {
+        last = last.max(k.rv());
+        if let Some(l) = filter.line_for_kept(&k, &srv.encodings) {
             send(tx, l).await?;
         }
     }
@@ -300,9 +317,9 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                 Err(broadcast::error::RecvError::Lagged(_)) => match srv.store.watch_from(last) {
                     Ok((backlog, fresh)) => {
                         sub = fresh;
-                        for ev in backlog {
-                            last = last.max(ev.rv);
-                            if let Some(l) = filter.line_for(&ev, &srv.encodings) {
+                        for k in backlog {
+                            last = last.max(k.rv());
+                            if let Some(l) = filter.line_for_kept(&k, &srv.encodings) {
                                 send(tx, l).await?;
                             }
                         }

@@ -20,7 +20,9 @@ type Packed = Arc<[u8]>;
 /// the bytes it holds packed.
 pub(super) type Census<'a> = Result<[Option<&'a Arc<Value>>; 2], usize>;
 
-enum Kept {
+/// One kept event: decoded (the newest) or with its objects as JSON.
+#[derive(Clone)]
+pub enum Kept {
     Live(Arc<Event>),
     Packed {
         rv: u64,
@@ -35,14 +37,14 @@ enum Kept {
 }
 
 impl Kept {
-    fn rv(&self) -> u64 {
+    pub fn rv(&self) -> u64 {
         match self {
             Kept::Live(e) => e.rv,
             Kept::Packed { rv, .. } => *rv,
         }
     }
 
-    fn key(&self) -> &ObjKey {
+    pub fn key(&self) -> &ObjKey {
         match self {
             Kept::Live(e) => &e.key,
             Kept::Packed { key, .. } => key,
@@ -56,8 +58,31 @@ impl Kept {
         }
     }
 
+    pub fn kind(&self) -> EventType {
+        match self {
+            Kept::Live(e) => e.kind,
+            Kept::Packed { kind, .. } => *kind,
+        }
+    }
+
+    /// The object before the change, decoded.
+    pub fn prev(&self) -> Option<Arc<Value>> {
+        match self {
+            Kept::Live(e) => e.prev.clone(),
+            Kept::Packed { prev, .. } => prev.as_deref().and_then(unpack).map(Arc::new),
+        }
+    }
+
+    /// The object as JSON, if kept so (a watcher that needs nothing else sends it as is).
+    pub fn json(&self) -> Option<&[u8]> {
+        match self {
+            Kept::Live(_) => None,
+            Kept::Packed { object, .. } => Some(object),
+        }
+    }
+
     /// The event, with its objects decoded.
-    fn event(&self) -> Option<Arc<Event>> {
+    pub fn event(&self) -> Option<Arc<Event>> {
         match self {
             Kept::Live(e) => Some(e.clone()),
             Kept::Packed {
@@ -191,30 +216,20 @@ impl History {
         self.live_from += 1;
     }
 
-    /// The kept events newer than `rv`, oldest first.
-    pub(super) fn since(&self, rv: u64) -> Vec<Arc<Event>> {
+    /// The kept events newer than `rv`, oldest first (cheap: packed ones stay packed).
+    pub(super) fn since(&self, rv: u64) -> Vec<Kept> {
         let start = self.kept.partition_point(|k| k.rv() <= rv);
-        self.kept.range(start..).filter_map(Kept::event).collect()
+        self.kept.range(start..).cloned().collect()
     }
 
-    /// The kept events newer than `at`, newest first, for one resource (`gr`), as
-    /// (kind, key, prev): what undoing them needs.
-    pub(super) fn undo_since(
-        &self,
-        at: u64,
-        gr: &str,
-    ) -> impl Iterator<Item = (EventType, &ObjKey, Option<Arc<Value>>)> {
+    /// The kept events newer than `at`, newest first, for one resource (`gr`): what a list
+    /// at `at` undoes.
+    pub(super) fn undo_since(&self, at: u64, gr: &str) -> impl Iterator<Item = &Kept> {
         self.kept
             .iter()
             .rev()
             .take_while(move |k| k.rv() > at)
             .filter(move |k| k.key().gr == gr)
-            .map(|k| match k {
-                Kept::Live(e) => (e.kind, &e.key, e.prev.clone()),
-                Kept::Packed {
-                    kind, key, prev, ..
-                } => (*kind, key, prev.as_deref().and_then(unpack).map(Arc::new)),
-            })
     }
 
     /// Per kept event: its resource, and its objects when decoded (live) or the bytes it
@@ -274,8 +289,9 @@ mod tests {
         let mut h = small(100, usize::MAX);
         let sent = versions(&mut h, 20);
         assert_eq!(h.live_from, 16, "all but the newest four are packed");
-        let back = h.since(0);
+        let back: Vec<Arc<Event>> = h.since(0).iter().filter_map(Kept::event).collect();
         assert_eq!(back.len(), 20);
+        assert!(h.since(0)[0].json().is_some() && h.since(0)[19].json().is_none());
         for (a, b) in sent.iter().zip(&back) {
             assert_eq!((a.rv, a.kind, &a.key), (b.rv, b.kind, &b.key));
             assert_eq!(a.object, b.object);
@@ -323,9 +339,9 @@ mod tests {
         let undo: Vec<_> = h.undo_since(2, "/configmaps").collect();
         assert_eq!(undo.len(), 8);
         // Newest first; the oldest undone (rv 3) restores version 2.
-        let (kind, _, prev) = &undo[7];
-        assert_eq!(*kind, EventType::Modified);
-        assert_eq!(prev.as_deref(), Some(&*sent[1].object));
+        assert_eq!(undo[7].kind(), EventType::Modified);
+        assert!(undo[7].json().is_some(), "packed");
+        assert_eq!(undo[7].prev().as_deref(), Some(&*sent[1].object));
         assert_eq!(h.undo_since(2, "/secrets").count(), 0);
     }
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
 pub use backend::{Backend, ObjKey, StoreError};
+pub use history::Kept;
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
 pub use stats::{Stats, Tally};
@@ -65,7 +66,7 @@ pub struct TooOld {
 }
 
 /// Kept events after the requested version, and the receiver for what follows.
-pub type WatchStart = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>);
+pub type WatchStart = (Vec<Kept>, broadcast::Receiver<Arc<Event>>);
 
 type Bucket = BTreeMap<(String, String), Arc<Value>>;
 
@@ -202,12 +203,13 @@ impl Store {
             return Ok((items.map(|(_, v)| v.clone()).collect(), at));
         }
         let mut then: Bucket = items.map(|(k, v)| (k.clone(), v.clone())).collect();
-        for (kind, key, prev) in inner.history.undo_since(at, gr) {
+        for kept in inner.history.undo_since(at, gr) {
+            let key = kept.key();
             let k = (key.namespace.clone(), key.name.clone());
             if !in_range(&k) {
                 continue;
             }
-            match (kind, prev) {
+            match (kept.kind(), kept.prev()) {
                 (EventType::Added, _) | (_, None) => {
                     then.remove(&k);
                 }
