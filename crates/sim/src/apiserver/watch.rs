@@ -56,16 +56,20 @@ impl Filter {
     /// [`Filter::line_for`] for a kept event: an older one's JSON goes out as it was kept
     /// when nothing needs it decoded (a built-in kind, no selector).
     fn line_for_kept(&self, k: &Kept, encodings: &Encodings) -> Option<Bytes> {
+        // What the key decides comes first: nothing is decoded for another resource,
+        // namespace or (single-object watch) name.
         let key = k.key();
+        let other_ns = self.target.info.namespaced
+            && !self.target.namespace.is_empty()
+            && key.namespace != self.target.namespace;
+        let other_name = self.opts.fields.name().is_some_and(|n| n != key.name);
+        if key.gr != self.gr || other_ns || other_name {
+            return None;
+        }
         let plain =
             self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty();
         match k.json() {
-            Some(json) if plain => {
-                let other_ns = self.target.info.namespaced
-                    && !self.target.namespace.is_empty()
-                    && key.namespace != self.target.namespace;
-                (key.gr == self.gr && !other_ns).then(|| encoded_line(k.kind().as_str(), json))
-            }
+            Some(json) if plain => Some(encoded_line(k.kind().as_str(), json)),
             _ => self.line_for(&*k.event()?, encodings),
         }
     }
