@@ -56,7 +56,6 @@ impl ApiServer {
             token,
             address: OnceLock::new(),
             rbac: rbac::state::Rbac::default(),
-            encodings: watch::state::Encodings::default(),
             watches: watch::state::WatchCounts::default(),
             requests: requests::RequestCounts::default(),
         });

@@ -6,7 +6,7 @@ use super::rbac::state::Rbac;
 use super::requests::RequestCounts;
 use super::resources::Registry;
 use super::target::Target;
-use super::watch::state::{Encodings, WatchCounts};
+use super::watch::state::WatchCounts;
 use crate::store::Store;
 use std::sync::OnceLock;
 
@@ -19,7 +19,6 @@ pub struct ApiServer {
     /// ServiceAccount tokens and RBAC's decision counts.
     pub rbac: Rbac,
     /// Recent events' JSON, shared by every watcher that sends them.
-    pub(crate) encodings: Encodings,
     /// Open watches and slow ones closed (`/metrics`).
     pub watches: WatchCounts,
     /// Requests served by verb and resource (`/metrics`).

@@ -11,7 +11,6 @@ use super::target::Target;
 use crate::store::{Event, EventType, Kept};
 use axum::body::Bytes;
 use serde_json::{Value, json};
-use state::Encodings;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -44,18 +43,18 @@ impl Filter {
     }
 
     /// The line a watcher of this filter gets for a store event, if any.
-    fn line_for(&self, ev: &Event, encodings: &Encodings) -> Option<Bytes> {
+    fn line_for(&self, ev: &Event) -> Option<Bytes> {
         let kind = self.translate(ev)?;
         if !self.target.info.builtin {
             return Some(line(kind.as_str(), &self.target.present(&ev.object)));
         }
         // Built-in kinds are sent as stored: one encoding per event, whatever the watchers.
-        Some(encoded_line(kind.as_str(), &encodings.get(ev)))
+        Some(encoded_line(kind.as_str(), &ev.json()))
     }
 
     /// [`Filter::line_for`] for a kept event: an older one's JSON goes out as it was kept
     /// when nothing needs it decoded (a built-in kind, no selector).
-    fn line_for_kept(&self, k: &Kept, encodings: &Encodings) -> Option<Bytes> {
+    fn line_for_kept(&self, k: &Kept) -> Option<Bytes> {
         // What the key decides comes first: nothing is decoded for another resource,
         // namespace or (single-object watch) name.
         let key = k.key();
@@ -70,7 +69,7 @@ impl Filter {
             self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty();
         match k.json() {
             Some(json) if plain => Some(encoded_line(k.kind().as_str(), json)),
-            _ => self.line_for(&*k.event()?, encodings),
+            _ => self.line_for(&*k.event()?),
         }
     }
 
@@ -291,7 +290,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
     let mut last = start.rv;
     for k in start.backlog {
         last = last.max(k.rv());
-        if let Some(l) = filter.line_for_kept(&k, &srv.encodings) {
+        if let Some(l) = filter.line_for_kept(&k) {
             send(tx, l).await?;
         }
     }
@@ -312,7 +311,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                         continue;
                     }
                     last = ev.rv;
-                    if let Some(l) = filter.line_for(&ev, &srv.encodings) {
+                    if let Some(l) = filter.line_for(&ev) {
                         send(tx, l).await?;
                     }
                 }
@@ -323,7 +322,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                         sub = fresh;
                         for k in backlog {
                             last = last.max(k.rv());
-                            if let Some(l) = filter.line_for_kept(&k, &srv.encodings) {
+                            if let Some(l) = filter.line_for_kept(&k) {
                                 send(tx, l).await?;
                             }
                         }

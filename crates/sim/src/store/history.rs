@@ -101,6 +101,7 @@ impl Kept {
                     Some(p) => Some(Arc::new(unpack(p)?)),
                     None => None,
                 },
+                encoded: object.clone().into(),
             })),
         }
     }
@@ -195,7 +196,7 @@ impl History {
                 packed
             }
         });
-        let object = pack(&e.object);
+        let object = e.json();
         bytes += object.len();
         if e.kind == EventType::Deleted {
             self.newest.remove(&e.key);
@@ -271,6 +272,7 @@ mod tests {
                 key: key("a"),
                 object: obj.clone(),
                 prev: prev.replace(obj),
+                encoded: Default::default(),
             });
             h.push(ev.clone());
             out.push(ev);

@@ -45,6 +45,18 @@ pub struct Event {
     pub key: ObjKey,
     pub object: Arc<Value>,
     pub prev: Option<Arc<Value>>,
+    /// `object` as JSON, made by the first who needs it: every watcher of a built-in kind
+    /// sends these bytes, and the history keeps them once the event is no longer recent.
+    pub encoded: std::sync::OnceLock<Arc<[u8]>>,
+}
+
+impl Event {
+    /// `object` as JSON, encoded once.
+    pub fn json(&self) -> Arc<[u8]> {
+        self.encoded
+            .get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default().into())
+            .clone()
+    }
 }
 
 /// What a mutation closure decided.
@@ -288,6 +300,7 @@ impl Store {
             } else {
                 None
             },
+            encoded: Default::default(),
         });
         inner.history.push(event.clone());
         // No receivers is fine.

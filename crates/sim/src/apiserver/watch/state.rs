@@ -1,45 +1,10 @@
-//! What the server keeps for all its watches: the recent events' JSON every watcher of a
-//! built-in kind sends, and the counts of open and slow watches (`/metrics`).
+//! What the server keeps for all its watches: the counts of open and slow watches
+//! (`/metrics`). (Each event carries its own JSON: [`crate::store::Event::json`].)
 
-use crate::store::Event;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
-
-/// How many recent events' encodings are kept: watchers send an event within moments of each
-/// other, so a short window serves them all without holding the whole watch history twice.
-const ENCODINGS_KEPT: usize = 4096;
-
-/// The JSON of recent events by resourceVersion (unique per store event).
-#[derive(Default)]
-pub struct Encodings(Mutex<Recent>);
-
-/// Encodings by resourceVersion, and the order they came in (the oldest goes first).
-type Recent = (HashMap<u64, Arc<[u8]>>, VecDeque<u64>);
-
-impl Encodings {
-    pub(super) fn get(&self, ev: &Event) -> Arc<[u8]> {
-        if let Ok(g) = self.0.lock()
-            && let Some(b) = g.0.get(&ev.rv)
-        {
-            return b.clone();
-        }
-        let b: Arc<[u8]> = serde_json::to_vec(&*ev.object).unwrap_or_default().into();
-        if let Ok(mut g) = self.0.lock() {
-            let (map, order) = &mut *g;
-            if map.insert(ev.rv, b.clone()).is_none() {
-                order.push_back(ev.rv);
-            }
-            while order.len() > ENCODINGS_KEPT {
-                if let Some(old) = order.pop_front() {
-                    map.remove(&old);
-                }
-            }
-        }
-        b
-    }
-}
+use std::sync::Mutex;
 
 /// Open watches and those closed for being too slow (`/metrics`).
 #[derive(Default)]
@@ -94,32 +59,25 @@ impl WatchCounts {
 #[cfg(test)]
 mod tests {
     use super::super::line;
-    use super::*;
-    use crate::store::{EventType, ObjKey};
+    use crate::store::{Event, EventType, ObjKey};
     use serde_json::{Value, json};
+    use std::sync::Arc;
 
-    fn event(rv: u64) -> Event {
-        Event {
-            rv,
+    #[test]
+    fn an_event_is_encoded_once_for_all_its_watchers() {
+        let e = Event {
+            rv: 7,
             kind: EventType::Modified,
             key: ObjKey {
                 gr: "pods".into(),
                 namespace: "default".into(),
-                name: format!("p{rv}"),
+                name: "p7".into(),
             },
-            object: Arc::new(
-                json!({"metadata": {"name": format!("p{rv}"), "resourceVersion": rv.to_string()}}),
-            ),
+            object: Arc::new(json!({"metadata": {"name": "p7", "resourceVersion": "7"}})),
             prev: None,
-        }
-    }
-
-    #[test]
-    fn an_event_is_encoded_once_and_the_window_stays_bounded() {
-        let enc = Encodings::default();
-        let e = event(7);
-        let a = enc.get(&e);
-        let b = enc.get(&e);
+            encoded: Default::default(),
+        };
+        let (a, b) = (e.json(), e.json());
         assert!(
             Arc::ptr_eq(&a, &b),
             "the second watcher reuses the first's bytes"
@@ -130,12 +88,5 @@ mod tests {
         assert!(l.ends_with(b"}\n"), "one event a line");
         let ev: Value = serde_json::from_slice(&l).unwrap();
         assert_eq!(ev, json!({"type": "MODIFIED", "object": *e.object}));
-        for rv in 8..(8 + ENCODINGS_KEPT as u64 + 10) {
-            enc.get(&event(rv));
-        }
-        let g = enc.0.lock().unwrap();
-        assert_eq!(g.0.len(), ENCODINGS_KEPT);
-        assert_eq!(g.1.len(), ENCODINGS_KEPT);
-        assert!(!g.0.contains_key(&7), "the oldest went first");
     }
 }
