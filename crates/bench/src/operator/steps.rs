@@ -121,8 +121,8 @@ pub fn progress(store: &gantry_sim::store::Store, policy: &str, p: &mut Progress
     p.ready = status.and_then(|s| s.get("state")).and_then(|s| s.as_str()) == Some("ready");
 }
 
-/// Poll until every node in `gpu_nodes` reports `nvidia.com/gpu` allocatable and the policy is
-/// `ready`; times are measured from `t0`. `on_tick` runs every poll (to sample memory and
+/// Poll until every node in `gpu_nodes` reports `nvidia.com/gpu` allocatable and then the
+/// policy is `ready`; times are measured from `t0`. `on_tick` runs every poll (to sample memory and
 /// print progress).
 pub async fn wait_ready(
     store: &gantry_sim::store::Store,
@@ -141,7 +141,9 @@ pub async fn wait_ready(
         if p.to_allocatable.is_none() && p.allocatable_nodes >= gpu_nodes {
             p.to_allocatable = Some(t0.elapsed());
         }
-        if p.to_ready.is_none() && p.ready {
+        // Ready counts once every node is allocatable: with nodes that register while the
+        // clock runs (`--kubelet-processes`), a policy with no GPU node yet is trivially ready.
+        if p.to_ready.is_none() && p.ready && p.to_allocatable.is_some() {
             p.to_ready = Some(t0.elapsed());
         }
         on_tick(&p);
