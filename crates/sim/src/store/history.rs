@@ -5,7 +5,8 @@
 //! is bounded by a count and by the bytes of its packed objects; what falls off is compacted
 //! (410 Gone for a watch or list from before it, as etcd's compaction).
 
-use super::{Event, EventType, ObjKey};
+use super::backend::ObjKey;
+use super::event::{Event, EventType};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -234,7 +235,7 @@ impl History {
     }
 
     /// Per kept event: its resource, and its objects when decoded (live) or the bytes it
-    /// holds packed (for [`super::Stats`]).
+    /// holds packed (for the store's census).
     pub(super) fn census(&self) -> impl Iterator<Item = (&str, Census<'_>)> {
         self.kept.iter().map(|k| match k {
             Kept::Live(e) => (e.key.gr.as_str(), Ok([Some(&e.object), e.prev.as_ref()])),

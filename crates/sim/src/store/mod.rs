@@ -3,6 +3,7 @@
 //! (memory or SQLite), so both behave the same.
 
 mod backend;
+mod event;
 mod history;
 pub mod memory;
 pub mod sqlite;
@@ -15,49 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
 pub use backend::{Backend, ObjKey, StoreError};
+pub use event::{Event, EventType};
 pub use history::Kept;
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
 pub use stats::{Stats, Tally};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One change, as seen by watchers. `prev` is the object before a modification or deletion.
-#[derive(Debug)]
-pub struct Event {
-    pub rv: u64,
-    pub kind: EventType,
-    pub key: ObjKey,
-    pub object: Arc<Value>,
-    pub prev: Option<Arc<Value>>,
-    /// `object` as JSON, made by the first who needs it: every watcher of a built-in kind
-    /// sends these bytes, and the history keeps them once the event is no longer recent.
-    pub encoded: std::sync::OnceLock<Arc<[u8]>>,
-}
-
-impl Event {
-    /// `object` as JSON, encoded once.
-    pub fn json(&self) -> Arc<[u8]> {
-        self.encoded
-            .get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default().into())
-            .clone()
-    }
-}
 
 /// What a mutation closure decided.
 pub enum Mutation {
@@ -348,6 +311,17 @@ impl Store {
         }
         let rx = self.tx.subscribe();
         Ok((inner.history.since(rv), rx))
+    }
+
+    /// Counts what the store holds, by resource. Encodes every object, under the lock:
+    /// for benchmarks and debugging, seconds at thousands of nodes.
+    pub fn stats(&self) -> Stats {
+        let inner = self.lock();
+        let current = inner
+            .objects
+            .iter()
+            .flat_map(|(gr, b)| b.values().map(move |v| (gr.as_str(), v)));
+        stats::census(current, &inner.history)
     }
 
     /// A receiver of all future events plus the current rv, for controllers.

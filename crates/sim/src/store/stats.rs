@@ -1,6 +1,6 @@
 //! What the store holds, by resource: for benchmarks and debugging memory, not for serving.
 
-use super::Store;
+use super::history::History;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -60,43 +60,31 @@ impl Stats {
     }
 }
 
-impl Store {
-    /// Counts what the store holds. Serializes every object: seconds at thousands of nodes.
-    pub fn stats(&self) -> Stats {
-        let mut s = Stats::default();
-        let mut history_only: Vec<(String, Arc<Value>)> = Vec::new();
-        let current: Vec<(String, Arc<Value>)> = {
-            let inner = self.lock();
-            let current: Vec<(String, Arc<Value>)> = inner
-                .objects
-                .iter()
-                .flat_map(|(gr, b)| b.values().map(move |v| (gr.clone(), v.clone())))
-                .collect();
-            let live: HashSet<*const Value> = current.iter().map(|(_, v)| Arc::as_ptr(v)).collect();
-            let mut seen = HashSet::new();
-            for (gr, kept) in inner.history.census() {
-                *s.events.entry(gr.to_string()).or_default() += 1;
-                match kept {
-                    Ok(values) => {
-                        for v in values.into_iter().flatten() {
-                            let p = Arc::as_ptr(v);
-                            if !live.contains(&p) && seen.insert(p) {
-                                history_only.push((gr.to_string(), v.clone()));
-                            }
-                        }
+/// The census of `current` objects (by resource) and the `history`.
+pub(super) fn census<'a>(
+    current: impl Iterator<Item = (&'a str, &'a Arc<Value>)>,
+    history: &History,
+) -> Stats {
+    let mut s = Stats::default();
+    let mut live = HashSet::new();
+    for (gr, v) in current {
+        live.insert(Arc::as_ptr(v));
+        s.current.entry(gr.to_string()).or_default().add(v);
+    }
+    let mut seen = HashSet::new();
+    for (gr, kept) in history.census() {
+        *s.events.entry(gr.to_string()).or_default() += 1;
+        match kept {
+            Ok(values) => {
+                for v in values.into_iter().flatten() {
+                    let p = Arc::as_ptr(v);
+                    if !live.contains(&p) && seen.insert(p) {
+                        s.history_only.entry(gr.to_string()).or_default().add(v);
                     }
-                    Err(bytes) => *s.packed.entry(gr.to_string()).or_default() += bytes,
                 }
             }
-            current
-        };
-        // Encoded outside the lock.
-        for (gr, v) in &current {
-            s.current.entry(gr.clone()).or_default().add(v);
+            Err(bytes) => *s.packed.entry(gr.to_string()).or_default() += bytes,
         }
-        for (gr, v) in &history_only {
-            s.history_only.entry(gr.clone()).or_default().add(v);
-        }
-        s
     }
+    s
 }
