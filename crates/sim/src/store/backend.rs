@@ -45,3 +45,15 @@ impl std::fmt::Display for ObjKey {
         write!(f, "{} {}/{}", self.gr, self.namespace, self.name)
     }
 }
+
+#[cfg(test)]
+impl ObjKey {
+    /// A ConfigMap in `default`, for the store's tests.
+    pub(super) fn configmap(name: &str) -> Self {
+        ObjKey {
+            gr: "/configmaps".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+}

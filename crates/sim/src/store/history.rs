@@ -250,11 +250,7 @@ mod tests {
     use serde_json::json;
 
     fn key(name: &str) -> ObjKey {
-        ObjKey {
-            gr: "/configmaps".into(),
-            namespace: "default".into(),
-            name: name.into(),
-        }
+        ObjKey::configmap(name)
     }
 
     /// `n` modifications of one object after its creation, each a new version.

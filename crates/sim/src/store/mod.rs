@@ -343,11 +343,7 @@ mod tests {
     use serde_json::json;
 
     fn key(name: &str) -> ObjKey {
-        ObjKey {
-            gr: "/configmaps".into(),
-            namespace: "default".into(),
-            name: name.into(),
-        }
+        ObjKey::configmap(name)
     }
 
     fn put(store: &Store, name: &str) -> u64 {
