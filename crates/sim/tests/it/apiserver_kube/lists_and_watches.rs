@@ -142,6 +142,71 @@ async fn watch_resumes_after_a_dropped_connection() -> Result {
     Ok(())
 }
 
+/// A watch that falls more than the store's live ring (4,096 events) behind goes on from the
+/// kept history, where the older events are packed JSON: written faster than it reads, it
+/// still sees every object once, in order. (Should the server close it for not reading, the
+/// test resumes from the last resourceVersion, as a client would.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_behind_the_live_ring_misses_nothing() -> Result {
+    const N: usize = 6_000;
+    let (env, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let store = env.cp().api().store.clone();
+    let mut last = store.current_rv().to_string();
+    let mut stream = api.watch(&WatchParams::default(), &last).await?.boxed();
+    // 8 KiB an object: 48 MiB in all, more than the socket buffers between server and client
+    // hold, so the server's watch waits on its client while the writes go on.
+    let pad = "x".repeat(8 << 10);
+    let put = |i: usize| {
+        let key = gantry_sim::store::ObjKey {
+            gr: "/configmaps".into(),
+            namespace: "default".into(),
+            name: format!("ring-{i:05}"),
+        };
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": key.name, "namespace": "default"}, "data": {"i": i.to_string(), "pad": pad}});
+        store.mutate::<gantry_sim::store::StoreError>(&key, |_, _| {
+            Ok(gantry_sim::store::Mutation::Put(obj))
+        })
+    };
+    // The first event read: the watch is being served.
+    put(0)?;
+    let mut seen = Vec::with_capacity(N);
+    match stream.try_next().await? {
+        Some(WatchEvent::Added(c)) => {
+            last = c.metadata.resource_version.clone().unwrap_or_default();
+            seen.push(c.metadata.name.unwrap_or_default());
+        }
+        other => anyhow::bail!("unexpected {other:?}"),
+    }
+    // The rest straight into the store, unread: far faster than one watch sends over HTTPS,
+    // and more events than the live ring holds.
+    for i in 1..N {
+        put(i)?;
+    }
+    while seen.len() < N {
+        match tokio::time::timeout(std::time::Duration::from_secs(60), stream.try_next()).await? {
+            Ok(Some(WatchEvent::Added(c))) => {
+                last = c.metadata.resource_version.clone().unwrap_or_default();
+                seen.push(c.metadata.name.unwrap_or_default());
+            }
+            Ok(Some(WatchEvent::Bookmark(_))) => {}
+            Ok(Some(other)) => anyhow::bail!("unexpected {other:?}"),
+            Ok(None) | Err(_) => {
+                stream = api.watch(&WatchParams::default(), &last).await?.boxed();
+            }
+        }
+    }
+    let want: Vec<String> = (0..N).map(|i| format!("ring-{i:05}")).collect();
+    assert!(
+        seen == want,
+        "{} events, first difference at {:?}",
+        seen.len(),
+        seen.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_old_resource_version_is_gone_and_relist_recovers() -> Result {
     let env = Cluster::builder()
