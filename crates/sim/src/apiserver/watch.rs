@@ -43,18 +43,21 @@ impl Filter {
     }
 
     /// The line a watcher of this filter gets for a store event, if any.
-    fn line_for(&self, ev: &Event) -> Option<Bytes> {
+    fn line_for(&self, ev: &Event) -> Option<Line> {
         let kind = self.translate(ev)?;
         if !self.target.info.builtin {
-            return Some(line(kind.as_str(), &self.target.present(&ev.object)));
+            return Some(Line::Own(line(
+                kind.as_str(),
+                &self.target.present(&ev.object),
+            )));
         }
-        // Built-in kinds are sent as stored: one encoding per event, whatever the watchers.
-        Some(encoded_line(kind.as_str(), &ev.json()))
+        // Built-in kinds are sent as stored: one encoding per event, shared by every watcher.
+        Some(Line::shared(kind, ev.json()))
     }
 
     /// [`Filter::line_for`] for a kept event: an older one's JSON goes out as it was kept
     /// when nothing needs it decoded (a built-in kind, no selector).
-    fn line_for_kept(&self, k: &Kept) -> Option<Bytes> {
+    fn line_for_kept(&self, k: &Kept) -> Option<Line> {
         // What the key decides comes first: nothing is decoded for another resource,
         // namespace or (single-object watch) name.
         let key = k.key();
@@ -68,7 +71,7 @@ impl Filter {
         let plain =
             self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty();
         match k.json() {
-            Some(json) if plain => Some(encoded_line(k.kind().as_str(), json)),
+            Some(json) if plain => Some(Line::shared(k.kind(), json.clone())),
             _ => self.line_for(&*k.event()?),
         }
     }
@@ -105,6 +108,40 @@ impl Filter {
     }
 }
 
+/// One event line as a watcher sends it: made for this watcher, or the event's shared JSON
+/// between a prefix and a suffix (three chunks, no copy of the object per watcher).
+enum Line {
+    Own(Bytes),
+    Shared(EventType, Bytes),
+}
+
+impl Line {
+    fn shared(kind: EventType, json: Arc<[u8]>) -> Self {
+        Line::Shared(kind, Bytes::from_owner(json))
+    }
+}
+
+/// `{"type":KIND,"object":`, the part of a line before its object.
+fn prefix(kind: EventType) -> &'static [u8] {
+    match kind {
+        EventType::Added => b"{\"type\":\"ADDED\",\"object\":",
+        EventType::Modified => b"{\"type\":\"MODIFIED\",\"object\":",
+        EventType::Deleted => b"{\"type\":\"DELETED\",\"object\":",
+    }
+}
+
+/// Queues a line: a shared one goes as prefix, object and suffix.
+async fn send_line(tx: &Tx, l: Line) -> Result<(), Stop> {
+    match l {
+        Line::Own(b) => send(tx, b).await,
+        Line::Shared(kind, json) => {
+            send(tx, Bytes::from_static(prefix(kind))).await?;
+            send(tx, json).await?;
+            send(tx, Bytes::from_static(b"}\n")).await
+        }
+    }
+}
+
 fn line(kind: &str, object: &Value) -> Bytes {
     encoded_line(kind, &serde_json::to_vec(object).unwrap_or_default())
 }
@@ -127,9 +164,10 @@ fn parse_rv(rv: &str) -> Result<u64, ApiError> {
     })
 }
 
-/// Body chunks (event lines) a watcher may have waiting for its client: its buffer. The
-/// stream behind it (HTTP/2 window or HTTP/1 write buffer, TLS, socket) adds a bounded amount.
-pub const WATCHER_BUFFER: usize = 64;
+/// Body chunks a watcher may have waiting for its client: its buffer, 64 events of up to
+/// three chunks (a shared line's prefix, object and suffix). The stream behind it (HTTP/2
+/// window or HTTP/1 write buffer, TLS, socket) adds a bounded amount.
+pub const WATCHER_BUFFER: usize = 3 * 64;
 /// A watcher whose buffer stays full this long is closed, as kube-apiserver's cacher closes
 /// an unresponsive watcher ("Forcing watcher close due to unresponsiveness"): the client sees
 /// the watch end and resumes from its last resourceVersion, or lists again on 410.
@@ -291,7 +329,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
     for k in start.backlog {
         last = last.max(k.rv());
         if let Some(l) = filter.line_for_kept(&k) {
-            send(tx, l).await?;
+            send_line(tx, l).await?;
         }
     }
     let deadline = tokio::time::sleep(filter.opts.timeout.unwrap_or(DEFAULT_TIMEOUT));
@@ -312,7 +350,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                     }
                     last = ev.rv;
                     if let Some(l) = filter.line_for(&ev) {
-                        send(tx, l).await?;
+                        send_line(tx, l).await?;
                     }
                 }
                 // Behind the store's live ring: the history has every event the ring let
@@ -323,7 +361,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                         for k in backlog {
                             last = last.max(k.rv());
                             if let Some(l) = filter.line_for_kept(&k) {
-                                send(tx, l).await?;
+                                send_line(tx, l).await?;
                             }
                         }
                     }

@@ -75,7 +75,7 @@ impl Kept {
     }
 
     /// The object as JSON, if kept so (a watcher that needs nothing else sends it as is).
-    pub fn json(&self) -> Option<&[u8]> {
+    pub fn json(&self) -> Option<&Arc<[u8]>> {
         match self {
             Kept::Live(_) => None,
             Kept::Packed { object, .. } => Some(object),
