@@ -111,8 +111,8 @@ struct Shared {
     sampler: Mutex<sample::Sampler>,
     snapshot: RwLock<Arc<Snapshot>>,
     pods: RwLock<Arc<Vec<Assignment>>>,
-    /// Reused render buffer.
-    buf: Mutex<String>,
+    /// The last body's length: the next render's buffer starts that large.
+    last_len: std::sync::atomic::AtomicUsize,
     body: RwLock<Bytes>,
 }
 
@@ -132,9 +132,12 @@ impl Shared {
     fn rerender(&self) {
         let snap = self.snapshot.read().map(|s| s.clone()).unwrap_or_default();
         let pods = self.pods.read().map(|p| p.clone()).unwrap_or_default();
-        let Ok(mut buf) = self.buf.lock() else { return };
+        // A fresh buffer handed over to the body (no second copy kept per exporter: at
+        // thousands of simulated nodes with 8 GPUs that copy was ~47 KB a node).
+        let mut buf = String::with_capacity(self.last_len.load(Ordering::Relaxed));
         render::render(&mut buf, &self.set, &snap, &pods, &self.render);
-        let body = Bytes::copy_from_slice(buf.as_bytes());
+        self.last_len.store(buf.len(), Ordering::Relaxed);
+        let body = Bytes::from(buf);
         if let Ok(mut w) = self.body.write() {
             *w = body;
         }
@@ -160,7 +163,7 @@ impl Exporter {
             sampler: Mutex::new(sampler),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             pods: RwLock::new(Arc::new(Vec::new())),
-            buf: Mutex::new(String::new()),
+            last_len: Default::default(),
             body: RwLock::new(Bytes::new()),
         });
         shared.sample()?;
