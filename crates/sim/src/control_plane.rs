@@ -39,17 +39,22 @@ impl Default for ControlPlaneOptions {
             data_dir: None,
             port: 0,
             kubeconfig: None,
-            watch_history: std::env::var("GANTRY_SIM_WATCH_HISTORY")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(100_000),
-            watch_history_bytes: std::env::var("GANTRY_SIM_WATCH_HISTORY_BYTES")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(crate::store::HISTORY_BYTES),
+            watch_history: env_or("GANTRY_SIM_WATCH_HISTORY", 100_000),
+            watch_history_bytes: env_or(
+                "GANTRY_SIM_WATCH_HISTORY_BYTES",
+                crate::store::HISTORY_BYTES,
+            ),
             max_connections: None,
         }
     }
+}
+
+/// A number from the environment variable `name`, else `default`.
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// A running control plane. Dropping it stops the server.

@@ -8,7 +8,7 @@ use super::selectors::{FieldSelector, LabelSelector};
 use super::server::ApiServer;
 use super::status::ApiError;
 use super::target::Target;
-use crate::store::{Event, EventType, Kept};
+use crate::store::{Event, EventType, Kept, ObjKey};
 use axum::body::Bytes;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -58,14 +58,8 @@ impl Filter {
     /// [`Filter::line_for`] for a kept event: an older one's JSON goes out as it was kept
     /// when nothing needs it decoded (a built-in kind, no selector).
     fn line_for_kept(&self, k: &Kept) -> Option<Line> {
-        // What the key decides comes first: nothing is decoded for another resource,
-        // namespace or (single-object watch) name.
-        let key = k.key();
-        let other_ns = self.target.info.namespaced
-            && !self.target.namespace.is_empty()
-            && key.namespace != self.target.namespace;
-        let other_name = self.opts.fields.name().is_some_and(|n| n != key.name);
-        if key.gr != self.gr || other_ns || other_name {
+        // What the key decides comes first: nothing is decoded for another object.
+        if !self.wants(k.key()) {
             return None;
         }
         let plain =
@@ -76,15 +70,19 @@ impl Filter {
         }
     }
 
+    /// Whether events of this object can concern the watcher at all: its resource, its
+    /// namespace, and (a single-object watch) its name.
+    fn wants(&self, key: &ObjKey) -> bool {
+        let other_ns = self.target.info.namespaced
+            && !self.target.namespace.is_empty()
+            && key.namespace != self.target.namespace;
+        let other_name = self.opts.fields.name().is_some_and(|n| n != key.name);
+        key.gr == self.gr && !other_ns && !other_name
+    }
+
     /// The event type a watcher of this filter sees for a store event, if any.
     fn translate(&self, ev: &Event) -> Option<EventType> {
-        if ev.key.gr != self.gr {
-            return None;
-        }
-        if self.target.info.namespaced
-            && !self.target.namespace.is_empty()
-            && ev.key.namespace != self.target.namespace
-        {
+        if !self.wants(&ev.key) {
             return None;
         }
         let now = self.matches(&ev.object);
@@ -128,6 +126,22 @@ fn prefix(kind: EventType) -> &'static [u8] {
         EventType::Modified => b"{\"type\":\"MODIFIED\",\"object\":",
         EventType::Deleted => b"{\"type\":\"DELETED\",\"object\":",
     }
+}
+
+/// Queues the lines of kept events, moving `last` past each.
+async fn send_backlog(
+    tx: &Tx,
+    filter: &Filter,
+    backlog: Vec<Kept>,
+    last: &mut u64,
+) -> Result<(), Stop> {
+    for k in backlog {
+        *last = (*last).max(k.rv());
+        if let Some(l) = filter.line_for_kept(&k) {
+            send_line(tx, l).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Queues a line: a shared one goes as prefix, object and suffix.
@@ -326,12 +340,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
         return Ok(());
     };
     let mut last = start.rv;
-    for k in start.backlog {
-        last = last.max(k.rv());
-        if let Some(l) = filter.line_for_kept(&k) {
-            send_line(tx, l).await?;
-        }
-    }
+    send_backlog(tx, filter, start.backlog, &mut last).await?;
     let deadline = tokio::time::sleep(filter.opts.timeout.unwrap_or(DEFAULT_TIMEOUT));
     tokio::pin!(deadline);
     let mut tick = tokio::time::interval(BOOKMARK_EVERY);
@@ -358,12 +367,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                 Err(broadcast::error::RecvError::Lagged(_)) => match srv.store.watch_from(last) {
                     Ok((backlog, fresh)) => {
                         sub = fresh;
-                        for k in backlog {
-                            last = last.max(k.rv());
-                            if let Some(l) = filter.line_for_kept(&k) {
-                                send_line(tx, l).await?;
-                            }
-                        }
+                        send_backlog(tx, filter, backlog, &mut last).await?;
                     }
                     Err(e) => return send(tx, line("ERROR", &ApiError::gone(e.to_string()).to_status())).await,
                 },
