@@ -79,7 +79,7 @@ fn dependents(api: &ApiServer, uid: &str, namespace: &str) -> Vec<(String, Arc<V
     let mut out = Vec::new();
     for gr in api.store.resources() {
         let ns = (!namespace.is_empty()).then_some(namespace);
-        for o in api.store.list(&gr, ns, None).0 {
+        for o in api.store.list_stubs(&gr, ns) {
             if owner_uids(&o).iter().any(|u| u == uid) {
                 out.push((gr.clone(), o));
             }
@@ -103,7 +103,7 @@ fn resolve(api: &ApiServer, dependent_ns: &str, r: &owners::OwnerRef) -> Owner {
     } else {
         ""
     };
-    owners::classify(r, api.store.get(&info.gr(), ns, &r.name).as_deref())
+    owners::classify(r, api.store.get_stub(&info.gr(), ns, &r.name).as_deref())
 }
 
 /// Check one dependent against its owners and act on the decision. `seen` may be an old
@@ -117,7 +117,8 @@ fn attempt(api: &ApiServer, gr: &str, seen: &Value) {
         meta(seen, "name"),
         meta(seen, "uid"),
     );
-    let Some(dep) = api.store.get(gr, ns, name) else {
+    // Owners and the decision read metadata only.
+    let Some(dep) = api.store.get_stub(gr, ns, name) else {
         return;
     };
     if meta(&dep, "uid") != uid {
@@ -250,7 +251,7 @@ fn drop_owner(o: &mut Value, uid: &str) {
 
 fn recheck_owner(api: &ApiServer, uid: &str) {
     for gr in api.store.resources() {
-        for o in api.store.list(&gr, None, None).0 {
+        for o in api.store.list_stubs(&gr, None) {
             if meta(&o, "uid") == uid && o.pointer("/metadata/deletionTimestamp").is_some() {
                 finalize(api, &gr, meta(&o, "namespace"), meta(&o, "name"));
                 return;
@@ -261,7 +262,7 @@ fn recheck_owner(api: &ApiServer, uid: &str) {
 
 /// Progresses an object that is being deleted: orphaning, foreground, namespaces.
 fn finalize(api: &ApiServer, gr: &str, ns: &str, name: &str) {
-    let Some(obj) = api.store.get(gr, ns, name) else {
+    let Some(obj) = api.store.get_stub(gr, ns, name) else {
         return;
     };
     let uid = meta(&obj, "uid").to_string();
@@ -289,8 +290,11 @@ fn finalize(api: &ApiServer, gr: &str, ns: &str, name: &str) {
     if gr == "/namespaces" {
         finish_namespace(api, name);
     }
-    if gr == CRDS && owners::has_finalizer(&obj, CRD_CLEANUP) {
-        finish_crd(api, &obj);
+    if gr == CRDS
+        && owners::has_finalizer(&obj, CRD_CLEANUP)
+        && let Some(crd) = api.store.get(gr, ns, name)
+    {
+        finish_crd(api, &crd);
     }
 }
 
@@ -313,7 +317,7 @@ fn finish_crd(api: &ApiServer, crd: &Value) {
     let name = meta(crd, "name");
     if let Some(info) = crate::apiserver::resources::from_crd(crd) {
         let gr = info.gr();
-        let objs = api.store.list(&gr, None, None).0;
+        let objs = api.store.list_stubs(&gr, None);
         if !objs.is_empty() {
             for o in objs {
                 if o.pointer("/metadata/deletionTimestamp").is_none() {
@@ -339,7 +343,7 @@ fn finish_namespace(api: &ApiServer, ns: &str) {
         if gr == "/namespaces" {
             continue;
         }
-        for o in api.store.list(&gr, Some(ns), None).0 {
+        for o in api.store.list_stubs(&gr, Some(ns)) {
             remaining += 1;
             if o.pointer("/metadata/deletionTimestamp").is_none() {
                 delete(api, &gr, ns, meta(&o, "name"), "Background");
@@ -388,7 +392,7 @@ fn finish_namespace(api: &ApiServer, ns: &str) {
 /// restarts.
 fn sweep_owners(api: &ApiServer) {
     for gr in api.store.resources() {
-        let objs = api.store.list(&gr, None, None).0;
+        let objs = api.store.list_stubs(&gr, None);
         // Asked after the list: a CRD created meanwhile serves its new objects by now.
         if !api.registry.all().iter().any(|r| r.gr() == gr) {
             purge(api, &gr, &objs);
@@ -428,7 +432,7 @@ fn purge(api: &ApiServer, gr: &str, objs: &[Arc<Value>]) {
 /// Periodic pass over everything being deleted (catches up after lag or restarts).
 fn sweep(api: &ApiServer) {
     for gr in api.store.resources() {
-        for o in api.store.list(&gr, None, None).0 {
+        for o in api.store.list_stubs(&gr, None) {
             if o.pointer("/metadata/deletionTimestamp").is_some() {
                 finalize(api, &gr, meta(&o, "namespace"), meta(&o, "name"));
             }

@@ -61,7 +61,7 @@ impl ApiServer {
         });
         srv.refresh_crds();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            if srv.store.get("/namespaces", "", ns).is_none() {
+            if srv.store.get_stub("/namespaces", "", ns).is_none() {
                 let t = srv.target("", "v1", "namespaces", "");
                 if let Some(t) = t {
                     // Only fails if storage fails; the next write would report that too.

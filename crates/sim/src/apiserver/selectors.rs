@@ -6,6 +6,22 @@ use gantry_k8s_rules::{FieldSelector as Fields, Selector};
 use serde_json::Value;
 
 use super::status::ApiError;
+use crate::store::Listed;
+
+/// Whether a listed object passes both selectors, decided on its metadata where they read
+/// only that (labels, `metadata.name`, `metadata.namespace`), else on the decoded object.
+pub fn selected(labels: &LabelSelector, fields: &FieldSelector, o: &Listed) -> bool {
+    if !labels.matches(o.stub()) {
+        return false;
+    }
+    if fields.is_empty() {
+        return true;
+    }
+    if fields.on_metadata_only() {
+        return fields.matches(o.stub());
+    }
+    o.value().is_some_and(|v| fields.matches(&v))
+}
 
 /// A parsed label selector; empty matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -48,6 +64,14 @@ impl FieldSelector {
     /// The `metadata.name=X` requirement, if any (used by single-object watches).
     pub fn name(&self) -> Option<&str> {
         self.0.required_value("metadata.name")
+    }
+
+    /// Every requirement reads `metadata.…`: an object's metadata decides it.
+    pub fn on_metadata_only(&self) -> bool {
+        self.0
+            .requirements()
+            .iter()
+            .all(|r| r.field.starts_with("metadata."))
     }
 
     pub fn matches(&self, obj: &Value) -> bool {

@@ -8,7 +8,7 @@ use super::selectors::{FieldSelector, LabelSelector};
 use super::server::ApiServer;
 use super::status::ApiError;
 use super::target::Target;
-use crate::store::{Event, EventType, Kept, ObjKey};
+use crate::store::{Event, EventType, Kept, Listed, ObjKey};
 use axum::body::Bytes;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -62,12 +62,15 @@ impl Filter {
         if !self.wants(k.key()) {
             return None;
         }
-        let plain =
-            self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty();
         match k.json() {
-            Some(json) if plain => Some(Line::shared(k.kind(), json.clone())),
+            Some(json) if self.plain() => Some(Line::shared(k.kind(), json.clone())),
             _ => self.line_for(&*k.event()?),
         }
+    }
+
+    /// A built-in kind with no selector: every object goes out as stored, nothing decoded.
+    fn plain(&self) -> bool {
+        self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty()
     }
 
     /// Whether events of this object can concern the watcher at all: its resource, its
@@ -230,11 +233,12 @@ async fn send(tx: &Tx, chunk: Bytes) -> Result<(), Stop> {
     }
 }
 
-/// Where a watch starts: the objects to send as ADDED first (a snapshot of shared stored
-/// objects, encoded one at a time as the client takes them, never a list per watcher), the
-/// resourceVersion they are at, the kept events after it and the live subscription.
+/// Where a watch starts: the objects to send as ADDED first (a snapshot of the stored JSON,
+/// shared, decoded one at a time as the client takes them only where a selector or a custom
+/// kind's version needs it; never a list per watcher), the resourceVersion they are at, the
+/// kept events after it and the live subscription.
 struct Start {
-    initial: Vec<Arc<Value>>,
+    initial: Vec<Listed>,
     end_bookmark: bool,
     rv: u64,
     backlog: Vec<Kept>,
@@ -250,7 +254,7 @@ fn begin(srv: &ApiServer, filter: &Filter) -> Result<Start, ApiError> {
         let ns = (filter.target.info.namespaced && !filter.target.namespace.is_empty())
             .then_some(filter.target.namespace.as_str());
         let (objs, list_rv) = if initial {
-            srv.store.list(&filter.gr, ns, None)
+            srv.store.snapshot(&filter.gr, ns)
         } else {
             (Vec::new(), srv.store.current_rv())
         };
@@ -323,15 +327,19 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
         return send(tx, line("ERROR", &status)).await;
     }
     for item in start.initial {
-        if !filter.matches(&item) {
+        if !super::selectors::selected(&filter.opts.labels, &filter.opts.fields, &item) {
             continue;
         }
-        let l = if filter.target.info.builtin {
-            encoded_line("ADDED", &serde_json::to_vec(&*item).unwrap_or_default())
-        } else {
-            line("ADDED", &filter.target.present(&item))
+        let l = match item.json() {
+            Some(json) if filter.target.info.builtin => {
+                Line::shared(EventType::Added, json.clone())
+            }
+            _ => match item.value() {
+                Some(v) => Line::Own(line("ADDED", &filter.target.present(&v))),
+                None => continue,
+            },
         };
-        send(tx, l).await?;
+        send_line(tx, l).await?;
     }
     if start.end_bookmark {
         send(tx, line("BOOKMARK", &filter.bookmark(start.rv, true))).await?;

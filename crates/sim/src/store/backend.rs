@@ -27,7 +27,8 @@ pub enum StoreError {
 pub trait Backend: Send {
     /// Every stored object with its key, and the last resourceVersion handed out.
     fn load(&mut self) -> Result<(Vec<(ObjKey, Value)>, u64), StoreError>;
-    fn put(&mut self, key: &ObjKey, object: &Value, rv: u64) -> Result<(), StoreError>;
+    /// Store `json`, the object as the store encoded it (with its resourceVersion).
+    fn put(&mut self, key: &ObjKey, json: &[u8], rv: u64) -> Result<(), StoreError>;
     fn delete(&mut self, key: &ObjKey, rv: u64) -> Result<(), StoreError>;
 }
 

@@ -29,8 +29,13 @@ pub struct Event {
     pub key: ObjKey,
     pub object: Arc<Value>,
     pub prev: Option<Arc<Value>>,
-    /// `object` as JSON, made by the first who needs it: every watcher of a built-in kind
-    /// sends these bytes, and the history keeps them once the event is no longer recent.
+    /// `prev` as the store kept it (the JSON the event before sent): the history packs the
+    /// event with these bytes instead of a second copy. `None` where there is no prev, or
+    /// where the event was not made by the store (`prev` is then encoded when packed).
+    pub prev_json: Option<Arc<[u8]>>,
+    /// `object` as JSON: the store fills it in as it writes (it keeps the object so), else the
+    /// first who needs it. Every watcher of a built-in kind sends these bytes, and the
+    /// history keeps them once the event is no longer recent.
     pub encoded: OnceLock<Arc<[u8]>>,
 }
 

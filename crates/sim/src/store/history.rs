@@ -1,7 +1,7 @@
 //! The events kept for watches that resume from an older resourceVersion and for lists at an
-//! older one. The newest [`LIVE_EVENTS`] share their objects with the store and the live ring;
-//! older ones keep their objects as compact JSON (a `serde_json::Value` takes about six
-//! times its JSON), decoded again only when a watch or list reaches back that far. The history
+//! older one. The newest [`LIVE_EVENTS`] are what the live ring holds, decoded; older ones
+//! keep their objects as the compact JSON the store keeps (a `serde_json::Value` takes about
+//! six times its JSON), decoded again only when a watch or list reaches back that far. The history
 //! is bounded by a count and by the bytes of its packed objects; what falls off is compacted
 //! (410 Gone for a watch or list from before it, as etcd's compaction).
 
@@ -9,10 +9,12 @@ use super::backend::ObjKey;
 use super::event::{Event, EventType};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-/// Events whose objects stay decoded: what the live ring holds, so it pins nothing more.
-pub const LIVE_EVENTS: usize = 4096;
+/// Events whose objects stay decoded: what the live ring holds, so it pins nothing more. A
+/// watcher further behind goes on from the packed history, which has every event the ring
+/// had; so the ring needs to cover only a burst, and each slot pins two decoded objects.
+pub const LIVE_EVENTS: usize = 512;
 
 /// An object as JSON.
 type Packed = Arc<[u8]>;
@@ -102,6 +104,7 @@ impl Kept {
                     Some(p) => Some(Arc::new(unpack(p)?)),
                     None => None,
                 },
+                prev_json: prev.clone(),
                 encoded: object.clone().into(),
             })),
         }
@@ -132,10 +135,9 @@ pub(super) struct History {
     limit: usize,
     byte_limit: usize,
     packed_bytes: usize,
-    /// Per object, its newest packed version and the value it came from: the next version's
-    /// `prev` is usually that same value, and then shares its bytes instead of a second copy.
-    /// A weak reference, so a value freed and its address reused never matches.
-    newest: HashMap<ObjKey, (Weak<Value>, Packed)>,
+    /// Per object, its newest packed version: the next event's `prev` is usually those same
+    /// bytes (the store keeps one copy of a version), counted once in `packed_bytes`.
+    newest: HashMap<ObjKey, Packed>,
     /// Events at or below this rv are no longer kept.
     compacted: u64,
 }
@@ -172,7 +174,7 @@ impl History {
             self.live_from = self.live_from.saturating_sub(1);
             self.packed_bytes -= old.bytes();
             self.compacted = old.rv();
-            if let Some((_, p)) = self.newest.get(old.key())
+            if let Some(p) = self.newest.get(old.key())
                 && let Kept::Packed { object, .. } = &old
                 && Arc::ptr_eq(p, object)
             {
@@ -189,21 +191,30 @@ impl History {
         };
         let e = e.clone();
         let mut bytes = 0;
-        let prev = e.prev.as_ref().map(|p| match self.newest.get(&e.key) {
-            Some((w, packed)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)) => packed.clone(),
-            _ => {
+        let prev = match (&e.prev_json, &e.prev) {
+            (Some(json), _) => {
+                if !self
+                    .newest
+                    .get(&e.key)
+                    .is_some_and(|p| Arc::ptr_eq(p, json))
+                {
+                    bytes += json.len();
+                }
+                Some(json.clone())
+            }
+            (None, Some(p)) => {
                 let packed = pack(p);
                 bytes += packed.len();
-                packed
+                Some(packed)
             }
-        });
+            (None, None) => None,
+        };
         let object = e.json();
         bytes += object.len();
         if e.kind == EventType::Deleted {
             self.newest.remove(&e.key);
         } else {
-            self.newest
-                .insert(e.key.clone(), (Arc::downgrade(&e.object), object.clone()));
+            self.newest.insert(e.key.clone(), object.clone());
         }
         let kept = Kept::Packed {
             rv: e.rv,
@@ -256,7 +267,7 @@ mod tests {
     /// `n` modifications of one object after its creation, each a new version.
     fn versions(h: &mut History, n: u64) -> Vec<Arc<Event>> {
         let mut prev: Option<Arc<Value>> = None;
-        let mut out = Vec::new();
+        let mut out: Vec<Arc<Event>> = Vec::new();
         for rv in 1..=n {
             let obj = Arc::new(json!({"metadata": {"name": "a"}, "data": {"n": rv.to_string()}}));
             let ev = Arc::new(Event {
@@ -269,6 +280,8 @@ mod tests {
                 key: key("a"),
                 object: obj.clone(),
                 prev: prev.replace(obj),
+                // As the store does: the prev's bytes are the event before's.
+                prev_json: out.last().map(|e| e.json()),
                 encoded: Default::default(),
             });
             h.push(ev.clone());

@@ -10,7 +10,7 @@ impl Backend for MemoryBackend {
     fn load(&mut self) -> Result<(Vec<(ObjKey, Value)>, u64), StoreError> {
         Ok((Vec::new(), 0))
     }
-    fn put(&mut self, _key: &ObjKey, _object: &Value, _rv: u64) -> Result<(), StoreError> {
+    fn put(&mut self, _key: &ObjKey, _json: &[u8], _rv: u64) -> Result<(), StoreError> {
         Ok(())
     }
     fn delete(&mut self, _key: &ObjKey, _rv: u64) -> Result<(), StoreError> {

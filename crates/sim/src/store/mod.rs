@@ -1,8 +1,9 @@
-//! The object store: every object as JSON, one global resourceVersion counter, a bounded
-//! event history for watches. The logic lives here; where bytes are kept is a [`Backend`]
+//! The object store: every object as compact JSON (decoded when read, see [`entry`]), one
+//! global resourceVersion counter, a bounded event history for watches. The logic lives here; where bytes are kept is a [`Backend`]
 //! (memory or SQLite), so both behave the same.
 
 mod backend;
+mod entry;
 mod event;
 mod history;
 pub mod memory;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
 pub use backend::{Backend, ObjKey, StoreError};
+pub use entry::Entry;
 pub use event::{Event, EventType};
 pub use history::Kept;
 pub use memory::MemoryBackend;
@@ -43,7 +45,7 @@ pub struct TooOld {
 /// Kept events after the requested version, and the receiver for what follows.
 pub type WatchStart = (Vec<Kept>, broadcast::Receiver<Arc<Event>>);
 
-type Bucket = BTreeMap<(String, String), Arc<Value>>;
+type Bucket = BTreeMap<(String, String), Entry>;
 
 struct Inner {
     rv: u64,
@@ -79,9 +81,16 @@ impl Store {
         let (objects, rv) = backend.load()?;
         let mut map: HashMap<String, Bucket> = HashMap::new();
         for (key, obj) in objects {
+            let version = obj
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(rv);
+            let obj = Arc::new(obj);
+            let e = Entry::new(&key.gr, version, &obj, entry::encode(&obj));
             map.entry(key.gr)
                 .or_default()
-                .insert((key.namespace, key.name), Arc::new(obj));
+                .insert((key.namespace, key.name), e);
         }
         // The ring holds what the history keeps decoded: a receiver behind it resumes from
         // the history (`watch_from`), which has everything the ring had.
@@ -117,12 +126,40 @@ impl Store {
     }
 
     pub fn get(&self, gr: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        // Decoded outside the lock.
+        self.entry(gr, namespace, name)?.value()
+    }
+
+    /// The object's metadata only (`{"metadata": …}`, without `managedFields`): cheap, for
+    /// readers of owners, uids and deletion marks.
+    pub fn get_stub(&self, gr: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        Some(self.entry(gr, namespace, name)?.stub)
+    }
+
+    fn entry(&self, gr: &str, namespace: &str, name: &str) -> Option<Entry> {
         let inner = self.lock();
         inner
             .objects
             .get(gr)?
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
+    }
+
+    /// [`Store::list`] as metadata stubs ([`Store::get_stub`]): a scan of every object that
+    /// decodes none.
+    pub fn list_stubs(&self, gr: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        let inner = self.lock();
+        let Some(b) = inner.objects.get(gr) else {
+            return Vec::new();
+        };
+        match namespace {
+            None => b.values().map(|e| e.stub.clone()).collect(),
+            Some(ns) => b
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, e)| e.stub.clone())
+                .collect(),
+        }
     }
 
     /// Objects of one resource, in (namespace, name) order, with the store rv.
@@ -152,6 +189,20 @@ impl Store {
         after: Option<&(String, String)>,
         at: Option<u64>,
     ) -> Result<(Vec<Arc<Value>>, u64), TooOld> {
+        let (items, at) = self.listed_at(gr, namespace, after, at)?;
+        // Decoded outside the lock.
+        Ok((items.iter().filter_map(Listed::value).collect(), at))
+    }
+
+    /// [`Store::list_at`] without decoding: selectors on labels and names read each item's
+    /// [`Listed::stub`], and a list of a built-in kind is written from the stored JSON.
+    pub fn listed_at(
+        &self,
+        gr: &str,
+        namespace: Option<&str>,
+        after: Option<&(String, String)>,
+        at: Option<u64>,
+    ) -> Result<(Vec<Listed>, u64), TooOld> {
         use std::ops::Bound;
         let inner = self.lock();
         let at = at.unwrap_or(inner.rv).min(inner.rv);
@@ -175,9 +226,11 @@ impl Store {
                 .take_while(|((ns, _), _)| namespace.is_none_or(|want| ns == want))
         });
         if at == inner.rv {
-            return Ok((items.map(|(_, v)| v.clone()).collect(), at));
+            return Ok((items.map(|(_, e)| Listed::Current(e.clone())).collect(), at));
         }
-        let mut then: Bucket = items.map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut then: BTreeMap<(String, String), Listed> = items
+            .map(|(k, e)| (k.clone(), Listed::Current(e.clone())))
+            .collect();
         for kept in inner.history.undo_since(at, gr) {
             let key = kept.key();
             let k = (key.namespace.clone(), key.name.clone());
@@ -189,11 +242,21 @@ impl Store {
                     then.remove(&k);
                 }
                 (_, Some(prev)) => {
-                    then.insert(k, prev);
+                    then.insert(k, Listed::Old(prev));
                 }
             }
         }
         Ok((then.into_values().collect(), at))
+    }
+
+    /// The current objects of one resource as the store keeps them (nothing decoded), in
+    /// (namespace, name) order, with the store rv: a watch's initial events.
+    pub fn snapshot(&self, gr: &str, namespace: Option<&str>) -> (Vec<Listed>, u64) {
+        match self.listed_at(gr, namespace, None, None) {
+            Ok(r) => r,
+            // Unreachable without `at`; an empty snapshot is the harmless answer.
+            Err(_) => (Vec::new(), self.current_rv()),
+        }
     }
 
     /// Every resource key with at least one object (for garbage collection scans).
@@ -214,37 +277,52 @@ impl Store {
         key: &ObjKey,
         f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Mutation, E>,
     ) -> Result<Option<Arc<Value>>, E> {
+        self.commit(key, |e| e.and_then(Entry::value), f)
+    }
+
+    /// [`Store::mutate`], with the current object as `current` makes it from the stored
+    /// entry (under the lock).
+    fn commit<E: From<StoreError>>(
+        &self,
+        key: &ObjKey,
+        current: impl FnOnce(Option<&Entry>) -> Option<Arc<Value>>,
+        f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Mutation, E>,
+    ) -> Result<Option<Arc<Value>>, E> {
         let mut inner = self.lock();
         let k = (key.namespace.clone(), key.name.clone());
-        let current = inner.objects.get(&key.gr).and_then(|b| b.get(&k)).cloned();
+        let entry = inner.objects.get(&key.gr).and_then(|b| b.get(&k)).cloned();
+        let current = current(entry.as_ref());
         let next = inner.rv + 1;
-        let (kind, stored, event_obj) = match f(current.as_ref(), next)? {
+        let (kind, stored, event_obj, json) = match f(current.as_ref(), next)? {
             Mutation::Unchanged => return Ok(current),
             Mutation::Put(mut obj) => {
                 set_rv(&mut obj, next);
-                inner.backend.put(key, &obj, next)?;
+                let json = entry::encode(&obj);
+                inner.backend.put(key, &json, next)?;
                 let obj = Arc::new(obj);
-                let kind = if current.is_some() {
+                let kind = if entry.is_some() {
                     EventType::Modified
                 } else {
                     EventType::Added
                 };
-                (kind, Some(obj.clone()), obj)
+                let stored = Entry::new(&key.gr, next, &obj, json.clone());
+                (kind, Some(stored), obj, json)
             }
             Mutation::Delete(mut obj) => {
                 set_rv(&mut obj, next);
                 inner.backend.delete(key, next)?;
-                (EventType::Deleted, None, Arc::new(obj))
+                let json = entry::encode(&obj);
+                (EventType::Deleted, None, Arc::new(obj), json)
             }
         };
         inner.rv = next;
-        match &stored {
-            Some(obj) => {
+        match stored {
+            Some(e) => {
                 inner
                     .objects
                     .entry(key.gr.clone())
                     .or_default()
-                    .insert(k, obj.clone());
+                    .insert(k, e);
             }
             None => {
                 if let Some(b) = inner.objects.get_mut(&key.gr) {
@@ -252,18 +330,20 @@ impl Store {
                 }
             }
         }
+        // Deletions keep the prev too: a paged list rebuilds the past from it (`list_at`).
+        let had_prev = kind != EventType::Added;
         let event = Arc::new(Event {
             rv: next,
             kind,
             key: key.clone(),
             object: event_obj.clone(),
-            // Deletions keep it too: a paged list rebuilds the past from it (`list_at`).
-            prev: if kind != EventType::Added {
-                current
+            prev: if had_prev { current } else { None },
+            prev_json: if had_prev {
+                entry.map(|e| e.json)
             } else {
                 None
             },
-            encoded: Default::default(),
+            encoded: json.into(),
         });
         inner.history.push(event.clone());
         // No receivers is fine.
@@ -281,19 +361,27 @@ impl Store {
         mut f: impl FnMut(Option<&Arc<Value>>) -> Result<Mutation, E>,
     ) -> Result<Option<Arc<Value>>, E> {
         loop {
-            let seen = self.get(&key.gr, &key.namespace, &key.name);
-            let decision = f(seen.as_ref())?;
-            let mut stale = false;
-            let out = self.mutate(key, |cur, _| {
-                let same = match (cur, seen.as_ref()) {
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                    (None, None) => true,
-                    _ => false,
-                };
-                stale = !same;
-                Ok(if same { decision } else { Mutation::Unchanged })
-            })?;
-            if !stale {
+            let seen = self.entry(&key.gr, &key.namespace, &key.name);
+            let seen_value = seen.as_ref().and_then(Entry::value);
+            let decision = f(seen_value.as_ref())?;
+            let stale = std::cell::Cell::new(false);
+            let out = self.commit(
+                key,
+                |cur| {
+                    // Same version: the same rv (every write makes a new one).
+                    stale.set(cur.map(|e| e.rv) != seen.as_ref().map(|e| e.rv));
+                    // A stale decision is dropped and made again: nothing to decode.
+                    if stale.get() { None } else { seen_value }
+                },
+                |_, _| {
+                    Ok(if stale.get() {
+                        Mutation::Unchanged
+                    } else {
+                        decision
+                    })
+                },
+            )?;
+            if !stale.get() {
                 return Ok(out);
             }
         }
@@ -320,7 +408,7 @@ impl Store {
         let current = inner
             .objects
             .iter()
-            .flat_map(|(gr, b)| b.values().map(move |v| (gr.as_str(), v)));
+            .flat_map(|(gr, b)| b.values().map(move |e| (gr.as_str(), &e.json)));
         stats::census(current, &inner.history)
     }
 
@@ -328,6 +416,41 @@ impl Store {
     pub fn subscribe(&self) -> (broadcast::Receiver<Arc<Event>>, u64) {
         let inner = self.lock();
         (self.tx.subscribe(), inner.rv)
+    }
+}
+
+/// One object as a list at some resourceVersion sees it: stored now (as JSON, decoded on
+/// demand), or an older version the history gave back decoded.
+#[derive(Clone)]
+pub enum Listed {
+    Current(Entry),
+    Old(Arc<Value>),
+}
+
+impl Listed {
+    /// The object's metadata (`{"metadata": …}`): enough for label selectors, names and
+    /// owners without decoding the object.
+    pub fn stub(&self) -> &Value {
+        match self {
+            Listed::Current(e) => &e.stub,
+            Listed::Old(v) => v,
+        }
+    }
+
+    /// The object as stored JSON, when it is the current version.
+    pub fn json(&self) -> Option<&Arc<[u8]>> {
+        match self {
+            Listed::Current(e) => Some(&e.json),
+            Listed::Old(_) => None,
+        }
+    }
+
+    /// The object, decoded.
+    pub fn value(&self) -> Option<Arc<Value>> {
+        match self {
+            Listed::Current(e) => e.value(),
+            Listed::Old(v) => Some(v.clone()),
+        }
     }
 }
 

@@ -101,11 +101,7 @@ impl Backend for SqliteBackend {
         Ok((out, rv.max(0) as u64))
     }
 
-    fn put(&mut self, key: &ObjKey, object: &Value, rv: u64) -> Result<(), StoreError> {
-        let data = serde_json::to_vec(object).map_err(|source| StoreError::Corrupt {
-            key: key.to_string(),
-            source,
-        })?;
+    fn put(&mut self, key: &ObjKey, data: &[u8], rv: u64) -> Result<(), StoreError> {
         let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
         self.conn
             .prepare_cached(

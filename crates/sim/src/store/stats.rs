@@ -14,8 +14,12 @@ pub struct Tally {
 
 impl Tally {
     fn add(&mut self, v: &Value) {
+        self.add_bytes(serde_json::to_vec(v).map_or(0, |b| b.len()));
+    }
+
+    fn add_bytes(&mut self, n: usize) {
         self.count += 1;
-        self.json_bytes += serde_json::to_vec(v).map_or(0, |b| b.len());
+        self.json_bytes += n;
     }
 }
 
@@ -26,18 +30,18 @@ pub struct Stats {
     pub current: BTreeMap<String, Tally>,
     /// Events kept for watches, by resource (count only).
     pub events: BTreeMap<String, usize>,
-    /// Decoded object versions that only the event history keeps alive (no longer current),
-    /// by resource: the newest events'.
+    /// Decoded object versions the newest events (the live ring) hold, current or not, by
+    /// resource: the store itself keeps objects as JSON.
     pub history_only: BTreeMap<String, Tally>,
     /// Bytes of the older events' objects, kept packed as JSON, by resource.
     pub packed: BTreeMap<String, usize>,
 }
 
 impl Stats {
-    /// One row per resource: current objects, kept events, versions only history holds.
+    /// One row per resource: current objects, kept events, versions the live ring holds decoded.
     pub fn table(&self) -> String {
         let mut out = String::from(
-            "| resource | objects | JSON MiB | kept events | decoded old versions | their JSON MiB | packed MiB |\n|---|---|---|---|---|---|---|\n",
+            "| resource | objects | JSON MiB | kept events | decoded in the live ring | their JSON MiB | packed MiB |\n|---|---|---|---|---|---|---|\n",
         );
         let mib = |b: usize| format!("{:.1}", b as f64 / f64::from(1 << 20));
         let mut keys: Vec<&String> = self.current.keys().chain(self.events.keys()).collect();
@@ -60,16 +64,18 @@ impl Stats {
     }
 }
 
-/// The census of `current` objects (by resource) and the `history`.
+/// The census of `current` objects (by resource, as the store keeps them: JSON) and the
+/// `history`.
 pub(super) fn census<'a>(
-    current: impl Iterator<Item = (&'a str, &'a Arc<Value>)>,
+    current: impl Iterator<Item = (&'a str, &'a Arc<[u8]>)>,
     history: &History,
 ) -> Stats {
     let mut s = Stats::default();
-    let mut live = HashSet::new();
-    for (gr, v) in current {
-        live.insert(Arc::as_ptr(v));
-        s.current.entry(gr.to_string()).or_default().add(v);
+    for (gr, json) in current {
+        s.current
+            .entry(gr.to_string())
+            .or_default()
+            .add_bytes(json.len());
     }
     let mut seen = HashSet::new();
     for (gr, kept) in history.census() {
@@ -78,7 +84,7 @@ pub(super) fn census<'a>(
             Ok(values) => {
                 for v in values.into_iter().flatten() {
                     let p = Arc::as_ptr(v);
-                    if !live.contains(&p) && seen.insert(p) {
+                    if seen.insert(p) {
                         s.history_only.entry(gr.to_string()).or_default().add(v);
                     }
                 }

@@ -57,7 +57,11 @@ impl ApiServer {
             time: &time,
         };
         let mut created = false;
-        if self.store.get(&t.info.gr(), &t.namespace, name).is_none() {
+        if self
+            .store
+            .get_stub(&t.info.gr(), &t.namespace, name)
+            .is_none()
+        {
             if sub == "status" {
                 return Err(t.not_found(name));
             }

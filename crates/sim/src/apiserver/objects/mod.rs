@@ -15,8 +15,9 @@ use super::resources::ResourceInfo;
 use super::server::ApiServer;
 use super::status::ApiError;
 pub use super::target::{DeleteOpts, ListOpts, Target};
+use crate::store::Listed;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 fn meta_str<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
     obj.get("metadata")
@@ -81,7 +82,7 @@ impl ApiServer {
         // Every page at the first page's resourceVersion (the token carries it).
         let (objs, rv) = self
             .store
-            .list_at(&t.info.gr(), ns, after.as_ref(), at)
+            .listed_at(&t.info.gr(), ns, after.as_ref(), at)
             .map_err(|e| {
                 ApiError::gone(format!(
                     "The provided continue parameter is too old to display a consistent list \
@@ -93,7 +94,7 @@ impl ApiServer {
         let filtered = !opts.labels.is_empty() || !opts.fields.is_empty();
         let mut matching = objs
             .iter()
-            .filter(|o| opts.labels.matches(o) && opts.fields.matches(o));
+            .filter(|o| super::selectors::selected(&opts.labels, &opts.fields, o));
         let mut remaining = 0usize;
         for o in matching.by_ref() {
             if opts.limit.is_some_and(|l| l > 0 && items.len() >= l) {
@@ -105,6 +106,7 @@ impl ApiServer {
         if remaining > 0 {
             remaining += matching.count();
             if let Some(last) = items.last() {
+                let last = last.stub();
                 let key = (
                     meta_str(last, "namespace").unwrap_or_default().to_string(),
                     meta_str(last, "name").unwrap_or_default().to_string(),
@@ -128,17 +130,23 @@ impl ApiServer {
     }
 }
 
-/// A list response over shared stored objects; serializes as the `…List` object would.
+/// A list response over the stored objects; serializes as the `…List` object would, each
+/// current item as its stored JSON (nothing decoded or copied per item).
 pub struct SharedList {
     kind: String,
     api_version: String,
     metadata: Value,
-    items: Vec<Arc<Value>>,
+    items: Vec<Listed>,
 }
 
 impl SharedList {
     fn into_value(self, t: &Target) -> Value {
-        let items: Vec<Value> = self.items.iter().map(|o| t.present(o)).collect();
+        let items: Vec<Value> = self
+            .items
+            .iter()
+            .filter_map(Listed::value)
+            .map(|o| t.present(&o))
+            .collect();
         json!({
             "kind": self.kind,
             "apiVersion": self.api_version,
@@ -148,10 +156,26 @@ impl SharedList {
     }
 }
 
+/// One list item as written: stored JSON as is, or an older version's value.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Item<'a> {
+    Raw(&'a RawValue),
+    Value(&'a Value),
+}
+
 impl serde::Serialize for SharedList {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let items: Vec<&Value> = self.items.iter().map(|o| o.as_ref()).collect();
+        use serde::ser::{Error, SerializeMap};
+        let items = self
+            .items
+            .iter()
+            .map(|o| match o.json() {
+                Some(j) => serde_json::from_slice::<&RawValue>(j).map(Item::Raw),
+                None => Ok(Item::Value(o.stub())),
+            })
+            .collect::<Result<Vec<Item<'_>>, _>>()
+            .map_err(S::Error::custom)?;
         let mut m = s.serialize_map(Some(4))?;
         m.serialize_entry("kind", &self.kind)?;
         m.serialize_entry("apiVersion", &self.api_version)?;

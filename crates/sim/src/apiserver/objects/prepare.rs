@@ -29,7 +29,7 @@ impl ApiServer {
         if !t.info.namespaced {
             return Ok(());
         }
-        let Some(ns) = self.store.get("/namespaces", "", &t.namespace) else {
+        let Some(ns) = self.store.get_stub("/namespaces", "", &t.namespace) else {
             return Err(ApiError::not_found("namespaces", "", &t.namespace));
         };
         if ns.pointer("/metadata/deletionTimestamp").is_some() {

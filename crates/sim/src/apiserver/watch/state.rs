@@ -75,6 +75,7 @@ mod tests {
             },
             object: Arc::new(json!({"metadata": {"name": "p7", "resourceVersion": "7"}})),
             prev: None,
+            prev_json: None,
             encoded: Default::default(),
         };
         let (a, b) = (e.json(), e.json());

@@ -1,0 +1,123 @@
+//! One stored object version: its JSON (the bytes watchers were sent and the history keeps),
+//! its metadata decoded (what scans such as the garbage collector's read), and the decoded
+//! object while anyone still holds it. A `serde_json::Value` takes about six times its JSON,
+//! so current objects are kept as JSON and decoded when read.
+
+use serde_json::{Map, Value};
+use std::sync::{Arc, Weak};
+
+#[derive(Clone)]
+pub struct Entry {
+    /// The version's resourceVersion: two reads saw the same version iff their rvs match.
+    pub(super) rv: u64,
+    pub(super) json: Arc<[u8]>,
+    /// `{"metadata": …}` without `managedFields`.
+    pub(super) stub: Arc<Value>,
+    /// The decoded object: held for the kinds read on every request ([`keeps_decoded`]),
+    /// else while an event of the live ring or a reader holds it.
+    value: Held,
+}
+
+#[derive(Clone)]
+enum Held {
+    Kept(Arc<Value>),
+    Weak(Weak<Value>),
+}
+
+/// Resources whose objects the API server reads on many requests (a custom resource's CRD for
+/// its schema, webhook configurations, namespaces, RBAC rules): few objects, kept decoded.
+pub(super) fn keeps_decoded(gr: &str) -> bool {
+    gr == "/namespaces"
+        || gr.starts_with("apiextensions.k8s.io/")
+        || gr.starts_with("admissionregistration.k8s.io/")
+        || gr.starts_with("rbac.authorization.k8s.io/")
+}
+
+impl Entry {
+    pub(super) fn new(gr: &str, rv: u64, value: &Arc<Value>, json: Arc<[u8]>) -> Self {
+        Entry {
+            rv,
+            json,
+            stub: Arc::new(stub_of(value)),
+            value: if keeps_decoded(gr) {
+                Held::Kept(value.clone())
+            } else {
+                Held::Weak(Arc::downgrade(value))
+            },
+        }
+    }
+
+    /// The object, decoded unless someone still holds it decoded.
+    pub fn value(&self) -> Option<Arc<Value>> {
+        match &self.value {
+            Held::Kept(v) => return Some(v.clone()),
+            Held::Weak(w) => {
+                if let Some(v) = w.upgrade() {
+                    return Some(v);
+                }
+            }
+        }
+        match serde_json::from_slice(&self.json) {
+            Ok(v) => Some(Arc::new(v)),
+            Err(e) => {
+                // Encoded by the store from a Value: cannot fail short of a bug.
+                tracing::error!(error = %e, "a stored object does not decode");
+                None
+            }
+        }
+    }
+}
+
+/// The object's metadata, without the managers' bookkeeping, under `metadata`.
+fn stub_of(v: &Value) -> Value {
+    let mut meta = v
+        .get("metadata")
+        .cloned()
+        .unwrap_or_else(|| Map::new().into());
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("managedFields");
+    }
+    let mut out = Map::new();
+    out.insert("metadata".into(), meta);
+    out.into()
+}
+
+/// `v` as the compact JSON the store keeps.
+pub(super) fn encode(v: &Value) -> Arc<[u8]> {
+    // Serializing a Value cannot fail (its keys are strings).
+    serde_json::to_vec(v).unwrap_or_default().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decodes_what_nobody_holds_and_shares_what_someone_does() {
+        let v = Arc::new(
+            json!({"metadata": {"name": "a", "managedFields": [{"manager": "m"}]}, "data": {"k": "v"}}),
+        );
+        let e = Entry::new("/configmaps", 3, &v, encode(&v));
+        assert!(Arc::ptr_eq(&e.value().unwrap(), &v));
+        assert_eq!(*e.stub, json!({"metadata": {"name": "a"}}));
+        drop(v);
+        let back = e.value().unwrap();
+        assert_eq!(back["data"]["k"], "v");
+        assert_eq!(back["metadata"]["managedFields"][0]["manager"], "m");
+    }
+
+    #[test]
+    fn a_crd_stays_decoded() {
+        let v = Arc::new(json!({"metadata": {"name": "c"}}));
+        let e = Entry::new(
+            "apiextensions.k8s.io/customresourcedefinitions",
+            1,
+            &v,
+            encode(&v),
+        );
+        drop(v);
+        let (a, b) = (e.value().unwrap(), e.value().unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+}
