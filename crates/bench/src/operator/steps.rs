@@ -3,6 +3,8 @@
 //! The caller starts the cluster and runs the operator as a child process, so the RSS read
 //! here is the operator's own.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, PostParams};
@@ -90,23 +92,88 @@ pub async fn create_policy(client: &kube::Client, yaml: &str) -> Result<String, 
     Ok(name)
 }
 
-/// Where the run stands, read from the API server's store: a list of thousands of Nodes over
-/// HTTPS four times a second would load the server the bench measures.
-pub fn progress(store: &gantry_sim::store::Store, policy: &str, p: &mut Progress) {
-    let (nodes, _) = store.list("/nodes", None, None);
-    let counts: Vec<u64> = nodes
+/// Each node's allocatable GPUs, kept up to date from the store's events by a task of its
+/// own: a list of thousands of Nodes four times a second would decode them all each time
+/// (the store keeps them as JSON) and load the server the bench measures.
+pub struct NodeGpus {
+    gpus: Arc<Mutex<HashMap<String, u64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for NodeGpus {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn allocatable(node: &serde_json::Value) -> u64 {
+    node.pointer("/status/allocatable")
+        .and_then(|a| a.get(gantry_api::names::RESOURCE_GPU))
+        .and_then(serde_json::Value::as_str)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every node's allocatable GPUs, read from the store.
+fn list_gpus(store: &gantry_sim::store::Store) -> HashMap<String, u64> {
+    store
+        .list("/nodes", None, None)
+        .0
         .iter()
-        .filter_map(|n| {
-            n.pointer("/status/allocatable")?
-                .get(gantry_api::names::RESOURCE_GPU)?
-                .as_str()?
-                .parse::<u64>()
-                .ok()
+        .map(|n| {
+            let name = n.pointer("/metadata/name").and_then(|v| v.as_str());
+            (name.unwrap_or_default().to_string(), allocatable(n))
         })
-        .filter(|c| *c > 0)
-        .collect();
-    p.allocatable_nodes = counts.len();
-    p.allocatable_gpus = counts.iter().sum();
+        .collect()
+}
+
+impl NodeGpus {
+    pub fn new(store: &gantry_sim::store::Store) -> Self {
+        use tokio::sync::broadcast::error::RecvError;
+        // Subscribed before the list: nothing falls between them.
+        let (mut rx, _) = store.subscribe();
+        let gpus = Arc::new(Mutex::new(list_gpus(store)));
+        let (store, map) = (store.clone(), gpus.clone());
+        let task = tokio::spawn(async move {
+            let lock = || map.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                match rx.recv().await {
+                    Ok(ev) if ev.key.gr == "/nodes" => {
+                        if ev.kind == gantry_sim::store::EventType::Deleted {
+                            lock().remove(&ev.key.name);
+                        } else {
+                            lock().insert(ev.key.name.clone(), allocatable(&ev.object));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => {
+                        rx = store.subscribe().0;
+                        *lock() = list_gpus(&store);
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        NodeGpus { gpus, task }
+    }
+
+    /// (nodes with GPUs allocatable, their GPUs)
+    fn counts(&self) -> (usize, u64) {
+        let g = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        let with = g.values().filter(|c| **c > 0);
+        (with.clone().count(), with.sum())
+    }
+}
+
+/// Where the run stands, read from the API server's store (not over HTTPS, which would load
+/// the server the bench measures).
+pub fn progress(
+    store: &gantry_sim::store::Store,
+    nodes: &NodeGpus,
+    policy: &str,
+    p: &mut Progress,
+) {
+    (p.allocatable_nodes, p.allocatable_gpus) = nodes.counts();
     let res = cluster_policy_resource();
     let gr = format!("{}/{}", res.group, res.plural);
     let cp = store.get(&gr, "", policy);
@@ -136,8 +203,9 @@ pub async fn wait_ready(
         nodes: gpu_nodes,
         ..Default::default()
     };
+    let nodes = NodeGpus::new(store);
     loop {
-        progress(store, policy, &mut p);
+        progress(store, &nodes, policy, &mut p);
         if p.to_allocatable.is_none() && p.allocatable_nodes >= gpu_nodes {
             p.to_allocatable = Some(t0.elapsed());
         }

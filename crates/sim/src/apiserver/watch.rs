@@ -8,7 +8,7 @@ use super::selectors::{FieldSelector, LabelSelector};
 use super::server::ApiServer;
 use super::status::ApiError;
 use super::target::Target;
-use crate::store::{Event, EventType, Kept, Listed, ObjKey};
+use crate::store::{Event, EventType, Kept, Listed, ObjKey, TooOld, WatchStart};
 use axum::body::Bytes;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -65,6 +65,15 @@ impl Filter {
         match k.json() {
             Some(json) if self.plain() => Some(Line::shared(k.kind(), json.clone())),
             _ => self.line_for(&*k.event()?),
+        }
+    }
+
+    /// The kept events after `rv` and a receiver of what follows: of the one object a
+    /// single-object watch names (woken by its events only), else of all objects.
+    fn watch_from(&self, srv: &ApiServer, rv: u64) -> Result<WatchStart, TooOld> {
+        match self.opts.fields.name() {
+            Some(name) => srv.store.watch_name_from(rv, &self.gr, name),
+            None => srv.store.watch_from(rv),
         }
     }
 
@@ -258,9 +267,8 @@ fn begin(srv: &ApiServer, filter: &Filter) -> Result<Start, ApiError> {
         } else {
             (Vec::new(), srv.store.current_rv())
         };
-        let (backlog, sub) = srv
-            .store
-            .watch_from(list_rv)
+        let (backlog, sub) = filter
+            .watch_from(srv, list_rv)
             .map_err(|e| ApiError::gone(e.to_string()))?;
         return Ok(Start {
             initial: objs,
@@ -272,7 +280,7 @@ fn begin(srv: &ApiServer, filter: &Filter) -> Result<Start, ApiError> {
         });
     }
     let want = parse_rv(&rv)?;
-    Ok(match srv.store.watch_from(want) {
+    Ok(match filter.watch_from(srv, want) {
         Ok((backlog, sub)) => Start {
             initial: Vec::new(),
             end_bookmark: false,
@@ -358,6 +366,35 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
             _ = &mut deadline => return Ok(()),
             _ = tx.closed() => return Err(Stop::Gone),
             _ = tick.tick(), if filter.opts.bookmarks => {
+                if filter.opts.fields.name().is_some() {
+                    // A single-object watch sees only its object's events, so its bookmark
+                    // carries the store's version: every event up to it has been queued for
+                    // this watch (the store sends under the lock that version is read
+                    // under), and those still queued go out first.
+                    let now = srv.store.current_rv();
+                    loop {
+                        match sub.try_recv() {
+                            Ok(ev) if ev.rv > last => {
+                                last = ev.rv;
+                                if let Some(l) = filter.line_for(&ev) {
+                                    send_line(tx, l).await?;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                                match filter.watch_from(srv, last) {
+                                    Ok((backlog, fresh)) => {
+                                        sub = fresh;
+                                        send_backlog(tx, filter, backlog, &mut last).await?;
+                                    }
+                                    Err(e) => return send(tx, line("ERROR", &ApiError::gone(e.to_string()).to_status())).await,
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    last = last.max(now);
+                }
                 send(tx, line("BOOKMARK", &filter.bookmark(last, false))).await?;
             }
             got = sub.recv() => match got {
@@ -372,7 +409,7 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                 }
                 // Behind the store's live ring: the history has every event the ring let
                 // go, so the watch goes on from there (a 410 if it was compacted too).
-                Err(broadcast::error::RecvError::Lagged(_)) => match srv.store.watch_from(last) {
+                Err(broadcast::error::RecvError::Lagged(_)) => match filter.watch_from(srv, last) {
                     Ok((backlog, fresh)) => {
                         sub = fresh;
                         send_backlog(tx, filter, backlog, &mut last).await?;

@@ -235,6 +235,16 @@ impl History {
         self.kept.range(start..).cloned().collect()
     }
 
+    /// [`History::since`] for the objects named `name` in `gr` only.
+    pub(super) fn since_name(&self, rv: u64, gr: &str, name: &str) -> Vec<Kept> {
+        let start = self.kept.partition_point(|k| k.rv() <= rv);
+        self.kept
+            .range(start..)
+            .filter(|k| k.key().gr == gr && k.key().name == name)
+            .cloned()
+            .collect()
+    }
+
     /// The kept events newer than `at`, newest first, for one resource (`gr`): what a list
     /// at `at` undoes.
     pub(super) fn undo_since(&self, at: u64, gr: &str) -> impl Iterator<Item = &Kept> {

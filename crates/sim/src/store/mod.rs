@@ -52,7 +52,13 @@ struct Inner {
     objects: HashMap<String, Bucket>,
     history: History,
     backend: Box<dyn Backend>,
+    /// Rings of single-object watches, by resource and name ([`Store::watch_name_from`]).
+    named: HashMap<String, HashMap<String, broadcast::Sender<Arc<Event>>>>,
 }
+
+/// Slots of a single-object watch's ring: one object's events are few, and a watcher behind
+/// goes on from the history.
+const NAMED_RING: usize = 64;
 
 /// The shared store. Cheap to clone.
 #[derive(Clone)]
@@ -101,6 +107,7 @@ impl Store {
                 objects: map,
                 history: History::new(history_limit, history_bytes, rv),
                 backend,
+                named: HashMap::new(),
             })),
             tx,
         })
@@ -346,6 +353,15 @@ impl Store {
             encoded: json.into(),
         });
         inner.history.push(event.clone());
+        if let Some(n) = inner.named.get_mut(&key.gr) {
+            let gone = n
+                .get(&key.name)
+                .is_some_and(|tx| tx.send(event.clone()).is_err());
+            if gone {
+                // Its last watcher has gone.
+                n.remove(&key.name);
+            }
+        }
         // No receivers is fine.
         let _ = self.tx.send(event);
         Ok(Some(event_obj))
@@ -399,6 +415,28 @@ impl Store {
         }
         let rx = self.tx.subscribe();
         Ok((inner.history.since(rv), rx))
+    }
+
+    /// [`Store::watch_from`] for a watch of the objects named `name` in `gr` only (any
+    /// namespace): its backlog holds only their events, and its receiver gets only theirs,
+    /// so thousands of such watches (a node agent each, watching its own Node) are not each
+    /// woken by every event in the cluster.
+    pub fn watch_name_from(&self, rv: u64, gr: &str, name: &str) -> Result<WatchStart, TooOld> {
+        let mut inner = self.lock();
+        if rv < inner.history.compacted() {
+            return Err(TooOld {
+                requested: rv,
+                oldest: inner.history.compacted(),
+            });
+        }
+        let rx = inner
+            .named
+            .entry(gr.to_string())
+            .or_default()
+            .entry(name.to_string())
+            .or_insert_with(|| broadcast::channel(NAMED_RING).0)
+            .subscribe();
+        Ok((inner.history.since_name(rv, gr, name), rx))
     }
 
     /// Counts what the store holds, by resource. Encodes every object, under the lock:

@@ -142,7 +142,7 @@ async fn watch_resumes_after_a_dropped_connection() -> Result {
     Ok(())
 }
 
-/// A watch that falls more than the store's live ring (4,096 events) behind goes on from the
+/// A watch that falls more than the store's live ring (512 events) behind goes on from the
 /// kept history, where the older events are packed JSON: written faster than it reads, it
 /// still sees every object once, in order. (Should the server close it for not reading, the
 /// test resumes from the last resourceVersion, as a client would.)
@@ -304,5 +304,80 @@ async fn reflector_stays_in_sync_under_10000_writes() -> Result {
     })
     .await?;
     task.abort();
+    Ok(())
+}
+
+/// A single-object watch (`metadata.name=…`, as a node agent watches its own Node) gets only
+/// its object's events, before and after a resume, and its bookmarks carry the store's
+/// version though every write in between was to another object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_of_one_object_by_name_sees_its_events_and_current_bookmarks() -> Result {
+    let (_env, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let a = api
+        .create(&PostParams::default(), &cm("a", json!({"n": "0"}))?)
+        .await?;
+    api.create(&PostParams::default(), &cm("b", json!({"n": "0"}))?)
+        .await?;
+    let rv = a.metadata.resource_version.unwrap_or_default();
+    let params = WatchParams::default().fields("metadata.name=a");
+    let mut stream = api.watch(&params, &rv).await?.boxed();
+    let set = |name: &'static str, n: usize| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"n": n.to_string()}})),
+            )
+            .await
+        }
+    };
+    // More writes to `b` than a single-object watch's ring holds, then one to `a`.
+    for n in 1..=100 {
+        set("b", n).await?;
+    }
+    let a1 = set("a", 1).await?;
+    let mut last_b = String::new();
+    for n in 101..=110 {
+        last_b = set("b", n)
+            .await?
+            .metadata
+            .resource_version
+            .unwrap_or_default();
+    }
+    match stream.try_next().await? {
+        Some(WatchEvent::Modified(o)) => {
+            assert_eq!(o.metadata.name.as_deref(), Some("a"));
+            assert_eq!(o.metadata.resource_version, a1.metadata.resource_version);
+        }
+        other => anyhow::bail!("unexpected {other:?}"),
+    }
+    // The next line is a bookmark (the server sends one every 5 s) at or past b's last write.
+    let next = tokio::time::timeout(std::time::Duration::from_secs(15), stream.try_next()).await;
+    let bookmark_rv = match next {
+        Ok(Ok(Some(WatchEvent::Bookmark(b)))) => b.metadata.resource_version,
+        other => anyhow::bail!("expected a bookmark, got {other:?}"),
+    };
+    let num = |s: &str| s.parse::<u64>().unwrap_or(0);
+    assert!(
+        num(&bookmark_rv) >= num(&last_b),
+        "bookmark {bookmark_rv} is behind the last write {last_b}"
+    );
+    // Resumed from the bookmark: the next change to `a`, nothing of `b`.
+    drop(stream);
+    let mut stream = api.watch(&params, &bookmark_rv).await?.boxed();
+    set("b", 111).await?;
+    set("a", 2).await?;
+    match stream.try_next().await? {
+        Some(WatchEvent::Modified(o)) => assert_eq!(
+            (
+                o.metadata.name.as_deref(),
+                o.data.and_then(|d| d.get("n").cloned()).as_deref()
+            ),
+            (Some("a"), Some("2"))
+        ),
+        other => anyhow::bail!("unexpected {other:?}"),
+    }
     Ok(())
 }
