@@ -25,17 +25,27 @@ const NAMESPACE_FINALIZER: &str = "kubernetes";
 const MANAGER: &str = "gantry-garbage-collector";
 /// How often every owner reference in the store is checked (events cover the rest).
 const OWNER_SWEEP: Duration = Duration::from_secs(30);
+/// After an owner sweep that took `d`, the next is at least `OWNER_SWEEP_PACE × d` later.
+const OWNER_SWEEP_PACE: u32 = 50;
 
 /// Runs until `stop` turns true.
 pub async fn run(api: Arc<ApiServer>, mut stop: watch::Receiver<bool>) {
     let (mut rx, _) = api.store.subscribe();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut owner_tick = tokio::time::interval(OWNER_SWEEP);
+    let owner_sweep = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(owner_sweep);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => sweep(&api),
-            _ = owner_tick.tick() => sweep_owners(&api),
+            _ = &mut owner_sweep => {
+                let started = tokio::time::Instant::now();
+                sweep_owners(&api);
+                // Every object each time: at thousands of nodes a sweep takes a while, so
+                // the next waits long enough to keep the sweeps to a few percent of a core.
+                let next = OWNER_SWEEP.max(started.elapsed() * OWNER_SWEEP_PACE);
+                owner_sweep.as_mut().reset(tokio::time::Instant::now() + next);
+            }
             ev = rx.recv() => match ev {
                 Ok(ev) => on_event(&api, &ev),
                 Err(broadcast::error::RecvError::Lagged(_)) => {
