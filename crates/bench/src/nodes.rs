@@ -148,6 +148,22 @@ pub struct KubeletProcesses {
     pub command: Vec<std::ffi::OsString>,
 }
 
+/// File descriptors one simulated node holds with every operand running (sockets of the
+/// kubelet, device plugin, PodResources and exporter, and their clients).
+pub const FDS_PER_NODE: usize = 8;
+
+/// How many kubelet processes `nodes` need so that none holds more than half of
+/// `open_file_limit` descriptors for its nodes (0: they fit in this process).
+pub fn processes_needed(nodes: usize, open_file_limit: usize) -> usize {
+    let per_process = (open_file_limit / 2).max(FDS_PER_NODE);
+    let fds = nodes * FDS_PER_NODE;
+    if fds <= per_process {
+        0
+    } else {
+        fds.div_ceil(per_process)
+    }
+}
+
 impl KubeletProcesses {
     /// `count` processes of this binary's `gantry sim kubelets` (None for 0: in-process).
     pub fn of_this_binary(count: usize) -> std::io::Result<Option<Self>> {
@@ -380,4 +396,20 @@ async fn nodes_bench_inner(opts: &NodesBenchOpts) -> Result<NodesReport, BenchEr
     drop(cluster);
     drop(cp);
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_that_fit_half_the_limit_stay_in_process() {
+        assert_eq!(processes_needed(1000, 20_000), 0);
+        assert_eq!(processes_needed(1250, 20_000), 0);
+        // 40,000 descriptors, 10,000 a process.
+        assert_eq!(processes_needed(5000, 20_000), 4);
+        assert_eq!(processes_needed(5001, 20_000), 5);
+        // A tiny limit still gives every process at least one node.
+        assert_eq!(processes_needed(3, 1), 3);
+    }
 }

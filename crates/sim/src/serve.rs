@@ -33,7 +33,12 @@ const LOG_EVERY: Duration = Duration::from_secs(5);
 /// The most connections served at once: a margin below the open-file limit (the rest is
 /// for the store, watches' files and sockets), at most 10,000.
 pub fn connection_limit() -> usize {
-    let soft = std::fs::read_to_string("/proc/self/limits")
+    open_file_limit().saturating_sub(128).clamp(64, 10_000)
+}
+
+/// This process's soft limit of open files (1,024 where it cannot be read).
+pub fn open_file_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|l| {
             l.lines()
@@ -41,8 +46,7 @@ pub fn connection_limit() -> usize {
                 .and_then(|l| l.split_whitespace().nth(3))
                 .and_then(|n| n.parse::<usize>().ok())
         })
-        .unwrap_or(1024);
-    soft.saturating_sub(128).clamp(64, 10_000)
+        .unwrap_or(1024)
 }
 
 /// Logs the first of a run of equal errors, then at most one summary per [`LOG_EVERY`].

@@ -78,9 +78,11 @@ pub struct BenchArgs {
     progress: u64,
     /// Run the simulated kubelets in this many child processes (`gantry sim kubelets`); 0
     /// runs them in the bench process. A node with every operand holds ~8 file descriptors,
-    /// so 5,000 nodes need several processes where one may open 20,000.
-    #[arg(long, default_value_t = 0)]
-    kubelet_processes: usize,
+    /// so 5,000 nodes need several processes where one may open 20,000. Default: in this
+    /// process while the nodes need at most half the open-file limit, else enough processes
+    /// that none needs more.
+    #[arg(long)]
+    kubelet_processes: Option<usize>,
 }
 
 /// `gantry bench operator` (the harness is `gantry_bench::operator`).
@@ -106,7 +108,12 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             }),
         progress: (args.progress > 0).then(|| std::time::Duration::from_secs(args.progress)),
         kubelet_processes: gantry_bench::nodes::KubeletProcesses::of_this_binary(
-            args.kubelet_processes,
+            args.kubelet_processes.unwrap_or_else(|| {
+                gantry_bench::nodes::processes_needed(
+                    args.nodes as usize,
+                    gantry_sim::serve::open_file_limit(),
+                )
+            }),
         )?,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
