@@ -1,6 +1,6 @@
 //! The object store: every object as compact JSON (decoded when read, see [`entry`]), one
-//! global resourceVersion counter, a bounded event history for watches. The logic lives here; where bytes are kept is a [`Backend`]
-//! (memory or SQLite), so both behave the same.
+//! global resourceVersion counter, a bounded event history for watches. The logic lives here;
+//! where bytes are kept is a [`Backend`] (memory or SQLite), so both behave the same.
 
 mod backend;
 mod entry;
