@@ -18,6 +18,7 @@ pub mod operator;
 pub mod replay;
 pub mod schedule;
 pub mod scheduler_api;
+pub mod tally;
 pub mod workload;
 
 /// Resident set size and its peak (`VmRSS`, `VmHWM`) of process `pid`, in bytes, from

@@ -15,6 +15,8 @@ use gantry_sim::cluster::{ClusterError, SimCluster, start};
 use gantry_sim::kubelet::node_agents::default_registry;
 use gantry_sim::{ControlPlane, ControlPlaneOptions, controllers, nodes};
 
+use crate::tally::Tally;
+
 /// What `bench nodes` measured.
 #[derive(Debug, Clone)]
 pub struct NodesReport {
@@ -243,19 +245,41 @@ fn node_ready(n: &Value) -> bool {
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
-fn progress(cp: &ControlPlane) -> Progress {
-    let store = &cp.api().store;
-    let (nodes, _) = store.list("/nodes", None, None);
-    let (pods, _) = store.list("/pods", Some("kube-system"), None);
-    Progress {
-        nodes: nodes.len(),
-        ready: nodes.iter().filter(|n| node_ready(n)).count(),
-        gpus: nodes.iter().map(|n| allocatable_gpus(n)).sum(),
-        pods: pods.len(),
-        running: pods
-            .iter()
-            .filter(|p| p.pointer("/status/phase") == Some(&json!("Running")))
-            .count(),
+/// Nodes (ready, allocatable GPUs) and kube-system pods (running), followed from the store's
+/// events rather than listed every poll (see [`Tally`]).
+struct Watched {
+    nodes: Tally<(bool, u64)>,
+    pods: Tally<bool>,
+}
+
+impl Watched {
+    fn new(cp: &ControlPlane) -> Self {
+        let store = &cp.api().store;
+        Watched {
+            nodes: Tally::new(store, "/nodes", None, |n| {
+                (node_ready(n), allocatable_gpus(n))
+            }),
+            pods: Tally::new(store, "/pods", Some("kube-system"), |p| {
+                p.pointer("/status/phase") == Some(&json!("Running"))
+            }),
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        let (nodes, ready, gpus) = self.nodes.read(|n| {
+            let ready = n.values().filter(|(r, _)| *r).count();
+            (n.len(), ready, n.values().map(|(_, g)| g).sum())
+        });
+        let (pods, running) = self
+            .pods
+            .read(|p| (p.len(), p.values().filter(|r| **r).count()));
+        Progress {
+            nodes,
+            ready,
+            gpus,
+            pods,
+            running,
+        }
     }
 }
 
@@ -351,9 +375,10 @@ async fn nodes_bench_inner(opts: &NodesBenchOpts) -> Result<NodesReport, BenchEr
         peak_fds: 0,
         load_average: None,
     };
+    let watched = Watched::new(&cp);
     let mut next_say = Instant::now();
     while t0.elapsed() < timeout {
-        let p = progress(&cp);
+        let p = watched.progress();
         report.ready_nodes = p.ready;
         report.allocatable_gpus = p.gpus;
         if let Some(every) = opts.progress

@@ -3,9 +3,9 @@
 //! The caller starts the cluster and runs the operator as a child process, so the RSS read
 //! here is the operator's own.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::tally::Tally;
 
 use kube::api::{Api, DynamicObject, PostParams};
 
@@ -92,20 +92,6 @@ pub async fn create_policy(client: &kube::Client, yaml: &str) -> Result<String, 
     Ok(name)
 }
 
-/// Each node's allocatable GPUs, kept up to date from the store's events by a task of its
-/// own: a list of thousands of Nodes four times a second would decode them all each time
-/// (the store keeps them as JSON) and load the server the bench measures.
-pub struct NodeGpus {
-    gpus: Arc<Mutex<HashMap<String, u64>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for NodeGpus {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 fn allocatable(node: &serde_json::Value) -> u64 {
     node.pointer("/status/allocatable")
         .and_then(|a| a.get(gantry_api::names::RESOURCE_GPU))
@@ -114,54 +100,20 @@ fn allocatable(node: &serde_json::Value) -> u64 {
         .unwrap_or(0)
 }
 
-/// Every node's allocatable GPUs, read from the store.
-fn list_gpus(store: &gantry_sim::store::Store) -> HashMap<String, u64> {
-    store
-        .list("/nodes", None, None)
-        .0
-        .iter()
-        .map(|n| {
-            let name = n.pointer("/metadata/name").and_then(|v| v.as_str());
-            (name.unwrap_or_default().to_string(), allocatable(n))
-        })
-        .collect()
-}
+/// Each node's allocatable GPUs, from the store's events ([`Tally`]).
+pub struct NodeGpus(Tally<u64>);
 
 impl NodeGpus {
     pub fn new(store: &gantry_sim::store::Store) -> Self {
-        use tokio::sync::broadcast::error::RecvError;
-        // Subscribed before the list: nothing falls between them.
-        let (mut rx, _) = store.subscribe();
-        let gpus = Arc::new(Mutex::new(list_gpus(store)));
-        let (store, map) = (store.clone(), gpus.clone());
-        let task = tokio::spawn(async move {
-            let lock = || map.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                match rx.recv().await {
-                    Ok(ev) if ev.key.gr == "/nodes" => {
-                        if ev.kind == gantry_sim::store::EventType::Deleted {
-                            lock().remove(&ev.key.name);
-                        } else {
-                            lock().insert(ev.key.name.clone(), allocatable(&ev.object));
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(_)) => {
-                        rx = store.subscribe().0;
-                        *lock() = list_gpus(&store);
-                    }
-                    Err(RecvError::Closed) => return,
-                }
-            }
-        });
-        NodeGpus { gpus, task }
+        NodeGpus(Tally::new(store, "/nodes", None, allocatable))
     }
 
     /// (nodes with GPUs allocatable, their GPUs)
     fn counts(&self) -> (usize, u64) {
-        let g = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
-        let with = g.values().filter(|c| **c > 0);
-        (with.clone().count(), with.sum())
+        self.0.read(|g| {
+            let with = g.values().filter(|c| **c > 0);
+            (with.clone().count(), with.sum())
+        })
     }
 }
 
