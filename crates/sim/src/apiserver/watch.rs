@@ -156,6 +156,45 @@ async fn send_backlog(
     Ok(())
 }
 
+/// Queues a live event's line, if it is newer than `last` and concerns the watcher.
+async fn send_event(tx: &Tx, filter: &Filter, ev: &Event, last: &mut u64) -> Result<(), Stop> {
+    if ev.rv <= *last {
+        return Ok(());
+    }
+    *last = ev.rv;
+    match filter.line_for(ev) {
+        Some(l) => send_line(tx, l).await,
+        None => Ok(()),
+    }
+}
+
+/// Behind the store's live ring (or a single-object watch's): the history has every event
+/// the ring let go, so the watch goes on from there with a fresh receiver. `false` once a
+/// 410 was sent instead (the history was compacted too): the watch ends.
+async fn resume(
+    srv: &ApiServer,
+    filter: &Filter,
+    tx: &Tx,
+    sub: &mut broadcast::Receiver<Arc<Event>>,
+    last: &mut u64,
+) -> Result<bool, Stop> {
+    match filter.watch_from(srv, *last) {
+        Ok((backlog, fresh)) => {
+            *sub = fresh;
+            send_backlog(tx, filter, backlog, last).await?;
+            Ok(true)
+        }
+        Err(e) => {
+            send(
+                tx,
+                line("ERROR", &ApiError::gone(e.to_string()).to_status()),
+            )
+            .await?;
+            Ok(false)
+        }
+    }
+}
+
 /// Queues a line: a shared one goes as prefix, object and suffix.
 async fn send_line(tx: &Tx, l: Line) -> Result<(), Stop> {
     match l {
@@ -374,20 +413,10 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                     let now = srv.store.current_rv();
                     loop {
                         match sub.try_recv() {
-                            Ok(ev) if ev.rv > last => {
-                                last = ev.rv;
-                                if let Some(l) = filter.line_for(&ev) {
-                                    send_line(tx, l).await?;
-                                }
-                            }
-                            Ok(_) => {}
+                            Ok(ev) => send_event(tx, filter, &ev, &mut last).await?,
                             Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                                match filter.watch_from(srv, last) {
-                                    Ok((backlog, fresh)) => {
-                                        sub = fresh;
-                                        send_backlog(tx, filter, backlog, &mut last).await?;
-                                    }
-                                    Err(e) => return send(tx, line("ERROR", &ApiError::gone(e.to_string()).to_status())).await,
+                                if !resume(srv, filter, tx, &mut sub, &mut last).await? {
+                                    return Ok(());
                                 }
                             }
                             Err(_) => break,
@@ -398,24 +427,12 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
                 send(tx, line("BOOKMARK", &filter.bookmark(last, false))).await?;
             }
             got = sub.recv() => match got {
-                Ok(ev) => {
-                    if ev.rv <= last {
-                        continue;
-                    }
-                    last = ev.rv;
-                    if let Some(l) = filter.line_for(&ev) {
-                        send_line(tx, l).await?;
+                Ok(ev) => send_event(tx, filter, &ev, &mut last).await?,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if !resume(srv, filter, tx, &mut sub, &mut last).await? {
+                        return Ok(());
                     }
                 }
-                // Behind the store's live ring: the history has every event the ring let
-                // go, so the watch goes on from there (a 410 if it was compacted too).
-                Err(broadcast::error::RecvError::Lagged(_)) => match filter.watch_from(srv, last) {
-                    Ok((backlog, fresh)) => {
-                        sub = fresh;
-                        send_backlog(tx, filter, backlog, &mut last).await?;
-                    }
-                    Err(e) => return send(tx, line("ERROR", &ApiError::gone(e.to_string()).to_status())).await,
-                },
                 Err(broadcast::error::RecvError::Closed) => return Ok(()),
             },
         }

@@ -47,6 +47,11 @@ impl Entry {
         }
     }
 
+    /// The object as stored.
+    pub fn json(&self) -> &Arc<[u8]> {
+        &self.json
+    }
+
     /// The object, decoded unless someone still holds it decoded.
     pub fn value(&self) -> Option<Arc<Value>> {
         match &self.value {

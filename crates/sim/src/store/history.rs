@@ -19,6 +19,14 @@ pub const LIVE_EVENTS: usize = 512;
 /// An object as JSON.
 type Packed = Arc<[u8]>;
 
+/// The requested watch start is older than the kept history.
+#[derive(Debug, thiserror::Error)]
+#[error("too old resource version: {requested} ({oldest})")]
+pub struct TooOld {
+    pub requested: u64,
+    pub oldest: u64,
+}
+
 /// One kept event as [`History::census`] tells it: its object and prev when decoded, else
 /// the bytes it holds packed.
 pub(super) type Census<'a> = Result<[Option<&'a Arc<Value>>; 2], usize>;
@@ -156,8 +164,16 @@ impl History {
         }
     }
 
-    pub(super) fn compacted(&self) -> u64 {
-        self.compacted
+    /// Whether the history still reaches back to `rv`: a watch or list from there is served,
+    /// else it is too old (410).
+    pub(super) fn reaches(&self, rv: u64) -> Result<(), TooOld> {
+        if rv < self.compacted {
+            return Err(TooOld {
+                requested: rv,
+                oldest: self.compacted,
+            });
+        }
+        Ok(())
     }
 
     pub(super) fn push(&mut self, ev: Arc<Event>) {
@@ -348,8 +364,8 @@ mod tests {
             h.packed_bytes,
             size * 5
         );
-        assert!(h.compacted() >= 20, "compacted at {}", h.compacted());
-        assert_eq!(h.since(h.compacted()).len() as u64, 30 - h.compacted());
+        assert!(h.compacted >= 20, "compacted at {}", h.compacted);
+        assert_eq!(h.since(h.compacted).len() as u64, 30 - h.compacted);
         // The live events are never dropped for bytes.
         assert!(h.since(26).len() == 4);
     }

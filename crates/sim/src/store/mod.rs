@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 pub use backend::{Backend, ObjKey, StoreError};
 pub use entry::Entry;
 pub use event::{Event, EventType};
-pub use history::Kept;
+pub use history::{Kept, TooOld};
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
 pub use stats::{Stats, Tally};
@@ -34,14 +34,6 @@ pub enum Mutation {
     Unchanged,
 }
 
-/// The requested watch start is older than the kept history.
-#[derive(Debug, thiserror::Error)]
-#[error("too old resource version: {requested} ({oldest})")]
-pub struct TooOld {
-    pub requested: u64,
-    pub oldest: u64,
-}
-
 /// Kept events after the requested version, and the receiver for what follows.
 pub type WatchStart = (Vec<Kept>, broadcast::Receiver<Arc<Event>>);
 
@@ -54,6 +46,27 @@ struct Inner {
     backend: Box<dyn Backend>,
     /// Rings of single-object watches, by resource and name ([`Store::watch_name_from`]).
     named: HashMap<String, HashMap<String, broadcast::Sender<Arc<Event>>>>,
+}
+
+impl Inner {
+    /// The current objects of `gr` (in `namespace`, after the key `after`), in key order.
+    fn current<'a>(
+        &'a self,
+        gr: &str,
+        namespace: Option<&'a str>,
+        after: Option<&(String, String)>,
+    ) -> impl Iterator<Item = (&'a (String, String), &'a Entry)> {
+        use std::ops::Bound;
+        let start = match (after, namespace) {
+            (Some(a), _) => Bound::Excluded(a.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        self.objects.get(gr).into_iter().flat_map(move |b| {
+            b.range((start.clone(), Bound::Unbounded))
+                .take_while(move |((ns, _), _)| namespace.is_none_or(|want| ns == want))
+        })
+    }
 }
 
 /// Slots of a single-object watch's ring: one object's events are few, and a watcher behind
@@ -156,17 +169,10 @@ impl Store {
     /// decodes none.
     pub fn list_stubs(&self, gr: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
         let inner = self.lock();
-        let Some(b) = inner.objects.get(gr) else {
-            return Vec::new();
-        };
-        match namespace {
-            None => b.values().map(|e| e.stub.clone()).collect(),
-            Some(ns) => b
-                .range((ns.to_string(), String::new())..)
-                .take_while(|((n, _), _)| n == ns)
-                .map(|(_, e)| e.stub.clone())
-                .collect(),
-        }
+        inner
+            .current(gr, namespace, None)
+            .map(|(_, e)| e.stub.clone())
+            .collect()
     }
 
     /// Objects of one resource, in (namespace, name) order, with the store rv.
@@ -210,28 +216,13 @@ impl Store {
         after: Option<&(String, String)>,
         at: Option<u64>,
     ) -> Result<(Vec<Listed>, u64), TooOld> {
-        use std::ops::Bound;
         let inner = self.lock();
         let at = at.unwrap_or(inner.rv).min(inner.rv);
-        if at < inner.history.compacted() {
-            return Err(TooOld {
-                requested: at,
-                oldest: inner.history.compacted(),
-            });
-        }
-        let start = match (after, namespace) {
-            (Some(a), _) => Bound::Excluded(a.clone()),
-            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
-            (None, None) => Bound::Unbounded,
-        };
+        inner.history.reaches(at)?;
         let in_range = |k: &(String, String)| {
             namespace.is_none_or(|want| k.0 == want) && after.is_none_or(|a| k > a)
         };
-        let current = inner.objects.get(gr);
-        let items = current.into_iter().flat_map(|b| {
-            b.range((start.clone(), Bound::Unbounded))
-                .take_while(|((ns, _), _)| namespace.is_none_or(|want| ns == want))
-        });
+        let items = inner.current(gr, namespace, after);
         if at == inner.rv {
             return Ok((items.map(|(_, e)| Listed::Current(e.clone())).collect(), at));
         }
@@ -407,12 +398,7 @@ impl Store {
     /// follows, taken atomically so nothing falls between them.
     pub fn watch_from(&self, rv: u64) -> Result<WatchStart, TooOld> {
         let inner = self.lock();
-        if rv < inner.history.compacted() {
-            return Err(TooOld {
-                requested: rv,
-                oldest: inner.history.compacted(),
-            });
-        }
+        inner.history.reaches(rv)?;
         let rx = self.tx.subscribe();
         Ok((inner.history.since(rv), rx))
     }
@@ -423,12 +409,7 @@ impl Store {
     /// woken by every event in the cluster.
     pub fn watch_name_from(&self, rv: u64, gr: &str, name: &str) -> Result<WatchStart, TooOld> {
         let mut inner = self.lock();
-        if rv < inner.history.compacted() {
-            return Err(TooOld {
-                requested: rv,
-                oldest: inner.history.compacted(),
-            });
-        }
+        inner.history.reaches(rv)?;
         let rx = inner
             .named
             .entry(gr.to_string())
@@ -439,8 +420,8 @@ impl Store {
         Ok((inner.history.since_name(rv, gr, name), rx))
     }
 
-    /// Counts what the store holds, by resource. Encodes every object, under the lock:
-    /// for benchmarks and debugging, seconds at thousands of nodes.
+    /// Counts what the store holds, by resource, under the lock (it encodes the decoded
+    /// objects of the live ring): for benchmarks and debugging.
     pub fn stats(&self) -> Stats {
         let inner = self.lock();
         let current = inner
@@ -466,8 +447,8 @@ pub enum Listed {
 }
 
 impl Listed {
-    /// The object's metadata (`{"metadata": …}`): enough for label selectors, names and
-    /// owners without decoding the object.
+    /// At least the object's metadata (`{"metadata": …}` for a current one, the whole older
+    /// version otherwise): enough for label selectors, names and owners without decoding.
     pub fn stub(&self) -> &Value {
         match self {
             Listed::Current(e) => &e.stub,
@@ -478,7 +459,7 @@ impl Listed {
     /// The object as stored JSON, when it is the current version.
     pub fn json(&self) -> Option<&Arc<[u8]>> {
         match self {
-            Listed::Current(e) => Some(&e.json),
+            Listed::Current(e) => Some(e.json()),
             Listed::Old(_) => None,
         }
     }

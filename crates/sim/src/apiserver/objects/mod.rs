@@ -170,9 +170,9 @@ impl serde::Serialize for SharedList {
         let items = self
             .items
             .iter()
-            .map(|o| match o.json() {
-                Some(j) => serde_json::from_slice::<&RawValue>(j).map(Item::Raw),
-                None => Ok(Item::Value(o.stub())),
+            .map(|o| match o {
+                Listed::Current(e) => serde_json::from_slice::<&RawValue>(e.json()).map(Item::Raw),
+                Listed::Old(v) => Ok(Item::Value(v)),
             })
             .collect::<Result<Vec<Item<'_>>, _>>()
             .map_err(S::Error::custom)?;
