@@ -346,7 +346,7 @@ async fn a_watch_of_one_object_by_name_sees_its_events_and_current_bookmarks() -
             .resource_version
             .unwrap_or_default();
     }
-    match stream.try_next().await? {
+    match tokio::time::timeout(std::time::Duration::from_secs(30), stream.try_next()).await?? {
         Some(WatchEvent::Modified(o)) => {
             assert_eq!(o.metadata.name.as_deref(), Some("a"));
             assert_eq!(o.metadata.resource_version, a1.metadata.resource_version);
@@ -369,7 +369,7 @@ async fn a_watch_of_one_object_by_name_sees_its_events_and_current_bookmarks() -
     let mut stream = api.watch(&params, &bookmark_rv).await?.boxed();
     set("b", 111).await?;
     set("a", 2).await?;
-    match stream.try_next().await? {
+    match tokio::time::timeout(std::time::Duration::from_secs(30), stream.try_next()).await?? {
         Some(WatchEvent::Modified(o)) => assert_eq!(
             (
                 o.metadata.name.as_deref(),
