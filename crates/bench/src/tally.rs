@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use gantry_sim::store::feed::{Feed, Gap};
 use gantry_sim::store::{EventType, Store};
 use serde_json::Value;
 
@@ -55,15 +56,15 @@ impl<S: Send + 'static> Tally<S> {
         namespace: Option<&str>,
         summarize: fn(&Value) -> S,
     ) -> Self {
-        use tokio::sync::broadcast::error::RecvError;
-        // Subscribed before the list: nothing falls between them.
-        let (mut rx, _) = store.subscribe();
+        // Following before the list: nothing falls between them, and an event the list
+        // already holds sets the same summary again.
+        let mut feed = Feed::from_now(store);
         let summaries = Arc::new(Mutex::new(list(store, gr, namespace, summarize)));
         let (store, map) = (store.clone(), summaries.clone());
         let (gr, namespace) = (gr.to_string(), namespace.map(str::to_string));
         let task = tokio::spawn(async move {
             loop {
-                match rx.recv().await {
+                match feed.next().await {
                     Ok(ev)
                         if ev.key.gr == gr
                             && namespace.as_ref().is_none_or(|n| *n == ev.key.namespace) =>
@@ -76,11 +77,10 @@ impl<S: Send + 'static> Tally<S> {
                         }
                     }
                     Ok(_) => {}
-                    Err(RecvError::Lagged(_)) => {
-                        rx = store.subscribe().0;
+                    Err(Gap::Missed) => {
                         *lock(&map) = list(&store, &gr, namespace.as_deref(), summarize);
                     }
-                    Err(RecvError::Closed) => return,
+                    Err(Gap::Closed) => return,
                 }
             }
         });

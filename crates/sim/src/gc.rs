@@ -12,12 +12,13 @@ mod owners;
 use crate::apiserver::meta::{CRD_CLEANUP, FOREGROUND, ORPHAN};
 use crate::apiserver::server::ApiServer;
 use crate::apiserver::target::{DeleteOpts, Target};
+use crate::store::feed::{Feed, Gap};
 use crate::store::{Event, EventType};
 use owners::{Action, Owner};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 const CRDS: &str = "apiextensions.k8s.io/customresourcedefinitions";
 /// The namespace spec finalizer the namespace controller clears.
@@ -30,7 +31,7 @@ const OWNER_SWEEP_PACE: u32 = 50;
 
 /// Runs until `stop` turns true.
 pub async fn run(api: Arc<ApiServer>, mut stop: watch::Receiver<bool>) {
-    let (mut rx, _) = api.store.subscribe();
+    let mut feed = Feed::from_now(&api.store);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let owner_sweep = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(owner_sweep);
@@ -46,13 +47,15 @@ pub async fn run(api: Arc<ApiServer>, mut stop: watch::Receiver<bool>) {
                 let next = OWNER_SWEEP.max(started.elapsed() * OWNER_SWEEP_PACE);
                 owner_sweep.as_mut().reset(tokio::time::Instant::now() + next);
             }
-            ev = rx.recv() => match ev {
+            // Behind the live ring it goes on from the history; only events compacted
+            // before it read them take a pass over everything.
+            ev = feed.next() => match ev {
                 Ok(ev) => on_event(&api, &ev),
-                Err(broadcast::error::RecvError::Lagged(_)) => {
+                Err(Gap::Missed) => {
                     sweep(&api);
                     sweep_owners(&api);
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                Err(Gap::Closed) => return,
             },
         }
     }

@@ -25,16 +25,18 @@ impl ApiServer {
         )
     }
 
-    /// Validates (and, for custom resources, prunes and defaults) `obj` in place.
+    /// Validates (and, for custom resources, prunes and defaults) `obj` in place; `before` is
+    /// the stored object an update replaces.
     pub(crate) fn check_object(
         &self,
         t: &Target,
         obj: &mut Value,
+        before: Option<&Value>,
         checks: &mut Checks,
     ) -> Result<(), ApiError> {
         let info = &t.info;
         let mut reported = false;
-        validate::builtin(info, &t.version, obj, |unknown, obj| {
+        validate::builtin(info, &t.version, obj, before, |unknown, obj| {
             let list: Vec<String> = unknown.iter().map(ToString::to_string).collect();
             reported = true;
             unknown_fields(t, &list, checks)?;

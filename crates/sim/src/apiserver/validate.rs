@@ -447,18 +447,58 @@ pub fn api_version(info: &ResourceInfo, version: &str, obj: &Value) -> Result<()
     )))
 }
 
-/// Every check of a built-in object about to be stored (create, update, patch).
+/// Kinds whose every top-level field is optional in the typed decode (k8s-openapi has no
+/// required one), so a part of the object decodes on its own.
+fn decodes_in_parts(info: &ResourceInfo) -> bool {
+    matches!(
+        (info.group.as_str(), info.kind.as_str()),
+        ("", "Pod" | "Node" | "ConfigMap" | "Namespace" | "Service")
+            | ("apps", "DaemonSet" | "Deployment")
+            | ("coordination.k8s.io", "Lease")
+    )
+}
+
+/// What of an update `obj` the typed decode must see, when the stored object `before` passed
+/// it already: the top-level fields that changed (a status write re-decoded the whole pod),
+/// always the metadata, without the `managedFields` the server kept from `before`. `None`:
+/// decode all of `obj`.
+fn changed_part(info: &ResourceInfo, obj: &Value, before: &Value) -> Option<Value> {
+    if !decodes_in_parts(info) {
+        return None;
+    }
+    let (o, b) = (obj.as_object()?, before.as_object()?);
+    let mut out = serde_json::Map::new();
+    for (k, v) in o {
+        if k == "metadata" {
+            let (m, bm) = (v.as_object()?, b.get(k).and_then(Value::as_object)?);
+            let kept = |f: &str| m.get(f).is_some_and(|x| bm.get(f) == Some(x));
+            let part = m
+                .iter()
+                .filter(|(f, _)| !(*f == "managedFields" && kept(f)))
+                .map(|(f, x)| (f.clone(), x.clone()));
+            out.insert(k.clone(), Value::Object(part.collect()));
+        } else if k == "apiVersion" || k == "kind" || b.get(k) != Some(v) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// Every check of a built-in object about to be stored (create, update, patch); on an
+/// update, `before` is the stored object.
 pub fn builtin(
     info: &ResourceInfo,
     version: &str,
     obj: &mut Value,
+    before: Option<&Value>,
     on_unknown: impl FnOnce(&[UnknownField], &mut Value) -> Result<(), ApiError>,
 ) -> Result<(), ApiError> {
     metadata(info, version, obj)?;
     if !info.builtin {
         return Ok(());
     }
-    let unknown = decode_builtin(info, version, obj)?;
+    let part = before.and_then(|b| changed_part(info, obj, b));
+    let unknown = decode_builtin(info, version, part.as_ref().unwrap_or(obj))?;
     if !unknown.is_empty() {
         on_unknown(&unknown, obj)?;
     }
@@ -469,8 +509,11 @@ pub fn builtin(
         .unwrap_or_default();
     let mut errs = Vec::new();
     if let Some(path) = pod_spec_path(info) {
-        let spec = path.iter().try_fold(obj, |v, k| v.get(*k));
+        let at = |o| path.iter().try_fold(o, |v: &Value, k| v.get(*k));
+        let spec = at(obj);
         match spec {
+            // Checked when it was stored.
+            Some(spec) if part.is_some() && before.and_then(at) == Some(spec) => {}
             Some(spec) => pod_spec(info, version, &path.join("."), spec, &mut errs)?,
             None => errs.push(FieldError::required(format!(
                 "{}.containers",

@@ -5,6 +5,7 @@
 mod backend;
 mod entry;
 mod event;
+pub mod feed;
 mod history;
 pub mod memory;
 pub mod sqlite;

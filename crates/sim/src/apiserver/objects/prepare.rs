@@ -117,7 +117,7 @@ impl ApiServer {
             meta.remove(k);
         }
         defaults::on_create(info, &mut obj)?;
-        self.check_object(t, &mut obj, checks)?;
+        self.check_object(t, &mut obj, None, checks)?;
         let lk = t.list_kinds();
         let writer = ssa::Writer {
             manager,
@@ -262,7 +262,7 @@ impl ApiServer {
             }
             new
         };
-        self.check_object(t, &mut out, checks)?;
+        self.check_object(t, &mut out, Some(cur), checks)?;
         if spec_part(info, cur) != spec_part(info, &out) {
             let g = cur
                 .pointer("/metadata/generation")

@@ -19,7 +19,7 @@ fn info(group: &str, plural: &str, kind: &str) -> ResourceInfo {
 
 /// Every check, unknown fields ignored.
 fn b(info: &ResourceInfo, version: &str, obj: &Value) -> Result<(), ApiError> {
-    builtin(info, version, &mut obj.clone(), |_, _| Ok(()))
+    builtin(info, version, &mut obj.clone(), None, |_, _| Ok(()))
 }
 
 #[test]
@@ -27,11 +27,17 @@ fn unknown_fields_of_builtin_kinds_are_found_and_pruned() {
     let mut obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labelz": {}},
         "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyy": "Always"}], "bogus": 1}});
     let mut seen = Vec::new();
-    builtin(&info("", "pods", "Pod"), "v1", &mut obj, |unknown, obj| {
-        seen = unknown.iter().map(ToString::to_string).collect();
-        unknown.iter().for_each(|f| f.prune(obj));
-        Ok(())
-    })
+    builtin(
+        &info("", "pods", "Pod"),
+        "v1",
+        &mut obj,
+        None,
+        |unknown, obj| {
+            seen = unknown.iter().map(ToString::to_string).collect();
+            unknown.iter().for_each(|f| f.prune(obj));
+            Ok(())
+        },
+    )
     .expect("valid apart from unknown fields");
     seen.sort();
     assert_eq!(
@@ -47,6 +53,42 @@ fn unknown_fields_of_builtin_kinds_are_found_and_pruned() {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "i"}]}})
     );
+}
+
+/// On an update, the stored object's unchanged spec is not decoded again; what changed is,
+/// and so is the metadata (but not the server's own managedFields).
+#[test]
+fn an_update_decodes_what_changed_and_the_metadata() {
+    let pods = info("", "pods", "Pod");
+    let before = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "managedFields": [{"manager": "m"}]},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Pending"}});
+    let mut new = before.clone();
+    new["status"] = json!({"phase": "Running"});
+    assert_eq!(
+        changed_part(&pods, &new, &before),
+        Some(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "status": {"phase": "Running"}})
+        )
+    );
+    // A bad status is found; a bad label too, though the rest is unchanged.
+    let mut bad = before.clone();
+    bad["status"] = json!({"phase": 3});
+    assert!(builtin(&pods, "v1", &mut bad, Some(&before), |_, _| Ok(())).is_err());
+    let mut bad = before.clone();
+    bad["metadata"]["labels"] = json!({"tier": 1});
+    assert!(builtin(&pods, "v1", &mut bad, Some(&before), |_, _| Ok(())).is_err());
+    // An unknown field in the changed part is still reported.
+    let mut extra = new.clone();
+    extra["status"]["bogus"] = json!(1);
+    let mut seen = Vec::new();
+    builtin(&pods, "v1", &mut extra, Some(&before), |u, _| {
+        seen = u.iter().map(ToString::to_string).collect();
+        Ok(())
+    })
+    .expect("valid apart from the unknown field");
+    assert_eq!(seen, ["status.bogus"]);
 }
 
 fn pod(spec: Value) -> Value {
