@@ -31,9 +31,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// The most connections served at once: a margin below the open-file limit (the rest is
-/// for the store, watches' files and sockets), at most 10,000.
+/// for the store, watches' files and sockets). Thousands of simulated nodes hold about three
+/// connections each, so the open-file limit is the bound, not a fixed count.
 pub fn connection_limit() -> usize {
-    open_file_limit().saturating_sub(128).clamp(64, 10_000)
+    open_file_limit().saturating_sub(128).max(64)
 }
 
 /// This process's soft limit of open files (1,024 where it cannot be read).
@@ -88,7 +89,9 @@ fn next_backoff(cur: Option<Duration>) -> Duration {
 /// request with a bearer token that the server accepts; unauthenticated connections are
 /// capped at a quarter of the limit, and a new one past the cap closes the oldest (a client
 /// that means business sends its request within milliseconds of connecting). Authenticated
-/// connections count against their token: one client may hold half the limit.
+/// connections count against their token: one client may hold half the limit. The cluster's
+/// own credential (the admin token: the simulated nodes, the controllers, the kubeconfig's
+/// user) is not held to a share: thousands of simulated nodes use it at once.
 pub struct Admission {
     state: Mutex<AdmissionState>,
     unauthenticated_limit: usize,
@@ -111,7 +114,17 @@ pub struct Conn {
     /// Notified when the connection must close: to make room, or because a watch on it was
     /// closed for not reading.
     pub close: Arc<Notify>,
-    client: Mutex<Option<u64>>,
+    client: Mutex<Client>,
+}
+
+/// Whose connection it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Unknown,
+    /// The cluster's own credential: counted against no share.
+    Trusted,
+    /// A client (a hash of its token) whose connections are counted.
+    Counted(u64),
 }
 
 impl Admission {
@@ -143,7 +156,7 @@ impl Admission {
             id,
             admission: self.clone(),
             close,
-            client: Mutex::new(None),
+            client: Mutex::new(Client::Unknown),
         }
     }
 
@@ -157,8 +170,8 @@ impl Conn {
     /// Records that this connection's client (`token`) was accepted; false if that client
     /// already holds its share of the connections.
     pub fn authenticate(&self, token: &[u8]) -> bool {
-        let mut mine = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        if mine.is_some() {
+        let mut mine = self.client();
+        if *mine != Client::Unknown {
             return true;
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -170,22 +183,35 @@ impl Conn {
             return false;
         }
         *held += 1;
-        *mine = Some(client);
+        *mine = Client::Counted(client);
         st.unauthenticated.remove(&self.id);
         true
     }
 
+    /// Records that this connection carries the cluster's own credential (no share).
+    pub fn trust(&self) {
+        let mut mine = self.client();
+        if *mine == Client::Unknown {
+            *mine = Client::Trusted;
+            self.admission.lock().unauthenticated.remove(&self.id);
+        }
+    }
+
+    fn client(&self) -> std::sync::MutexGuard<'_, Client> {
+        self.client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn is_authenticated(&self) -> bool {
-        self.client.lock().map(|c| c.is_some()).unwrap_or(false)
+        *self.client() != Client::Unknown
     }
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        let client = self.client.lock().ok().and_then(|c| *c);
+        let client = *self.client();
         let mut st = self.admission.lock();
         st.unauthenticated.remove(&self.id);
-        if let Some(c) = client
+        if let Client::Counted(c) = client
             && let Some(n) = st.clients.get_mut(&c)
         {
             *n -= 1;
@@ -230,9 +256,12 @@ fn per_connection(router: axum::Router, api: Arc<ApiServer>, conn: Arc<Conn>) ->
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.strip_prefix("Bearer "))
                 && api.authenticates(token)
-                && !conn.authenticate(token.as_bytes())
             {
-                return Ok(too_many_connections());
+                if api.is_admin(token) {
+                    conn.trust();
+                } else if !conn.authenticate(token.as_bytes()) {
+                    return Ok(too_many_connections());
+                }
             }
             router.oneshot(req).await
         }
@@ -423,5 +452,19 @@ mod tests {
             c.authenticate(b"Bearer a"),
             "places come back when connections end"
         );
+    }
+
+    #[test]
+    fn the_clusters_own_credential_is_held_to_no_share() {
+        let adm = Admission::new(64); // 16 unauthenticated, 32 per client
+        let conns: Vec<Conn> = (0..40).map(|_| adm.accept()).collect();
+        conns.iter().for_each(Conn::trust);
+        assert!(conns.iter().all(Conn::is_authenticated));
+        assert_eq!(adm.unauthenticated(), 0);
+        // Trusted connections take nothing from a counted client's share.
+        let others: Vec<Conn> = (0..32).map(|_| adm.accept()).collect();
+        assert!(others.iter().all(|c| c.authenticate(b"Bearer a")));
+        drop(conns);
+        assert!(adm.lock().clients.values().all(|n| *n == 32));
     }
 }

@@ -83,6 +83,14 @@ impl ApiServer {
         rbac::authenticate(self, self.token.as_deref(), Some(bearer)).is_some()
     }
 
+    /// Whether `bearer` is the cluster's own credential (the admin token), which the
+    /// connection limits hold to no per-client share.
+    pub fn is_admin(&self, bearer: &str) -> bool {
+        self.token
+            .as_deref()
+            .is_some_and(|t| rbac::constant_time_eq(bearer.trim().as_bytes(), t.as_bytes()))
+    }
+
     /// Who sent the request (None: no valid token).
     fn user(&self, req: &Request) -> Option<rbac::User> {
         let bearer = req

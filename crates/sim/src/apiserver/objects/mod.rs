@@ -38,16 +38,10 @@ fn generate_suffix() -> String {
         .collect()
 }
 
-/// The parts of an object whose change bumps `metadata.generation`.
-fn spec_part(info: &ResourceInfo, obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.remove("metadata");
-        if info.has_status() {
-            m.remove("status");
-        }
-    }
-    v
+/// Whether the parts of an object whose change bumps `metadata.generation` differ.
+fn spec_changed(info: &ResourceInfo, a: &Value, b: &Value) -> bool {
+    let skip = |k: &str| k == "metadata" || (k == "status" && info.has_status());
+    !super::meta::same_fields(a, b, &skip, &|_, x, y| x == y)
 }
 
 impl ApiServer {

@@ -9,7 +9,7 @@ use super::super::server::ApiServer;
 use super::super::status::ApiError;
 use super::super::target::Target;
 use super::super::{defaults, validate};
-use super::{generate_suffix, meta_str, rv_of, spec_part};
+use super::{generate_suffix, meta_str, rv_of, spec_changed};
 use crate::store::Mutation;
 use serde_json::{Value, json};
 
@@ -263,7 +263,7 @@ impl ApiServer {
             new
         };
         self.check_object(t, &mut out, Some(cur), checks)?;
-        if spec_part(info, cur) != spec_part(info, &out) {
+        if spec_changed(info, cur, &out) {
             let g = cur
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
