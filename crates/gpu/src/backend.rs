@@ -102,14 +102,6 @@ pub trait Backend: Send + Sync {
     /// A new event stream over all GPUs for the kinds in `mask` (bits of
     /// [`crate::types::event_kind`]). Each subscriber gets every event from now on.
     fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>>;
-
-    /// Whether calls may block the calling thread (NVML's do, for milliseconds, and its event
-    /// waits block until the timeout). A backend that never blocks (the simulated one) lets
-    /// the agents poll it from tasks on their async runtime instead of a thread each:
-    /// thousands of simulated nodes in one process held three threads a node.
-    fn blocks(&self) -> bool {
-        true
-    }
 }
 
 /// A subscription to GPU events.

@@ -592,10 +592,6 @@ impl Backend for SimBackend {
         Ok(())
     }
 
-    fn blocks(&self) -> bool {
-        false
-    }
-
     fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>> {
         let (tx, rx) = mpsc::channel();
         lock(&self.subscribers).push(Subscriber { mask, tx });

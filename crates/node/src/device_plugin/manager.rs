@@ -498,24 +498,12 @@ fn probe_faults(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Fault
     out
 }
 
-/// How often a backend that never blocks is asked for health events.
-const EVENT_POLL: Duration = Duration::from_millis(200);
-
-/// Reads the backend's event stream: on a plain thread where the stream blocks (NVML), as a
-/// task polling it where it never does (the simulated backend).
+/// Reads the backend's event stream on a plain thread (the stream blocks).
 fn spawn_event_reader(
     backend: Arc<dyn Backend>,
     tx: mpsc::UnboundedSender<Event>,
     stop: Arc<AtomicBool>,
 ) {
-    if let Ok(rt) = tokio::runtime::Handle::try_current()
-        && !backend.blocks()
-    {
-        // Subscribed now, as the thread does first: a fault right after start is seen.
-        let stream = backend.subscribe(event_kind::HEALTH).ok();
-        rt.spawn(poll_events(backend, stream, tx, stop));
-        return;
-    }
     let spawned = std::thread::Builder::new().name("dp-health".into()).spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             let mut stream = match backend.subscribe(event_kind::HEALTH) {
@@ -545,45 +533,5 @@ fn spawn_event_reader(
     });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the health thread; health checks are off");
-    }
-}
-
-/// [`spawn_event_reader`]'s task: the events the stream holds, every [`EVENT_POLL`].
-async fn poll_events(
-    backend: Arc<dyn Backend>,
-    mut stream: Option<Box<dyn gantry_gpu::EventStream>>,
-    tx: mpsc::UnboundedSender<Event>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut tick = tokio::time::interval(EVENT_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !stop.load(Ordering::Relaxed) {
-        tick.tick().await;
-        let s = match stream.as_mut() {
-            Some(s) => s,
-            None => match backend.subscribe(event_kind::HEALTH) {
-                Ok(s) => stream.insert(s),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot subscribe to GPU events; retrying in 5 s");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    continue;
-                }
-            },
-        };
-        loop {
-            match s.wait(Duration::ZERO) {
-                Ok(Some(ev)) => {
-                    if tx.send(ev).is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::error!(error = %e, "GPU event stream failed; re-subscribing");
-                    stream = None;
-                    break;
-                }
-            }
-        }
     }
 }

@@ -171,23 +171,6 @@ impl Exporter {
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let s = shared.clone();
         let interval = opts.collect_interval;
-        if let Ok(rt) = tokio::runtime::Handle::try_current()
-            && !backend.blocks()
-        {
-            let stream = backend
-                .subscribe(gantry_gpu::event_kind::XID_CRITICAL)
-                .inspect_err(|e| {
-                    tracing::warn!(error = %e, "cannot subscribe to XID events; DCGM_FI_DEV_XID_ERRORS stays 0")
-                })
-                .ok();
-            rt.spawn(poll(s, interval, stop_rx, stream, xids, stop.clone()));
-            return Ok(Exporter {
-                shared,
-                stop,
-                opts,
-                _stop_tx: stop_tx,
-            });
-        }
         std::thread::Builder::new()
             .name("exporter-sampler".into())
             .spawn(move || {
@@ -345,50 +328,6 @@ async fn refresh_pods(
         shared.rerender();
     }
     Ok(())
-}
-
-/// How often a backend that never blocks is asked for XID events.
-const XID_POLL: Duration = Duration::from_millis(500);
-
-/// The sampler and the XID watch as one task, for a backend that never blocks: samples every
-/// `interval` and takes the XID events the stream holds every [`XID_POLL`], until the
-/// exporter is dropped.
-async fn poll(
-    shared: Arc<Shared>,
-    interval: Duration,
-    stop_rx: std::sync::mpsc::Receiver<()>,
-    mut stream: Option<Box<dyn gantry_gpu::EventStream>>,
-    xids: Arc<sample::XidLog>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut tick = tokio::time::interval(XID_POLL.min(interval));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut next_sample = tokio::time::Instant::now() + interval;
-    loop {
-        tick.tick().await;
-        let dropped = !matches!(
-            stop_rx.try_recv(),
-            Err(std::sync::mpsc::TryRecvError::Empty)
-        );
-        if dropped || stop.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Some(s) = stream.as_mut()
-            && let Err(e) = sample::drain_xids(s.as_mut(), &xids)
-        {
-            crate::warn_limited!("exporter XID events", error = %e, "reading XID events failed");
-        }
-        if tokio::time::Instant::now() >= next_sample {
-            next_sample += interval;
-            if let Err(e) = shared.sample() {
-                crate::warn_limited!(
-                    "exporter sampling",
-                    error = %e,
-                    "sampling GPUs failed; serving the previous sample"
-                );
-            }
-        }
-    }
 }
 
 impl Drop for Exporter {
