@@ -6,7 +6,7 @@
 //! most half the connections ([`Admission`]), so idle or hostile sockets cannot take the
 //! slots everyone else needs.
 
-use crate::apiserver::ApiServer;
+use crate::apiserver::{ApiServer, Credential};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::collections::{BTreeMap, HashMap};
@@ -255,12 +255,13 @@ fn per_connection(router: axum::Router, api: Arc<ApiServer>, conn: Arc<Conn>) ->
                     .get(http::header::AUTHORIZATION)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.strip_prefix("Bearer "))
-                && api.authenticates(token)
             {
-                if api.is_admin(token) {
-                    conn.trust();
-                } else if !conn.authenticate(token.as_bytes()) {
-                    return Ok(too_many_connections());
+                match api.credential(token) {
+                    Some(Credential::Cluster) => conn.trust(),
+                    Some(Credential::Client) if !conn.authenticate(token.as_bytes()) => {
+                        return Ok(too_many_connections());
+                    }
+                    _ => {}
                 }
             }
             router.oneshot(req).await

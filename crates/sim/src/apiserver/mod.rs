@@ -77,18 +77,16 @@ impl ApiServer {
         axum::Router::new().fallback(entry).with_state(self)
     }
 
-    /// Whether `bearer` is a token this server accepts (the connection limits count
-    /// connections by it).
-    pub fn authenticates(&self, bearer: &str) -> bool {
-        rbac::authenticate(self, self.token.as_deref(), Some(bearer)).is_some()
-    }
-
-    /// Whether `bearer` is the cluster's own credential (the admin token), which the
-    /// connection limits hold to no per-client share.
-    pub fn is_admin(&self, bearer: &str) -> bool {
-        self.token
-            .as_deref()
-            .is_some_and(|t| rbac::constant_time_eq(bearer.trim().as_bytes(), t.as_bytes()))
+    /// Whose token `bearer` is, as the connection limits count connections (None: the server
+    /// does not accept it).
+    pub fn credential(&self, bearer: &str) -> Option<Credential> {
+        let user = rbac::authenticate(self, self.token.as_deref(), Some(bearer))?;
+        // Without a token configured everyone is admin; then each token is its own client.
+        Some(if self.token.is_some() && user.is_master() {
+            Credential::Cluster
+        } else {
+            Credential::Client
+        })
     }
 
     /// Who sent the request (None: no valid token).
@@ -100,6 +98,15 @@ impl ApiServer {
             .and_then(|v| v.strip_prefix("Bearer "));
         rbac::authenticate(self, self.token.as_deref(), bearer)
     }
+}
+
+/// Whose token a connection carries ([`ApiServer::credential`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// The cluster's own (the admin token): held to no per-client share of connections.
+    Cluster,
+    /// Any other accepted token: one client, held to its share.
+    Client,
 }
 
 async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {

@@ -509,11 +509,12 @@ pub fn builtin(
         .unwrap_or_default();
     let mut errs = Vec::new();
     if let Some(path) = pod_spec_path(info) {
-        let at = |o| path.iter().try_fold(o, |v: &Value, k| v.get(*k));
-        let spec = at(obj);
+        let spec = path.iter().try_fold(obj, |v, k| v.get(*k));
+        // The part leaves out the unchanged top-level fields: one holding the pod spec was
+        // checked when it was stored (no second deep comparison here).
+        let unchanged = part.as_ref().is_some_and(|p| p.get(path[0]).is_none());
         match spec {
-            // Checked when it was stored.
-            Some(spec) if part.is_some() && before.and_then(at) == Some(spec) => {}
+            Some(_) if unchanged => {}
             Some(spec) => pod_spec(info, version, &path.join("."), spec, &mut errs)?,
             None => errs.push(FieldError::required(format!(
                 "{}.containers",
