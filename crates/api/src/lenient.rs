@@ -78,9 +78,15 @@ impl<K: DeserializeOwned> Lenient<K> {
     }
 }
 
+/// One typed pass over the object's text for an object that decodes (nearly all); only one
+/// that does not is read into a `Value` for the field path of the fault and what salvages.
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Value::deserialize(d)?;
+        let text = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        if let Ok(k) = serde_json::from_str::<K>(text.get()) {
+            return Ok(Lenient::Decoded(k));
+        }
+        let raw: Value = serde_json::from_str(text.get()).map_err(serde::de::Error::custom)?;
         match serde_path_to_error::deserialize::<_, K>(&raw) {
             Ok(k) => Ok(Lenient::Decoded(k)),
             Err(e) => Ok(Lenient::Undecodable {

@@ -8,6 +8,7 @@
 pub mod control;
 pub mod error;
 pub mod faults;
+pub mod routed;
 
 pub use error::ClusterError;
 pub use faults::{Fault, apply_fault};
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use gantry_api::lenient::Lenient;
 use gantry_gpu::{SimBackend, SimConfig};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -353,37 +354,27 @@ async fn start_inner(
     Ok(cluster)
 }
 
-/// One watch over all pods, routed to the kubelet of `spec.nodeName`. Pods are read as
-/// [`Lenient`], so one stored pod that does not decode (written before the API server checked
-/// it) neither fails the relist nor is lost: its kubelet still finishes its deletion.
+/// One watch over all pods, routed to the kubelet of `spec.nodeName`. A pod is decoded only
+/// for a node of this process ([`routed::RoutedPod`]), and as [`Lenient`], so one stored pod
+/// that does not decode (written before the API server checked it) neither fails the relist
+/// nor is lost: its kubelet still finishes its deletion.
 async fn watch_pods(
     client: kube::Client,
     nodes: Arc<BTreeMap<String, Arc<NodeShared>>>,
     env: PodEnv,
 ) {
-    let api: Api<Lenient<Pod>> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default())
-        .modify(crate::strip::strip_managed_fields)
-        .boxed();
+    let api: Api<routed::RoutedPod> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
     let mut seen_in_init: HashSet<String> = HashSet::new();
-    let node_of = |p: &Lenient<Pod>| {
-        let name = match p {
-            Lenient::Decoded(p) => p.spec.as_ref().and_then(|s| s.node_name.clone()),
-            Lenient::Undecodable { raw, .. } => raw
-                .pointer("/spec/nodeName")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_string),
-        };
-        name.and_then(|n| nodes.get(&n).cloned())
-    };
+    let node_of = |p: &routed::RoutedPod| p.node().and_then(|n| nodes.get(n).cloned());
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
+                let Some(n) = node_of(&p) else { continue };
                 if let Some(uid) = &p.meta().uid {
                     seen_in_init.insert(uid.clone());
                 }
-                let Some(n) = node_of(&p) else { continue };
-                match p {
+                match p.decode() {
                     Lenient::Decoded(p) => pods::on_pod(&n, &env, p),
                     Lenient::Undecodable { meta, error, .. } => {
                         pods::on_undecodable(&n, &env, &meta, &error)

@@ -125,7 +125,7 @@ impl ApiServer {
             api_version: &t.api_version(),
             time: &now,
         };
-        ssa::track_update(None, &mut obj, &writer, &lk);
+        super::super::patch::track::track_update(None, &mut obj, &writer, &lk);
         Ok(obj)
     }
 
@@ -279,7 +279,7 @@ impl ApiServer {
                 api_version: &t.api_version(),
                 time: &time,
             };
-            ssa::track_update(Some(cur), &mut out, &writer, &lk);
+            super::super::patch::track::track_update(Some(cur), &mut out, &writer, &lk);
         }
         if same_content(cur, &out) {
             return Ok(Mutation::Unchanged);

@@ -18,7 +18,7 @@ pub type FieldSet = BTreeSet<Path>;
 pub type ListKinds<'a> = &'a dyn Fn(&[String], &str, Option<&Value>) -> ListKind<'static>;
 
 /// Metadata fields the server owns; never tracked.
-const SERVER_META: &[&str] = &[
+pub(super) const SERVER_META: &[&str] = &[
     "name",
     "namespace",
     "uid",
@@ -65,7 +65,7 @@ pub fn fields_of(obj: &Value, lk: ListKinds<'_>, with_status: bool) -> FieldSet 
     out
 }
 
-fn walk(v: &Value, path: Path, field: &str, lk: ListKinds<'_>, out: &mut FieldSet) {
+pub(super) fn walk(v: &Value, path: Path, field: &str, lk: ListKinds<'_>, out: &mut FieldSet) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, cv) in m {
@@ -306,55 +306,6 @@ pub struct Writer<'a> {
     pub time: &'a str,
 }
 
-/// Records ownership for a non-apply write (create/update/patch): fields whose value
-/// changed go to `who`, fields that disappeared leave every manager.
-pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: ListKinds<'_>) {
-    let with_status = who.subresource == "status";
-    let mut managers = old.map(read_managers).unwrap_or_default();
-    let new_fields = fields_of(new, lk, with_status);
-    let old_fields = old
-        .map(|o| fields_of(o, lk, with_status))
-        .unwrap_or_default();
-    let changed: FieldSet = new_fields
-        .iter()
-        .filter(|p| {
-            !old_fields.contains(*p) || old.and_then(|o| value_at(o, p)) != value_at(new, p)
-        })
-        .cloned()
-        .collect();
-    let gone: FieldSet = old_fields.difference(&new_fields).cloned().collect();
-    if changed.is_empty() && gone.is_empty() {
-        write_managers(new, &managers);
-        return;
-    }
-    for m in managers.iter_mut() {
-        m.fields
-            .retain(|p| !changed.contains(p) && !gone.iter().any(|g| p.starts_with(g)));
-    }
-    let idx = managers
-        .iter()
-        .position(|m| m.manager == who.manager && !m.apply && m.subresource == who.subresource);
-    let entry = match idx {
-        Some(i) => &mut managers[i],
-        None => {
-            managers.push(Manager {
-                manager: who.manager.to_string(),
-                apply: false,
-                subresource: who.subresource.to_string(),
-                api_version: who.api_version.to_string(),
-                time: String::new(),
-                fields: FieldSet::new(),
-            });
-            let last = managers.len() - 1;
-            &mut managers[last]
-        }
-    };
-    entry.fields.extend(changed);
-    entry.time = who.time.to_string();
-    entry.api_version = who.api_version.to_string();
-    write_managers(new, &managers);
-}
-
 /// Server-side apply of `applied` onto `current` (None: the object is created).
 pub fn apply(
     current: Option<&Value>,
@@ -498,6 +449,7 @@ fn merge_into(dst: &mut Value, src: &Value, path: &mut Path, field: &str, lk: Li
 #[cfg(test)]
 mod tests {
     use super::super::strategic::list_kind;
+    use super::super::track::track_update;
     use super::*;
 
     fn lk(_: &[String], f: &str, s: Option<&Value>) -> ListKind<'static> {

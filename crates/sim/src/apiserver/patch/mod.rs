@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod strategic;
+pub mod track;
 
 use super::status::ApiError;
 use serde_json::Value;

@@ -1,0 +1,166 @@
+//! A pod as the nodes' shared watch first reads it: its text, who it is and the node it is
+//! bound to. Decoding the whole pod is most of what a watch costs a kubelet; where one
+//! process runs a share of the nodes (`gantry sim kubelets`, `--kubelet-processes`), most
+//! pods are bound to another process's nodes, and those are never decoded here.
+
+use std::borrow::Cow;
+
+use gantry_api::lenient::Lenient;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A pod's text with its identity and node read out.
+#[derive(Clone, Debug)]
+pub struct RoutedPod {
+    /// Name, namespace, uid and resourceVersion only.
+    meta: ObjectMeta,
+    node: Option<String>,
+    text: Box<RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+struct Peek {
+    #[serde(default)]
+    metadata: PeekMeta,
+    #[serde(default)]
+    spec: PeekSpec,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PeekMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PeekSpec {
+    node_name: Option<String>,
+}
+
+impl RoutedPod {
+    /// The node the pod is bound to.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    /// The whole pod (or, for one that does not decode, what [`Lenient`] keeps of it), with
+    /// `managedFields` dropped as the sim's caches drop them.
+    pub fn decode(&self) -> Lenient<Pod> {
+        let mut pod = serde_json::from_str::<Lenient<Pod>>(self.text.get()).unwrap_or_else(|e| {
+            Lenient::Undecodable {
+                meta: Box::new(self.meta.clone()),
+                raw: Value::Null,
+                error: e.to_string(),
+            }
+        });
+        crate::strip::strip_managed_fields(&mut pod);
+        pod
+    }
+}
+
+impl<'de> Deserialize<'de> for RoutedPod {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = Box::<RawValue>::deserialize(d)?;
+        // A field of an unexpected type (a stored object the server did not check) is read
+        // the slow way, field by field, so it still reaches its kubelet.
+        let (meta, spec) = match serde_json::from_str::<Peek>(text.get()) {
+            Ok(p) => (p.metadata, p.spec),
+            Err(_) => {
+                let v: Value =
+                    serde_json::from_str(text.get()).map_err(serde::de::Error::custom)?;
+                let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+                (
+                    PeekMeta {
+                        name: s("/metadata/name"),
+                        namespace: s("/metadata/namespace"),
+                        uid: s("/metadata/uid"),
+                        resource_version: s("/metadata/resourceVersion"),
+                    },
+                    PeekSpec {
+                        node_name: s("/spec/nodeName"),
+                    },
+                )
+            }
+        };
+        Ok(RoutedPod {
+            meta: ObjectMeta {
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                resource_version: meta.resource_version,
+                ..Default::default()
+            },
+            node: spec.node_name,
+            text,
+        })
+    }
+}
+
+impl Resource for RoutedPod {
+    type DynamicType = ();
+    type Scope = <Pod as Resource>::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Pod::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Pod::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Pod::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        Pod::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Pod::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_the_node_and_identity_and_decodes_on_demand() {
+        let text =
+            json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                                       "managedFields": [{"manager": "m", "operation": "Update"}]},
+                          "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}})
+            .to_string();
+        let r: RoutedPod = serde_json::from_str(&text).expect("routed");
+        assert_eq!(r.node(), Some("n1"));
+        assert_eq!(r.meta().uid.as_deref(), Some("u"));
+        assert_eq!(r.meta().resource_version.as_deref(), Some("7"));
+        let pod = r.decode();
+        let pod = pod.decoded().expect("decodes");
+        assert_eq!(pod.spec.as_ref().map(|s| s.containers.len()), Some(1));
+        assert_eq!(pod.metadata.managed_fields, None);
+    }
+
+    #[test]
+    fn a_pod_with_a_bad_field_still_finds_its_node() {
+        let text = json!({"metadata": {"name": 5, "namespace": "ns", "uid": "u"},
+                          "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}})
+        .to_string();
+        let r: RoutedPod = serde_json::from_str(&text).expect("routed");
+        assert_eq!(r.node(), Some("n1"));
+        assert_eq!(r.meta().name, None);
+        assert!(matches!(r.decode(), Lenient::Undecodable { .. }));
+    }
+}
