@@ -104,8 +104,21 @@ pub trait Backend: Send + Sync {
     fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>>;
 }
 
+/// Called when an event arrives on a stream (see [`EventStream::on_event`]).
+pub type Wake = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// A subscription to GPU events.
 pub trait EventStream: Send {
     /// Wait up to `timeout` for the next event; `Ok(None)` on timeout.
     fn wait(&mut self, timeout: Duration) -> Result<Option<Event>>;
+
+    /// Asks the stream to call `wake` whenever an event arrives, so a reader can sleep until
+    /// then and take it with `wait(Duration::ZERO)`, instead of a thread blocking in `wait`.
+    /// False where the stream can only be waited on (NVML's event sets): the reader needs a
+    /// thread of its own. The simulated backend says yes: thousands of simulated nodes in one
+    /// process would otherwise hold a thread per stream.
+    fn on_event(&mut self, wake: Wake) -> bool {
+        let _ = wake;
+        false
+    }
 }

@@ -22,7 +22,7 @@ pub mod nvml;
 pub mod sim;
 pub mod types;
 
-pub use backend::{Backend, EventStream};
+pub use backend::{Backend, EventStream, Wake};
 pub use catalog::GpuModel;
 pub use error::{GpuError, Result};
 pub use nvml::NvmlBackend;

@@ -6,12 +6,12 @@ pub mod ids;
 mod topology;
 
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use gpu::SimProcess;
 
-use crate::backend::{Backend, EventStream};
+use crate::backend::{Backend, EventStream, Wake};
 use crate::catalog::{self, GpuModel};
 use crate::error::{GpuError, Result};
 use crate::types::{
@@ -74,6 +74,8 @@ impl SimConfig {
 struct Subscriber {
     mask: u64,
     tx: mpsc::Sender<Event>,
+    /// The stream's [`EventStream::on_event`] callback, once it has one.
+    wake: Arc<Mutex<Option<Wake>>>,
 }
 
 /// The simulated GPUs of one node. Cheap to share as `Arc<SimBackend>` (or `Arc<dyn Backend>`).
@@ -167,7 +169,11 @@ impl SimBackend {
             if s.mask & event.kind == 0 {
                 return true;
             }
-            s.tx.send(event.clone()).is_ok()
+            let sent = s.tx.send(event.clone()).is_ok();
+            if let Some(wake) = lock(&s.wake).as_ref() {
+                wake();
+            }
+            sent
         });
     }
 
@@ -361,6 +367,7 @@ impl SimBackend {
 
 struct SimEvents {
     rx: mpsc::Receiver<Event>,
+    wake: Arc<Mutex<Option<Wake>>>,
 }
 
 impl EventStream for SimEvents {
@@ -372,6 +379,11 @@ impl EventStream for SimEvents {
                 "simulated GPU backend (event source dropped)".to_string(),
             )),
         }
+    }
+
+    fn on_event(&mut self, wake: Wake) -> bool {
+        *lock(&self.wake) = Some(wake);
+        true
     }
 }
 
@@ -594,7 +606,12 @@ impl Backend for SimBackend {
 
     fn subscribe(&self, mask: u64) -> Result<Box<dyn EventStream>> {
         let (tx, rx) = mpsc::channel();
-        lock(&self.subscribers).push(Subscriber { mask, tx });
-        Ok(Box::new(SimEvents { rx }))
+        let wake = Arc::new(Mutex::new(None));
+        lock(&self.subscribers).push(Subscriber {
+            mask,
+            tx,
+            wake: wake.clone(),
+        });
+        Ok(Box::new(SimEvents { rx, wake }))
     }
 }

@@ -258,6 +258,28 @@ fn injected_xid_reaches_every_subscriber() {
     assert!(health.wait(Duration::from_secs(1)).expect("wait").is_some());
 }
 
+/// A stream can wake its reader instead of being waited on: the callback runs once per
+/// event of the stream's kinds, after the event can be taken without waiting.
+#[test]
+fn a_stream_wakes_its_reader_on_each_event() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let b = sim("H100-80GB", 2);
+    let mut health = b.subscribe(event_kind::HEALTH).expect("subscribe");
+    let woken = Arc::new(AtomicUsize::new(0));
+    let w = woken.clone();
+    assert!(health.on_event(Arc::new(move || {
+        w.fetch_add(1, Ordering::SeqCst);
+    })));
+    b.set_mig_mode(0, true).expect("mig (not a health event)");
+    assert_eq!(woken.load(Ordering::SeqCst), 0);
+    b.inject_xid(1, 48, None, None).expect("xid");
+    assert_eq!(woken.load(Ordering::SeqCst), 1);
+    let ev = health.wait(Duration::ZERO).expect("wait").expect("event");
+    assert_eq!(ev.xid, 48);
+    assert_eq!(health.wait(Duration::ZERO).expect("wait"), None);
+}
+
 #[test]
 fn gpu_lost_fails_calls_until_reset() {
     let b = sim("A100-80GB", 8);

@@ -498,15 +498,33 @@ fn probe_faults(policy: &HealthPolicy, backend: &dyn Backend, faults: &mut Fault
     out
 }
 
-/// Reads the backend's event stream on a plain thread (the stream blocks).
+/// Reads the backend's health events: as a task that sleeps until one arrives where the
+/// stream can wake its reader (the simulated backend), else on a plain thread blocking in the
+/// stream's wait (NVML).
 fn spawn_event_reader(
     backend: Arc<dyn Backend>,
     tx: mpsc::UnboundedSender<Event>,
     stop: Arc<AtomicBool>,
 ) {
+    // Subscribed now, before the first ListAndWatch: a fault right after start is seen.
+    let mut first = backend.subscribe(event_kind::HEALTH).ok();
+    if let (Ok(rt), Some(stream)) = (tokio::runtime::Handle::try_current(), first.as_mut()) {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let w = wake.clone();
+        if stream.on_event(Arc::new(move || w.notify_one())) {
+            if let Some(stream) = first.take() {
+                rt.spawn(read_events(stream, wake, tx));
+            }
+            return;
+        }
+    }
     let spawned = std::thread::Builder::new().name("dp-health".into()).spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            let mut stream = match backend.subscribe(event_kind::HEALTH) {
+            let subscribed = match first.take() {
+                Some(s) => Ok(s),
+                None => backend.subscribe(event_kind::HEALTH),
+            };
+            let mut stream = match subscribed {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot subscribe to GPU events; retrying in 5 s");
@@ -533,5 +551,34 @@ fn spawn_event_reader(
     });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the health thread; health checks are off");
+    }
+}
+
+/// [`spawn_event_reader`]'s task: takes the events the stream holds, then sleeps until the
+/// stream says another arrived or the plugin stops (its receiver is dropped).
+async fn read_events(
+    mut stream: Box<dyn gantry_gpu::EventStream>,
+    wake: Arc<tokio::sync::Notify>,
+    tx: mpsc::UnboundedSender<Event>,
+) {
+    loop {
+        loop {
+            match stream.wait(Duration::ZERO) {
+                Ok(Some(ev)) => {
+                    if tx.send(ev).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, "GPU event stream ended; health events stop");
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tx.closed() => return,
+        }
     }
 }

@@ -112,6 +112,7 @@ impl ExporterArgs {
                 .attributes_pods()
                 .then(|| paths.resolve(&self.pod_resources_kubelet_socket)),
             pod_resources_interval: Duration::from_millis(self.pod_resources_interval.max(100)),
+            pod_resources_max_age: None,
             resource_filter: ResourceFilter {
                 extra: self.nvidia_resource_names.clone(),
             },

@@ -7,6 +7,7 @@ pub mod args;
 pub mod fields;
 pub mod render;
 pub mod sample;
+mod task;
 mod upstream_flags;
 
 use std::future::Future;
@@ -14,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::http::header;
@@ -64,6 +65,9 @@ pub struct ExporterOptions {
     /// Kubelet PodResources socket; `None` turns attribution off.
     pub pod_resources_socket: Option<PathBuf>,
     pub pod_resources_interval: Duration,
+    /// A scrape finding the attribution older than this refreshes it first, as dcgm-exporter
+    /// asks the kubelet on every scrape (`None`: only every `pod_resources_interval`).
+    pub pod_resources_max_age: Option<Duration>,
     pub resource_filter: ResourceFilter,
     pub render: RenderOptions,
 }
@@ -76,6 +80,7 @@ impl Default for ExporterOptions {
             metrics: default_set(),
             pod_resources_socket: None,
             pod_resources_interval: DEFAULT_POD_RESOURCES_INTERVAL,
+            pod_resources_max_age: None,
             resource_filter: ResourceFilter::default(),
             render: RenderOptions::default(),
         }
@@ -111,6 +116,8 @@ struct Shared {
     sampler: Mutex<sample::Sampler>,
     snapshot: RwLock<Arc<Snapshot>>,
     pods: RwLock<Arc<Vec<Assignment>>>,
+    /// The kubelet connection pod attribution is read over, and when it last was.
+    attribution: tokio::sync::Mutex<(pods::Connection, Option<Instant>)>,
     /// The last body's length: the next render's buffer starts that large.
     last_len: std::sync::atomic::AtomicUsize,
     body: RwLock<Bytes>,
@@ -150,6 +157,8 @@ pub struct Exporter {
     stop: Arc<AtomicBool>,
     opts: ExporterOptions,
     _stop_tx: std::sync::mpsc::Sender<()>,
+    /// Where the sampler and the XID watch run as a task: dropping this stops it.
+    _task: Option<task::Stop>,
 }
 
 impl Exporter {
@@ -163,6 +172,7 @@ impl Exporter {
             sampler: Mutex::new(sampler),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             pods: RwLock::new(Arc::new(Vec::new())),
+            attribution: tokio::sync::Mutex::new((pods::Connection::default(), None)),
             last_len: Default::default(),
             body: RwLock::new(Bytes::new()),
         });
@@ -171,6 +181,19 @@ impl Exporter {
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let s = shared.clone();
         let interval = opts.collect_interval;
+        let sampler: task::Sample = {
+            let s = shared.clone();
+            Arc::new(move || s.sample())
+        };
+        if let Some(task) = task::spawn(sampler, interval, &backend, &xids) {
+            return Ok(Exporter {
+                shared,
+                stop,
+                opts,
+                _stop_tx: stop_tx,
+                _task: Some(task),
+            });
+        }
         std::thread::Builder::new()
             .name("exporter-sampler".into())
             .spawn(move || {
@@ -202,6 +225,7 @@ impl Exporter {
             stop,
             opts,
             _stop_tx: stop_tx,
+            _task: None,
         })
     }
 
@@ -236,12 +260,17 @@ impl Exporter {
     /// `/metrics`, `/health` and an index page.
     pub fn router(&self) -> axum::Router {
         let shared = self.shared.clone();
+        let opts = Arc::new(self.opts.clone());
         axum::Router::new()
             .route(
                 "/metrics",
                 get(move || {
-                    let body = shared.body.read().map(|b| b.clone()).unwrap_or_default();
+                    let (shared, opts) = (shared.clone(), opts.clone());
                     async move {
+                        if let Some(age) = opts.pod_resources_max_age {
+                            refresh_attribution(&shared, &opts, Some(age)).await;
+                        }
+                        let body = shared.body.read().map(|b| b.clone()).unwrap_or_default();
                         (
                             [
                                 (header::CONTENT_TYPE, CONTENT_TYPE),
@@ -288,18 +317,30 @@ impl Exporter {
         async move {
             let mut tick = tokio::time::interval(opts.pod_resources_interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut conn = pods::Connection::default();
             loop {
                 tick.tick().await;
-                if let Err(e) = refresh_pods(&shared, &opts, &mut conn).await {
-                    crate::warn_limited!(
-                        "exporter pod attribution",
-                        error = %e,
-                        "pod attribution skipped this round"
-                    );
-                }
+                refresh_attribution(&shared, &opts, None).await;
             }
         }
+    }
+}
+
+/// Refreshes pod attribution over the shared connection, unless it is younger than `max_age`.
+async fn refresh_attribution(shared: &Shared, opts: &ExporterOptions, max_age: Option<Duration>) {
+    let mut st = shared.attribution.lock().await;
+    if let (Some(age), Some(last)) = (max_age, st.1)
+        && last.elapsed() < age
+    {
+        return;
+    }
+    let result = refresh_pods(shared, opts, &mut st.0).await;
+    st.1 = Some(Instant::now());
+    if let Err(e) = result {
+        crate::warn_limited!(
+            "exporter pod attribution",
+            error = %e,
+            "pod attribution skipped this round"
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gantry_gpu::{Backend, GpuError, MigDevice, Profiling, event_kind};
+use gantry_gpu::{Backend, EventStream, GpuError, MigDevice, Profiling, event_kind};
 
 use super::fields::{FIELD_COUNT, Field, LABEL_FIELD_COUNT, LabelField, MetricSet};
 
@@ -113,6 +113,16 @@ impl XidLog {
             .copied()
             .unwrap_or(0)
     }
+}
+
+/// Records every XID event `stream` holds now, without waiting.
+pub fn drain_xids(stream: &mut dyn EventStream, log: &XidLog) -> Result<(), GpuError> {
+    while let Some(ev) = stream.wait(Duration::ZERO)? {
+        if ev.kind == event_kind::XID_CRITICAL {
+            log.record(ev.gpu, ev.gpu_instance_id, ev.xid);
+        }
+    }
+    Ok(())
 }
 
 /// Follow XID events until `stop` says so. Returns when the backend cannot subscribe.
