@@ -11,7 +11,8 @@ use crate::store::Listed;
 /// Whether a listed object passes both selectors, decided on its metadata where they read
 /// only that (labels, `metadata.name`, `metadata.namespace`), else on the decoded object.
 pub fn selected(labels: &LabelSelector, fields: &FieldSelector, o: &Listed) -> bool {
-    if !labels.matches(o.stub()) {
+    // An older version kept as JSON is decoded only if a selector reads it.
+    if !labels.is_empty() && !labels.matches(o.stub()) {
         return false;
     }
     if fields.is_empty() {

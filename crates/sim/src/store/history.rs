@@ -84,6 +84,22 @@ impl Kept {
         }
     }
 
+    /// The object before the change, for a list at an older version: as JSON where the
+    /// event keeps it so (decoded only if read), else decoded.
+    pub fn prev_listed(&self) -> Option<super::listed::Listed> {
+        use super::listed::{Listed, PackedVersion};
+        match self {
+            Kept::Live(e) => match (&e.prev_json, &e.prev) {
+                (Some(j), _) => Some(Listed::Packed(Arc::new(PackedVersion::new(j.clone())))),
+                (None, Some(v)) => Some(Listed::Old(v.clone())),
+                (None, None) => None,
+            },
+            Kept::Packed { prev, .. } => prev
+                .as_ref()
+                .map(|j| Listed::Packed(Arc::new(PackedVersion::new(j.clone())))),
+        }
+    }
+
     /// The object as JSON, if kept so (a watcher that needs nothing else sends it as is).
     pub fn json(&self) -> Option<&Arc<[u8]>> {
         match self {

@@ -7,6 +7,7 @@ mod entry;
 mod event;
 pub mod feed;
 mod history;
+mod listed;
 pub mod memory;
 pub mod sqlite;
 mod stats;
@@ -21,6 +22,7 @@ pub use backend::{Backend, ObjKey, StoreError};
 pub use entry::Entry;
 pub use event::{Event, EventType};
 pub use history::{Kept, TooOld};
+pub use listed::{Listed, PackedVersion};
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
 pub use stats::{Stats, Tally};
@@ -230,18 +232,24 @@ impl Store {
         let mut then: BTreeMap<(String, String), Listed> = items
             .map(|(k, e)| (k.clone(), Listed::Current(e.clone())))
             .collect();
+        // Newest first: the last event seen for a key is the first after `at`, and its prev
+        // is the object as it was then. Nothing is decoded here, under the lock: an older
+        // version is listed as the JSON the history keeps.
+        let mut first_after: HashMap<(String, String), &Kept> = HashMap::new();
         for kept in inner.history.undo_since(at, gr) {
             let key = kept.key();
             let k = (key.namespace.clone(), key.name.clone());
-            if !in_range(&k) {
-                continue;
+            if in_range(&k) {
+                first_after.insert(k, kept);
             }
-            match (kept.kind(), kept.prev()) {
+        }
+        for (k, kept) in first_after {
+            match (kept.kind(), kept.prev_listed()) {
                 (EventType::Added, _) | (_, None) => {
                     then.remove(&k);
                 }
                 (_, Some(prev)) => {
-                    then.insert(k, Listed::Old(prev));
+                    then.insert(k, prev);
                 }
             }
         }
@@ -436,41 +444,6 @@ impl Store {
     pub fn subscribe(&self) -> (broadcast::Receiver<Arc<Event>>, u64) {
         let inner = self.lock();
         (self.tx.subscribe(), inner.rv)
-    }
-}
-
-/// One object as a list at some resourceVersion sees it: stored now (as JSON, decoded on
-/// demand), or an older version the history gave back decoded.
-#[derive(Clone)]
-pub enum Listed {
-    Current(Entry),
-    Old(Arc<Value>),
-}
-
-impl Listed {
-    /// At least the object's metadata (`{"metadata": …}` for a current one, the whole older
-    /// version otherwise): enough for label selectors, names and owners without decoding.
-    pub fn stub(&self) -> &Value {
-        match self {
-            Listed::Current(e) => &e.stub,
-            Listed::Old(v) => v,
-        }
-    }
-
-    /// The object as stored JSON, when it is the current version.
-    pub fn json(&self) -> Option<&Arc<[u8]>> {
-        match self {
-            Listed::Current(e) => Some(e.json()),
-            Listed::Old(_) => None,
-        }
-    }
-
-    /// The object, decoded.
-    pub fn value(&self) -> Option<Arc<Value>> {
-        match self {
-            Listed::Current(e) => e.value(),
-            Listed::Old(v) => Some(v.clone()),
-        }
     }
 }
 

@@ -165,7 +165,10 @@ impl serde::Serialize for SharedList {
             .items
             .iter()
             .map(|o| match o {
-                Listed::Current(e) => serde_json::from_slice::<&RawValue>(e.json()).map(Item::Raw),
+                Listed::Current(_) | Listed::Packed(_) => {
+                    serde_json::from_slice::<&RawValue>(o.json().map_or(&b"null"[..], |j| j))
+                        .map(Item::Raw)
+                }
                 Listed::Old(v) => Ok(Item::Value(v)),
             })
             .collect::<Result<Vec<Item<'_>>, _>>()
