@@ -24,6 +24,7 @@ pub mod pods;
 pub mod probe;
 pub mod tools;
 pub mod volumes;
+pub mod written;
 
 pub use error::KubeletError;
 pub use in_process::{AgentContext, AgentRegistry, AgentRunner};

@@ -11,6 +11,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::node_status::{self, StatusInputs};
+use super::written::Written;
 use super::{KubeletError, NodeShared};
 
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -57,7 +58,7 @@ async fn write_status(
     s: &StatusInputs,
     boot_id: &str,
 ) -> Result<(), KubeletError> {
-    let api: Api<Node> = Api::all(client.clone());
+    let api: Api<Written<Node>> = Api::all(client.clone());
     let patch = node_status::status_patch(&node.name, &node.resources, s, boot_id, &micro_now());
     api.patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -71,9 +72,10 @@ async fn renew_lease(
     node_uid: &str,
 ) -> Result<(), KubeletError> {
     let api: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let renewals: Api<Written<Lease>> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let now = micro_now();
     let spec = json!({"holderIdentity": node.name, "leaseDurationSeconds": LEASE_DURATION_SECONDS, "renewTime": now});
-    match api
+    match renewals
         .patch(
             &node.name,
             &PatchParams::default(),

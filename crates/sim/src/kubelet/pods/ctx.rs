@@ -13,6 +13,7 @@ use crate::kubelet::in_process::AgentRegistry;
 use crate::kubelet::lock::lock;
 use crate::kubelet::node::NodeShared;
 use crate::kubelet::pod_ref::PodRef;
+use crate::kubelet::written::Written;
 
 /// The next simulated process id (and pod IP suffix).
 pub(super) static NEXT_PID: AtomicU32 = AtomicU32::new(10_000);
@@ -58,6 +59,11 @@ impl Ctx {
         Api::namespaced(self.env.client.clone(), &self.r.namespace)
     }
 
+    /// For writes whose answer is not read (see [`Written`]).
+    pub(super) fn writes(&self) -> Api<Written<Pod>> {
+        Api::namespaced(self.env.client.clone(), &self.r.namespace)
+    }
+
     pub(super) async fn patch_status(
         &self,
         phase: &str,
@@ -86,7 +92,7 @@ impl Ctx {
             now: &n,
         });
         if let Err(e) = self
-            .api()
+            .writes()
             .patch_status(&self.r.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {

@@ -180,7 +180,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         let body = Value::Object(record).to_string();
         let patch = json!({"metadata": {"annotations": {names::ANNOTATION_SIM_ALLOCATED: body}}});
         if let Err(e) = ctx
-            .api()
+            .writes()
             .patch(&ctx.r.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
