@@ -40,6 +40,10 @@ pub(super) struct Ctx {
     pub(super) node: Arc<NodeShared>,
     pub(super) env: PodEnv,
     pub(super) r: PodRef,
+    /// The pod as it arrived: its spec is what runs (later versions carry no spec, see
+    /// [`super::on_pod`]).
+    pub(super) pod: Arc<Pod>,
+    /// The latest version (`None` once it is gone from the API).
     pub(super) rx: watch::Receiver<Option<Arc<Pod>>>,
     pub(super) host_ip: String,
     pub(super) pod_ip: String,
@@ -72,13 +76,14 @@ impl Ctx {
         restarts: u32,
         reason: Option<(&str, &str)>,
     ) {
-        let Some(pod) = self.rx.borrow().clone() else {
+        if self.rx.borrow().is_none() {
             return;
-        };
+        }
+        let pod = &self.pod;
         let n = now();
         let (inits, initialized) = lock(&self.inits).clone();
         let patch = status_patch(&StatusView {
-            pod: &pod,
+            pod,
             phase,
             state,
             last,

@@ -26,14 +26,12 @@ pub(super) async fn pod_task(
     node: Arc<NodeShared>,
     env: PodEnv,
     r: PodRef,
+    pod: Arc<Pod>,
     rx: watch::Receiver<Option<Arc<Pod>>>,
 ) {
     // The pod's container logs go when the pod leaves the node (or the task is aborted).
     let _logs = crate::logs::PodLogs(r.uid.clone());
     let host_ip = node.resources.internal_ip();
-    let Some(pod) = rx.borrow().clone() else {
-        return;
-    };
     let host_network = pod
         .spec
         .as_ref()
@@ -49,6 +47,7 @@ pub(super) async fn pod_task(
         node,
         env,
         r,
+        pod: pod.clone(),
         rx,
         host_ip,
         pod_ip,
@@ -62,7 +61,9 @@ pub(super) async fn pod_task(
         .as_ref()
         .and_then(|s| s.phase.clone())
         .unwrap_or_default();
-    if !stopping(&Some(pod.clone())) && phase != "Succeeded" && phase != "Failed" {
+    // The latest version: the pod may be stopping already.
+    let latest = ctx.rx.borrow().clone();
+    if !stopping(&latest) && phase != "Succeeded" && phase != "Failed" {
         run_pod(&mut ctx, &pod).await;
     }
     wait_stopping(&mut ctx.rx).await;
@@ -104,24 +105,26 @@ async fn node_refuses(ctx: &Ctx, spec: &PodSpec) -> Option<(String, String)> {
 /// Admit, allocate, run (with restarts), and release. Returns when the pod is terminal or
 /// stopping.
 async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
-    let Some(spec) = pod.spec.clone() else { return };
+    let Some(spec) = pod.spec.as_ref() else {
+        return;
+    };
     let node = ctx.node.clone();
     let waiting = CState::Waiting {
         reason: "ContainerCreating".into(),
         message: String::new(),
     };
     // ---- admission: the node, then volumes (waiting, as the kubelet does) ----
-    if let Some((reason, message)) = node_refuses(ctx, &spec).await {
+    if let Some((reason, message)) = node_refuses(ctx, spec).await {
         reject(ctx, &waiting, &reason, &message).await;
         return;
     }
-    if !mount_volumes(ctx, &spec, &waiting).await {
+    if !mount_volumes(ctx, spec, &waiting).await {
         return;
     }
     if !read_env_sources(ctx, pod).await {
         return;
     }
-    let wanted = match admission::pod_requests(&spec) {
+    let wanted = match admission::pod_requests(spec) {
         Ok(w) => w,
         Err(e) => {
             reject(ctx, &waiting, "InvalidResourceRequests", &e).await;
@@ -156,7 +159,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
             .chain(spec.containers.iter().map(|c| (c.name.clone(), false)))
             .collect();
         lock(&node.devices).track(&ctx.r.uid, &ctx.r.name, &ctx.r.namespace, &containers);
-        allocate_all(&node, &ctx.r, &spec, &mut record, &mut gpu_ids).await
+        allocate_all(&node, &ctx.r, spec, &mut record, &mut gpu_ids).await
     };
     if let Err(e) = alloc_result {
         release(&node, &ctx.r.uid, &[]);
@@ -188,7 +191,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         }
     }
     let pids = start_gpu_load(&node, &gpu_ids);
-    run_containers_with_restarts(ctx, pod, &spec).await;
+    run_containers_with_restarts(ctx, pod, spec).await;
     release(&node, &ctx.r.uid, &pids);
 }
 

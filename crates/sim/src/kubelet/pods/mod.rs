@@ -48,23 +48,29 @@ fn pod_ref(pod: &Pod) -> Option<PodRef> {
     })
 }
 
-/// A pod bound to this node was added or changed.
-pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
+/// A pod bound to this node was added or changed. The pod's task runs the spec it arrived
+/// with (as the kubelet, which does not restart containers for a spec change the API allows);
+/// later versions are kept for their metadata and status only, without their spec: a typed
+/// spec is tens of KB (k8s-openapi keeps every volume source inline), and a second copy of
+/// each running pod's was most of a simulated node's memory.
+pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, mut pod: Pod) {
     let Some(r) = pod_ref(&pod) else { return };
-    let pod = Arc::new(pod);
     let mut pods = lock(&node.pods);
     if let Some(h) = pods.get(&r.uid)
         && !h.task.is_finished()
     {
-        h.tx.send_replace(Some(pod));
+        pod.spec = None;
+        h.tx.send_replace(Some(Arc::new(pod)));
         return;
     }
     tracing::debug!(node = %node.name, pod = %r.name, "pod arrived");
-    let (tx, rx) = watch::channel(Some(pod));
+    let pod = Arc::new(pod);
+    let (tx, rx) = watch::channel(Some(pod.clone()));
     let task = tokio::spawn(lifecycle::pod_task(
         node.clone(),
         env.clone(),
         r.clone(),
+        pod,
         rx,
     ));
     pods.insert(r.uid, PodHandle { tx, task });
