@@ -7,8 +7,6 @@
 //! decodes field by field (a bad label loses the labels, not the pod's node, requests or
 //! phase), so a scheduler or controller can still account for it.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::DeserializeOwned;
@@ -98,38 +96,17 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
+crate::resource_of!(
+    [K: Resource<DynamicType = ()>] Lenient<K> => K,
+    |this| match this {
+        Lenient::Decoded(k) => k.meta(),
+        Lenient::Undecodable { meta, .. } => meta,
+    },
+    match this {
+        Lenient::Decoded(k) => k.meta_mut(),
+        Lenient::Undecodable { meta, .. } => meta,
     }
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        K::api_version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        match self {
-            Lenient::Decoded(k) => k.meta(),
-            Lenient::Undecodable { meta, .. } => meta,
-        }
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        match self {
-            Lenient::Decoded(k) => k.meta_mut(),
-            Lenient::Undecodable { meta, .. } => meta,
-        }
-    }
-}
+);
 
 #[cfg(test)]
 mod tests {

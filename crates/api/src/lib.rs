@@ -22,6 +22,7 @@ pub mod names;
 pub mod nvidia_driver;
 pub mod pod_check;
 pub mod problem;
+pub mod resource_of;
 pub mod schema_check;
 pub mod validate;
 

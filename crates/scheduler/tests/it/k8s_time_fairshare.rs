@@ -131,6 +131,30 @@ async fn starved_queue_gets_freed_gpus_first_and_usage_decays() -> Result {
         ),
     )
     .await?;
+    // Every waiting pod has been through a cycle (its group is marked unschedulable while
+    // the GPUs are taken) before they free up: a pod the scheduler has not seen yet asks for
+    // nothing, and a starved queue asking for one GPU has a fair share of one.
+    eventually_secs(
+        "the waiting pods' groups marked unschedulable",
+        60,
+        || async {
+            let l = groups.list(&ListParams::default()).await.ok()?;
+            let waiting = |q: &str| {
+                l.items
+                    .iter()
+                    .filter(|g| g.spec.queue.as_deref() == Some(q))
+                    .filter(|g| {
+                        g.status
+                            .as_ref()
+                            .and_then(|s| s.scheduling_conditions.as_ref())
+                            .is_some_and(|c| !c.is_empty())
+                    })
+                    .count()
+            };
+            (waiting("heavy") == 2 && waiting("starved") == 2).then_some(())
+        },
+    )
+    .await?;
     // heavy's younger pods cannot preempt its running one (same priority).
     c.kubectl(&["delete", "pod", "heavy-1", "--wait=false"])
         .await?;

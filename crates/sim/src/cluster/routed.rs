@@ -3,12 +3,9 @@
 //! process runs a share of the nodes (`gantry sim kubelets`, `--kubelet-processes`), most
 //! pods are bound to another process's nodes, and those are never decoded here.
 
-use std::borrow::Cow;
-
 use gantry_api::lenient::Lenient;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -104,36 +101,12 @@ impl<'de> Deserialize<'de> for RoutedPod {
     }
 }
 
-impl Resource for RoutedPod {
-    type DynamicType = ();
-    type Scope = <Pod as Resource>::Scope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Pod::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        Pod::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        Pod::version(dt)
-    }
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        Pod::api_version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Pod::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
+gantry_api::resource_of!([] RoutedPod => Pod, |this| &this.meta, &mut this.meta);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
     use serde_json::json;
 
     #[test]

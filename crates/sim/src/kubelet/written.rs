@@ -4,7 +4,6 @@
 //! what a status patch cost the simulated kubelets. The body is skipped without building
 //! anything; errors (the HTTP status) are reported as for any other write.
 
-use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -42,32 +41,11 @@ impl<'de, K> Deserialize<'de> for Written<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Resource for Written<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        K::api_version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
+gantry_api::resource_of!(
+    [K: Resource<DynamicType = ()>] Written<K> => K,
+    |this| &this.meta,
+    &mut this.meta
+);
 
 #[cfg(test)]
 mod tests {

@@ -280,6 +280,11 @@ pub fn write_managers(obj: &mut Value, managers: &[Manager]) {
             e
         })
         .collect();
+    set_managed_fields(obj, entries);
+}
+
+/// Puts `entries` as the object's `managedFields` (none: removes them).
+pub(super) fn set_managed_fields(obj: &mut Value, entries: Vec<Value>) {
     if !entries.is_empty() && obj.get("metadata").is_none() {
         obj["metadata"] = json!({});
     }

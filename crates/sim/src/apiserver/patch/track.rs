@@ -7,8 +7,8 @@
 //! condition) costs in proportion to that field, not to the object and its `managedFields`.
 
 use super::apply::{
-    FieldSet, ListKinds, Path, SERVER_META, Writer, fields_of, from_fields_v1, to_fields_v1,
-    value_at, walk,
+    FieldSet, ListKinds, Path, SERVER_META, Writer, fields_of, from_fields_v1, set_managed_fields,
+    to_fields_v1, value_at, walk,
 };
 use serde_json::{Map, Value, json};
 
@@ -52,16 +52,7 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: 
             .and_then(Value::as_object)
             .is_some_and(|m| !m.is_empty())
     });
-    if !entries.is_empty() && new.get("metadata").is_none() {
-        new["metadata"] = json!({});
-    }
-    if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-        if entries.is_empty() {
-            meta.remove("managedFields");
-        } else {
-            meta.insert("managedFields".into(), Value::Array(entries));
-        }
-    }
+    set_managed_fields(new, entries);
 }
 
 /// Is this `managedFields` entry the writer's own (its manager, an update, its subresource)?
