@@ -151,14 +151,58 @@ impl Shared {
     }
 }
 
-/// A running exporter: sampler and XID threads plus the rendered body. Stops its threads on drop.
+/// A running exporter: the sampler and the XID watch plus the rendered body. Stops them on drop.
 pub struct Exporter {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     opts: ExporterOptions,
-    _stop_tx: std::sync::mpsc::Sender<()>,
-    /// Where the sampler and the XID watch run as a task: dropping this stops it.
-    _task: Option<task::Stop>,
+    _running: Running,
+}
+
+/// Where the sampler and the XID watch run; dropping it stops them.
+enum Running {
+    /// One task, where the XID stream wakes its reader (see [`task`]).
+    Task { _stop: task::Stop },
+    /// Two threads, where it blocks (NVML): the sampler ends when this sender goes, the XID
+    /// watch on the exporter's `stop`.
+    Threads {
+        _sampler: std::sync::mpsc::Sender<()>,
+    },
+}
+
+/// The sampler on a thread of its own, and the XID watch on another when there is a stream.
+fn spawn_threads(
+    sample: task::Sample,
+    interval: Duration,
+    xid_events: Option<Box<dyn gantry_gpu::EventStream>>,
+    xids: Arc<sample::XidLog>,
+    stop: Arc<AtomicBool>,
+) -> Result<Running, ExporterError> {
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("exporter-sampler".into())
+        .spawn(move || {
+            // Wakes on the interval; a dropped sender (exporter gone) ends the loop.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stop_rx.recv_timeout(interval)
+            {
+                if let Err(e) = sample() {
+                    crate::warn_limited!(
+                        "exporter sampling",
+                        error = %e,
+                        "sampling GPUs failed; serving the previous sample"
+                    );
+                }
+            }
+        })
+        .map_err(ExporterError::Thread)?;
+    if let Some(mut stream) = xid_events {
+        std::thread::Builder::new()
+            .name("exporter-xid".into())
+            .spawn(move || sample::follow_xids(stream.as_mut(), &xids, &stop))
+            .map_err(ExporterError::Thread)?;
+    }
+    Ok(Running::Threads { _sampler: stop_tx })
 }
 
 impl Exporter {
@@ -178,54 +222,26 @@ impl Exporter {
         });
         shared.sample()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-        let s = shared.clone();
         let interval = opts.collect_interval;
-        let sampler: task::Sample = {
+        let sample: task::Sample = {
             let s = shared.clone();
             Arc::new(move || s.sample())
         };
-        if let Some(task) = task::spawn(sampler, interval, &backend, &xids) {
-            return Ok(Exporter {
-                shared,
-                stop,
-                opts,
-                _stop_tx: stop_tx,
-                _task: Some(task),
-            });
-        }
-        std::thread::Builder::new()
-            .name("exporter-sampler".into())
-            .spawn(move || {
-                // Wakes on the interval; a dropped sender (exporter gone) ends the loop.
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stop_rx.recv_timeout(interval)
-                {
-                    if let Err(e) = s.sample() {
-                        crate::warn_limited!(
-                            "exporter sampling",
-                            error = %e,
-                            "sampling GPUs failed; serving the previous sample"
-                        );
-                    }
-                }
+        let mut xid_events = backend
+            .subscribe(gantry_gpu::event_kind::XID_CRITICAL)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "cannot subscribe to XID events; DCGM_FI_DEV_XID_ERRORS stays 0")
             })
-            .map_err(ExporterError::Thread)?;
-        let (b, st) = (backend, stop.clone());
-        std::thread::Builder::new()
-            .name("exporter-xid".into())
-            .spawn(move || {
-                if let Err(e) = sample::watch_xids(b.as_ref(), &xids, &st) {
-                    tracing::warn!(error = %e, "cannot subscribe to XID events; DCGM_FI_DEV_XID_ERRORS stays 0");
-                }
-            })
-            .map_err(ExporterError::Thread)?;
+            .ok();
+        let running = match task::spawn(sample.clone(), interval, &mut xid_events, &xids) {
+            Some(t) => Running::Task { _stop: t },
+            None => spawn_threads(sample, interval, xid_events, xids, stop.clone())?,
+        };
         Ok(Exporter {
             shared,
             stop,
             opts,
-            _stop_tx: stop_tx,
-            _task: None,
+            _running: running,
         })
     }
 

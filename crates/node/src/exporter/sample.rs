@@ -125,13 +125,12 @@ pub fn drain_xids(stream: &mut dyn EventStream, log: &XidLog) -> Result<(), GpuE
     Ok(())
 }
 
-/// Follow XID events until `stop` says so. Returns when the backend cannot subscribe.
-pub fn watch_xids(
-    backend: &dyn Backend,
+/// Follow XID events on `stream` until `stop` says so (a thread blocking in the wait).
+pub fn follow_xids(
+    stream: &mut dyn EventStream,
     log: &XidLog,
     stop: &std::sync::atomic::AtomicBool,
-) -> Result<(), GpuError> {
-    let mut stream = backend.subscribe(event_kind::XID_CRITICAL)?;
+) {
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         match stream.wait(Duration::from_millis(500)) {
             Ok(Some(ev)) if ev.kind == event_kind::XID_CRITICAL => {
@@ -144,7 +143,6 @@ pub fn watch_xids(
             }
         }
     }
-    Ok(())
 }
 
 /// Which fields are wanted, so unselected NVML calls are skipped.

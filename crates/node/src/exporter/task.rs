@@ -7,10 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_gpu::{Backend, EventStream, event_kind};
+use gantry_gpu::{EventStream, GpuError};
 use tokio::sync::{Notify, oneshot};
-
-use gantry_gpu::GpuError;
 
 use super::sample::{self, XidLog};
 
@@ -20,27 +18,24 @@ pub(super) type Sample = Arc<dyn Fn() -> Result<(), GpuError> + Send + Sync>;
 /// Dropping it stops the task.
 pub(super) type Stop = oneshot::Sender<()>;
 
-/// Starts the task if this runs on a tokio runtime and the backend's XID stream can wake its
-/// reader; None: the caller starts threads instead.
+/// Starts the task if this runs on a tokio runtime and the XID stream can wake its reader
+/// (it is then taken); None: the caller starts threads instead, with the stream.
 pub(super) fn spawn(
     sample: Sample,
     interval: Duration,
-    backend: &Arc<dyn Backend>,
+    xid_events: &mut Option<Box<dyn EventStream>>,
     xids: &Arc<XidLog>,
 ) -> Option<Stop> {
     let rt = tokio::runtime::Handle::try_current().ok()?;
-    let mut stream = match backend.subscribe(event_kind::XID_CRITICAL) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot subscribe to XID events; DCGM_FI_DEV_XID_ERRORS stays 0");
-            return None;
-        }
-    };
     let wake = Arc::new(Notify::new());
     let w = wake.clone();
-    if !stream.on_event(Arc::new(move || w.notify_one())) {
+    if !xid_events
+        .as_mut()?
+        .on_event(Arc::new(move || w.notify_one()))
+    {
         return None;
     }
+    let stream = xid_events.take()?;
     let (stop, stopped) = oneshot::channel();
     rt.spawn(run(sample, interval, stream, wake, xids.clone(), stopped));
     Some(stop)

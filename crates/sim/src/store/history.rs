@@ -76,14 +76,6 @@ impl Kept {
         }
     }
 
-    /// The object before the change, decoded.
-    pub fn prev(&self) -> Option<Arc<Value>> {
-        match self {
-            Kept::Live(e) => e.prev.clone(),
-            Kept::Packed { prev, .. } => prev.as_deref().and_then(unpack).map(Arc::new),
-        }
-    }
-
     /// The object before the change, for a list at an older version: as JSON where the
     /// event keeps it so (decoded only if read), else decoded.
     pub fn prev_listed(&self) -> Option<super::listed::Listed> {
@@ -395,7 +387,10 @@ mod tests {
         // Newest first; the oldest undone (rv 3) restores version 2.
         assert_eq!(undo[7].kind(), EventType::Modified);
         assert!(undo[7].json().is_some(), "packed");
-        assert_eq!(undo[7].prev().as_deref(), Some(&*sent[1].object));
+        assert_eq!(
+            undo[7].prev_listed().and_then(|l| l.value()).as_deref(),
+            Some(&*sent[1].object)
+        );
         assert_eq!(h.undo_since(2, "/secrets").count(), 0);
     }
 }

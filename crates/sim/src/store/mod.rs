@@ -22,7 +22,7 @@ pub use backend::{Backend, ObjKey, StoreError};
 pub use entry::Entry;
 pub use event::{Event, EventType};
 pub use history::{Kept, TooOld};
-pub use listed::{Listed, PackedVersion};
+pub use listed::Listed;
 pub use memory::MemoryBackend;
 pub use sqlite::SqliteBackend;
 pub use stats::{Stats, Tally};

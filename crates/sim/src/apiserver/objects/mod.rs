@@ -164,12 +164,10 @@ impl serde::Serialize for SharedList {
         let items = self
             .items
             .iter()
-            .map(|o| match o {
-                Listed::Current(_) | Listed::Packed(_) => {
-                    serde_json::from_slice::<&RawValue>(o.json().map_or(&b"null"[..], |j| j))
-                        .map(Item::Raw)
-                }
-                Listed::Old(v) => Ok(Item::Value(v)),
+            .map(|o| match o.json() {
+                Some(json) => serde_json::from_slice::<&RawValue>(json).map(Item::Raw),
+                // An older version given back decoded: its stub is the whole object.
+                None => Ok(Item::Value(o.stub())),
             })
             .collect::<Result<Vec<Item<'_>>, _>>()
             .map_err(S::Error::custom)?;

@@ -4,6 +4,7 @@
 use super::super::deletion::finish;
 use super::super::meta::{now, same_content};
 use super::super::patch::apply as ssa;
+use super::super::patch::track::track_update;
 use super::super::schema::Checks;
 use super::super::server::ApiServer;
 use super::super::status::ApiError;
@@ -125,7 +126,7 @@ impl ApiServer {
             api_version: &t.api_version(),
             time: &now,
         };
-        super::super::patch::track::track_update(None, &mut obj, &writer, &lk);
+        track_update(None, &mut obj, &writer, &lk);
         Ok(obj)
     }
 
@@ -279,7 +280,7 @@ impl ApiServer {
                 api_version: &t.api_version(),
                 time: &time,
             };
-            super::super::patch::track::track_update(Some(cur), &mut out, &writer, &lk);
+            track_update(Some(cur), &mut out, &writer, &lk);
         }
         if same_content(cur, &out) {
             return Ok(Mutation::Unchanged);
