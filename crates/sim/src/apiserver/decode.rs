@@ -8,8 +8,6 @@ use serde_json::Value;
 
 /// `--max-request-bytes` of kube-apiserver's generic handlers (3 MiB).
 pub const MAX_REQUEST_BYTES: usize = 3 << 20;
-/// etcd's default `--max-request-bytes` (1.5 MiB): the largest object that can be stored.
-pub const MAX_OBJECT_BYTES: usize = 3 << 19;
 /// Deepest nesting of objects and arrays accepted (shared with `gantry validate`).
 pub use gantry_k8s_rules::depth::MAX_DEPTH;
 
@@ -199,19 +197,6 @@ pub fn body(body: &[u8], format: Format, what: &str) -> Result<Value, ApiError> 
     }
 }
 
-/// Refuses an object larger than etcd stores, as upstream's storage layer does.
-pub fn check_object_size(obj: &Value) -> Result<(), ApiError> {
-    let size = serde_json::to_vec(obj).map(|v| v.len()).unwrap_or(0);
-    if size > MAX_OBJECT_BYTES {
-        return Err(ApiError::new(
-            413,
-            "RequestEntityTooLarge",
-            format!("etcdserver: request is too large ({size} bytes; limit is {MAX_OBJECT_BYTES})"),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,8 +243,5 @@ mod tests {
             body(&big, Format::Json, "create").expect_err("big").code,
             413
         );
-        let obj = serde_json::json!({"data": {"a": "x".repeat(MAX_OBJECT_BYTES)}});
-        assert_eq!(check_object_size(&obj).expect_err("object").code, 413);
-        assert!(check_object_size(&serde_json::json!({"a": 1})).is_ok());
     }
 }

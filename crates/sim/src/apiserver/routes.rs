@@ -100,6 +100,16 @@ fn ok_json(code: StatusCode, v: &Value) -> Response {
     json_response(code, v)
 }
 
+/// A JSON body already encoded.
+fn ok_body(code: StatusCode, body: Bytes) -> Response {
+    (
+        code,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
 /// Decodes a request body with the decoder its `Content-Type` names (JSON by default).
 fn body_json(headers: &HeaderMap, body: &Bytes, what: &str) -> Result<Value, ApiError> {
     let ct = headers
@@ -430,7 +440,10 @@ fn write(
             checks.duplicates = duplicates(headers, body, &checks);
             let body = body_json(headers, body, "create")?;
             let obj = srv.create_checked(&t, body, &mgr, &mut checks)?;
-            Ok(with_warnings(ok_json(StatusCode::CREATED, &obj), &checks))
+            Ok(with_warnings(
+                ok_body(StatusCode::CREATED, obj.body()),
+                &checks,
+            ))
         }
         (Method::POST, Some(name)) if sub == "binding" => {
             srv.bind(&t, name, &body_json(headers, body, "binding")?)?;
@@ -456,7 +469,7 @@ fn write(
             checks.duplicates = duplicates(headers, body, &checks);
             let body = body_json(headers, body, "update")?;
             let obj = srv.update_checked(&t, name, sub, body, &mgr, &mut checks)?;
-            Ok(with_warnings(ok_json(StatusCode::OK, &obj), &checks))
+            Ok(with_warnings(ok_body(StatusCode::OK, obj.body()), &checks))
         }
         (Method::PATCH, Some(name)) => {
             let ct = headers
@@ -486,7 +499,7 @@ fn write(
             } else {
                 StatusCode::OK
             };
-            Ok(with_warnings(ok_json(code, &obj), &checks))
+            Ok(with_warnings(ok_body(code, obj.body()), &checks))
         }
         (Method::DELETE, Some(name)) => Ok(ok_json(
             StatusCode::OK,

@@ -230,6 +230,11 @@ pub fn success_status(details: Value) -> Value {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        ApiError::internal(format!("storage failed: {e}"))
+        match e {
+            crate::store::StoreError::TooLarge { .. } => {
+                ApiError::new(413, "RequestEntityTooLarge", e.to_string())
+            }
+            e => ApiError::internal(format!("storage failed: {e}")),
+        }
     }
 }

@@ -5,7 +5,7 @@ use super::patch::{self, strategic::ListKind};
 use super::resources::ResourceInfo;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
-use crate::store::ObjKey;
+use crate::store::{ObjKey, Stored};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -31,6 +31,14 @@ impl Target {
     pub(super) fn not_found(&self, name: &str) -> ApiError {
         ApiError::not_found(&self.info.plural, &self.info.group, name)
     }
+    /// What a write answers with the object it stored.
+    pub fn served(&self, stored: Option<Stored>) -> Served {
+        Served {
+            stored,
+            api_version: (!self.info.builtin).then(|| self.api_version()),
+        }
+    }
+
     /// The object as served in the requested version.
     pub fn present(&self, obj: &Value) -> Value {
         let mut out = obj.clone();
@@ -49,6 +57,36 @@ impl Target {
             } else {
                 ListKind::Atomic
             }
+        }
+    }
+}
+
+/// A write's answer: the object it stored, served in the requested version.
+pub struct Served {
+    stored: Option<Stored>,
+    /// The version a custom resource is served in (the store keeps the one it was written in).
+    api_version: Option<String>,
+}
+
+impl Served {
+    /// The object, decoded.
+    pub fn value(&self) -> Value {
+        let mut out = self
+            .stored
+            .as_ref()
+            .map(|s| (*s.object).clone())
+            .unwrap_or_default();
+        if let Some(v) = &self.api_version {
+            out["apiVersion"] = json!(v);
+        }
+        out
+    }
+
+    /// The object as a JSON body: the stored JSON itself where it is served as stored.
+    pub fn body(&self) -> bytes::Bytes {
+        match &self.stored {
+            Some(s) if self.api_version.is_none() => bytes::Bytes::from_owner(s.json.clone()),
+            _ => serde_json::to_vec(&self.value()).unwrap_or_default().into(),
         }
     }
 }

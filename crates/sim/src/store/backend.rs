@@ -5,6 +5,9 @@ use serde_json::Value;
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Larger than etcd stores ([`super::MAX_OBJECT_BYTES`]).
+    #[error("etcdserver: request is too large ({size} bytes; limit is {limit})")]
+    TooLarge { size: usize, limit: usize },
     #[error("sqlite database {path}: {source}")]
     Sqlite {
         path: String,

@@ -37,6 +37,17 @@ pub enum Mutation {
     Unchanged,
 }
 
+/// etcd's default `--max-request-bytes` (1.5 MiB): the largest object that can be stored.
+pub const MAX_OBJECT_BYTES: usize = 3 << 19;
+
+/// An object as a write left it: decoded, and the JSON the store keeps and its watchers are
+/// sent (a response can be that JSON as it is).
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub object: Arc<Value>,
+    pub json: Arc<[u8]>,
+}
+
 /// Kept events after the requested version, and the receiver for what follows.
 pub type WatchStart = (Vec<Kept>, broadcast::Receiver<Arc<Event>>);
 
@@ -283,7 +294,7 @@ impl Store {
         &self,
         key: &ObjKey,
         f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Mutation, E>,
-    ) -> Result<Option<Arc<Value>>, E> {
+    ) -> Result<Option<Stored>, E> {
         self.commit(key, |e| e.and_then(Entry::value), f)
     }
 
@@ -294,17 +305,28 @@ impl Store {
         key: &ObjKey,
         current: impl FnOnce(Option<&Entry>) -> Option<Arc<Value>>,
         f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Mutation, E>,
-    ) -> Result<Option<Arc<Value>>, E> {
+    ) -> Result<Option<Stored>, E> {
         let mut inner = self.lock();
         let k = (key.namespace.clone(), key.name.clone());
         let entry = inner.objects.get(&key.gr).and_then(|b| b.get(&k)).cloned();
         let current = current(entry.as_ref());
         let next = inner.rv + 1;
         let (kind, stored, event_obj, json) = match f(current.as_ref(), next)? {
-            Mutation::Unchanged => return Ok(current),
+            Mutation::Unchanged => {
+                return Ok(current
+                    .zip(entry.map(|e| e.json))
+                    .map(|(object, json)| Stored { object, json }));
+            }
             Mutation::Put(mut obj) => {
                 set_rv(&mut obj, next);
                 let json = entry::encode(&obj);
+                if json.len() > MAX_OBJECT_BYTES {
+                    return Err(StoreError::TooLarge {
+                        size: json.len(),
+                        limit: MAX_OBJECT_BYTES,
+                    }
+                    .into());
+                }
                 inner.backend.put(key, &json, next)?;
                 let obj = Arc::new(obj);
                 let kind = if entry.is_some() {
@@ -350,7 +372,7 @@ impl Store {
             } else {
                 None
             },
-            encoded: json.into(),
+            encoded: json.clone().into(),
         });
         inner.history.push(event.clone());
         if let Some(n) = inner.named.get_mut(&key.gr) {
@@ -364,7 +386,10 @@ impl Store {
         }
         // No receivers is fine.
         let _ = self.tx.send(event);
-        Ok(Some(event_obj))
+        Ok(Some(Stored {
+            object: event_obj,
+            json,
+        }))
     }
 
     /// As `mutate`, but `f` decides outside the store's lock, on the object as read just
@@ -375,7 +400,7 @@ impl Store {
         &self,
         key: &ObjKey,
         mut f: impl FnMut(Option<&Arc<Value>>) -> Result<Mutation, E>,
-    ) -> Result<Option<Arc<Value>>, E> {
+    ) -> Result<Option<Stored>, E> {
         loop {
             let seen = self.entry(&key.gr, &key.namespace, &key.name);
             let seen_value = seen.as_ref().and_then(Entry::value);
@@ -470,7 +495,7 @@ mod tests {
             .ok()
             .flatten();
         obj.and_then(|o| {
-            o["metadata"]["resourceVersion"]
+            o.object["metadata"]["resourceVersion"]
                 .as_str()
                 .and_then(|s| s.parse().ok())
         })
@@ -491,6 +516,22 @@ mod tests {
             .watch_from(store.current_rv() - 3)
             .expect("recent rv is kept");
         assert_eq!(backlog.len(), 3);
+    }
+
+    #[test]
+    fn an_object_larger_than_etcd_stores_is_refused_and_nothing_changes() {
+        let store = Store::memory(16);
+        let rv = store.current_rv();
+        let big = json!({"metadata": {"name": "a"}, "data": {"a": "x".repeat(MAX_OBJECT_BYTES)}});
+        let err = store
+            .mutate::<StoreError>(&key("a"), |_, _| Ok(Mutation::Put(big)))
+            .expect_err("too large");
+        assert!(matches!(err, StoreError::TooLarge { .. }), "{err}");
+        let api = crate::apiserver::status::ApiError::from(err);
+        assert_eq!((api.code, api.reason), (413, "RequestEntityTooLarge"));
+        assert_eq!(store.current_rv(), rv);
+        assert!(store.list("/configmaps", None, None).0.is_empty());
+        put(&store, "a");
     }
 
     #[test]
@@ -531,7 +572,7 @@ mod tests {
         // The first decision (from n = 0) is dropped; the second builds on the other write.
         assert_eq!(tries, vec![0, 5]);
         let stored = out.ok().flatten().expect("stored");
-        assert_eq!(stored["data"]["n"], 6);
+        assert_eq!(stored.object["data"]["n"], 6);
         assert_eq!(
             store
                 .get("/configmaps", "default", "a")

@@ -6,7 +6,7 @@ use super::super::patch::apply as ssa;
 use super::super::schema::Checks;
 use super::super::server::ApiServer;
 use super::super::status::ApiError;
-use super::super::target::Target;
+use super::super::target::{Served, Target};
 use super::rv_of;
 use crate::store::Mutation;
 use serde_json::{Value, json};
@@ -23,7 +23,7 @@ impl ApiServer {
         force: bool,
         what: &str,
         checks: &mut Checks,
-    ) -> Result<(Value, bool), ApiError> {
+    ) -> Result<(Served, bool), ApiError> {
         let Some(manager) = manager.filter(|m| !m.is_empty()) else {
             return Err(ApiError::bad_request(
                 "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
@@ -104,6 +104,6 @@ impl ApiServer {
             }
         })?;
         self.after_write(t);
-        Ok((t.present(&out.unwrap_or_default()), created))
+        Ok((t.served(out), created))
     }
 }

@@ -171,16 +171,17 @@ impl ApiServer {
             )));
         }
         let mut out = if sub == "status" {
-            let mut o = cur.clone();
-            match new.get("status") {
-                Some(s) => o["status"] = s.clone(),
-                None => {
-                    if let Some(m) = o.as_object_mut() {
-                        m.remove("status");
+            // A status write changes the status only: every other field stays as stored
+            // (compared before it is copied: they are mostly equal already).
+            if let (Some(m), Some(c)) = (new.as_object_mut(), cur.as_object()) {
+                m.retain(|k, _| k == "status" || c.contains_key(k));
+                for (k, v) in c {
+                    if k != "status" && m.get(k) != Some(v) {
+                        m.insert(k.clone(), v.clone());
                     }
                 }
             }
-            o
+            new
         } else {
             if info.has_status()
                 && let Some(m) = new.as_object_mut()

@@ -7,15 +7,17 @@ use super::super::patch::{self, PatchType};
 use super::super::schema::Checks;
 use super::super::server::ApiServer;
 use super::super::status::ApiError;
-use super::super::target::{DeleteOpts, ListOpts, Target};
+use super::super::target::{DeleteOpts, ListOpts, Served, Target};
 use super::{meta_str, rv_of};
-use crate::store::{Mutation, ObjKey};
+use crate::store::{Mutation, ObjKey, Stored};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
 impl ApiServer {
     pub fn create(&self, t: &Target, body: Value, manager: &str) -> Result<Value, ApiError> {
-        self.create_checked(t, body, manager, &mut Checks::default())
+        Ok(self
+            .create_checked(t, body, manager, &mut Checks::default())?
+            .value())
     }
 
     /// Create with the request's `fieldValidation`, collecting its warnings.
@@ -25,7 +27,7 @@ impl ApiServer {
         body: Value,
         manager: &str,
         checks: &mut Checks,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Served, ApiError> {
         self.ensure_namespace(t)?;
         super::super::deletion::refuse_create(self, &t.info)?;
         checks.schema = self.crd_schema(t);
@@ -41,8 +43,10 @@ impl ApiServer {
             None => Ok(Mutation::Put(obj)),
         })?;
         self.after_write(t);
-        out.map(|o| t.present(&o))
-            .ok_or_else(|| ApiError::internal("create stored nothing"))
+        match out {
+            Some(o) => Ok(t.served(Some(o))),
+            None => Err(ApiError::internal("create stored nothing")),
+        }
     }
 
     /// PUT of the object or its status. Returns the stored object.
@@ -54,7 +58,9 @@ impl ApiServer {
         body: Value,
         manager: &str,
     ) -> Result<Value, ApiError> {
-        self.update_checked(t, name, sub, body, manager, &mut Checks::default())
+        Ok(self
+            .update_checked(t, name, sub, body, manager, &mut Checks::default())?
+            .value())
     }
 
     /// Update with the request's `fieldValidation`, collecting its warnings.
@@ -66,7 +72,7 @@ impl ApiServer {
         body: Value,
         manager: &str,
         checks: &mut Checks,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Served, ApiError> {
         checks.schema = self.crd_schema(t);
         if t.info.namespaced {
             let ns = super::meta_str(&body, "namespace").unwrap_or_default();
@@ -77,7 +83,7 @@ impl ApiServer {
             Some(cur) => self.prepare_update(t, cur, body.clone(), sub, Some(manager), checks),
         })?;
         self.after_write(t);
-        Ok(t.present(&out.unwrap_or_default()))
+        Ok(t.served(out))
     }
 
     /// PATCH of the object or its status; server-side apply creates missing objects.
@@ -94,7 +100,9 @@ impl ApiServer {
         force: bool,
     ) -> Result<(Value, bool), ApiError> {
         let mut checks = Checks::default();
-        self.patch_checked(t, name, sub, kind, body, manager, force, &mut checks)
+        let (out, created) =
+            self.patch_checked(t, name, sub, kind, body, manager, force, &mut checks)?;
+        Ok((out.value(), created))
     }
 
     /// Patch with the request's `fieldValidation`, collecting its warnings.
@@ -109,7 +117,7 @@ impl ApiServer {
         manager: Option<&str>,
         force: bool,
         checks: &mut Checks,
-    ) -> Result<(Value, bool), ApiError> {
+    ) -> Result<(Served, bool), ApiError> {
         let what = format!("{} {name}", t.info.kind);
         checks.schema = self.crd_schema(t);
         if kind == PatchType::Strategic && !t.info.builtin {
@@ -137,7 +145,7 @@ impl ApiServer {
             self.prepare_update(t, cur, patched, sub, Some(manager), checks)
         })?;
         self.after_write(t);
-        Ok((t.present(&out.unwrap_or_default()), false))
+        Ok((t.served(out), false))
     }
 
     /// DELETE. Returns the object as it was removed, or as it now waits for finalizers.
@@ -160,7 +168,7 @@ impl ApiServer {
         if info.builtin && info.plural == "customresourcedefinitions" {
             self.after_write(t);
         }
-        Ok(t.present(&out.unwrap_or_default()))
+        Ok(t.served(out).value())
     }
 
     /// Deletes every object a list with `opts` would return.
@@ -244,7 +252,7 @@ impl ApiServer {
         key: &ObjKey,
         checks: &mut Checks,
         mut f: impl FnMut(Option<&Arc<Value>>, &mut Checks) -> Result<Mutation, ApiError>,
-    ) -> Result<Option<Arc<Value>>, ApiError> {
+    ) -> Result<Option<Stored>, ApiError> {
         let before = checks.warnings.len();
         self.store.guaranteed_update(key, |cur| {
             checks.warnings.truncate(before);

@@ -35,74 +35,120 @@ pub(super) const SERVER_META: &[&str] = &[
 /// The leaf fields set in `obj`. `with_status` says whether `.status` counts.
 pub fn fields_of(obj: &Value, lk: ListKinds<'_>, with_status: bool) -> FieldSet {
     let mut out = FieldSet::new();
-    if let Some(m) = obj.as_object() {
-        for (k, v) in m {
-            let skip = k == "apiVersion" || k == "kind" || (with_status != (k == "status"));
-            if skip {
-                continue;
-            }
-            let path = vec![format!("f:{k}")];
-            if k == "metadata" {
-                if let Some(mm) = v.as_object() {
-                    for (mk, mv) in mm
-                        .iter()
-                        .filter(|(mk, _)| !SERVER_META.contains(&mk.as_str()))
-                    {
-                        walk(
-                            mv,
-                            vec![path[0].clone(), format!("f:{mk}")],
-                            mk,
-                            lk,
-                            &mut out,
-                        );
-                    }
-                }
-            } else {
-                walk(v, path, k, lk, &mut out);
-            }
-        }
-    }
+    visit_fields(obj, lk, with_status, &mut |p| {
+        out.insert(p.to_vec());
+    });
     out
 }
 
-pub(super) fn walk(v: &Value, path: Path, field: &str, lk: ListKinds<'_>, out: &mut FieldSet) {
+/// `to_fields_v1(&fields_of(obj, ..))`, built without the set of paths between (a create's
+/// `managedFields`: one pass over the object).
+pub fn fields_v1_of(obj: &Value, lk: ListKinds<'_>, with_status: bool) -> Value {
+    let mut root = Map::new();
+    visit_fields(obj, lk, with_status, &mut |p| {
+        let mut cur = &mut root;
+        for seg in p {
+            if !cur.contains_key(seg) {
+                cur.insert(seg.clone(), Value::Object(Map::new()));
+            }
+            match cur.get_mut(seg).and_then(Value::as_object_mut) {
+                Some(m) => cur = m,
+                None => break,
+            }
+        }
+    });
+    // In the order `to_fields_v1` gives: sorted, as upstream writes FieldsV1.
+    fn sort(m: &mut Map<String, Value>) {
+        m.sort_keys();
+        m.values_mut()
+            .filter_map(Value::as_object_mut)
+            .for_each(sort);
+    }
+    sort(&mut root);
+    Value::Object(root)
+}
+
+/// Calls `leaf` with each leaf field of `obj` (see [`fields_of`]).
+fn visit_fields(
+    obj: &Value,
+    lk: ListKinds<'_>,
+    with_status: bool,
+    leaf: &mut dyn FnMut(&[String]),
+) {
+    let Some(m) = obj.as_object() else { return };
+    let mut path = Path::new();
+    for (k, v) in m {
+        let skip = k == "apiVersion" || k == "kind" || (with_status != (k == "status"));
+        if skip {
+            continue;
+        }
+        path.push(format!("f:{k}"));
+        if k == "metadata" {
+            let tracked = v
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(mk, _)| !SERVER_META.contains(&mk.as_str()));
+            for (mk, mv) in tracked {
+                path.push(format!("f:{mk}"));
+                visit(mv, &mut path, mk, lk, leaf);
+                path.pop();
+            }
+        } else {
+            visit(v, &mut path, k, lk, leaf);
+        }
+        path.pop();
+    }
+}
+
+/// Every leaf field under `v` (at `path`, the field named `field`) into `out`.
+pub(super) fn walk(v: &Value, mut path: Path, field: &str, lk: ListKinds<'_>, out: &mut FieldSet) {
+    visit(v, &mut path, field, lk, &mut |p| {
+        out.insert(p.to_vec());
+    });
+}
+
+/// Calls `leaf` with the path of each leaf field under `v`; `path` is left as it was.
+fn visit(
+    v: &Value,
+    path: &mut Path,
+    field: &str,
+    lk: ListKinds<'_>,
+    leaf: &mut dyn FnMut(&[String]),
+) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, cv) in m {
-                let mut p = path.clone();
-                p.push(format!("f:{k}"));
-                walk(cv, p, k, lk, out);
+                path.push(format!("f:{k}"));
+                visit(cv, path, k, lk, leaf);
+                path.pop();
             }
         }
-        Value::Array(items) if !items.is_empty() => match lk(&path, field, items.first()) {
-            ListKind::Atomic => {
-                out.insert(path);
-            }
+        Value::Array(items) if !items.is_empty() => match lk(path, field, items.first()) {
+            ListKind::Atomic => leaf(path),
             ListKind::Set => {
                 for item in items {
-                    let mut p = path.clone();
-                    p.push(format!("v:{item}"));
-                    out.insert(p);
+                    path.push(format!("v:{item}"));
+                    leaf(path);
+                    path.pop();
                 }
             }
             ListKind::Keyed(mk) => {
                 for item in items {
                     let Some(key) = item.get(mk) else {
-                        out.insert(path.clone());
+                        leaf(path);
                         continue;
                     };
-                    let mut p = path.clone();
-                    p.push(format!("k:{}", json!({ mk: key })));
-                    let mut dot = p.clone();
-                    dot.push(".".into());
-                    out.insert(dot);
-                    walk(item, p, field, lk, out);
+                    path.push(format!("k:{}", json!({ mk: key })));
+                    path.push(".".into());
+                    leaf(path);
+                    path.pop();
+                    visit(item, path, field, lk, leaf);
+                    path.pop();
                 }
             }
         },
-        _ => {
-            out.insert(path);
-        }
+        _ => leaf(path),
     }
 }
 
@@ -506,6 +552,31 @@ mod tests {
         );
         let fields = from_fields_v1(&to_fields_v1(&fields_of(&obj, &lk, false)));
         assert_eq!(fields, fields_of(&obj, &lk, false));
+    }
+
+    #[test]
+    fn a_creates_tree_is_the_tree_of_its_fields_in_the_same_order() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "uid": "u", "labels": {"z": "1", "a": "2"}, "finalizers": ["f/b", "f/a"]},
+            "spec": {"nodeName": "n", "containers": [
+                {"name": "b", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}], "args": ["x"]},
+                {"name": "a", "env": [{"name": "E", "value": "v"}], "resources": {}},
+                {"image": "no-name"}],
+                "volumes": [], "tolerations": [{"key": "k", "operator": "Exists"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}});
+        for with_status in [false, true] {
+            let direct = fields_v1_of(&pod, &lk, with_status);
+            let via = to_fields_v1(&fields_of(&pod, &lk, with_status));
+            assert_eq!(
+                direct.to_string(),
+                via.to_string(),
+                "with_status {with_status}"
+            );
+        }
+        assert_eq!(
+            fields_v1_of(&json!({"metadata": {"name": "p"}}), &lk, false),
+            json!({})
+        );
     }
 
     #[test]

@@ -7,23 +7,38 @@
 //! condition) costs in proportion to that field, not to the object and its `managedFields`.
 
 use super::apply::{
-    FieldSet, ListKinds, Path, SERVER_META, Writer, fields_of, from_fields_v1, set_managed_fields,
-    to_fields_v1, value_at, walk,
+    FieldSet, ListKinds, Path, SERVER_META, Writer, fields_v1_of, from_fields_v1,
+    set_managed_fields, to_fields_v1, value_at, walk,
 };
 use serde_json::{Map, Value, json};
 
 /// Records ownership for a non-apply write of `new` over `old` (`None`: a create).
 pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: ListKinds<'_>) {
     let with_status = who.subresource == "status";
-    let (changed, gone) = match old {
-        Some(o) => diff(o, new, lk, with_status),
-        None => (fields_of(new, lk, with_status), FieldSet::new()),
+    let Some(old) = old else {
+        // A create: the writer owns every field set.
+        let fields = fields_v1_of(new, lk, with_status);
+        let owns_some = fields.as_object().is_some_and(|m| !m.is_empty());
+        let entries = if owns_some {
+            vec![entry(who, fields)]
+        } else {
+            Vec::new()
+        };
+        set_managed_fields(new, entries);
+        return;
     };
-    let mut entries: Vec<Value> = old
-        .and_then(|o| o.pointer("/metadata/managedFields"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let (changed, gone) = diff(old, new, lk, with_status);
+    // The writes hand `new` the stored `managedFields` (a client cannot set them on an
+    // update): taken from it, not copied from `old`.
+    let mut entries: Vec<Value> = match new.pointer_mut("/metadata/managedFields").map(Value::take)
+    {
+        Some(Value::Array(a)) => a,
+        _ => old
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    };
     if !changed.is_empty() || !gone.is_empty() {
         let mut writer_seen = false;
         for e in entries.iter_mut() {
@@ -32,18 +47,7 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: 
             rewrite(e, is_writer, &changed, &gone, who);
         }
         if !writer_seen && !changed.is_empty() {
-            let mut e = json!({
-                "manager": who.manager,
-                "operation": "Update",
-                "apiVersion": who.api_version,
-                "time": who.time,
-                "fieldsType": "FieldsV1",
-                "fieldsV1": to_fields_v1(&changed),
-            });
-            if !who.subresource.is_empty() {
-                e["subresource"] = json!(who.subresource);
-            }
-            entries.push(e);
+            entries.push(entry(who, to_fields_v1(&changed)));
         }
     }
     // A manager that owns nothing is not listed.
@@ -53,6 +57,22 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: 
             .is_some_and(|m| !m.is_empty())
     });
     set_managed_fields(new, entries);
+}
+
+/// The writer's new `managedFields` entry.
+fn entry(who: &Writer<'_>, fields: Value) -> Value {
+    let mut e = json!({
+        "manager": who.manager,
+        "operation": "Update",
+        "apiVersion": who.api_version,
+        "time": who.time,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    });
+    if !who.subresource.is_empty() {
+        e["subresource"] = json!(who.subresource);
+    }
+    e
 }
 
 /// Is this `managedFields` entry the writer's own (its manager, an update, its subresource)?

@@ -2,14 +2,14 @@
 //! the driver), else a plain container that runs per the pod's sim annotations.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gantry_api::names;
 use gantry_node::host::HostPaths;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::watch;
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, HostVolumes};
 use crate::kubelet::in_process::{AgentContext, DRIVER, agent_command, driver_image};
 use crate::kubelet::node_dirs::NodeDirs;
 /// One container's run: its exit code and a message.
@@ -37,7 +37,7 @@ fn agent_context(
     AgentContext {
         node_name: ctx.node.name.clone(),
         host_root: ctx.node.dirs.host_root.clone(),
-        paths: host_paths(pod, c, &ctx.node.dirs),
+        paths: host_paths(&ctx.host_volumes, c, &ctx.node.dirs),
         device_plugin_dir: ctx.node.dirs.device_plugins.clone(),
         kubelet_socket: ctx.node.dirs.kubelet_socket(),
         pod_resources_socket: ctx.node.dirs.pod_resources_socket(),
@@ -228,20 +228,13 @@ fn kubelet_dirs(dirs: &NodeDirs) -> [(PathBuf, PathBuf); 2] {
 
 /// The container's paths on the simulated node: its hostPath mounts (with `subPath`), then
 /// host paths under the node's host dir, the kubelet's directories where the node keeps them.
-fn host_paths(pod: &Pod, c: &Container, dirs: &NodeDirs) -> HostPaths {
-    let volumes = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+fn host_paths(volumes: &HostVolumes, c: &Container, dirs: &NodeDirs) -> HostPaths {
     let mounts = c
         .volume_mounts
         .iter()
         .flatten()
         .filter_map(|m| {
-            let v = volumes.iter().find(|v| v.name == m.name)?;
-            let host = Path::new(&v.host_path.as_ref()?.path);
+            let host = volumes.path(&m.name)?;
             let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
                 Some(sub) => host.join(sub),
                 None => host.to_path_buf(),
@@ -265,6 +258,7 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn container_paths_follow_its_host_path_mounts() {
@@ -285,7 +279,8 @@ mod tests {
         }))
         .unwrap();
         let dirs = NodeDirs::new(Path::new("/sim"), "n1");
-        let paths = host_paths(&pod, &c, &dirs);
+        let volumes = HostVolumes::of(pod.spec.as_ref().unwrap());
+        let paths = host_paths(&volumes, &c, &dirs);
         let at = |p: &str| paths.resolve(Path::new(p));
         assert_eq!(at("/host"), Path::new("/sim/n1"));
         assert_eq!(

@@ -1,9 +1,10 @@
 //! What a pod task works with: its node, what all pod tasks share, and the pod it watches.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use tokio::sync::watch;
 
@@ -41,8 +42,10 @@ pub(super) struct Ctx {
     pub(super) env: PodEnv,
     pub(super) r: PodRef,
     /// The pod as it arrived: its spec is what runs (later versions carry no spec, see
-    /// [`super::on_pod`]).
+    /// [`super::on_pod`]). Once admitted, only what its runs read (see [`Ctx::admitted`]).
     pub(super) pod: Arc<Pod>,
+    /// The pod's hostPath volumes, read once it is admitted.
+    pub(super) host_volumes: HostVolumes,
     /// The latest version (`None` once it is gone from the API).
     pub(super) rx: watch::Receiver<Option<Arc<Pod>>>,
     pub(super) host_ip: String,
@@ -59,6 +62,31 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
+    /// The pod is admitted: keep of it only what its containers' runs, env and status read.
+    /// Its volumes become [`HostVolumes`] (their ConfigMaps and Secrets were checked when they
+    /// were mounted), and placement and `managedFields` go: a typed `Volume` is 3.2 KB with
+    /// every source inline, so an operand pod's volumes were most of what a running pod held.
+    pub(super) fn admitted(&mut self) {
+        let Some(spec) = self.pod.spec.as_ref() else {
+            return;
+        };
+        self.host_volumes = HostVolumes::of(spec);
+        let spec = PodSpec {
+            volumes: None,
+            affinity: None,
+            tolerations: None,
+            node_selector: None,
+            ..spec.clone()
+        };
+        let mut metadata = self.pod.metadata.clone();
+        metadata.managed_fields = None;
+        self.pod = Arc::new(Pod {
+            metadata,
+            spec: Some(spec),
+            status: self.pod.status.clone(),
+        });
+    }
+
     pub(super) fn api(&self) -> Api<Pod> {
         Api::namespaced(self.env.client.clone(), &self.r.namespace)
     }
@@ -122,5 +150,29 @@ impl Ctx {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(e) => tracing::debug!(pod = %self.r.name, error = %e, "final pod delete failed"),
         }
+    }
+}
+
+/// A pod's hostPath volumes: (name, host path).
+#[derive(Default)]
+pub(super) struct HostVolumes(Vec<(String, PathBuf)>);
+
+impl HostVolumes {
+    pub(super) fn of(spec: &PodSpec) -> Self {
+        Self(
+            spec.volumes
+                .iter()
+                .flatten()
+                .filter_map(|v| Some((v.name.clone(), PathBuf::from(&v.host_path.as_ref()?.path))))
+                .collect(),
+        )
+    }
+
+    /// The host path of the hostPath volume `name`.
+    pub(super) fn path(&self, name: &str) -> Option<&Path> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p.as_path())
     }
 }

@@ -47,8 +47,9 @@ pub(super) async fn pod_task(
         node,
         env,
         r,
-        pod: pod.clone(),
+        pod,
         rx,
+        host_volumes: Default::default(),
         host_ip,
         pod_ip,
         started: now(),
@@ -56,7 +57,8 @@ pub(super) async fn pod_task(
         sources: Default::default(),
         device_env: Default::default(),
     };
-    let phase = pod
+    let phase = ctx
+        .pod
         .status
         .as_ref()
         .and_then(|s| s.phase.clone())
@@ -64,7 +66,7 @@ pub(super) async fn pod_task(
     // The latest version: the pod may be stopping already.
     let latest = ctx.rx.borrow().clone();
     if !stopping(&latest) && phase != "Succeeded" && phase != "Failed" {
-        run_pod(&mut ctx, &pod).await;
+        run_pod(&mut ctx).await;
     }
     wait_stopping(&mut ctx.rx).await;
     wait_powered(&mut ctx).await;
@@ -104,7 +106,8 @@ async fn node_refuses(ctx: &Ctx, spec: &PodSpec) -> Option<(String, String)> {
 
 /// Admit, allocate, run (with restarts), and release. Returns when the pod is terminal or
 /// stopping.
-async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
+async fn run_pod(ctx: &mut Ctx) {
+    let pod = ctx.pod.clone();
     let Some(spec) = pod.spec.as_ref() else {
         return;
     };
@@ -121,7 +124,7 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
     if !mount_volumes(ctx, spec, &waiting).await {
         return;
     }
-    if !read_env_sources(ctx, pod).await {
+    if !read_env_sources(ctx, &pod).await {
         return;
     }
     let wanted = match admission::pod_requests(spec) {
@@ -191,7 +194,12 @@ async fn run_pod(ctx: &mut Ctx, pod: &Pod) {
         }
     }
     let pids = start_gpu_load(&node, &gpu_ids);
-    run_containers_with_restarts(ctx, pod, spec).await;
+    ctx.admitted();
+    drop(pod);
+    let pod = ctx.pod.clone();
+    if let Some(spec) = pod.spec.as_ref() {
+        run_containers_with_restarts(ctx, &pod, spec).await;
+    }
     release(&node, &ctx.r.uid, &pids);
 }
 

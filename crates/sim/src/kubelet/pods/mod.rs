@@ -60,12 +60,20 @@ pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, mut pod: Pod) {
         && !h.task.is_finished()
     {
         pod.spec = None;
+        pod.metadata.managed_fields = None;
         h.tx.send_replace(Some(Arc::new(pod)));
         return;
     }
     tracing::debug!(node = %node.name, pod = %r.name, "pod arrived");
+    // The latest version, without the spec the task keeps.
+    let mut latest = Pod {
+        metadata: pod.metadata.clone(),
+        spec: None,
+        status: pod.status.clone(),
+    };
+    latest.metadata.managed_fields = None;
     let pod = Arc::new(pod);
-    let (tx, rx) = watch::channel(Some(pod.clone()));
+    let (tx, rx) = watch::channel(Some(Arc::new(latest)));
     let task = tokio::spawn(lifecycle::pod_task(
         node.clone(),
         env.clone(),

@@ -1,4 +1,4 @@
-use super::super::apply::{Manager, read_managers, write_managers};
+use super::super::apply::{Manager, fields_of, read_managers, write_managers};
 use super::super::strategic::{ListKind, list_kind};
 use super::*;
 
