@@ -210,7 +210,7 @@ async fn run_kubelets_inner(
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|e| other(&e))?;
-    let client = kube::Client::try_from(config)?;
+    let client = gantry_sim::client::http2_client(config)?;
     let plan: Vec<_> = nodes::plan(spec)?
         .into_iter()
         .filter(|p| p.seed as usize % of.max(1) == share)

@@ -3,6 +3,7 @@
 //! by `gantry up`, `gantry demo` and the end-to-end tests. See `docs/sim.md`.
 
 pub mod apiserver;
+pub mod client;
 pub mod cluster;
 pub mod control_plane;
 pub mod controllers;

@@ -21,6 +21,9 @@ use tower::ServiceExt as _;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// An HTTP/1 connection waiting longer than this for a request's headers is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Streams one HTTP/2 connection may have open (watches included): `gantry sim kubelets`
+/// runs thousands of nodes' watches over one (see `crate::client`).
+pub const MAX_STREAMS: u32 = 1 << 16;
 /// A connection that has sent no request with a valid token this long after it was accepted
 /// is closed (kube-apiserver closes one that sends no request headers within 32 s).
 pub const UNAUTHENTICATED_TIMEOUT: Duration = Duration::from_secs(32);
@@ -246,8 +249,11 @@ fn too_many_connections() -> axum::response::Response {
 /// authenticates the connection, counted against that client (over its share: 429 and the
 /// connection closes, before the request is served).
 fn per_connection(router: axum::Router, api: Arc<ApiServer>, conn: Arc<Conn>) -> ConnService {
-    tower::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+    tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         let (router, api, conn) = (router.clone(), api.clone(), conn.clone());
+        // Writes take turns by connection (`apiserver::fair`).
+        req.extensions_mut()
+            .insert(crate::apiserver::fair::Flow(conn.id));
         async move {
             if !conn.is_authenticated()
                 && let Some(token) = req
@@ -373,7 +379,9 @@ async fn serve_connection(
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(IDLE_TIMEOUT / 2))
-        .keep_alive_timeout(HANDSHAKE_TIMEOUT);
+        .keep_alive_timeout(HANDSHAKE_TIMEOUT)
+        // A process of simulated kubelets holds every watch of its nodes on one connection.
+        .max_concurrent_streams(MAX_STREAMS);
     if let Err(e) = builder
         .serve_connection_with_upgrades(TokioIo::new(tls), service)
         .await

@@ -11,6 +11,7 @@ pub mod decode;
 pub mod defaults;
 mod deletion;
 pub mod discovery;
+pub mod fair;
 pub mod logs;
 pub mod match_conditions;
 pub mod meta;
@@ -58,6 +59,7 @@ impl ApiServer {
             rbac: rbac::state::Rbac::default(),
             watches: watch::state::WatchCounts::default(),
             requests: requests::RequestCounts::default(),
+            writers: fair::FairGate::new(server::WRITERS),
         });
         srv.refresh_crds();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -136,7 +138,8 @@ async fn entry(State(srv): State<Arc<ApiServer>>, req: Request) -> Response {
     if let Some(r) = rbac::serve(&srv, parts.method.as_str(), &path, ct, &body) {
         return r;
     }
-    routes::handle(srv, parts.method, &path, &query, parts.headers, body).await
+    let flow = parts.extensions.get().copied().unwrap_or_default();
+    routes::handle(srv, flow, parts.method, &path, &query, parts.headers, body).await
 }
 
 /// The request body, at most [`decode::MAX_REQUEST_BYTES`]. A larger one is read on and

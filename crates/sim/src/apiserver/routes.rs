@@ -1,6 +1,7 @@
 //! HTTP routing: parses Kubernetes REST paths and query parameters and calls the verbs.
 
 use super::decode::{self, Format};
+use super::fair::Flow;
 use super::patch::PatchType;
 use super::schema::{Checks, FieldValidation};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -154,13 +155,14 @@ fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
 /// Entry point for every request after authentication.
 pub async fn handle(
     srv: Arc<ApiServer>,
+    flow: Flow,
     method: Method,
     path: &str,
     query: &str,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match route(srv, method, path, query, &headers, body).await {
+    match route(srv, flow, method, path, query, &headers, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -168,6 +170,7 @@ pub async fn handle(
 
 async fn route(
     srv: Arc<ApiServer>,
+    flow: Flow,
     method: Method,
     path: &str,
     query: &str,
@@ -217,11 +220,11 @@ async fn route(
         )),
         ["api", "v1", rest @ ..] => {
             let p = parse_resource_path("", "v1", rest).ok_or_else(not_found)?;
-            resource(srv, method, p, q, headers, body).await
+            resource(srv, flow, method, p, q, headers, body).await
         }
         ["apis", g, v, rest @ ..] => {
             let p = parse_resource_path(g, v, rest).ok_or_else(not_found)?;
-            resource(srv, method, p, q, headers, body).await
+            resource(srv, flow, method, p, q, headers, body).await
         }
         _ => Err(not_found()),
     }
@@ -272,6 +275,7 @@ fn delete_opts(
 
 async fn resource(
     srv: Arc<ApiServer>,
+    flow: Flow,
     method: Method,
     p: ResPath,
     q: HashMap<String, String>,
@@ -384,8 +388,10 @@ async fn resource(
                     http::HeaderValue::from_static("application/json"),
                 );
             }
+            let _turn = srv.writers.turn(flow).await;
+            let worker = srv.clone();
             tokio::task::spawn_blocking(move || {
-                write(&srv, method, t, p, &sub, &q, &headers, &body)
+                write(&worker, method, t, p, &sub, &q, &headers, &body)
             })
             .await
             .map_err(|e| ApiError::internal(format!("the request's worker failed: {e}")))?

@@ -23,7 +23,16 @@ pub struct ApiServer {
     pub watches: WatchCounts,
     /// Requests served by verb and resource (`/metrics`).
     pub requests: RequestCounts,
+    /// Writes' turns, by client (see [`super::fair`]).
+    pub(super) writers: super::fair::FairGate,
 }
+
+/// How many writes run at once (see [`super::fair`]). Writes differ in cost (a lease
+/// renewal, a pod's create) and run side by side on blocking threads, so a cheap one is not
+/// held up behind every costly one queued before it. On 2 cores at 5,000 nodes, 8 at once
+/// starved the kubelets' node status writes (no node allocatable for 100 s); 64 converged as
+/// fast as the blocking pool unbounded (up to 512 threads), with a bounded number of threads.
+pub(super) const WRITERS: usize = 64;
 
 impl ApiServer {
     /// Records the `host:port` clients reach us at (for discovery).

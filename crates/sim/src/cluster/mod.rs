@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use gantry_api::lenient::Lenient;
 use gantry_gpu::{SimBackend, SimConfig};
 use k8s_openapi::api::core::v1::Node;
@@ -327,11 +327,24 @@ async fn start_inner(
     for node in nodes.values() {
         tasks.push(tokio::spawn(node_sync::run(node.clone(), client.clone())));
     }
+    // This process's nodes only: one share of a large cluster need not hold every Node.
     let (node_store, node_writer) = reflector::store();
+    let own: HashSet<String> = nodes.keys().cloned().collect();
     tasks.push(tokio::spawn(
         reflector(
             node_writer,
             watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+                .try_filter(move |ev| {
+                    let keep = match ev {
+                        watcher::Event::Apply(n)
+                        | watcher::Event::InitApply(n)
+                        | watcher::Event::Delete(n) => {
+                            n.metadata.name.as_ref().is_some_and(|n| own.contains(n))
+                        }
+                        watcher::Event::Init | watcher::Event::InitDone => true,
+                    };
+                    std::future::ready(keep)
+                })
                 .modify(crate::strip::strip_managed_fields),
         )
         .default_backoff()

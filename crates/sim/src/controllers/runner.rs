@@ -173,7 +173,11 @@ impl Reconciler {
     }
 
     /// Create `pods` (each with the node it is for) and expect them until the watch shows them.
-    async fn create_pods(&mut self, owner_uid: &str, pods: Vec<(Pod, Option<String>)>) {
+    async fn create_pods<I>(&mut self, owner_uid: &str, pods: I)
+    where
+        I: IntoIterator<Item = (Pod, Option<String>)>,
+        I::IntoIter: Send,
+    {
         for (ns, name, node) in
             super::writes::create_pods(&self.client, &self.unreached, pods).await
         {
@@ -204,15 +208,15 @@ impl Reconciler {
         let ns = ds.namespace().unwrap_or_default();
         let plan = daemonset::plan(ds, nodes, pods);
         let pending: HashSet<String> = self.expected.pending(&uid).into_iter().flatten().collect();
-        let new: Vec<(Pod, Option<String>)> = plan
+        // Built as they are sent (see `writes::create_pods`).
+        let new = plan
             .create
             .into_iter()
             .filter(|node| !pending.contains(node))
             .map(|node| {
                 let name = format!("{}-{}", ds.name_any(), random_suffix());
                 (daemonset::new_pod(ds, &node, &name), Some(node))
-            })
-            .collect();
+            });
         self.create_pods(&uid, new).await;
         for name in &plan.delete {
             self.delete_pod(&ns, name).await;
@@ -230,12 +234,10 @@ impl Reconciler {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = job::plan(j, &mine, &now);
         let pending = self.expected.pending(&uid).len() as i32;
-        let new = (0..(plan.create - pending).max(0))
-            .map(|_| {
-                let name = format!("{}-{}", j.name_any(), random_suffix());
-                (job::new_pod(j, &name), None)
-            })
-            .collect();
+        let new = (0..(plan.create - pending).max(0)).map(|_| {
+            let name = format!("{}-{}", j.name_any(), random_suffix());
+            (job::new_pod(j, &name), None)
+        });
         self.create_pods(&uid, new).await;
         for name in &plan.delete {
             self.delete_pod(&ns, name).await;

@@ -9,6 +9,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
+
+use crate::kubelet::written::Written;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -62,23 +64,41 @@ pub const CREATE_BURST: usize = 32;
 /// controllers create in growing batches too, and one at a time left the last DaemonSet's
 /// pods of a 1,000-node rollout waiting for every other DaemonSet's. Returns the created ones
 /// as (namespace, name, node).
-pub async fn create_pods(
+///
+/// `pods` is drawn as requests go out and each pod is encoded before its request waits: a
+/// typed pod is ~50 KB, and a 5,000-node DaemonSet's pods built up front, with the created
+/// objects the server answered, held half a GB until the last was written. The answers are
+/// not decoded ([`Written`]).
+pub async fn create_pods<I>(
     client: &kube::Client,
     unreached: &Unreached,
-    pods: Vec<(Pod, Option<String>)>,
-) -> Vec<(String, String, Option<String>)> {
+    pods: I,
+) -> Vec<(String, String, Option<String>)>
+where
+    I: IntoIterator<Item = (Pod, Option<String>)>,
+    I::IntoIter: Send,
+{
     let results: Vec<_> = futures::stream::iter(pods)
         .map(|(pod, node)| {
+            let ns = pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            let name = pod.name_any();
+            let request = serde_json::to_vec(&pod)
+                .map_err(kube::Error::SerdeError)
+                .and_then(|body| {
+                    kube::core::Request::new(Pod::url_path(&(), Some(&ns)))
+                        .create(&PostParams::default(), body)
+                        .map_err(kube::Error::BuildRequest)
+                });
             let client = client.clone();
             async move {
-                let ns = pod
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into());
-                let name = pod.name_any();
-                let api: Api<Pod> = Api::namespaced(client, &ns);
-                let r = api.create(&PostParams::default(), &pod).await;
+                let r = match request {
+                    Ok(req) => client.request::<Written<Pod>>(req).await.map(drop),
+                    Err(e) => Err(e),
+                };
                 (ns, name, node, r)
             }
         })

@@ -50,38 +50,52 @@ fn pod_ref(pod: &Pod) -> Option<PodRef> {
 
 /// A pod bound to this node was added or changed. The pod's task runs the spec it arrived
 /// with (as the kubelet, which does not restart containers for a spec change the API allows);
-/// later versions are kept for their metadata and status only, without their spec: a typed
-/// spec is tens of KB (k8s-openapi keeps every volume source inline), and a second copy of
-/// each running pod's was most of a simulated node's memory.
-pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, mut pod: Pod) {
+/// of later versions its task reads only whether the pod is being deleted ([`deletion`]), so
+/// that is all it is sent, and only when it changes.
+pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
     let Some(r) = pod_ref(&pod) else { return };
     let mut pods = lock(&node.pods);
     if let Some(h) = pods.get(&r.uid)
         && !h.task.is_finished()
     {
-        pod.spec = None;
-        pod.metadata.managed_fields = None;
-        h.tx.send_replace(Some(Arc::new(pod)));
+        let next = latest(&pod);
+        h.tx.send_if_modified(|cur| {
+            let same = cur.as_ref().is_some_and(|c| c.metadata == next.metadata);
+            if !same {
+                *cur = Some(Arc::new(next));
+            }
+            !same
+        });
         return;
     }
     tracing::debug!(node = %node.name, pod = %r.name, "pod arrived");
-    // The latest version, without the spec the task keeps.
-    let mut latest = Pod {
-        metadata: pod.metadata.clone(),
-        spec: None,
-        status: pod.status.clone(),
-    };
-    latest.metadata.managed_fields = None;
-    let pod = Arc::new(pod);
-    let (tx, rx) = watch::channel(Some(Arc::new(latest)));
+    let (tx, rx) = watch::channel(Some(Arc::new(latest(&pod))));
     let task = tokio::spawn(lifecycle::pod_task(
         node.clone(),
         env.clone(),
         r.clone(),
-        pod,
+        Arc::new(pod),
         rx,
     ));
     pods.insert(r.uid, PodHandle { tx, task });
+}
+
+/// What a pod task watches of the pod's latest version: who it is and whether it is being
+/// deleted (a typed pod's metadata and status alone are several KB).
+fn latest(pod: &Pod) -> Pod {
+    let m = &pod.metadata;
+    Pod {
+        metadata: ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: None,
+    }
 }
 
 /// A pod of this node is gone from the API.
