@@ -39,6 +39,10 @@ pub struct OperatorBench {
 struct Samples {
     /// Largest RSS of this process and the operator together.
     peak_whole: u64,
+    /// Largest RSS together with the simulated nodes' files where they are on tmpfs (memory
+    /// too), and those files' bytes then.
+    peak_with_files: u64,
+    files_at_peak: u64,
     /// Largest 1-minute load average.
     peak_load: f64,
 }
@@ -63,6 +67,7 @@ pub fn run<'a>(b: &'a OperatorBench) -> futures::future::BoxFuture<'a, anyhow::R
 
 async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
     let dir = crate::scratch("operator")?;
+    let tmpfs_base = crate::tmpfs_used(&dir);
     let me = std::process::id();
     let load_at_start = load_average().map(|l| l.1).unwrap_or_default();
     let beside = match &b.beside_up {
@@ -147,6 +152,12 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
         |p| {
             let whole = rss_sum(&sim_pids) + crate::rss_of(pid).0.unwrap_or(0);
             s.peak_whole = s.peak_whole.max(whole);
+            let files = tmpfs_base
+                .and_then(|b| Some(crate::tmpfs_used(&dir)?.saturating_sub(b)))
+                .unwrap_or(0);
+            if whole + files > s.peak_with_files {
+                (s.peak_with_files, s.files_at_peak) = (whole + files, files);
+            }
             let load = load_average();
             s.peak_load = s.peak_load.max(load.as_ref().map_or(0.0, |l| l.0));
             if let Some(every) = b.progress
@@ -223,6 +234,24 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
         (
             "peak RSS, bench + operator (sampled)",
             mib(Some(s.peak_whole)),
+        ),
+        (
+            "scratch directory (the simulated nodes' files)",
+            match tmpfs_base {
+                Some(_) => format!("{} (tmpfs)", dir.display()),
+                None => dir.display().to_string(),
+            },
+        ),
+        (
+            "peak memory with the nodes' files on tmpfs (sampled)",
+            match tmpfs_base {
+                Some(_) => format!(
+                    "{} (files {})",
+                    mib(Some(s.peak_with_files)),
+                    mib(Some(s.files_at_peak))
+                ),
+                None => "- (not on tmpfs)".into(),
+            },
         ),
         (
             "simulated side's RSS per node (end)",
