@@ -108,30 +108,24 @@ const TMPFS_ROOM: u64 = 2 << 30;
 /// Linux's `TMPFS_MAGIC`.
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
-fn on_tmpfs(dir: &std::path::Path) -> bool {
-    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC)
+/// The statistics of the tmpfs holding `dir` (None: not a tmpfs).
+fn tmpfs(dir: &std::path::Path) -> Option<rustix::fs::StatVfs> {
+    let on_tmpfs = rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC);
+    on_tmpfs.then(|| rustix::fs::statvfs(dir).ok()).flatten()
 }
 
 fn tmpfs_free(dir: &std::path::Path) -> Option<u64> {
-    if !on_tmpfs(dir) {
-        return None;
-    }
-    let s = rustix::fs::statvfs(dir).ok()?;
-    Some(s.f_bavail.saturating_mul(s.f_frsize))
+    tmpfs(dir).map(|s| s.f_bavail.saturating_mul(s.f_frsize))
 }
 
 /// Bytes in use on the tmpfs holding `dir` (None: not a tmpfs). A run counts what this grows
 /// by from its start.
 pub(crate) fn tmpfs_used(dir: &std::path::Path) -> Option<u64> {
-    if !on_tmpfs(dir) {
-        return None;
-    }
-    let s = rustix::fs::statvfs(dir).ok()?;
-    Some(
+    tmpfs(dir).map(|s| {
         s.f_blocks
             .saturating_sub(s.f_bfree)
-            .saturating_mul(s.f_frsize),
-    )
+            .saturating_mul(s.f_frsize)
+    })
 }
 
 #[cfg(test)]

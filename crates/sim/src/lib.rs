@@ -18,6 +18,7 @@ pub mod store;
 pub mod strip;
 pub mod tls;
 pub mod ui;
+pub mod written;
 
 pub use apiserver::ApiServer;
 pub use control_plane::{ControlPlane, ControlPlaneOptions};

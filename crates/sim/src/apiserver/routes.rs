@@ -6,7 +6,7 @@ use super::patch::PatchType;
 use super::schema::{Checks, FieldValidation};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::ApiServer;
-use super::status::{ApiError, json_response, success_status};
+use super::status::{ApiError, json_body, json_response, success_status};
 use super::target::{DeleteOpts, ListOpts, Target};
 use super::watch::{self, WatchOpts};
 use super::{discovery, metrics, openapi, table};
@@ -99,16 +99,6 @@ fn parse_resource_path(group: &str, version: &str, rest: &[&str]) -> Option<ResP
 
 fn ok_json(code: StatusCode, v: &Value) -> Response {
     json_response(code, v)
-}
-
-/// A JSON body already encoded.
-fn ok_body(code: StatusCode, body: Bytes) -> Response {
-    (
-        code,
-        [(http::header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response()
 }
 
 /// Decodes a request body with the decoder its `Content-Type` names (JSON by default).
@@ -447,7 +437,7 @@ fn write(
             let body = body_json(headers, body, "create")?;
             let obj = srv.create_checked(&t, body, &mgr, &mut checks)?;
             Ok(with_warnings(
-                ok_body(StatusCode::CREATED, obj.body()),
+                json_body(StatusCode::CREATED, obj.body()),
                 &checks,
             ))
         }
@@ -475,7 +465,10 @@ fn write(
             checks.duplicates = duplicates(headers, body, &checks);
             let body = body_json(headers, body, "update")?;
             let obj = srv.update_checked(&t, name, sub, body, &mgr, &mut checks)?;
-            Ok(with_warnings(ok_body(StatusCode::OK, obj.body()), &checks))
+            Ok(with_warnings(
+                json_body(StatusCode::OK, obj.body()),
+                &checks,
+            ))
         }
         (Method::PATCH, Some(name)) => {
             let ct = headers
@@ -505,7 +498,7 @@ fn write(
             } else {
                 StatusCode::OK
             };
-            Ok(with_warnings(ok_body(code, obj.body()), &checks))
+            Ok(with_warnings(json_body(code, obj.body()), &checks))
         }
         (Method::DELETE, Some(name)) => Ok(ok_json(
             StatusCode::OK,

@@ -214,11 +214,15 @@ impl IntoResponse for ApiError {
 
 /// A JSON response with the content type kubectl requires.
 pub fn json_response<T: serde::Serialize + ?Sized>(code: StatusCode, body: &T) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    json_body(code, serde_json::to_vec(body).unwrap_or_default().into())
+}
+
+/// [`json_response`] of a body already encoded.
+pub fn json_body(code: StatusCode, body: bytes::Bytes) -> Response {
     (
         code,
         [(http::header::CONTENT_TYPE, "application/json")],
-        bytes,
+        body,
     )
         .into_response()
 }

@@ -35,17 +35,19 @@ impl Target {
     pub fn served(&self, stored: Option<Stored>) -> Served {
         Served {
             stored,
-            api_version: (!self.info.builtin).then(|| self.api_version()),
+            api_version: self.served_version(),
         }
     }
 
     /// The object as served in the requested version.
     pub fn present(&self, obj: &Value) -> Value {
-        let mut out = obj.clone();
-        if !self.info.builtin {
-            out["apiVersion"] = json!(self.api_version());
-        }
-        out
+        served_as(obj, self.served_version().as_deref())
+    }
+
+    /// The version a custom resource is served in (the store keeps the one it was written
+    /// in); None for a built-in kind, served as stored.
+    fn served_version(&self) -> Option<String> {
+        (!self.info.builtin).then(|| self.api_version())
     }
     pub(super) fn list_kinds(
         &self,
@@ -64,22 +66,15 @@ impl Target {
 /// A write's answer: the object it stored, served in the requested version.
 pub struct Served {
     stored: Option<Stored>,
-    /// The version a custom resource is served in (the store keeps the one it was written in).
+    /// See [`Target::served_version`].
     api_version: Option<String>,
 }
 
 impl Served {
     /// The object, decoded.
     pub fn value(&self) -> Value {
-        let mut out = self
-            .stored
-            .as_ref()
-            .map(|s| (*s.object).clone())
-            .unwrap_or_default();
-        if let Some(v) = &self.api_version {
-            out["apiVersion"] = json!(v);
-        }
-        out
+        let obj = self.stored.as_ref().map_or(&Value::Null, |s| &*s.object);
+        served_as(obj, self.api_version.as_deref())
     }
 
     /// The object as a JSON body: the stored JSON itself where it is served as stored.
@@ -89,6 +84,15 @@ impl Served {
             _ => serde_json::to_vec(&self.value()).unwrap_or_default().into(),
         }
     }
+}
+
+/// `obj` as served in `api_version` (None: as stored).
+fn served_as(obj: &Value, api_version: Option<&str>) -> Value {
+    let mut out = obj.clone();
+    if let Some(v) = api_version {
+        out["apiVersion"] = json!(v);
+    }
+    out
 }
 
 /// Options of a delete (query parameters or a DeleteOptions body).

@@ -9,10 +9,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
-
-use crate::kubelet::written::Written;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::written::Written;
 
 /// Writes of one pass that did not reach the API server.
 #[derive(Debug, Default)]

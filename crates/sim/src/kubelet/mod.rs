@@ -24,7 +24,6 @@ pub mod pods;
 pub mod probe;
 pub mod tools;
 pub mod volumes;
-pub mod written;
 
 pub use error::KubeletError;
 pub use in_process::{AgentContext, AgentRegistry, AgentRunner};

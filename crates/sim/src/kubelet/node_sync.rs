@@ -11,8 +11,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::node_status::{self, StatusInputs};
-use super::written::Written;
 use super::{KubeletError, NodeShared};
+use crate::written::Written;
 
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 pub const LEASE_RENEW: Duration = Duration::from_secs(10);

@@ -45,18 +45,7 @@ pub fn fields_of(obj: &Value, lk: ListKinds<'_>, with_status: bool) -> FieldSet 
 /// `managedFields`: one pass over the object).
 pub fn fields_v1_of(obj: &Value, lk: ListKinds<'_>, with_status: bool) -> Value {
     let mut root = Map::new();
-    visit_fields(obj, lk, with_status, &mut |p| {
-        let mut cur = &mut root;
-        for seg in p {
-            if !cur.contains_key(seg) {
-                cur.insert(seg.clone(), Value::Object(Map::new()));
-            }
-            match cur.get_mut(seg).and_then(Value::as_object_mut) {
-                Some(m) => cur = m,
-                None => break,
-            }
-        }
-    });
+    visit_fields(obj, lk, with_status, &mut |p| insert_path(&mut root, p));
     // In the order `to_fields_v1` gives: sorted, as upstream writes FieldsV1.
     fn sort(m: &mut Map<String, Value>) {
         m.sort_keys();
@@ -227,18 +216,23 @@ pub fn remove_at(obj: &mut Value, path: &[String]) {
 pub fn to_fields_v1(set: &FieldSet) -> Value {
     let mut root = Map::new();
     for path in set {
-        let mut cur = &mut root;
-        for seg in path {
-            let entry = cur
-                .entry(seg.clone())
-                .or_insert_with(|| Value::Object(Map::new()));
-            match entry.as_object_mut() {
-                Some(m) => cur = m,
-                None => break,
-            }
-        }
+        insert_path(&mut root, path);
     }
     Value::Object(root)
+}
+
+/// Adds `path` to a FieldsV1 tree, each segment a key whose value holds the ones below it.
+fn insert_path(root: &mut Map<String, Value>, path: &[String]) {
+    let mut cur = root;
+    for seg in path {
+        if !cur.contains_key(seg) {
+            cur.insert(seg.clone(), Value::Object(Map::new()));
+        }
+        match cur.get_mut(seg).and_then(Value::as_object_mut) {
+            Some(m) => cur = m,
+            None => break,
+        }
+    }
 }
 
 /// Reads a FieldsV1 tree back into leaf paths.

@@ -14,7 +14,7 @@ use crate::kubelet::in_process::AgentRegistry;
 use crate::kubelet::lock::lock;
 use crate::kubelet::node::NodeShared;
 use crate::kubelet::pod_ref::PodRef;
-use crate::kubelet::written::Written;
+use crate::written::Written;
 
 /// The next simulated process id (and pod IP suffix).
 pub(super) static NEXT_PID: AtomicU32 = AtomicU32::new(10_000);

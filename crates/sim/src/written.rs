@@ -1,8 +1,9 @@
 //! [`Written`]: the answer to a write whose object the writer does not read. A kubelet's
 //! status patches, lease renewals and annotation patches get the whole object back (a pod or
 //! node with its `managedFields`); decoding it into a typed object only to drop it was most of
-//! what a status patch cost the simulated kubelets. The body is skipped without building
-//! anything; errors (the HTTP status) are reported as for any other write.
+//! what a status patch cost the simulated kubelets. The controllers' pod creates skip theirs
+//! too. The body is skipped without building anything; errors (the HTTP status) are reported
+//! as for any other write.
 
 use std::marker::PhantomData;
 
