@@ -13,6 +13,7 @@
 //! - [`backoff`]: capped, jittered exponential backoff and rate-limited failure logs;
 //! - [`expectations`]: created objects a controller waits to see in its watch;
 //! - [`task`]: a task aborted with its owner (`AbortOnDrop`);
+//! - [`touch`]: watched objects decoded only as far as a change trigger needs;
 //! - [`ensure_namespace`].
 
 pub mod backoff;
@@ -26,6 +27,7 @@ pub mod rounds;
 pub mod shutdown;
 pub mod task;
 pub mod tls;
+pub mod touch;
 
 pub use client::{ClientError, client};
 

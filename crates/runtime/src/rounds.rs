@@ -8,6 +8,7 @@
 //! the failures are logged rate-limited by the loop, not by each controller.
 //! Controllers that create objects pair it with [`crate::expectations`].
 
+use crate::touch::Touch;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
@@ -76,12 +77,11 @@ impl Rounds {
         self.triggers.push(tokio::spawn(trigger));
     }
 
-    /// Wake on every change of `K` (use `PartialObjectMeta<…>` where the content does not
-    /// matter: the round lists what it needs).
-    pub fn on_changes<K>(&mut self, api: Api<K>)
+    /// Wake on every change of `K`. Only that something changed is decoded ([`Touch`]): the
+    /// round lists what it needs.
+    pub fn on_changes<K>(&mut self, api: Api<Touch<K>>)
     where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-        K::DynamicType: Default,
+        K: kube::Resource<DynamicType = ()> + std::fmt::Debug + Send + 'static,
     {
         self.trigger(on_changes(api, self.wake.clone(), self.name));
     }

@@ -10,6 +10,7 @@
 pub mod custom;
 pub mod plan;
 
+use gantry_runtime::touch::Touch;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
@@ -81,8 +82,8 @@ where
     let mut rounds = Rounds::new("MigClusterPolicy", opts.min_interval);
     rounds.trigger(nodes.clone().notify(rounds.wake()));
     // Metadata only: a trigger needs to know that something changed, not what.
-    rounds.on_changes(Api::<PartialObjectMeta<Pod>>::all(client.clone()));
-    rounds.on_changes(Api::<MigClusterPolicy>::all(client.clone()));
+    rounds.on_changes(Api::<Touch<Pod>>::all(client.clone()));
+    rounds.on_changes(Api::<Touch<MigClusterPolicy>>::all(client.clone()));
     let (client, opts, nodes) = (&client, &opts, &nodes);
     rounds
         .run(shutdown, move || async move {

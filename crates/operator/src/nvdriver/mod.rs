@@ -17,6 +17,7 @@ mod writes;
 pub use writes::{NODE_FIELD_MANAGER, list_crs, upgrade_policies};
 use writes::{apply_one, delete_stale, set_owner, write_status};
 
+use gantry_runtime::touch::Touch;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
 use std::time::Duration;
@@ -29,7 +30,6 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::core::PartialObjectMeta;
 
 use crate::node_watch::NodeWatch;
 use crate::reconcile::apply::ObjectKey;
@@ -103,9 +103,9 @@ where
 {
     let mut rounds = Rounds::new("NVIDIADriver", opts.min_interval);
     rounds.trigger(nodes.clone().notify(rounds.wake()));
-    rounds.on_changes(Api::<PartialObjectMeta<NVIDIADriver>>::all(client.clone()));
-    rounds.on_changes(Api::<PartialObjectMeta<ClusterPolicy>>::all(client.clone()));
-    rounds.on_changes(Api::<PartialObjectMeta<DaemonSet>>::namespaced(
+    rounds.on_changes(Api::<Touch<NVIDIADriver>>::all(client.clone()));
+    rounds.on_changes(Api::<Touch<ClusterPolicy>>::all(client.clone()));
+    rounds.on_changes(Api::<Touch<DaemonSet>>::namespaced(
         client.clone(),
         &opts.namespace,
     ));

@@ -15,6 +15,7 @@ mod operands;
 pub mod plugin_config;
 mod psa;
 
+use gantry_runtime::touch::Touch;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -250,7 +251,7 @@ pub async fn run(
 
     // The operator namespace's ConfigMaps: the device-plugin config the status depends on
     // (created, edited, deleted) must be re-decided at once, not at the next resync.
-    rounds.on_changes(Api::<PartialObjectMeta<ConfigMap>>::namespaced(
+    rounds.on_changes(Api::<Touch<ConfigMap>>::namespaced(
         client.clone(),
         &opts.namespace,
     ));

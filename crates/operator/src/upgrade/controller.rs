@@ -6,6 +6,7 @@
 //! annotation someone else set (`…upgrade-requested`) and flipping `spec.unschedulable`, which
 //! `kubectl cordon` shares, are exactly what server-side apply's ownership makes awkward.
 
+use gantry_runtime::touch::Touch;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
 use std::time::Duration;
@@ -18,7 +19,6 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use serde_json::json;
 
 mod lists;
@@ -122,16 +122,16 @@ where
     // The operator namespace's pods only (driver and validator pods): a node mid upgrade
     // re-plans every `busy_requeue` anyway, and every pod of a busy cluster waking a
     // round was most of this loop's work.
-    rounds.on_changes(Api::<PartialObjectMeta<Pod>>::namespaced(
+    rounds.on_changes(Api::<Touch<Pod>>::namespaced(
         client.clone(),
         &opts.namespace,
     ));
-    rounds.on_changes(Api::<PartialObjectMeta<DaemonSet>>::namespaced(
+    rounds.on_changes(Api::<Touch<DaemonSet>>::namespaced(
         client.clone(),
         &opts.namespace,
     ));
-    rounds.on_changes(Api::<PartialObjectMeta<ClusterPolicy>>::all(client.clone()));
-    rounds.on_changes(Api::<PartialObjectMeta<NVIDIADriver>>::all(client.clone()));
+    rounds.on_changes(Api::<Touch<ClusterPolicy>>::all(client.clone()));
+    rounds.on_changes(Api::<Touch<NVIDIADriver>>::all(client.clone()));
     let (client, opts, nodes) = (&client, &opts, &nodes);
     rounds
         .run(shutdown, move || async move {

@@ -387,6 +387,10 @@ async fn watch_pods(
                 if let Some(uid) = &p.meta().uid {
                     seen_in_init.insert(uid.clone());
                 }
+                // A pod already running here is followed by its deletion only: not decoded.
+                if pods::on_running_pod(&n, p.latest()) {
+                    continue;
+                }
                 match p.decode() {
                     Lenient::Decoded(p) => pods::on_pod(&n, &env, p),
                     Lenient::Undecodable { meta, error, .. } => {

@@ -5,7 +5,7 @@
 
 use gantry_api::lenient::Lenient;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 /// A pod's text with its identity and node read out.
 #[derive(Clone, Debug)]
 pub struct RoutedPod {
-    /// Name, namespace, uid and resourceVersion only.
+    /// Name, namespace, uid, resourceVersion and the deletion's timestamp and grace only.
     meta: ObjectMeta,
     node: Option<String>,
     text: Box<RawValue>,
@@ -34,6 +34,8 @@ struct PeekMeta {
     namespace: Option<String>,
     uid: Option<String>,
     resource_version: Option<String>,
+    deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -46,6 +48,24 @@ impl RoutedPod {
     /// The node the pod is bound to.
     pub fn node(&self) -> Option<&str> {
         self.node.as_deref()
+    }
+
+    /// The pod as a running pod's task follows it: who it is and whether it is being deleted
+    /// (see `kubelet::pods::on_pod`), without decoding the rest.
+    pub fn latest(&self) -> Pod {
+        let m = &self.meta;
+        Pod {
+            metadata: ObjectMeta {
+                name: m.name.clone(),
+                namespace: m.namespace.clone(),
+                uid: m.uid.clone(),
+                deletion_timestamp: m.deletion_timestamp.clone(),
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: None,
+        }
     }
 
     /// The whole pod (or, for one that does not decode, what [`Lenient`] keeps of it), with
@@ -80,6 +100,12 @@ impl<'de> Deserialize<'de> for RoutedPod {
                         namespace: s("/metadata/namespace"),
                         uid: s("/metadata/uid"),
                         resource_version: s("/metadata/resourceVersion"),
+                        deletion_timestamp: v
+                            .pointer("/metadata/deletionTimestamp")
+                            .and_then(|t| serde_json::from_value(t.clone()).ok()),
+                        deletion_grace_period_seconds: v
+                            .pointer("/metadata/deletionGracePeriodSeconds")
+                            .and_then(Value::as_i64),
                     },
                     PeekSpec {
                         node_name: s("/spec/nodeName"),
@@ -93,6 +119,8 @@ impl<'de> Deserialize<'de> for RoutedPod {
                 namespace: meta.namespace,
                 uid: meta.uid,
                 resource_version: meta.resource_version,
+                deletion_timestamp: meta.deletion_timestamp,
+                deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
                 ..Default::default()
             },
             node: spec.node_name,
@@ -120,10 +148,29 @@ mod tests {
         assert_eq!(r.node(), Some("n1"));
         assert_eq!(r.meta().uid.as_deref(), Some("u"));
         assert_eq!(r.meta().resource_version.as_deref(), Some("7"));
+        assert_eq!(r.latest().metadata.deletion_timestamp, None);
         let pod = r.decode();
         let pod = pod.decoded().expect("decodes");
         assert_eq!(pod.spec.as_ref().map(|s| s.containers.len()), Some(1));
         assert_eq!(pod.metadata.managed_fields, None);
+    }
+
+    #[test]
+    fn the_latest_version_carries_the_deletion() {
+        let text = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                                       "deletionTimestamp": "2026-12-07T01:02:03Z",
+                                       "deletionGracePeriodSeconds": 30},
+                          "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}})
+        .to_string();
+        let r: RoutedPod = serde_json::from_str(&text).expect("routed");
+        let l = r.latest();
+        assert_eq!(l.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(l.metadata.deletion_grace_period_seconds, Some(30));
+        assert_eq!(
+            l.metadata.deletion_timestamp.map(|t| t.0.to_string()),
+            Some("2026-12-07T01:02:03Z".to_string())
+        );
+        assert!(l.spec.is_none());
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub(super) struct Ctx {
     pub(super) device_env: std::sync::Mutex<
         std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
     >,
+    pub(super) status_out: Arc<StatusOut>,
 }
 
 impl Ctx {
@@ -96,7 +97,9 @@ impl Ctx {
         Api::namespaced(self.env.client.clone(), &self.r.namespace)
     }
 
-    pub(super) async fn patch_status(
+    /// Hands the pod's status to its [`StatusOut`]: written at once when no write of it is in
+    /// flight, else as soon as that one is answered, replacing any it superseded meanwhile.
+    pub(super) fn patch_status(
         &self,
         phase: &str,
         state: &CState,
@@ -107,11 +110,10 @@ impl Ctx {
         if self.rx.borrow().is_none() {
             return;
         }
-        let pod = &self.pod;
         let n = now();
         let (inits, initialized) = lock(&self.inits).clone();
         let patch = status_patch(&StatusView {
-            pod,
+            pod: &self.pod,
             phase,
             state,
             last,
@@ -124,17 +126,21 @@ impl Ctx {
             reason,
             now: &n,
         });
-        if let Err(e) = self
-            .writes()
-            .patch_status(&self.r.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::debug!(node = %self.node.name, pod = %self.r.name, error = %e, "pod status patch failed");
+        if self.status_out.offer(patch) {
+            tokio::spawn(write_statuses(
+                self.status_out.clone(),
+                self.writes(),
+                self.r.name.clone(),
+                self.rx.clone(),
+            ));
         }
     }
 
     /// Remove a pod that is being deleted: the kubelet's final delete with grace 0.
     pub(super) async fn finalize(&self) {
+        // The status the pod ended with goes out before the pod does, as upstream's status
+        // manager deletes a pod only once its final status is written.
+        self.status_out.flushed().await;
         if self.rx.borrow().is_none() {
             return;
         }
@@ -174,5 +180,101 @@ impl HostVolumes {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, p)| p.as_path())
+    }
+}
+
+/// A pod's status writes, as the kubelet's status manager makes them: at most one in flight,
+/// and only the latest status waits behind it. A pod whose init containers finish while
+/// their first status is being written (a loaded API server) writes the next status once,
+/// not once per container; and the pod task never waits on the API to run its containers.
+#[derive(Default)]
+pub(super) struct StatusOut {
+    state: std::sync::Mutex<OutState>,
+    idle: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct OutState {
+    latest: Option<serde_json::Value>,
+    writing: bool,
+}
+
+impl StatusOut {
+    /// Keeps `patch` as the next status to write; true when no writer runs (start one).
+    fn offer(&self, patch: serde_json::Value) -> bool {
+        let mut s = lock(&self.state);
+        s.latest = Some(patch);
+        !std::mem::replace(&mut s.writing, true)
+    }
+
+    /// The next status to write, or `None` (and the writer stops) when there is none.
+    fn next(&self) -> Option<serde_json::Value> {
+        let mut s = lock(&self.state);
+        let next = s.latest.take();
+        if next.is_none() {
+            s.writing = false;
+            drop(s);
+            self.idle.notify_waiters();
+        }
+        next
+    }
+
+    /// Returns once every status offered so far has been written (or failed).
+    pub(super) async fn flushed(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if !lock(&self.state).writing {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// The writer [`StatusOut::offer`] asks for: writes until nothing is left to write.
+async fn write_statuses(
+    out: Arc<StatusOut>,
+    api: Api<Written<Pod>>,
+    name: String,
+    rx: watch::Receiver<Option<Arc<Pod>>>,
+) {
+    while let Some(patch) = out.next() {
+        if rx.borrow().is_none() {
+            continue;
+        }
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(pod = %name, error = %e, "pod status patch failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn only_the_latest_status_waits_behind_the_one_in_flight() {
+        let out = Arc::new(StatusOut::default());
+        assert!(out.offer(json!({"n": 1})), "the first status starts a writer");
+        assert_eq!(out.next(), Some(json!({"n": 1})));
+        // While it is being written, two more come: the second replaces the first.
+        assert!(!out.offer(json!({"n": 2})));
+        assert!(!out.offer(json!({"n": 3})));
+        let waiting = tokio::spawn({
+            let out = out.clone();
+            async move { out.flushed().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "a status is still to be written");
+        assert_eq!(out.next(), Some(json!({"n": 3})));
+        assert_eq!(out.next(), None, "nothing left: the writer stops");
+        waiting.await.expect("flushed once the writer stopped");
+        assert!(out.offer(json!({"n": 4})), "a later status starts a new writer");
     }
 }

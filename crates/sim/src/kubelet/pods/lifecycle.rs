@@ -56,6 +56,7 @@ pub(super) async fn pod_task(
         inits: std::sync::Mutex::new((Vec::new(), false)),
         sources: Default::default(),
         device_env: Default::default(),
+        status_out: Default::default(),
     };
     let phase = ctx
         .pod
@@ -209,8 +210,7 @@ async fn reject(ctx: &Ctx, waiting: &CState, reason: &str, message: &str) {
         .strip_prefix("Pod was rejected: ")
         .unwrap_or(message);
     volumes::warn_event(&ctx.env.events, &ctx.r, &ctx.node.name, reason, event).await;
-    ctx.patch_status("Failed", waiting, None, 0, Some((reason, message)))
-        .await;
+    ctx.patch_status("Failed", waiting, None, 0, Some((reason, message)));
 }
 
 /// Waits until every ConfigMap and Secret the pod mounts exists, leaving the pod Pending
@@ -279,7 +279,7 @@ async fn back_off(
     delay: &mut Duration,
 ) -> bool {
     volumes::warn_event(&ctx.env.events, &ctx.r, &ctx.node.name, reason, message).await;
-    ctx.patch_status("Pending", waiting, None, 0, None).await;
+    ctx.patch_status("Pending", waiting, None, 0, None);
     let stopped = tokio::select! {
         _ = tokio::time::sleep(*delay) => false,
         _ = wait_stopping(&mut ctx.rx) => true,

@@ -54,20 +54,10 @@ fn pod_ref(pod: &Pod) -> Option<PodRef> {
 /// that is all it is sent, and only when it changes.
 pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
     let Some(r) = pod_ref(&pod) else { return };
-    let mut pods = lock(&node.pods);
-    if let Some(h) = pods.get(&r.uid)
-        && !h.task.is_finished()
-    {
-        let next = latest(&pod);
-        h.tx.send_if_modified(|cur| {
-            let same = cur.as_ref().is_some_and(|c| c.metadata == next.metadata);
-            if !same {
-                *cur = Some(Arc::new(next));
-            }
-            !same
-        });
+    if on_running_pod(node, latest(&pod)) {
         return;
     }
+    let mut pods = lock(&node.pods);
     tracing::debug!(node = %node.name, pod = %r.name, "pod arrived");
     let (tx, rx) = watch::channel(Some(Arc::new(latest(&pod))));
     let task = tokio::spawn(lifecycle::pod_task(
@@ -78,6 +68,29 @@ pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
         rx,
     ));
     pods.insert(r.uid, PodHandle { tx, task });
+}
+
+/// A new version of a pod whose task runs: the task is sent `next` (the pod's [`latest`]
+/// version) if that changed. False when no task of the pod runs (the pod is new here).
+pub fn on_running_pod(node: &NodeShared, next: Pod) -> bool {
+    let pods = lock(&node.pods);
+    let Some(h) = next
+        .metadata
+        .uid
+        .as_ref()
+        .and_then(|uid| pods.get(uid))
+        .filter(|h| !h.task.is_finished())
+    else {
+        return false;
+    };
+    h.tx.send_if_modified(|cur| {
+        let same = cur.as_ref().is_some_and(|c| c.metadata == next.metadata);
+        if !same {
+            *cur = Some(Arc::new(next));
+        }
+        !same
+    });
+    true
 }
 
 /// What a pod task watches of the pod's latest version: who it is and whether it is being

@@ -113,8 +113,7 @@ async fn run_inits(
                     started: started.clone(),
                 }
             });
-            ctx.patch_status("Pending", &main_waiting, None, 0, None)
-                .await;
+            ctx.patch_status("Pending", &main_waiting, None, 0, None);
             let (stop_tx, stop_rx) = watch::channel(false);
             let run = container_run(ctx, pod, c, stop_rx, PlainRun::Immediate);
             let (code, msg) = match supervise(run, stop_tx, rx, power).await {
@@ -136,8 +135,7 @@ async fn run_inits(
             tracing::info!(node = %ctx.node.name, pod = %ctx.r.name, container = %c.name, code, %msg, "init container failed");
             if policy == "Never" {
                 set(i, &|st| st.state = term.clone());
-                ctx.patch_status("Failed", &main_waiting, None, 0, None)
-                    .await;
+                ctx.patch_status("Failed", &main_waiting, None, 0, None);
                 return InitResult::Failed;
             }
             let restarts = lock(&ctx.inits).0.get(i).map_or(0, |st| st.restarts);
@@ -147,8 +145,7 @@ async fn run_inits(
                 st.last = Some(term.clone());
                 st.state = crash_loop(wait);
             });
-            ctx.patch_status("Pending", &main_waiting, None, 0, None)
-                .await;
+            ctx.patch_status("Pending", &main_waiting, None, 0, None);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = wait_stopping(rx) => return InitResult::Stopped,
@@ -189,8 +186,7 @@ pub(super) async fn run_containers_with_restarts(
             let running = CState::Running {
                 started: started.clone(),
             };
-            ctx.patch_status("Running", &running, last.as_ref(), restarts, None)
-                .await;
+            ctx.patch_status("Running", &running, last.as_ref(), restarts, None);
             let (stop_tx, stop_rx) = watch::channel(false);
             let run = run_containers(ctx, pod, spec, stop_rx);
             match supervise(run, stop_tx, &mut rx, &mut power).await {
@@ -209,14 +205,12 @@ pub(super) async fn run_containers_with_restarts(
                     }
                     if !restart {
                         let phase = if code == 0 { "Succeeded" } else { "Failed" };
-                        ctx.patch_status(phase, &term, last.as_ref(), restarts, None)
-                            .await;
+                        ctx.patch_status(phase, &term, last.as_ref(), restarts, None);
                         return;
                     }
                     let wait = backoff(restarts);
                     restarts += 1;
-                    ctx.patch_status("Running", &crash_loop(wait), Some(&term), restarts, None)
-                        .await;
+                    ctx.patch_status("Running", &crash_loop(wait), Some(&term), restarts, None);
                     last = Some(term);
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
