@@ -26,6 +26,10 @@ use super::{cache, daemonset, job};
 
 const DEBOUNCE: Duration = Duration::from_millis(100);
 const RESYNC: Duration = Duration::from_secs(5);
+/// The most pods one pass creates for one DaemonSet (upstream's `burstReplicas`): the rest
+/// come in the next passes, so a DaemonSet for thousands of new nodes does not hold back the
+/// others' pods (a node needs all of its operands to be of use).
+const BURST_REPLICAS: usize = 250;
 
 /// Running controllers; dropping stops them.
 pub struct Controllers {
@@ -64,6 +68,7 @@ pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
         caches,
         expected: Expectations::default(),
         unreached: Unreached::default(),
+        more: false,
     };
     tasks.push(tokio::spawn(async move {
         while !cache::lock(&r.caches).synced() {
@@ -76,9 +81,12 @@ pub fn start_with(client: kube::Client, opts: Options) -> Controllers {
                 resync = Instant::now() + RESYNC;
             }
             let outcome = r.reconcile_dirty().await;
-            rounds
-                .next(outcome.map(|()| resync.saturating_duration_since(Instant::now())))
-                .await;
+            let requeue = if std::mem::take(&mut r.more) {
+                DEBOUNCE
+            } else {
+                resync.saturating_duration_since(Instant::now())
+            };
+            rounds.next(outcome.map(|()| requeue)).await;
         }
     }));
     tasks.extend(apps);
@@ -104,6 +112,8 @@ struct Reconciler {
     expected: Expectations,
     /// This pass's writes that did not reach the API server.
     unreached: Unreached,
+    /// A DaemonSet has pods left to create after this pass's burst: pass again soon.
+    more: bool,
 }
 
 /// One pass's work, copied out of the caches under their lock.
@@ -208,15 +218,21 @@ impl Reconciler {
         let ns = ds.namespace().unwrap_or_default();
         let plan = daemonset::plan(ds, nodes, pods);
         let pending: HashSet<String> = self.expected.pending(&uid).into_iter().flatten().collect();
-        // Built as they are sent (see `writes::create_pods`).
-        let new = plan
+        let mut wanted: Vec<String> = plan
             .create
             .into_iter()
             .filter(|node| !pending.contains(node))
-            .map(|node| {
-                let name = format!("{}-{}", ds.name_any(), random_suffix());
-                (daemonset::new_pod(ds, &node, &name), Some(node))
-            });
+            .collect();
+        if wanted.len() > BURST_REPLICAS {
+            wanted.truncate(BURST_REPLICAS);
+            cache::lock(&self.caches).dirty.owners.insert(uid.clone());
+            self.more = true;
+        }
+        // Built as they are sent (see `writes::create_pods`).
+        let new = wanted.into_iter().map(|node| {
+            let name = format!("{}-{}", ds.name_any(), random_suffix());
+            (daemonset::new_pod(ds, &node, &name), Some(node))
+        });
         self.create_pods(&uid, new).await;
         for name in &plan.delete {
             self.delete_pod(&ns, name).await;

@@ -261,7 +261,10 @@ mod tests {
     #[tokio::test]
     async fn only_the_latest_status_waits_behind_the_one_in_flight() {
         let out = Arc::new(StatusOut::default());
-        assert!(out.offer(json!({"n": 1})), "the first status starts a writer");
+        assert!(
+            out.offer(json!({"n": 1})),
+            "the first status starts a writer"
+        );
         assert_eq!(out.next(), Some(json!({"n": 1})));
         // While it is being written, two more come: the second replaces the first.
         assert!(!out.offer(json!({"n": 2})));
@@ -275,6 +278,9 @@ mod tests {
         assert_eq!(out.next(), Some(json!({"n": 3})));
         assert_eq!(out.next(), None, "nothing left: the writer stops");
         waiting.await.expect("flushed once the writer stopped");
-        assert!(out.offer(json!({"n": 4})), "a later status starts a new writer");
+        assert!(
+            out.offer(json!({"n": 4})),
+            "a later status starts a new writer"
+        );
     }
 }
