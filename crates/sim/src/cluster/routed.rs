@@ -53,19 +53,7 @@ impl RoutedPod {
     /// The pod as a running pod's task follows it: who it is and whether it is being deleted
     /// (see `kubelet::pods::on_pod`), without decoding the rest.
     pub fn latest(&self) -> Pod {
-        let m = &self.meta;
-        Pod {
-            metadata: ObjectMeta {
-                name: m.name.clone(),
-                namespace: m.namespace.clone(),
-                uid: m.uid.clone(),
-                deletion_timestamp: m.deletion_timestamp.clone(),
-                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-                ..ObjectMeta::default()
-            },
-            spec: None,
-            status: None,
-        }
+        crate::kubelet::pods::latest_of(&self.meta)
     }
 
     /// The whole pod (or, for one that does not decode, what [`Lenient`] keeps of it), with

@@ -96,7 +96,11 @@ pub fn on_running_pod(node: &NodeShared, next: Pod) -> bool {
 /// What a pod task watches of the pod's latest version: who it is and whether it is being
 /// deleted (a typed pod's metadata and status alone are several KB).
 fn latest(pod: &Pod) -> Pod {
-    let m = &pod.metadata;
+    latest_of(&pod.metadata)
+}
+
+/// [`latest`] from the pod's metadata (all it reads).
+pub fn latest_of(m: &ObjectMeta) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: m.name.clone(),
