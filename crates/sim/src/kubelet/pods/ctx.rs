@@ -219,7 +219,15 @@ impl StatusOut {
         next
     }
 
-    /// Returns once every status offered so far has been written (or failed).
+    /// Puts back a status whose write failed, unless a newer one is waiting.
+    fn retry(&self, patch: serde_json::Value) {
+        let mut s = lock(&self.state);
+        if s.latest.is_none() {
+            s.latest = Some(patch);
+        }
+    }
+
+    /// Returns once every status offered so far has been written (or refused).
     pub(super) async fn flushed(&self) {
         loop {
             let idle = self.idle.notified();
@@ -233,25 +241,43 @@ impl StatusOut {
     }
 }
 
-/// The writer [`StatusOut::offer`] asks for: writes until nothing is left to write.
+/// The writer [`StatusOut::offer`] asks for: writes until nothing is left to write. A write
+/// that does not reach the API server (a connection lost) is tried again after a back-off
+/// unless a newer status came meanwhile, as upstream's status manager re-sends a status the
+/// API does not have; one the API refuses is not (it would be refused again).
 async fn write_statuses(
     out: Arc<StatusOut>,
     api: Api<Written<Pod>>,
     name: String,
-    rx: watch::Receiver<Option<Arc<Pod>>>,
+    mut rx: watch::Receiver<Option<Arc<Pod>>>,
 ) {
+    let mut delay = RETRY_FIRST;
     while let Some(patch) = out.next() {
         if rx.borrow().is_none() {
             continue;
         }
-        if let Err(e) = api
+        match api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            tracing::debug!(pod = %name, error = %e, "pod status patch failed");
+            Ok(_) => delay = RETRY_FIRST,
+            Err(e @ kube::Error::Api(_)) => {
+                tracing::debug!(pod = %name, error = %e, "pod status patch refused");
+            }
+            Err(e) => {
+                tracing::debug!(pod = %name, error = %e, retry_in = ?delay, "pod status patch failed");
+                out.retry(patch);
+                // The pod gone from the API ends the wait: nothing is left to report.
+                let _ = tokio::time::timeout(delay, rx.wait_for(Option::is_none)).await;
+                delay = (delay * 2).min(RETRY_MAX);
+            }
         }
     }
 }
+
+/// The first wait before a failed status write is tried again, and the longest.
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
