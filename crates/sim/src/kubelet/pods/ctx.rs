@@ -309,4 +309,17 @@ mod tests {
             "a later status starts a new writer"
         );
     }
+
+    #[test]
+    fn a_failed_status_is_tried_again_unless_a_newer_one_waits() {
+        let out = StatusOut::default();
+        out.offer(json!({"n": 1}));
+        let failed = out.next().expect("the first status");
+        out.retry(failed);
+        assert_eq!(out.next(), Some(json!({"n": 1})), "tried again");
+        out.offer(json!({"n": 2}));
+        out.retry(json!({"n": 1}));
+        assert_eq!(out.next(), Some(json!({"n": 2})), "the newer one wins");
+        assert_eq!(out.next(), None);
+    }
 }
