@@ -54,12 +54,12 @@ fn pod_ref(pod: &Pod) -> Option<PodRef> {
 /// that is all it is sent, and only when it changes.
 pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
     let Some(r) = pod_ref(&pod) else { return };
-    if on_running_pod(node, latest(&pod)) {
+    if on_running_pod(node, latest_of(&pod.metadata)) {
         return;
     }
     let mut pods = lock(&node.pods);
     tracing::debug!(node = %node.name, pod = %r.name, "pod arrived");
-    let (tx, rx) = watch::channel(Some(Arc::new(latest(&pod))));
+    let (tx, rx) = watch::channel(Some(Arc::new(latest_of(&pod.metadata))));
     let task = tokio::spawn(lifecycle::pod_task(
         node.clone(),
         env.clone(),
@@ -70,7 +70,7 @@ pub fn on_pod(node: &Arc<NodeShared>, env: &PodEnv, pod: Pod) {
     pods.insert(r.uid, PodHandle { tx, task });
 }
 
-/// A new version of a pod whose task runs: the task is sent `next` (the pod's [`latest`]
+/// A new version of a pod whose task runs: the task is sent `next` (the pod's [`latest_of`]
 /// version) if that changed. False when no task of the pod runs (the pod is new here).
 pub fn on_running_pod(node: &NodeShared, next: Pod) -> bool {
     let pods = lock(&node.pods);
@@ -93,13 +93,8 @@ pub fn on_running_pod(node: &NodeShared, next: Pod) -> bool {
     true
 }
 
-/// What a pod task watches of the pod's latest version: who it is and whether it is being
-/// deleted (a typed pod's metadata and status alone are several KB).
-fn latest(pod: &Pod) -> Pod {
-    latest_of(&pod.metadata)
-}
-
-/// [`latest`] from the pod's metadata (all it reads).
+/// What a pod task watches of the pod's latest version, from its metadata: who it is and
+/// whether it is being deleted (a typed pod's metadata and status alone are several KB).
 pub fn latest_of(m: &ObjectMeta) -> Pod {
     Pod {
         metadata: ObjectMeta {
