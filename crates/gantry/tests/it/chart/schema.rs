@@ -42,6 +42,54 @@ fn helm_lint_passes() -> Result {
     Ok(())
 }
 
+/// A hash cut to hex digits can read as a YAML number (`5335529282753e42` is a float), and
+/// the API server then refuses the object; so every templated hash is quoted. The render
+/// itself is checked too: labels and annotations come out as strings.
+#[test]
+fn templated_hashes_are_quoted_and_labels_and_annotations_are_strings() -> Result {
+    for entry in std::fs::read_dir(chart().join("templates"))? {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)?;
+        for (i, line) in text.lines().enumerate() {
+            let hashed = [
+                "sha256sum",
+                "sha1sum",
+                "adler32sum",
+                "randNumeric",
+                "randAlphaNum",
+            ]
+            .iter()
+            .any(|f| line.contains(f));
+            if hashed && line.contains("{{") && !line.trim_start().starts_with("{{") {
+                assert!(
+                    line.contains("| quote"),
+                    "{}:{}: a templated hash without `| quote`: {}",
+                    path.display(),
+                    i + 1,
+                    line.trim()
+                );
+            }
+        }
+    }
+    let helm = helm_or_skip!();
+    for doc in render(helm, "gantry", "gantry", &[])? {
+        let mut maps = vec![("", &doc["metadata"])];
+        maps.push(("template ", &doc["spec"]["template"]["metadata"]));
+        for (at, meta) in maps {
+            for field in ["labels", "annotations"] {
+                for (k, v) in meta[field].as_object().into_iter().flatten() {
+                    assert!(
+                        v.is_string(),
+                        "{:?} {at}{field}.{k} is not a string: {v}",
+                        kind_name(&doc)
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `helm template deploy/helm/gantry | gantry validate -f -`: every document is valid or
 /// skipped with a note (ServiceAccount, Role, Service …), the workloads' pod templates are
 /// checked.
