@@ -6,9 +6,10 @@
 //! the simulated kubelet parses a container's `args` with [`parse`], env taken from the
 //! container's env, so a flag the binary would reject fails the simulated container too.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::any::TypeId;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
@@ -103,7 +104,7 @@ struct GlobalArgs {
 /// option not on the command line gets `--name=VALUE` appended (the value parser, conflicts and
 /// `requires` see it as clap sees an env value); a flag gets the value as its default, which
 /// clap runs through the flag's parser as it runs an env value (`true`/`false`).
-pub fn parse<A: clap::Args + FromArgMatches>(
+pub fn parse<A: clap::Args + FromArgMatches + 'static>(
     bin: &str,
     argv: &[String],
     env: &BTreeMap<String, String>,
@@ -114,10 +115,10 @@ pub fn parse<A: clap::Args + FromArgMatches>(
             .no_binary_name(true);
         A::augment_args(GlobalArgs::augment_args(cmd))
     };
-    let reference = base();
-    let no_env = || base().mut_args(|a| a.env(None::<&str>));
+    let (reference, no_env) = &*built::<A>(bin, base);
     // Which options are on the command line (errors are found by the full parse below).
-    let given: BTreeSet<String> = no_env()
+    let given: BTreeSet<String> = no_env
+        .clone()
         .ignore_errors(true)
         .try_get_matches_from(argv)
         .map(|m| {
@@ -152,12 +153,43 @@ pub fn parse<A: clap::Args + FromArgMatches>(
             flags_from_env.insert(id.to_string(), value.clone());
         }
     }
-    let cmd = no_env().mut_args(|a| match flags_from_env.get(a.get_id().as_str()) {
-        Some(v) => a.default_value(v.clone()),
-        None => a,
-    });
+    let cmd = if flags_from_env.is_empty() {
+        no_env.clone()
+    } else {
+        no_env
+            .clone()
+            .mut_args(|a| match flags_from_env.get(a.get_id().as_str()) {
+                Some(v) => a.default_value(v.clone()),
+                None => a,
+            })
+    };
     let matches = cmd.try_get_matches_from(&full)?;
     A::from_arg_matches(&matches).map_err(|e| e.format(&mut base()))
+}
+
+/// An agent's commands, built once per process and argument type: with its env names (to
+/// read them) and without (to parse). Building and checking a clap command costs more than
+/// parsing with it, and a simulated node starts every agent it runs (thousands a minute in
+/// `gantry bench operator`).
+fn built<A: clap::Args + 'static>(
+    bin: &str,
+    base: impl Fn() -> Command,
+) -> Arc<(Command, Command)> {
+    type Cache = HashMap<(TypeId, String), Arc<(Command, Command)>>;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let key = (TypeId::of::<A>(), bin.to_string());
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(c) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return c.clone();
+    }
+    let mut no_env = base().mut_args(|a| a.env(None::<&str>));
+    no_env.build();
+    let c = Arc::new((base(), no_env));
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, c.clone());
+    c
 }
 
 #[cfg(test)]

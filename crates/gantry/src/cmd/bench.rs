@@ -260,13 +260,18 @@ fn apiserver(args: ApiserverBenchArgs) -> anyhow::Result<ExitCode> {
         opts.objects, opts.concurrency, opts.watchers, opts.watch_writes
     );
     println!(
-        "{:<8} {:>12} {:>12} {:>16}",
-        "store", "creates/s", "updates/s", "watch events/s"
+        "{:<8} {:>12} {:>12} {:>16} {:>14} {:>18}",
+        "store", "creates/s", "updates/s", "watch events/s", "pod status/s", "CPU µs per status"
     );
     for r in rows {
         println!(
-            "{:<8} {:>12.0} {:>12.0} {:>16.0}",
-            r.store, r.creates_per_s, r.updates_per_s, r.watch_events_per_s
+            "{:<8} {:>12.0} {:>12.0} {:>16.0} {:>14.0} {:>18.0}",
+            r.store,
+            r.creates_per_s,
+            r.updates_per_s,
+            r.watch_events_per_s,
+            r.pod_status_per_s,
+            r.pod_status_cpu_us
         );
     }
     Ok(ExitCode::SUCCESS)

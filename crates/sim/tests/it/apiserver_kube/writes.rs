@@ -119,6 +119,92 @@ async fn generation_bumps_on_spec_change_only() -> Result {
     Ok(())
 }
 
+/// A pod status write changes the status only (a spec or label in the patch is dropped),
+/// keeps the stored field order, records its manager under the `status` subresource, and
+/// a write that changes nothing keeps the resourceVersion: by merge, strategic and JSON patch
+/// and by PUT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_writes_change_the_status_only() -> Result {
+    let (_env, client) = start().await?;
+    let api: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"a": "1"}},
+        "spec": {"containers": [{"name": "c", "image": "i:1"}]}}))?;
+    let created = api.create(&PostParams::default(), &pod).await?;
+    let pp = PatchParams {
+        field_manager: Some("kubelet-test".into()),
+        ..PatchParams::default()
+    };
+    let patched = api
+        .patch_status(
+            "p",
+            &pp,
+            &Patch::Strategic(json!({"metadata": {"labels": {"a": "2"}},
+                "spec": {"containers": [{"name": "c", "image": "i:2"}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
+        )
+        .await?;
+    let status = patched.status.clone().unwrap_or_default();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+    assert_eq!(patched.spec, created.spec, "the spec is kept");
+    assert_eq!(
+        patched.metadata.labels, created.metadata.labels,
+        "the labels are kept"
+    );
+    assert_eq!(patched.metadata.generation, created.metadata.generation);
+    let mine = patched
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|m| m.manager.as_deref() == Some("kubelet-test"))
+        .expect("the writer's managedFields entry");
+    assert_eq!(mine.subresource.as_deref(), Some("status"));
+    assert!(
+        serde_json::to_string(&mine.fields_v1)?.contains("f:phase"),
+        "{mine:?}"
+    );
+    // The raw object keeps the stored order: the status after the spec.
+    let raw = client
+        .request_text(http::Request::get("/api/v1/namespaces/default/pods/p").body(Vec::new())?)
+        .await?;
+    let (spec_at, status_at) = (raw.find("\"spec\":"), raw.find("\"status\":"));
+    assert!(spec_at.is_some() && spec_at < status_at, "{raw}");
+    // The same status again: nothing written.
+    let again = api
+        .patch_status(
+            "p",
+            &pp,
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await?;
+    assert_eq!(
+        again.metadata.resource_version,
+        patched.metadata.resource_version
+    );
+    // A JSON patch and a PUT of the status.
+    let jp: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": "/status/phase", "value": "Succeeded"}
+    ]))?;
+    let done = api.patch_status("p", &pp, &Patch::<()>::Json(jp)).await?;
+    assert_eq!(
+        done.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded")
+    );
+    let mut put = done.clone();
+    put.status.get_or_insert_default().phase = Some("Failed".into());
+    put.spec.get_or_insert_default().containers[0].image = Some("i:3".into());
+    let replaced = api
+        .replace_status("p", &PostParams::default(), &put)
+        .await?;
+    assert_eq!(
+        replaced.status.and_then(|s| s.phase).as_deref(),
+        Some("Failed")
+    );
+    assert_eq!(replaced.spec, created.spec);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_apply_removes_dropped_fields_and_reports_conflicts() -> Result {
     let (_env, client) = start().await?;
