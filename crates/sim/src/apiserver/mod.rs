@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod objects;
 pub mod openapi;
 mod paging;
+pub mod partial;
 pub mod patch;
 pub mod protobuf;
 pub mod rbac;

@@ -9,7 +9,7 @@ use super::server::ApiServer;
 use super::status::{ApiError, json_body, json_response, success_status};
 use super::target::{DeleteOpts, ListOpts, Target};
 use super::watch::{self, WatchOpts};
-use super::{discovery, metrics, openapi, table};
+use super::{discovery, metrics, openapi, partial, table};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
@@ -327,21 +327,23 @@ async fn resource(
     srv.requests
         .record(&method, p.name.is_some(), is_watch, &info.plural, &sub);
     match (method.clone(), p.name.as_deref()) {
-        (Method::GET, None) if is_watch => watch_response(srv, t, &q, None).await,
-        (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, Some(name)).await,
+        (Method::GET, None) if is_watch => watch_response(srv, t, &q, headers, None).await,
+        (Method::GET, Some(name)) if is_watch => {
+            watch_response(srv, t, &q, headers, Some(name)).await
+        }
         (Method::GET, None) => {
             let opts = list_opts(&q)?;
             if let Some(rv) = q.get("resourceVersion") {
                 fresh_enough(&srv, rv).await?;
             }
-            if t.info.builtin && table::requested(headers).is_none() {
+            if t.info.builtin && partial::requested(headers) == partial::Form::Object {
                 let list = srv.list_shared(&t, &opts)?;
                 return Ok(json_response(StatusCode::OK, &list));
             }
             let list = srv.list(&t, &opts)?;
             Ok(ok_json(
                 StatusCode::OK,
-                &printed(&srv, &t, headers, &q, list),
+                &printed(&srv, &t, headers, &q, list, true),
             ))
         }
         (Method::GET, Some(name)) if sub == "log" => super::logs::pod_log(&srv, &t, name, &q),
@@ -349,7 +351,7 @@ async fn resource(
             let obj = srv.get(&t, name)?;
             Ok(ok_json(
                 StatusCode::OK,
-                &printed(&srv, &t, headers, &q, obj),
+                &printed(&srv, &t, headers, &q, obj, false),
             ))
         }
         _ => {
@@ -515,17 +517,21 @@ fn write(
     }
 }
 
-/// A GET answer as the client asked for it: the object or list, or a `Table` of it
-/// (`kubectl get`'s server-side printing).
+/// A GET answer as the client asked for it: the object or list, a `Table` of it
+/// (`kubectl get`'s server-side printing), or its metadata only (`PartialObjectMetadata`).
 fn printed(
     srv: &ApiServer,
     t: &Target,
     headers: &HeaderMap,
     q: &HashMap<String, String>,
     body: Value,
+    is_list: bool,
 ) -> Value {
-    let Some(api_version) = table::requested(headers) else {
-        return body;
+    let api_version = match partial::requested(headers) {
+        partial::Form::Object => return body,
+        partial::Form::Metadata(v) if is_list => return partial::list(&body, v),
+        partial::Form::Metadata(v) => return partial::object(&body, v),
+        partial::Form::Table(v) => v,
     };
     let crd = t.info.crd.as_deref().and_then(|name| {
         srv.store
@@ -584,6 +590,7 @@ async fn watch_response(
     srv: Arc<ApiServer>,
     t: Target,
     q: &HashMap<String, String>,
+    headers: &HeaderMap,
     name: Option<&str>,
 ) -> Result<Response, ApiError> {
     let mut fields = q.get("fieldSelector").cloned().unwrap_or_default();
@@ -614,6 +621,10 @@ async fn watch_response(
                 .unwrap_or_default(),
         )?,
         fields: FieldSelector::parse(&fields)?,
+        metadata: match partial::requested(headers) {
+            partial::Form::Metadata(v) => Some(v),
+            _ => None,
+        },
     };
     let rx = watch::start(srv, t, opts)?;
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);

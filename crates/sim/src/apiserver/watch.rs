@@ -29,6 +29,8 @@ pub struct WatchOpts {
     pub send_initial_events: Option<bool>,
     pub labels: LabelSelector,
     pub fields: FieldSelector,
+    /// Send each object as `PartialObjectMetadata` of this `meta.k8s.io` version.
+    pub metadata: Option<&'static str>,
 }
 
 struct Filter {
@@ -45,6 +47,12 @@ impl Filter {
     /// The line a watcher of this filter gets for a store event, if any.
     fn line_for(&self, ev: &Event) -> Option<Line> {
         let kind = self.translate(ev)?;
+        if let Some(v) = self.opts.metadata {
+            return Some(Line::Own(encoded_line(
+                kind.as_str(),
+                &super::partial::encode(&ev.object, v),
+            )));
+        }
         if !self.target.info.builtin {
             return Some(Line::Own(line(
                 kind.as_str(),
@@ -77,9 +85,13 @@ impl Filter {
         }
     }
 
-    /// A built-in kind with no selector: every object goes out as stored, nothing decoded.
+    /// A built-in kind with no selector, whole objects: every object goes out as stored,
+    /// nothing decoded.
     fn plain(&self) -> bool {
-        self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty()
+        self.target.info.builtin
+            && self.opts.labels.is_empty()
+            && self.opts.fields.is_empty()
+            && self.opts.metadata.is_none()
     }
 
     /// Whether events of this object can concern the watcher at all: its resource, its
@@ -114,7 +126,12 @@ impl Filter {
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        json!({"kind": self.target.info.kind, "apiVersion": self.target.info.api_version(&self.target.version), "metadata": meta})
+        match self.opts.metadata {
+            Some(v) => json!({"kind": "PartialObjectMetadata", "apiVersion": v, "metadata": meta}),
+            None => {
+                json!({"kind": self.target.info.kind, "apiVersion": self.target.info.api_version(&self.target.version), "metadata": meta})
+            }
+        }
     }
 }
 
@@ -377,13 +394,16 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
         if !super::selectors::selected(&filter.opts.labels, &filter.opts.fields, &item) {
             continue;
         }
-        let l = match item.json() {
-            Some(json) if filter.target.info.builtin => {
+        let l = match (item.json(), filter.opts.metadata) {
+            (Some(json), None) if filter.target.info.builtin => {
                 Line::shared(EventType::Added, json.clone())
             }
-            _ => match item.value() {
-                Some(v) => Line::Own(line("ADDED", &filter.target.present(&v))),
-                None => continue,
+            (_, metadata) => match (item.value(), metadata) {
+                (Some(v), Some(version)) => {
+                    Line::Own(encoded_line("ADDED", &super::partial::encode(&v, version)))
+                }
+                (Some(v), None) => Line::Own(line("ADDED", &filter.target.present(&v))),
+                (None, _) => continue,
             },
         };
         send_line(tx, l).await?;

@@ -20,31 +20,15 @@ pub fn pod_status(pod: &Value) -> String {
 use super::target::Target;
 use cells::{Column, age_of, human_duration, name_of};
 use chrono::{DateTime, Utc};
-use http::{HeaderMap, header};
+use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
 /// The Table API version the client asked for, if its first acceptable media type is a Table.
 pub fn requested(headers: &HeaderMap) -> Option<&'static str> {
-    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
-    for media in accept.split(',') {
-        let mut parts = media.split(';').map(str::trim);
-        let base = parts.next().unwrap_or_default();
-        if base != "application/json" && base != "*/*" {
-            continue;
-        }
-        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
-        let param = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
-        match (param("as"), param("g"), param("v")) {
-            (None, _, _) => return None,
-            (Some("Table"), Some("meta.k8s.io"), Some("v1")) => return Some("meta.k8s.io/v1"),
-            (Some("Table"), Some("meta.k8s.io"), Some("v1beta1")) => {
-                return Some("meta.k8s.io/v1beta1");
-            }
-            // A form this server does not offer: try the client's next choice.
-            _ => continue,
-        }
+    match super::partial::requested(headers) {
+        super::partial::Form::Table(v) => Some(v),
+        _ => None,
     }
-    None
 }
 
 /// What each row carries besides its cells (`includeObject`).
@@ -244,6 +228,7 @@ fn crd_cell(col: &Column, path: &str, o: &Value, now: DateTime<Utc>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header;
 
     #[test]
     fn accept_negotiation_follows_the_clients_order() {

@@ -381,3 +381,98 @@ async fn a_watch_of_one_object_by_name_sees_its_events_and_current_bookmarks() -
     }
     Ok(())
 }
+
+/// `Accept: …;as=PartialObjectMetadata[List]` (kube-rs's `*_metadata` calls, client-go's
+/// metadata informers): get, list and watch answer with the metadata only, as
+/// `meta.k8s.io/v1` `PartialObjectMetadata`, `managedFields` included; a plain request still
+/// gets the whole object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_requests_get_partial_object_metadata() -> Result {
+    let (_env, client) = start().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    api.create(&PostParams::default(), &cm("m1", json!({"k": "v"}))?)
+        .await?;
+    let raw = |path: &str, accept: &str| {
+        let req = http::Request::get(path)
+            .header(http::header::ACCEPT, accept)
+            .body(Vec::new());
+        let client = client.clone();
+        async move {
+            let text = client.request_text(req?).await?;
+            anyhow::Ok(serde_json::from_str::<serde_json::Value>(&text)?)
+        }
+    };
+    let path = "/api/v1/namespaces/default/configmaps";
+    let meta = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let one = raw(&format!("{path}/m1"), meta).await?;
+    assert_eq!(one["kind"], "PartialObjectMetadata", "{one}");
+    assert_eq!(one["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(one["metadata"]["name"], "m1");
+    assert!(one["metadata"]["managedFields"].is_array(), "{one}");
+    assert!(one.get("data").is_none(), "{one}");
+    let list = raw(
+        path,
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+    )
+    .await?;
+    assert_eq!(list["kind"], "PartialObjectMetadataList", "{list}");
+    assert!(list["metadata"]["resourceVersion"].is_string(), "{list}");
+    assert_eq!(list["items"][0]["kind"], "PartialObjectMetadata");
+    assert!(list["items"][0].get("data").is_none(), "{list}");
+    let whole = raw(&format!("{path}/m1"), "application/json").await?;
+    assert_eq!(whole["data"]["k"], "v");
+
+    // A metadata watch sees the initial object and later writes as metadata only.
+    let (reader, writer) = reflector::store();
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(client.clone());
+    let mut stream = watcher(meta_api, watcher::Config::default())
+        .reflect(writer)
+        .applied_objects()
+        .boxed();
+    let wait = std::time::Duration::from_secs(20);
+    let first = tokio::time::timeout(wait, stream.next()).await?;
+    assert!(matches!(first, Some(Ok(_))), "{first:?}");
+    api.patch(
+        "m1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+    )
+    .await?;
+    let second = tokio::time::timeout(wait, stream.next()).await?;
+    let seen = [first, second]
+        .into_iter()
+        .map(|o| {
+            o.ok_or_else(|| anyhow::anyhow!("the watch ended"))?
+                .map_err(anyhow::Error::from)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let last = &seen[1];
+    assert_eq!(
+        last.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("x"))
+            .map(String::as_str),
+        Some("y")
+    );
+    assert_eq!(
+        last.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    assert_eq!(reader.state().len(), 1);
+    let events = api
+        .watch_metadata(&WatchParams::default(), "0")
+        .await?
+        .take(1)
+        .try_collect::<Vec<_>>()
+        .await?;
+    match &events[0] {
+        WatchEvent::Added(o) => assert_eq!(
+            o.types.as_ref().map(|t| t.api_version.as_str()),
+            Some("meta.k8s.io/v1")
+        ),
+        other => panic!("{other:?}"),
+    }
+    Ok(())
+}
