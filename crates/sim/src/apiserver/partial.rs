@@ -8,6 +8,7 @@
 
 use http::{HeaderMap, header};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 /// How the client asked for the objects, by its first acceptable media type.
@@ -76,6 +77,30 @@ pub fn encode(obj: &Value, api_version: &str) -> Vec<u8> {
     };
     // Serializing borrowed JSON values cannot fail.
     serde_json::to_vec(&partial).unwrap_or_default()
+}
+
+/// An object's JSON as a `PartialObjectMetadata` of `api_version`: its `metadata` bytes are
+/// copied as they are, nothing is decoded (a watch sends stored objects so). `None` if the
+/// bytes are not a JSON object.
+pub fn encode_json(json: &[u8], api_version: &str) -> Option<Vec<u8>> {
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a RawValue>,
+    }
+    // A derived struct would also take a JSON array (by position).
+    if json.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let meta: Meta<'_> = serde_json::from_slice(json).ok()?;
+    let metadata = meta.metadata.map_or("{}", RawValue::get);
+    let mut out = Vec::with_capacity(metadata.len() + 80);
+    out.extend_from_slice(b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":");
+    // A version is a plain ASCII token: written as a JSON string as it is.
+    out.extend_from_slice(format!("\"{api_version}\",\"metadata\":").as_bytes());
+    out.extend_from_slice(metadata.as_bytes());
+    out.push(b'}');
+    Some(out)
 }
 
 /// `obj` as a `PartialObjectMetadata` of `api_version`.
@@ -163,6 +188,14 @@ mod tests {
         assert_eq!(object(&pod, "meta.k8s.io/v1"), want);
         let encoded: Value = serde_json::from_slice(&encode(&pod, "meta.k8s.io/v1")).unwrap();
         assert_eq!(encoded, want);
+        let raw = encode_json(&serde_json::to_vec(&pod).unwrap(), "meta.k8s.io/v1").unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&raw).unwrap(), want);
+        let bare = encode_json(br#"{"kind":"X"}"#, "meta.k8s.io/v1").unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&bare).unwrap()["metadata"],
+            json!({})
+        );
+        assert!(encode_json(b"[1]", "meta.k8s.io/v1").is_none());
         let l = list(
             &json!({"kind": "PodList", "apiVersion": "v1",
                 "metadata": {"resourceVersion": "9", "continue": "c"}, "items": [pod]}),

@@ -48,10 +48,11 @@ impl Filter {
     fn line_for(&self, ev: &Event) -> Option<Line> {
         let kind = self.translate(ev)?;
         if let Some(v) = self.opts.metadata {
-            return Some(Line::Own(encoded_line(
-                kind.as_str(),
-                &super::partial::encode(&ev.object, v),
-            )));
+            // Built-in kinds from their stored JSON (no copy of the metadata as a value).
+            let json = self.target.info.builtin.then(|| ev.json());
+            let partial = json.and_then(|j| super::partial::encode_json(&j, v));
+            let partial = partial.unwrap_or_else(|| super::partial::encode(&ev.object, v));
+            return Some(Line::Own(encoded_line(kind.as_str(), &partial)));
         }
         if !self.target.info.builtin {
             return Some(Line::Own(line(
@@ -70,8 +71,13 @@ impl Filter {
         if !self.wants(k.key()) {
             return None;
         }
-        match k.json() {
-            Some(json) if self.plain() => Some(Line::shared(k.kind(), json.clone())),
+        match (k.json(), self.opts.metadata) {
+            (Some(json), None) if self.plain() => Some(Line::shared(k.kind(), json.clone())),
+            // Metadata only, no selector: cut from the kept JSON, not decoded.
+            (Some(json), Some(v)) if self.plain_metadata() => {
+                let partial = super::partial::encode_json(json, v)?;
+                Some(Line::Own(encoded_line(k.kind().as_str(), &partial)))
+            }
             _ => self.line_for(&*k.event()?),
         }
     }
@@ -92,6 +98,14 @@ impl Filter {
             && self.opts.labels.is_empty()
             && self.opts.fields.is_empty()
             && self.opts.metadata.is_none()
+    }
+
+    /// [`Filter::plain`] but for metadata only.
+    fn plain_metadata(&self) -> bool {
+        self.target.info.builtin
+            && self.opts.labels.is_empty()
+            && self.opts.fields.is_empty()
+            && self.opts.metadata.is_some()
     }
 
     /// Whether events of this object can concern the watcher at all: its resource, its
@@ -397,6 +411,12 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
         let l = match (item.json(), filter.opts.metadata) {
             (Some(json), None) if filter.target.info.builtin => {
                 Line::shared(EventType::Added, json.clone())
+            }
+            (Some(json), Some(version)) if filter.target.info.builtin => {
+                match super::partial::encode_json(json, version) {
+                    Some(partial) => Line::Own(encoded_line("ADDED", &partial)),
+                    None => continue,
+                }
             }
             (_, metadata) => match (item.value(), metadata) {
                 (Some(v), Some(version)) => {
