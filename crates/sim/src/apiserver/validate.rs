@@ -449,7 +449,7 @@ pub fn api_version(info: &ResourceInfo, version: &str, obj: &Value) -> Result<()
 
 /// Kinds whose every top-level field is optional in the typed decode (k8s-openapi has no
 /// required one), so a part of the object decodes on its own.
-pub(super) fn decodes_in_parts(info: &ResourceInfo) -> bool {
+fn decodes_in_parts(info: &ResourceInfo) -> bool {
     matches!(
         (info.group.as_str(), info.kind.as_str()),
         ("", "Pod" | "Node" | "ConfigMap" | "Namespace" | "Service")
@@ -514,8 +514,7 @@ pub fn builtin(
         // checked when it was stored (no second deep comparison here).
         let unchanged = part.as_ref().is_some_and(|p| p.get(path[0]).is_none());
         match spec {
-            // A status write checks the fields it may change only (`status_view`): no spec.
-            _ if unchanged => {}
+            Some(_) if unchanged => {}
             Some(spec) => pod_spec(info, version, &path.join("."), spec, &mut errs)?,
             None => errs.push(FieldError::required(format!(
                 "{}.containers",

@@ -2,7 +2,7 @@
 //! the stored object (immutable fields, status subresource, generation), the checks.
 
 use super::super::deletion::finish;
-use super::super::meta::{now, same_content, same_content_of};
+use super::super::meta::{now, same_content};
 use super::super::patch::apply as ssa;
 use super::super::patch::track::track_update;
 use super::super::schema::Checks;
@@ -170,9 +170,6 @@ impl ApiServer {
                 "the name of the object ({n}) does not match the name on the URL ({name})"
             )));
         }
-        if sub == "status" && status_views(t) {
-            return self.prepare_status(t, cur, new, manager, checks);
-        }
         let mut out = if sub == "status" {
             // A status write changes the status only: every other field stays as stored
             // (compared before it is copied: they are mostly equal already).
@@ -291,94 +288,4 @@ impl ApiServer {
         }
         Ok(finish(out))
     }
-
-    /// A status write of a kind [`status_views`] covers: checked, tracked and compared on
-    /// the fields it may change ([`STATUS_VIEW`], the metadata as stored); the spec and the
-    /// rest are copied from the stored object once, at the end, and never compared (they
-    /// cannot have changed). Ownership of a status write is tracked on the status alone.
-    fn prepare_status(
-        &self,
-        t: &Target,
-        cur: &Value,
-        mut new: Value,
-        manager: Option<&str>,
-        checks: &mut Checks,
-    ) -> Result<Mutation, ApiError> {
-        // Everything but the status stays as stored, the metadata included.
-        let mut out = status_view(cur, |k| k != "status");
-        if let (Some(m), Some(s)) = (out.as_object_mut(), new.get_mut("status")) {
-            m.insert("status".into(), s.take());
-        }
-        self.check_object(t, &mut out, Some(cur), checks)?;
-        if let Some(manager) = manager {
-            let time = now();
-            let lk = t.list_kinds();
-            let writer = ssa::Writer {
-                manager,
-                subresource: "status",
-                api_version: &t.api_version(),
-                time: &time,
-            };
-            track_update(Some(cur), &mut out, &writer, &lk);
-        }
-        if same_content_of(cur, &out, &|k| STATUS_VIEW.contains(&k)) {
-            return Ok(Mutation::Unchanged);
-        }
-        let (Some(c), Value::Object(mut view)) = (cur.as_object(), out) else {
-            return Err(ApiError::internal(
-                "a status write's object is not a JSON object",
-            ));
-        };
-        // In the stored object's field order; a status it lacked goes last.
-        let mut full = serde_json::Map::new();
-        for (k, v) in c {
-            if STATUS_VIEW.contains(&k.as_str()) {
-                if let Some(x) = view.shift_remove(k) {
-                    full.insert(k.clone(), x);
-                }
-            } else {
-                full.insert(k.clone(), v.clone());
-            }
-        }
-        full.extend(view);
-        Ok(finish(Value::Object(full)))
-    }
-}
-
-/// The top-level fields a status write may change or is checked on.
-const STATUS_VIEW: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
-
-/// Whether a status write of this kind goes through [`ApiServer::prepare_status`]: a
-/// built-in kind whose typed check reads only the fields that changed (a custom resource's
-/// schema and the other built-in kinds check the whole object).
-pub(super) fn status_views(t: &Target) -> bool {
-    t.info.builtin && validate::decodes_in_parts(&t.info)
-}
-
-/// A copy of those of `obj`'s [`STATUS_VIEW`] fields that `keep` keeps: what a status patch
-/// is applied to (the spec, most of a pod, is neither copied for it nor compared after).
-pub(super) fn status_view(obj: &Value, keep: impl Fn(&str) -> bool) -> Value {
-    let fields = obj
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| STATUS_VIEW.contains(&k.as_str()) && keep(k))
-        .map(|(k, v)| (k.clone(), v.clone()));
-    Value::Object(fields.collect())
-}
-
-/// What a merge or strategic status patch is applied to: [`STATUS_VIEW`] without the
-/// `managedFields` (only the patched status is kept, and the metadata is read for the name
-/// and the preconditions).
-pub(super) fn patch_view(cur: &Value) -> Value {
-    let mut view = status_view(cur, |k| k != "metadata");
-    if let (Some(v), Some(meta)) = (
-        view.as_object_mut(),
-        cur.get("metadata").and_then(Value::as_object),
-    ) {
-        let meta = meta.iter().filter(|(k, _)| *k != "managedFields");
-        let meta = meta.map(|(k, v)| (k.clone(), v.clone())).collect();
-        v.insert("metadata".into(), Value::Object(meta));
-    }
-    view
 }

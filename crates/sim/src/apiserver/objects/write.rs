@@ -132,13 +132,7 @@ impl ApiServer {
             let Some(cur) = cur else {
                 return Err(t.not_found(name));
             };
-            // A merge or strategic status patch is applied to the fields a status write may
-            // change: the rest is kept as stored whatever the patch says.
-            let view = (sub == "status"
-                && kind != PatchType::Json
-                && super::prepare::status_views(t))
-            .then(|| super::prepare::patch_view(cur));
-            let patched = patch::apply_simple(kind, view.as_ref().unwrap_or(cur), body, &what)?;
+            let patched = patch::apply_simple(kind, cur, body, &what)?;
             // The patched object must still be this one (upstream's `checkName`): a
             // strategic `{"$patch": "delete"}` or a patch removing the name leaves none.
             let patched_name = super::meta_str(&patched, "name").unwrap_or_default();
