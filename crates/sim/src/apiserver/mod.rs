@@ -6,6 +6,7 @@
 //! `deletion`, `table`...) below it; at the bottom the shared state ([`server`]), the verbs'
 //! arguments ([`target`]) and object metadata helpers ([`meta`]).
 
+pub mod accept;
 mod checks;
 pub mod decode;
 pub mod defaults;

@@ -1,5 +1,6 @@
 //! HTTP routing: parses Kubernetes REST paths and query parameters and calls the verbs.
 
+use super::accept::{self, Form};
 use super::decode::{self, Format};
 use super::fair::Flow;
 use super::patch::PatchType;
@@ -326,24 +327,28 @@ async fn resource(
     let is_watch = p.watch || truthy(q.get("watch"));
     srv.requests
         .record(&method, p.name.is_some(), is_watch, &info.plural, &sub);
+    // The form a read answers in (objects, a Table, metadata only); writes answer objects.
+    let form = if method == Method::GET {
+        accept::requested(headers)
+    } else {
+        Form::Object
+    };
     match (method.clone(), p.name.as_deref()) {
-        (Method::GET, None) if is_watch => watch_response(srv, t, &q, headers, None).await,
-        (Method::GET, Some(name)) if is_watch => {
-            watch_response(srv, t, &q, headers, Some(name)).await
-        }
+        (Method::GET, None) if is_watch => watch_response(srv, t, &q, form, None).await,
+        (Method::GET, Some(name)) if is_watch => watch_response(srv, t, &q, form, Some(name)).await,
         (Method::GET, None) => {
             let opts = list_opts(&q)?;
             if let Some(rv) = q.get("resourceVersion") {
                 fresh_enough(&srv, rv).await?;
             }
-            if t.info.builtin && partial::requested(headers) == partial::Form::Object {
+            if t.info.builtin && form == Form::Object {
                 let list = srv.list_shared(&t, &opts)?;
                 return Ok(json_response(StatusCode::OK, &list));
             }
             let list = srv.list(&t, &opts)?;
             Ok(ok_json(
                 StatusCode::OK,
-                &printed(&srv, &t, headers, &q, list, true),
+                &printed(&srv, &t, form, &q, list, true),
             ))
         }
         (Method::GET, Some(name)) if sub == "log" => super::logs::pod_log(&srv, &t, name, &q),
@@ -351,7 +356,7 @@ async fn resource(
             let obj = srv.get(&t, name)?;
             Ok(ok_json(
                 StatusCode::OK,
-                &printed(&srv, &t, headers, &q, obj, false),
+                &printed(&srv, &t, form, &q, obj, false),
             ))
         }
         _ => {
@@ -522,16 +527,16 @@ fn write(
 fn printed(
     srv: &ApiServer,
     t: &Target,
-    headers: &HeaderMap,
+    form: Form,
     q: &HashMap<String, String>,
     body: Value,
     is_list: bool,
 ) -> Value {
-    let api_version = match partial::requested(headers) {
-        partial::Form::Object => return body,
-        partial::Form::Metadata(v) if is_list => return partial::list(&body, v),
-        partial::Form::Metadata(v) => return partial::object(&body, v),
-        partial::Form::Table(v) => v,
+    let api_version = match form {
+        Form::Object => return body,
+        Form::Metadata(v) if is_list => return partial::list(&body, v),
+        Form::Metadata(v) => return partial::object(&body, v),
+        Form::Table(v) => v,
     };
     let crd = t.info.crd.as_deref().and_then(|name| {
         srv.store
@@ -590,7 +595,7 @@ async fn watch_response(
     srv: Arc<ApiServer>,
     t: Target,
     q: &HashMap<String, String>,
-    headers: &HeaderMap,
+    form: Form,
     name: Option<&str>,
 ) -> Result<Response, ApiError> {
     let mut fields = q.get("fieldSelector").cloned().unwrap_or_default();
@@ -621,8 +626,8 @@ async fn watch_response(
                 .unwrap_or_default(),
         )?,
         fields: FieldSelector::parse(&fields)?,
-        metadata: match partial::requested(headers) {
-            partial::Form::Metadata(v) => Some(v),
+        metadata: match form {
+            Form::Metadata(v) => Some(v),
             _ => None,
         },
     };

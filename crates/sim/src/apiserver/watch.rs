@@ -47,37 +47,45 @@ impl Filter {
     /// The line a watcher of this filter gets for a store event, if any.
     fn line_for(&self, ev: &Event) -> Option<Line> {
         let kind = self.translate(ev)?;
-        if let Some(v) = self.opts.metadata {
-            // Built-in kinds from their stored JSON (no copy of the metadata as a value).
-            let json = self.target.info.builtin.then(|| ev.json());
-            let partial = json.and_then(|j| super::partial::encode_json(&j, v));
-            let partial = partial.unwrap_or_else(|| super::partial::encode(&ev.object, v));
-            return Some(Line::Own(encoded_line(kind.as_str(), &partial)));
-        }
-        if !self.target.info.builtin {
-            return Some(Line::Own(line(
-                kind.as_str(),
-                &self.target.present(&ev.object),
-            )));
-        }
-        // Built-in kinds are sent as stored: one encoding per event, shared by every watcher.
-        Some(Line::shared(kind, ev.json()))
+        let json = self.target.info.builtin.then(|| ev.json());
+        self.line_of(kind, json.as_ref(), || Some(ev.object.clone()))
+    }
+
+    /// The line of an object: a built-in kind's from its stored JSON, `json` (sent as it is,
+    /// one encoding shared by every watcher, or cut to its metadata), else from the object
+    /// `decoded` gives. `None` only where neither is to be had.
+    fn line_of(
+        &self,
+        kind: EventType,
+        json: Option<&Arc<[u8]>>,
+        decoded: impl FnOnce() -> Option<Arc<Value>>,
+    ) -> Option<Line> {
+        let stored = json.filter(|_| self.target.info.builtin);
+        let Some(v) = self.opts.metadata else {
+            return match stored {
+                Some(json) => Some(Line::shared(kind, json.clone())),
+                None => Some(Line::Own(line(
+                    kind.as_str(),
+                    &self.target.present(&*decoded()?),
+                ))),
+            };
+        };
+        let partial = match stored.and_then(|json| super::partial::encode_json(json, v)) {
+            Some(partial) => partial,
+            None => super::partial::encode(&*decoded()?, v),
+        };
+        Some(Line::Own(encoded_line(kind.as_str(), &partial)))
     }
 
     /// [`Filter::line_for`] for a kept event: an older one's JSON goes out as it was kept
-    /// when nothing needs it decoded (a built-in kind, no selector).
+    /// (or cut to its metadata) when nothing needs it decoded (a built-in kind, no selector).
     fn line_for_kept(&self, k: &Kept) -> Option<Line> {
         // What the key decides comes first: nothing is decoded for another object.
         if !self.wants(k.key()) {
             return None;
         }
-        match (k.json(), self.opts.metadata) {
-            (Some(json), None) if self.plain() => Some(Line::shared(k.kind(), json.clone())),
-            // Metadata only, no selector: cut from the kept JSON, not decoded.
-            (Some(json), Some(v)) if self.plain_metadata() => {
-                let partial = super::partial::encode_json(json, v)?;
-                Some(Line::Own(encoded_line(k.kind().as_str(), &partial)))
-            }
+        match k.json() {
+            Some(json) if self.plain() => self.line_of(k.kind(), Some(json), || None),
             _ => self.line_for(&*k.event()?),
         }
     }
@@ -91,21 +99,10 @@ impl Filter {
         }
     }
 
-    /// A built-in kind with no selector, whole objects: every object goes out as stored,
-    /// nothing decoded.
+    /// A built-in kind with no selector: every object goes out from its stored JSON, as it
+    /// is or cut to its metadata, nothing decoded.
     fn plain(&self) -> bool {
-        self.target.info.builtin
-            && self.opts.labels.is_empty()
-            && self.opts.fields.is_empty()
-            && self.opts.metadata.is_none()
-    }
-
-    /// [`Filter::plain`] but for metadata only.
-    fn plain_metadata(&self) -> bool {
-        self.target.info.builtin
-            && self.opts.labels.is_empty()
-            && self.opts.fields.is_empty()
-            && self.opts.metadata.is_some()
+        self.target.info.builtin && self.opts.labels.is_empty() && self.opts.fields.is_empty()
     }
 
     /// Whether events of this object can concern the watcher at all: its resource, its
@@ -408,23 +405,8 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
         if !super::selectors::selected(&filter.opts.labels, &filter.opts.fields, &item) {
             continue;
         }
-        let l = match (item.json(), filter.opts.metadata) {
-            (Some(json), None) if filter.target.info.builtin => {
-                Line::shared(EventType::Added, json.clone())
-            }
-            (Some(json), Some(version)) if filter.target.info.builtin => {
-                match super::partial::encode_json(json, version) {
-                    Some(partial) => Line::Own(encoded_line("ADDED", &partial)),
-                    None => continue,
-                }
-            }
-            (_, metadata) => match (item.value(), metadata) {
-                (Some(v), Some(version)) => {
-                    Line::Own(encoded_line("ADDED", &super::partial::encode(&v, version)))
-                }
-                (Some(v), None) => Line::Own(line("ADDED", &filter.target.present(&v))),
-                (None, _) => continue,
-            },
+        let Some(l) = filter.line_of(EventType::Added, item.json(), || item.value()) else {
+            continue;
         };
         send_line(tx, l).await?;
     }

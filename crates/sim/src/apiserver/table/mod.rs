@@ -20,16 +20,7 @@ pub fn pod_status(pod: &Value) -> String {
 use super::target::Target;
 use cells::{Column, age_of, human_duration, name_of};
 use chrono::{DateTime, Utc};
-use http::HeaderMap;
 use serde_json::{Map, Value, json};
-
-/// The Table API version the client asked for, if its first acceptable media type is a Table.
-pub fn requested(headers: &HeaderMap) -> Option<&'static str> {
-    match super::partial::requested(headers) {
-        super::partial::Form::Table(v) => Some(v),
-        _ => None,
-    }
-}
 
 /// What each row carries besides its cells (`includeObject`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,39 +213,5 @@ fn crd_cell(col: &Column, path: &str, o: &Value, now: DateTime<Utc>) -> Value {
                 .collect::<Vec<_>>()
                 .join(","),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::header;
-
-    #[test]
-    fn accept_negotiation_follows_the_clients_order() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::ACCEPT,
-            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
-                .parse()
-                .unwrap(),
-        );
-        assert_eq!(requested(&h), Some("meta.k8s.io/v1"));
-        h.insert(
-            header::ACCEPT,
-            "application/json;as=Table;v=v2;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io"
-                .parse()
-                .unwrap(),
-        );
-        assert_eq!(requested(&h), Some("meta.k8s.io/v1beta1"));
-        h.insert(header::ACCEPT, "application/json".parse().unwrap());
-        assert_eq!(requested(&h), None);
-        h.insert(
-            header::ACCEPT,
-            "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
-                .parse()
-                .unwrap(),
-        );
-        assert_eq!(requested(&h), None);
     }
 }
