@@ -289,14 +289,26 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
     out.push('\n');
     out.push_str(&store_stats.table());
     // Where the simulated API server's time went.
-    out.push_str("\n| API requests (top 12) | count |\n|---|---|\n");
-    for ((verb, res, sub), n) in cp.api().requests.sorted().into_iter().take(12) {
+    // The CPU column is the write's own work on its worker thread (decode, checks, store,
+    // encode), not the connection's or the watches' share.
+    out.push_str(
+        "\n| API requests (top 12) | count | CPU in the write, s | µs each |\n|---|---|---|---|\n",
+    );
+    for ((verb, res, sub), n, cpu) in cp.api().requests.sorted_with_cpu().into_iter().take(12) {
         let res = if sub.is_empty() {
             res
         } else {
             format!("{res}/{sub}")
         };
-        out.push_str(&format!("| {verb} {res} | {n} |\n"));
+        let (cpu, each) = if cpu > 0.0 {
+            (
+                format!("{cpu:.1}"),
+                format!("{:.0}", cpu * 1e6 / n.max(1) as f64),
+            )
+        } else {
+            ("-".into(), "-".into())
+        };
+        out.push_str(&format!("| {verb} {res} | {n} | {cpu} | {each} |\n"));
     }
     Ok(out)
 }

@@ -10,7 +10,7 @@ use super::server::ApiServer;
 use super::status::{ApiError, json_body, json_response, success_status};
 use super::target::{DeleteOpts, ListOpts, Target};
 use super::watch::{self, WatchOpts};
-use super::{discovery, metrics, openapi, partial, table};
+use super::{discovery, metrics, openapi, partial, requests, table};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
@@ -388,7 +388,12 @@ async fn resource(
             let _turn = srv.writers.turn(flow).await;
             let worker = srv.clone();
             tokio::task::spawn_blocking(move || {
-                write(&worker, method, t, p, &sub, &q, &headers, &body)
+                let t0 = requests::thread_cpu_ns();
+                let (m, named, plural) = (method.clone(), p.name.is_some(), t.info.plural.clone());
+                let out = write(&worker, method, t, p, &sub, &q, &headers, &body);
+                let ns = requests::thread_cpu_ns().saturating_sub(t0);
+                worker.requests.record_cpu(&m, named, &plural, &sub, ns);
+                out
             })
             .await
             .map_err(|e| ApiError::internal(format!("the request's worker failed: {e}")))?
