@@ -138,6 +138,24 @@ impl OperandPod {
             .any(|o| o.controller == Some(true) && o.uid == uid)
     }
 
+    /// Whether a container of this pod waits in `CrashLoopBackOff` (what
+    /// [`crate::status::crash_looping`] names), read without building a Pod.
+    pub fn crash_looping(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+                .any(|c| {
+                    c.state
+                        .as_ref()
+                        .and_then(|st| st.waiting.as_ref())
+                        .and_then(|w| w.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+                })
+        })
+    }
+
     /// As a `k8s_openapi` Pod with only the cached fields set, for the status rules.
     pub fn to_pod(&self) -> Pod {
         let statuses = |cs: &Option<Vec<Container>>| -> Option<Vec<ContainerStatus>> {
@@ -216,6 +234,13 @@ mod tests {
             "spec": null, "status": {"containerStatuses": null, "phase": null}});
         assert!(serde_json::from_value::<OperandPod>(nulls).is_ok());
         assert!(p.controlled_by("ds-uid") && !p.controlled_by("o-uid"));
+        assert!(p.crash_looping());
+        let mut healthy = p.clone();
+        if let Some(s) = healthy.status.as_mut() {
+            s.container_statuses = None;
+        }
+        assert!(!healthy.crash_looping());
+        assert!(crate::status::crash_looping(&healthy.to_pod()).is_empty());
         assert_eq!(p.metadata.resource_version.as_deref(), Some("42"));
         assert!(p.metadata.managed_fields.is_none());
         let pod = p.to_pod();

@@ -226,10 +226,20 @@ pub(crate) async fn readiness(
                 .and_then(|s| s.update_strategy.as_ref())
                 .and_then(|u| u.type_.as_deref())
                 == Some("OnDelete");
-            // Pods are read only where the rules need them: OnDelete, or to name crash loops.
+            // Pods are read only where the rules need them: all of them for OnDelete, else
+            // the crash-looping ones of a DaemonSet not ready, to name them (during a rollout
+            // on thousands of nodes, every round would otherwise copy every pod).
             let quick = status::daemonset_ready(&ds, &[], None);
-            let pods = if on_delete || !quick {
-                pods_of(all_pods.get_or_insert_with(|| ctx.pods.state()), &ds)
+            let pods = if on_delete {
+                pods_of(
+                    all_pods.get_or_insert_with(|| ctx.pods.state()),
+                    &ds,
+                    |_| true,
+                )
+            } else if !quick {
+                pods_of(all_pods.get_or_insert_with(|| ctx.pods.state()), &ds, |p| {
+                    p.crash_looping()
+                })
             } else {
                 Vec::new()
             };
@@ -268,13 +278,18 @@ fn on_delete_counts_ok(ds: &DaemonSet) -> bool {
     })
 }
 
-/// The pods a DaemonSet controls (its uid as their controller), from the operand pod cache.
-fn pods_of(all: &[Arc<OperandPod>], ds: &DaemonSet) -> Vec<Pod> {
+/// The pods a DaemonSet controls (its uid as their controller) that `keep` keeps, from the
+/// operand pod cache.
+fn pods_of(
+    all: &[Arc<OperandPod>],
+    ds: &DaemonSet,
+    keep: impl Fn(&OperandPod) -> bool,
+) -> Vec<Pod> {
     let Some(uid) = ds.metadata.uid.as_deref() else {
         return Vec::new();
     };
     all.iter()
-        .filter(|p| p.controlled_by(uid))
+        .filter(|p| p.controlled_by(uid) && keep(p))
         .map(|p| p.to_pod())
         .collect()
 }

@@ -101,7 +101,8 @@ pub(super) const PODS_PAGE: u32 = 500;
 pub(super) const PER_NODE_LISTS: usize = 8;
 
 /// The nodes as the plan sees them, and their uids (for Events). Without auto-upgrade the round
-/// only clears labels, so the shared metadata cache is enough; a walk also reads
+/// only clears labels, so the shared metadata cache is enough, and only the nodes labelled
+/// with an upgrade state are returned; a walk also reads
 /// `spec.unschedulable` and the `Ready` condition: listed in pages, each page reduced to views
 /// before the next is asked for.
 pub(super) async fn list_nodes(
@@ -123,11 +124,17 @@ pub(super) async fn list_nodes(
         if !node_watch.ready().await {
             return Err(UpgradeError::NodeWatchStopped);
         }
-        // Labels and annotations only: what clearing the upgrade labels reads.
+        // Labels and annotations only: what clearing the upgrade labels reads. Only nodes
+        // with an upgrade state have anything to clear (or are in flight); the others are not
+        // copied, so a round on a large cluster mid rollout does not copy every node's labels.
         for m in node_watch.store().state() {
             let Some(name) = &m.metadata.name else {
                 continue;
             };
+            let labels = m.metadata.labels.as_ref();
+            if !labels.is_some_and(|l| l.contains_key(names::LABEL_UPGRADE_STATE)) {
+                continue;
+            }
             if let Some(uid) = &m.metadata.uid {
                 uids.insert(name.clone(), uid.clone());
             }
