@@ -75,13 +75,17 @@ impl Entry {
 
 /// The object's metadata, without the managers' bookkeeping, under `metadata`.
 fn stub_of(v: &Value) -> Value {
-    let mut meta = v
-        .get("metadata")
-        .cloned()
-        .unwrap_or_else(|| Map::new().into());
-    if let Some(m) = meta.as_object_mut() {
-        m.remove("managedFields");
-    }
+    // Copied field by field: `managedFields` is often most of the metadata, never copied.
+    let meta = match v.get("metadata") {
+        Some(Value::Object(m)) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k != "managedFields")
+                .map(|(k, x)| (k.clone(), x.clone()))
+                .collect(),
+        ),
+        Some(other) => other.clone(),
+        None => Map::new().into(),
+    };
     let mut out = Map::new();
     out.insert("metadata".into(), meta);
     out.into()
