@@ -72,6 +72,9 @@ pub fn daemonset_ready(ds: &DaemonSet, pods: &[&Pod], revision: Option<&str>) ->
     })
 }
 
+/// The waiting reason of a container the kubelet restarts with back-off.
+pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+
 /// `(node, "pod/container")` for every container of `pod` in CrashLoopBackOff.
 pub fn crash_looping(pod: &Pod) -> Vec<(String, String)> {
     let node = pod
@@ -92,7 +95,7 @@ pub fn crash_looping(pod: &Pod) -> Vec<(String, String)> {
                 .as_ref()
                 .and_then(|st| st.waiting.as_ref())
                 .and_then(|w| w.reason.as_deref())
-                == Some("CrashLoopBackOff")
+                == Some(CRASH_LOOP_BACK_OFF)
         })
         .map(|c| (node.clone(), format!("{name}/{}", c.name)))
         .collect()

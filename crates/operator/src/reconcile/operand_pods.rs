@@ -141,19 +141,14 @@ impl OperandPod {
     /// Whether a container of this pod waits in `CrashLoopBackOff` (what
     /// [`crate::status::crash_looping`] names), read without building a Pod.
     pub fn crash_looping(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| {
-            s.init_container_statuses
-                .iter()
-                .flatten()
-                .chain(s.container_statuses.iter().flatten())
-                .any(|c| {
-                    c.state
-                        .as_ref()
-                        .and_then(|st| st.waiting.as_ref())
-                        .and_then(|w| w.reason.as_deref())
-                        == Some("CrashLoopBackOff")
-                })
-        })
+        let Some(s) = &self.status else {
+            return false;
+        };
+        [&s.init_container_statuses, &s.container_statuses]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(Container::crash_looping)
     }
 
     /// As a `k8s_openapi` Pod with only the cached fields set, for the status rules.
@@ -183,6 +178,11 @@ impl OperandPod {
 }
 
 impl Container {
+    fn crash_looping(&self) -> bool {
+        let waiting = self.state.as_ref().and_then(|st| st.waiting.as_ref());
+        waiting.and_then(|w| w.reason.as_deref()) == Some(crate::status::CRASH_LOOP_BACK_OFF)
+    }
+
     fn to_status(&self) -> ContainerStatus {
         ContainerStatus {
             name: self.name.clone().unwrap_or_default(),
