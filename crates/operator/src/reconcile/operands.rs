@@ -230,16 +230,9 @@ pub(crate) async fn readiness(
             // the crash-looping ones of a DaemonSet not ready, to name them (during a rollout
             // on thousands of nodes, every round would otherwise copy every pod).
             let quick = status::daemonset_ready(&ds, &[], None);
-            let pods = if on_delete {
-                pods_of(
-                    all_pods.get_or_insert_with(|| ctx.pods.state()),
-                    &ds,
-                    |_| true,
-                )
-            } else if !quick {
-                pods_of(all_pods.get_or_insert_with(|| ctx.pods.state()), &ds, |p| {
-                    p.crash_looping()
-                })
+            let pods = if on_delete || !quick {
+                let keep = |p: &OperandPod| on_delete || p.crash_looping();
+                pods_of(all_pods.get_or_insert_with(|| ctx.pods.state()), &ds, keep)
             } else {
                 Vec::new()
             };
