@@ -18,7 +18,7 @@ pub fn selected(labels: &LabelSelector, fields: &FieldSelector, o: &Listed) -> b
     if fields.is_empty() {
         return true;
     }
-    if fields.on_metadata_only() {
+    if fields.on_stub_only() {
         return fields.matches(o.stub());
     }
     o.value().is_some_and(|v| fields.matches(&v))
@@ -67,12 +67,18 @@ impl FieldSelector {
         self.0.required_value("metadata.name")
     }
 
-    /// Every requirement reads `metadata.…`: an object's metadata decides it.
-    pub fn on_metadata_only(&self) -> bool {
+    /// The `spec.nodeName=X` requirement, if any (a kubelet's watch and list of its pods).
+    pub fn node_name(&self) -> Option<&str> {
+        self.0.required_value("spec.nodeName")
+    }
+
+    /// Every requirement reads `metadata.…` or `spec.nodeName`: the stored object's stub
+    /// decides it, nothing decoded (see `store::Entry`).
+    pub fn on_stub_only(&self) -> bool {
         self.0
             .requirements()
             .iter()
-            .all(|r| r.field.starts_with("metadata."))
+            .all(|r| r.field.starts_with("metadata.") || r.field == "spec.nodeName")
     }
 
     pub fn matches(&self, obj: &Value) -> bool {

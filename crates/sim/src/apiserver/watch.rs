@@ -16,8 +16,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
-/// How often an idle watch that allows bookmarks gets one.
-const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
+/// How often a watch that allows bookmarks gets one (upstream's `defaultBookmarkFrequency`).
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+/// A watch that allows bookmarks gets one this long before its deadline, as upstream's.
+const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
 /// The longest a watch stays open when the client names no timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -91,12 +93,31 @@ impl Filter {
     }
 
     /// The kept events after `rv` and a receiver of what follows: of the one object a
-    /// single-object watch names (woken by its events only), else of all objects.
+    /// single-object watch names, or of one node's pods (woken by their events only), else of
+    /// all objects.
     fn watch_from(&self, srv: &ApiServer, rv: u64) -> Result<WatchStart, TooOld> {
-        match self.opts.fields.name() {
-            Some(name) => srv.store.watch_name_from(rv, &self.gr, name),
+        if let Some(name) = self.opts.fields.name() {
+            return srv.store.watch_name_from(rv, &self.gr, name);
+        }
+        match self.node() {
+            Some(node) => srv.store.watch_node_from(rv, node),
             None => srv.store.watch_from(rv),
         }
+    }
+
+    /// The node of a watch of one node's pods (`spec.nodeName=<node>`), which the store's node
+    /// index serves.
+    fn node(&self) -> Option<&str> {
+        (self.gr == crate::store::PODS)
+            .then(|| self.opts.fields.node_name())
+            .flatten()
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Whether the store sends this watch only the events that may concern it (one object's,
+    /// or one node's pods'), rather than every event.
+    fn indexed(&self) -> bool {
+        self.opts.fields.name().is_some() || self.node().is_some()
     }
 
     /// A built-in kind with no selector: every object goes out from its stored JSON, as it
@@ -329,10 +350,10 @@ fn begin(srv: &ApiServer, filter: &Filter) -> Result<Start, ApiError> {
     if initial || from_now {
         let ns = (filter.target.info.namespaced && !filter.target.namespace.is_empty())
             .then_some(filter.target.namespace.as_str());
-        let (objs, list_rv) = if initial {
-            srv.store.snapshot(&filter.gr, ns)
-        } else {
-            (Vec::new(), srv.store.current_rv())
+        let (objs, list_rv) = match filter.node() {
+            Some(node) if initial => srv.store.listed_on_node(node, ns, None),
+            _ if initial => srv.store.snapshot(&filter.gr, ns),
+            _ => (Vec::new(), srv.store.current_rv()),
         };
         let (backlog, sub) = filter
             .watch_from(srv, list_rv)
@@ -418,45 +439,60 @@ async fn run(srv: &ApiServer, filter: &Filter, start: Start, tx: &Tx) -> Result<
     };
     let mut last = start.rv;
     send_backlog(tx, filter, start.backlog, &mut last).await?;
-    let deadline = tokio::time::sleep(filter.opts.timeout.unwrap_or(DEFAULT_TIMEOUT));
+    let timeout = filter.opts.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
+    // Upstream's cacher: a bookmark every minute, and one just before the watch's deadline,
+    // so the client resumes from a version the history still keeps.
+    let last_call = tokio::time::sleep(timeout.saturating_sub(BOOKMARK_BEFORE_DEADLINE));
+    tokio::pin!(last_call);
+    let mut last_call_due = filter.opts.bookmarks && timeout > BOOKMARK_BEFORE_DEADLINE;
     let mut tick = tokio::time::interval(BOOKMARK_EVERY);
     tick.tick().await;
     loop {
-        tokio::select! {
+        let bookmark_now = tokio::select! {
             _ = &mut deadline => return Ok(()),
             _ = tx.closed() => return Err(Stop::Gone),
-            _ = tick.tick(), if filter.opts.bookmarks => {
-                if filter.opts.fields.name().is_some() {
-                    // A single-object watch sees only its object's events, so its bookmark
-                    // carries the store's version: every event up to it has been queued for
-                    // this watch (the store sends under the lock that version is read
-                    // under), and those still queued go out first.
-                    let now = srv.store.current_rv();
-                    loop {
-                        match sub.try_recv() {
-                            Ok(ev) => send_event(tx, filter, &ev, &mut last).await?,
-                            Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                                if !resume(srv, filter, tx, &mut sub, &mut last).await? {
-                                    return Ok(());
-                                }
-                            }
-                            Err(_) => break,
+            _ = tick.tick(), if filter.opts.bookmarks => true,
+            _ = &mut last_call, if last_call_due => {
+                last_call_due = false;
+                true
+            }
+            got = sub.recv() => {
+                match got {
+                    Ok(ev) => send_event(tx, filter, &ev, &mut last).await?,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if !resume(srv, filter, tx, &mut sub, &mut last).await? {
+                            return Ok(());
                         }
                     }
-                    last = last.max(now);
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
                 }
-                send(tx, line("BOOKMARK", &filter.bookmark(last, false))).await?;
+                false
             }
-            got = sub.recv() => match got {
-                Ok(ev) => send_event(tx, filter, &ev, &mut last).await?,
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    if !resume(srv, filter, tx, &mut sub, &mut last).await? {
-                        return Ok(());
-                    }
-                }
-                Err(broadcast::error::RecvError::Closed) => return Ok(()),
-            },
+        };
+        if !bookmark_now {
+            continue;
         }
+        if filter.indexed() {
+            // A single-object or one node's watch sees only the events that may concern it,
+            // so its bookmark carries the store's version: every event up to it has been
+            // queued for this watch (the store sends under the lock that version is read
+            // under), and those still queued go out first.
+            let now = srv.store.current_rv();
+            loop {
+                match sub.try_recv() {
+                    Ok(ev) => send_event(tx, filter, &ev, &mut last).await?,
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                        if !resume(srv, filter, tx, &mut sub, &mut last).await? {
+                            return Ok(());
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            last = last.max(now);
+        }
+        send(tx, line("BOOKMARK", &filter.bookmark(last, false))).await?;
     }
 }

@@ -327,25 +327,18 @@ async fn start_inner(
     for node in nodes.values() {
         tasks.push(tokio::spawn(node_sync::run(node.clone(), client.clone())));
     }
-    // This process's nodes only: one share of a large cluster need not hold every Node.
+    // This process's nodes only: one share of a large cluster need not hold every Node, nor
+    // decode the others' ([`routed::RoutedNode`]).
     let (node_store, node_writer) = reflector::store();
     let own: HashSet<String> = nodes.keys().cloned().collect();
     tasks.push(tokio::spawn(
         reflector(
             node_writer,
-            watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-                .try_filter(move |ev| {
-                    let keep = match ev {
-                        watcher::Event::Apply(n)
-                        | watcher::Event::InitApply(n)
-                        | watcher::Event::Delete(n) => {
-                            n.metadata.name.as_ref().is_some_and(|n| own.contains(n))
-                        }
-                        watcher::Event::Init | watcher::Event::InitDone => true,
-                    };
-                    std::future::ready(keep)
-                })
-                .modify(crate::strip::strip_managed_fields),
+            watcher(
+                Api::<routed::RoutedNode>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .try_filter_map(move |ev| std::future::ready(Ok(own_node_event(ev, &own)))),
         )
         .default_backoff()
         .for_each(|_| std::future::ready(())),
@@ -365,6 +358,23 @@ async fn start_inner(
     let control = control::serve(root, nodes_arc).await?;
     cluster.tasks.push(control);
     Ok(cluster)
+}
+
+/// A Node watch's event as this process's node cache takes it: of its own nodes only,
+/// decoded; `None` for another process's node (or one of ours that does not decode).
+fn own_node_event(
+    ev: watcher::Event<routed::RoutedNode>,
+    own: &HashSet<String>,
+) -> Option<watcher::Event<Node>> {
+    let ours = |n: &routed::RoutedNode| n.meta().name.as_ref().is_some_and(|n| own.contains(n));
+    Some(match ev {
+        watcher::Event::Apply(n) if ours(&n) => watcher::Event::Apply(n.decode()?),
+        watcher::Event::InitApply(n) if ours(&n) => watcher::Event::InitApply(n.decode()?),
+        watcher::Event::Delete(n) if ours(&n) => watcher::Event::Delete(n.decode()?),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+        _ => return None,
+    })
 }
 
 /// One watch over all pods, routed to the kubelet of `spec.nodeName`. A pod is decoded only

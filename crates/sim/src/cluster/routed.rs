@@ -4,7 +4,7 @@
 //! pods are bound to another process's nodes, and those are never decoded here.
 
 use gantry_api::lenient::Lenient;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -119,6 +119,51 @@ impl<'de> Deserialize<'de> for RoutedPod {
 
 gantry_api::resource_of!([] RoutedPod => Pod, |this| &this.meta, &mut this.meta);
 
+/// A Node as the nodes' shared watch first reads it: its name (and resourceVersion) only,
+/// the rest decoded for a node of this process alone. With one process per share of a large
+/// cluster, most Node events are another process's nodes' status and lease-driven writes.
+#[derive(Clone, Debug)]
+pub struct RoutedNode {
+    meta: ObjectMeta,
+    text: Box<RawValue>,
+}
+
+impl RoutedNode {
+    /// The whole Node, `managedFields` dropped as the sim's caches drop them; `None` for one
+    /// that does not decode (the error is logged).
+    pub fn decode(&self) -> Option<Node> {
+        match serde_json::from_str::<Node>(self.text.get()) {
+            Ok(mut n) => {
+                crate::strip::strip_managed_fields(&mut n);
+                Some(n)
+            }
+            Err(e) => {
+                tracing::warn!(node = ?self.meta.name, error = %e, "a Node that does not decode");
+                None
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RoutedNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = Box::<RawValue>::deserialize(d)?;
+        // The pods' peek (a Node has no `spec.nodeName`). A name of an unexpected type reads
+        // as none: such a Node is no node of ours.
+        let peek = serde_json::from_str::<Peek>(text.get()).unwrap_or_default();
+        Ok(RoutedNode {
+            meta: ObjectMeta {
+                name: peek.metadata.name,
+                resource_version: peek.metadata.resource_version,
+                ..Default::default()
+            },
+            text,
+        })
+    }
+}
+
+gantry_api::resource_of!([] RoutedNode => Node, |this| &this.meta, &mut this.meta);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +204,23 @@ mod tests {
             Some("2026-12-07T01:02:03Z".to_string())
         );
         assert!(l.spec.is_none());
+    }
+
+    #[test]
+    fn a_node_is_named_first_and_decoded_on_demand() {
+        let text = json!({"metadata": {"name": "n1", "resourceVersion": "4",
+                                       "managedFields": [{"manager": "m", "operation": "Update"}]},
+                          "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+        .to_string();
+        let r: RoutedNode = serde_json::from_str(&text).expect("routed");
+        assert_eq!(r.meta().name.as_deref(), Some("n1"));
+        assert_eq!(r.meta().resource_version.as_deref(), Some("4"));
+        let n = r.decode().expect("decodes");
+        assert_eq!(n.metadata.managed_fields, None);
+        assert!(n.status.and_then(|s| s.allocatable).is_some());
+        let odd: RoutedNode =
+            serde_json::from_str(&json!({"metadata": {"name": 7}}).to_string()).expect("routed");
+        assert_eq!(odd.meta().name, None);
     }
 
     #[test]

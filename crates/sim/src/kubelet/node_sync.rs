@@ -17,7 +17,9 @@ use crate::written::Written;
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 pub const LEASE_RENEW: Duration = Duration::from_secs(10);
 pub const LEASE_DURATION_SECONDS: i32 = 40;
-pub const STATUS_HEARTBEAT: Duration = Duration::from_secs(60);
+/// An unchanged node status is posted again after this long: upstream's
+/// `nodeStatusReportFrequency` default (the Lease carries liveness; a change posts at once).
+pub const STATUS_HEARTBEAT: Duration = Duration::from_secs(300);
 /// Coalesce bursts of device updates into one write.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 

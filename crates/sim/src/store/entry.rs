@@ -11,7 +11,8 @@ pub struct Entry {
     /// The version's resourceVersion: two reads saw the same version iff their rvs match.
     pub(super) rv: u64,
     pub(super) json: Arc<[u8]>,
-    /// `{"metadata": …}` without `managedFields`.
+    /// `{"metadata": …}` without `managedFields`, and `{"spec": {"nodeName": …}}` where set:
+    /// what scans and selectors read without decoding the object.
     pub(super) stub: Arc<Value>,
     /// The decoded object: held for the kinds read on every request ([`keeps_decoded`]),
     /// else while an event of the live ring or a reader holds it.
@@ -47,6 +48,11 @@ impl Entry {
         }
     }
 
+    /// The node the object is bound to (`spec.nodeName`), read from its stub.
+    pub(super) fn node(&self) -> Option<&str> {
+        super::by_node::node_of(&self.stub)
+    }
+
     /// The object as stored.
     pub fn json(&self) -> &Arc<[u8]> {
         &self.json
@@ -73,8 +79,9 @@ impl Entry {
     }
 }
 
-/// The object's metadata, without the managers' bookkeeping, under `metadata`.
-fn stub_of(v: &Value) -> Value {
+/// The object's metadata, without the managers' bookkeeping, under `metadata`; and the node
+/// it is bound to, under `spec.nodeName`, where it has one.
+pub(super) fn stub_of(v: &Value) -> Value {
     // Copied field by field: `managedFields` is often most of the metadata, never copied.
     let meta = match v.get("metadata") {
         Some(Value::Object(m)) => Value::Object(
@@ -88,6 +95,10 @@ fn stub_of(v: &Value) -> Value {
     };
     let mut out = Map::new();
     out.insert("metadata".into(), meta);
+    // As it is (even empty): a selector reads the same from the stub as from the object.
+    if let Some(node @ Value::String(_)) = v.get("spec").and_then(|s| s.get("nodeName")) {
+        out.insert("spec".into(), serde_json::json!({ "nodeName": node }));
+    }
     out.into()
 }
 
@@ -110,10 +121,24 @@ mod tests {
         let e = Entry::new("/configmaps", 3, &v, encode(&v));
         assert!(Arc::ptr_eq(&e.value().unwrap(), &v));
         assert_eq!(*e.stub, json!({"metadata": {"name": "a"}}));
+        assert_eq!(e.node(), None);
         drop(v);
         let back = e.value().unwrap();
         assert_eq!(back["data"]["k"], "v");
         assert_eq!(back["metadata"]["managedFields"][0]["manager"], "m");
+    }
+
+    #[test]
+    fn a_bound_pods_stub_names_its_node() {
+        let v = Arc::new(
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": []}}),
+        );
+        let e = Entry::new("/pods", 2, &v, encode(&v));
+        assert_eq!(
+            *e.stub,
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}})
+        );
+        assert_eq!(e.node(), Some("n1"));
     }
 
     #[test]

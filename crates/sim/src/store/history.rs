@@ -41,6 +41,9 @@ pub enum Kept {
         key: ObjKey,
         object: Packed,
         prev: Option<Packed>,
+        /// The nodes the object and its prev were bound to (`spec.nodeName`): a watch of one
+        /// node's pods picks its events without decoding.
+        nodes: [Option<Arc<str>>; 2],
         /// What this entry adds to the history's bytes (a prev shared with the entry
         /// before counts there).
         bytes: usize,
@@ -59,6 +62,18 @@ impl Kept {
         match self {
             Kept::Live(e) => &e.key,
             Kept::Packed { key, .. } => key,
+        }
+    }
+
+    /// Whether the object was or is bound to `node`.
+    pub(super) fn on_node(&self, node: &str) -> bool {
+        use super::by_node::node_of;
+        match self {
+            Kept::Live(e) => {
+                node_of(&e.object) == Some(node)
+                    || e.prev.as_deref().and_then(node_of) == Some(node)
+            }
+            Kept::Packed { nodes, .. } => nodes.iter().flatten().any(|n| &**n == node),
         }
     }
 
@@ -240,12 +255,14 @@ impl History {
         } else {
             self.newest.insert(e.key.clone(), object.clone());
         }
+        let node = |v: &Value| super::by_node::node_of(v).map(Arc::<str>::from);
         let kept = Kept::Packed {
             rv: e.rv,
             kind: e.kind,
             key: e.key.clone(),
             object,
             prev,
+            nodes: [node(&e.object), e.prev.as_deref().and_then(node)],
             bytes,
         };
         self.packed_bytes += bytes;
@@ -253,18 +270,18 @@ impl History {
         self.live_from += 1;
     }
 
-    /// The kept events newer than `rv`, oldest first (cheap: packed ones stay packed).
+    /// The kept events newer than `rv`, oldest first.
     pub(super) fn since(&self, rv: u64) -> Vec<Kept> {
-        let start = self.kept.partition_point(|k| k.rv() <= rv);
-        self.kept.range(start..).cloned().collect()
+        self.since_where(rv, |_| true)
     }
 
-    /// [`History::since`] for the objects named `name` in `gr` only.
-    pub(super) fn since_name(&self, rv: u64, gr: &str, name: &str) -> Vec<Kept> {
+    /// The kept events newer than `rv` that `keep` takes, oldest first (cheap: packed ones
+    /// stay packed): all of them, or one object's, or one node's pods'.
+    pub(super) fn since_where(&self, rv: u64, keep: impl Fn(&Kept) -> bool) -> Vec<Kept> {
         let start = self.kept.partition_point(|k| k.rv() <= rv);
         self.kept
             .range(start..)
-            .filter(|k| k.key().gr == gr && k.key().name == name)
+            .filter(|k| keep(k))
             .cloned()
             .collect()
     }

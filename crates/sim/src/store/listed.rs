@@ -17,18 +17,55 @@ pub enum Listed {
     Packed(Arc<PackedVersion>),
 }
 
-/// An older version of an object as JSON, decoded on first use.
+/// An older version of an object as JSON, decoded on first use: its stub alone where that
+/// is all a reader needs (a selector on labels or names), else whole.
 pub struct PackedVersion {
     json: Arc<[u8]>,
+    stub: std::sync::OnceLock<Value>,
     value: std::sync::OnceLock<Arc<Value>>,
+}
+
+/// What a stub is read from: metadata and `spec.nodeName`, the rest of the object skipped.
+#[derive(serde::Deserialize)]
+struct StubFields {
+    #[serde(default)]
+    metadata: Value,
+    #[serde(default)]
+    spec: Option<SpecNode>,
+}
+
+#[derive(serde::Deserialize)]
+struct SpecNode {
+    #[serde(default, rename = "nodeName")]
+    node_name: Option<Value>,
 }
 
 impl PackedVersion {
     pub fn new(json: Arc<[u8]>) -> Self {
         Self {
             json,
+            stub: std::sync::OnceLock::new(),
             value: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The version's stub, as the store makes one for a current object (`Entry::stub`).
+    fn stub(&self) -> &Value {
+        self.stub.get_or_init(|| {
+            if let Some(v) = self.value.get() {
+                return super::entry::stub_of(v);
+            }
+            match serde_json::from_slice::<StubFields>(&self.json) {
+                Ok(f) => {
+                    let mut v = serde_json::json!({ "metadata": f.metadata });
+                    if let Some(node) = f.spec.and_then(|s| s.node_name) {
+                        v["spec"] = serde_json::json!({ "nodeName": node });
+                    }
+                    super::entry::stub_of(&v)
+                }
+                Err(_) => super::entry::stub_of(self.value()),
+            }
+        })
     }
 
     fn value(&self) -> &Arc<Value> {
@@ -43,13 +80,14 @@ impl PackedVersion {
 }
 
 impl Listed {
-    /// At least the object's metadata (`{"metadata": …}` for a current one, the whole older
-    /// version otherwise): enough for label selectors, names and owners without decoding.
+    /// At least the object's metadata and node (`{"metadata": …, "spec": {"nodeName": …}}`
+    /// for a current or packed version, the whole version given back decoded): enough for
+    /// selectors on labels, names and nodes, and for owners, without decoding the object.
     pub fn stub(&self) -> &Value {
         match self {
             Listed::Current(e) => &e.stub,
             Listed::Old(v) => v,
-            Listed::Packed(p) => p.value(),
+            Listed::Packed(p) => p.stub(),
         }
     }
 
@@ -70,5 +108,27 @@ impl Listed {
             Listed::Old(v) => Some(v.clone()),
             Listed::Packed(p) => Some(p.value().clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_older_versions_stub_is_read_without_decoding_the_rest() {
+        let old = json!({"metadata": {"name": "p", "labels": {"app": "a"},
+                                      "managedFields": [{"manager": "m"}]},
+                         "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+                         "status": {"phase": "Running"}});
+        let p = Arc::new(PackedVersion::new(serde_json::to_vec(&old).unwrap().into()));
+        let l = Listed::Packed(p.clone());
+        assert_eq!(
+            *l.stub(),
+            json!({"metadata": {"name": "p", "labels": {"app": "a"}}, "spec": {"nodeName": "n1"}})
+        );
+        assert!(p.value.get().is_none(), "the whole version stays undecoded");
+        assert_eq!(l.value().unwrap()["status"]["phase"], "Running");
     }
 }

@@ -3,12 +3,14 @@
 //! where bytes are kept is a [`Backend`] (memory or SQLite), so both behave the same.
 
 mod backend;
+mod by_node;
 mod entry;
 mod event;
 pub mod feed;
 mod history;
 mod listed;
 pub mod memory;
+mod rings;
 pub mod sqlite;
 mod stats;
 
@@ -19,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
 pub use backend::{Backend, ObjKey, StoreError};
+pub use by_node::{PODS, node_of};
 pub use entry::Entry;
 pub use event::{Event, EventType};
 pub use history::{Kept, TooOld};
@@ -59,7 +62,9 @@ struct Inner {
     history: History,
     backend: Box<dyn Backend>,
     /// Rings of single-object watches, by resource and name ([`Store::watch_name_from`]).
-    named: HashMap<String, HashMap<String, broadcast::Sender<Arc<Event>>>>,
+    named: HashMap<String, rings::Rings>,
+    /// Pods by node, and the rings of the watches of one node's pods.
+    nodes: by_node::NodeIndex,
 }
 
 impl Inner {
@@ -82,10 +87,6 @@ impl Inner {
         })
     }
 }
-
-/// Slots of a single-object watch's ring: one object's events are few, and a watcher behind
-/// goes on from the history.
-const NAMED_RING: usize = 64;
 
 /// The shared store. Cheap to clone.
 #[derive(Clone)]
@@ -113,6 +114,7 @@ impl Store {
     ) -> Result<Self, StoreError> {
         let (objects, rv) = backend.load()?;
         let mut map: HashMap<String, Bucket> = HashMap::new();
+        let mut nodes = by_node::NodeIndex::default();
         for (key, obj) in objects {
             let version = obj
                 .pointer("/metadata/resourceVersion")
@@ -121,9 +123,11 @@ impl Store {
                 .unwrap_or(rv);
             let obj = Arc::new(obj);
             let e = Entry::new(&key.gr, version, &obj, entry::encode(&obj));
-            map.entry(key.gr)
-                .or_default()
-                .insert((key.namespace, key.name), e);
+            let k = (key.namespace, key.name);
+            if key.gr == PODS {
+                nodes.update(&k, None, e.node());
+            }
+            map.entry(key.gr).or_default().insert(k, e);
         }
         // The ring holds what the history keeps decoded: a receiver behind it resumes from
         // the history (`watch_from`), which has everything the ring had.
@@ -135,6 +139,7 @@ impl Store {
                 history: History::new(history_limit, history_bytes, rv),
                 backend,
                 named: HashMap::new(),
+                nodes,
             })),
             tx,
         })
@@ -345,6 +350,11 @@ impl Store {
             }
         };
         inner.rv = next;
+        if key.gr == PODS {
+            let was = entry.as_ref().and_then(Entry::node);
+            let now = stored.as_ref().and_then(Entry::node);
+            inner.nodes.update(&k, was, now);
+        }
         match stored {
             Some(e) => {
                 inner
@@ -376,13 +386,10 @@ impl Store {
         });
         inner.history.push(event.clone());
         if let Some(n) = inner.named.get_mut(&key.gr) {
-            let gone = n
-                .get(&key.name)
-                .is_some_and(|tx| tx.send(event.clone()).is_err());
-            if gone {
-                // Its last watcher has gone.
-                n.remove(&key.name);
-            }
+            n.send(&key.name, &event);
+        }
+        if key.gr == PODS {
+            inner.nodes.send(&event);
         }
         // No receivers is fine.
         let _ = self.tx.send(event);
@@ -448,10 +455,58 @@ impl Store {
             .named
             .entry(gr.to_string())
             .or_default()
-            .entry(name.to_string())
-            .or_insert_with(|| broadcast::channel(NAMED_RING).0)
-            .subscribe();
-        Ok((inner.history.since_name(rv, gr, name), rx))
+            .subscribe(name);
+        let backlog = inner
+            .history
+            .since_where(rv, |k| k.key().gr == gr && k.key().name == name);
+        Ok((backlog, rx))
+    }
+
+    /// [`Store::watch_from`] for a watch of the pods bound to `node` only
+    /// (`spec.nodeName=<node>`, as each kubelet watches): its backlog and receiver carry the
+    /// events of pods that are or were on `node`, so a kubelet's watch is not woken by every
+    /// pod in the cluster.
+    pub fn watch_node_from(&self, rv: u64, node: &str) -> Result<WatchStart, TooOld> {
+        let mut inner = self.lock();
+        inner.history.reaches(rv)?;
+        let rx = inner.nodes.subscribe(node);
+        let backlog = inner
+            .history
+            .since_where(rv, |k| k.key().gr == PODS && k.on_node(node));
+        Ok((backlog, rx))
+    }
+
+    /// The current object keyed (`namespace`, `name`) in `gr`, if any, with the store rv:
+    /// [`Store::listed_at`] now for a list of one object by name.
+    pub fn listed_one(&self, gr: &str, namespace: &str, name: &str) -> (Vec<Listed>, u64) {
+        let inner = self.lock();
+        let one = inner
+            .objects
+            .get(gr)
+            .and_then(|b| b.get(&(namespace.to_string(), name.to_string())))
+            .map(|e| Listed::Current(e.clone()));
+        (one.into_iter().collect(), inner.rv)
+    }
+
+    /// The current pods bound to `node` (in `namespace`, after the key `after`), in key
+    /// order, with the store rv: [`Store::listed_at`] now, read from the node index.
+    pub fn listed_on_node(
+        &self,
+        node: &str,
+        namespace: Option<&str>,
+        after: Option<&(String, String)>,
+    ) -> (Vec<Listed>, u64) {
+        let inner = self.lock();
+        let Some(bucket) = inner.objects.get(PODS) else {
+            return (Vec::new(), inner.rv);
+        };
+        let items = inner
+            .nodes
+            .keys(node)
+            .filter(|k| namespace.is_none_or(|ns| k.0 == ns) && after.is_none_or(|a| *k > a))
+            .filter_map(|k| bucket.get(k).map(|e| Listed::Current(e.clone())))
+            .collect();
+        (items, inner.rv)
     }
 
     /// Counts what the store holds, by resource, under the lock (it encodes the decoded

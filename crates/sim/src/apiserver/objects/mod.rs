@@ -73,16 +73,28 @@ impl ApiServer {
             }
             None => (None, None),
         };
+        let gr = t.info.gr();
+        // One node's pods, now: from the store's node index, not a scan of every pod.
+        let node = (gr == crate::store::PODS && at.is_none())
+            .then(|| opts.fields.node_name())
+            .flatten()
+            .filter(|n| !n.is_empty());
+        // One object by name (a kubelet's list of its own Node), now: looked up, not scanned.
+        let one = (at.is_none() && after.is_none() && (ns.is_some() || !t.info.namespaced))
+            .then(|| opts.fields.name())
+            .flatten();
         // Every page at the first page's resourceVersion (the token carries it).
-        let (objs, rv) = self
-            .store
-            .listed_at(&t.info.gr(), ns, after.as_ref(), at)
-            .map_err(|e| {
-                ApiError::gone(format!(
-                    "The provided continue parameter is too old to display a consistent list \
+        let (objs, rv) = match (one, node) {
+            (Some(name), _) => Ok(self.store.listed_one(&gr, ns.unwrap_or_default(), name)),
+            (None, Some(node)) => Ok(self.store.listed_on_node(node, ns, after.as_ref())),
+            (None, None) => self.store.listed_at(&gr, ns, after.as_ref(), at),
+        }
+        .map_err(|e| {
+            ApiError::gone(format!(
+                "The provided continue parameter is too old to display a consistent list \
                      result ({e}). You can start a new list without the continue parameter."
-                ))
-            })?;
+            ))
+        })?;
         let mut items = Vec::new();
         let mut next = None;
         let filtered = !opts.labels.is_empty() || !opts.fields.is_empty();
@@ -98,7 +110,11 @@ impl ApiServer {
             items.push(o.clone());
         }
         if remaining > 0 {
-            remaining += matching.count();
+            // Upstream counts what is left of an unfiltered list only; a filtered one would
+            // have to test (and, for older versions, decode) every item to count.
+            if !filtered {
+                remaining += matching.count();
+            }
             if let Some(last) = items.last() {
                 let last = last.stub();
                 let key = (

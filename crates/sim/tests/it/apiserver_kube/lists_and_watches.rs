@@ -320,7 +320,9 @@ async fn a_watch_of_one_object_by_name_sees_its_events_and_current_bookmarks() -
     api.create(&PostParams::default(), &cm("b", json!({"n": "0"}))?)
         .await?;
     let rv = a.metadata.resource_version.unwrap_or_default();
-    let params = WatchParams::default().fields("metadata.name=a");
+    // A short timeout: the bookmark upstream sends 2 s before the deadline comes soon, yet
+    // after the 111 writes below on a loaded machine.
+    let params = WatchParams::default().fields("metadata.name=a").timeout(20);
     let mut stream = api.watch(&params, &rv).await?.boxed();
     let set = |name: &'static str, n: usize| {
         let api = api.clone();
@@ -353,8 +355,8 @@ async fn a_watch_of_one_object_by_name_sees_its_events_and_current_bookmarks() -
         }
         other => anyhow::bail!("unexpected {other:?}"),
     }
-    // The next line is a bookmark (the server sends one every 5 s) at or past b's last write.
-    let next = tokio::time::timeout(std::time::Duration::from_secs(15), stream.try_next()).await;
+    // The next line is a bookmark (sent 2 s before the deadline) at or past b's last write.
+    let next = tokio::time::timeout(std::time::Duration::from_secs(30), stream.try_next()).await;
     let bookmark_rv = match next {
         Ok(Ok(Some(WatchEvent::Bookmark(b)))) => b.metadata.resource_version,
         other => anyhow::bail!("expected a bookmark, got {other:?}"),

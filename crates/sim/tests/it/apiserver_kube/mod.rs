@@ -25,6 +25,7 @@ fn cm(name: &str, data: serde_json::Value) -> Result<ConfigMap> {
     )?)
 }
 
+mod by_node;
 mod lifecycle;
 mod lists_and_watches;
 mod serving;
