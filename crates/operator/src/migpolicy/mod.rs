@@ -13,13 +13,15 @@ pub mod plan;
 use gantry_runtime::touch::Touch;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{Notify, watch};
 
 use gantry_api::lenient::Lenient;
 use gantry_api::mig_cluster_policy::MigClusterPolicy;
 use gantry_api::mig_parted::MigPartedConfig;
 use gantry_api::names::{self, mig_config_state};
-use gantry_runtime::rounds::Rounds;
+use gantry_runtime::rounds::{Rounds, on_changes};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, EvictParams, ListParams, PartialObjectMeta, Patch, PatchParams};
@@ -74,26 +76,62 @@ fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> MigPolicyError {
     move |source| MigPolicyError::Api { what, source }
 }
 
+/// After a round that took `d`, the next waits at least `ROUND_PACE × d` (as the operator's
+/// other loops): a round reads every node, and at thousands of nodes their labels change many
+/// times a second.
+const ROUND_PACE: u32 = 4;
+
 /// Runs until `shutdown` resolves; a failed round is logged and retried with backoff.
 pub async fn run<F>(client: kube::Client, opts: MigPolicyOptions, nodes: NodeWatch, shutdown: F)
 where
     F: Future<Output = ()> + Send,
 {
-    let mut rounds = Rounds::new("MigClusterPolicy", opts.min_interval);
+    let mut rounds = Rounds::new("MigClusterPolicy", opts.min_interval).pace(ROUND_PACE);
     rounds.trigger(nodes.clone().notify(rounds.wake()));
-    // Metadata only: a trigger needs to know that something changed, not what.
-    rounds.on_changes(Api::<Touch<Pod>>::all(client.clone()));
+    // Metadata only: a trigger needs to know that something changed, not what. Pods matter
+    // only to a policy's eviction rules, so without a policy there is no pod watch at all (a
+    // rollout at thousands of nodes changes operand pods many times a second, and the API
+    // server sends each change to every pod watch).
+    let (with_policies, open) = watch::channel(false);
+    rounds.trigger(pod_changes_while(client.clone(), open, rounds.wake()));
     rounds.on_changes(Api::<Touch<MigClusterPolicy>>::all(client.clone()));
-    let (client, opts, nodes) = (&client, &opts, &nodes);
+    let (client, opts, nodes, with_policies) = (&client, &opts, &nodes, &with_policies);
     rounds
         .run(shutdown, move || async move {
-            let n = reconcile_once(client, opts, nodes).await?;
+            let (n, policies) = round(client, opts, nodes).await?;
+            with_policies.send_if_modified(|open| {
+                let was = std::mem::replace(open, policies > 0);
+                was != *open
+            });
             if n > 0 {
                 tracing::debug!(actions = n, "MigClusterPolicy round");
             }
             Ok::<_, MigPolicyError>(opts.requeue)
         })
         .await;
+}
+
+/// Wakes `wake` on every pod change while `open` holds, with a watch of pod metadata that
+/// runs only then.
+async fn pod_changes_while(
+    client: kube::Client,
+    mut open: watch::Receiver<bool>,
+    wake: Arc<Notify>,
+) {
+    loop {
+        if open.wait_for(|o| *o).await.is_err() {
+            return;
+        }
+        let pods = Api::<Touch<Pod>>::all(client.clone());
+        tokio::select! {
+            () = on_changes(pods, wake.clone(), "MigClusterPolicy") => return,
+            closed = open.wait_for(|o| !*o) => {
+                if closed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// A pod that holds GPUs: running or about to, asking for `nvidia.com/gpu`, `nvidia.com/mig-*`
@@ -159,15 +197,31 @@ pub async fn reconcile_once(
     opts: &MigPolicyOptions,
     node_watch: &NodeWatch,
 ) -> Result<usize, MigPolicyError> {
+    Ok(round(client, opts, node_watch).await?.0)
+}
+
+/// [`reconcile_once`], also telling how many policies there are.
+async fn round(
+    client: &kube::Client,
+    opts: &MigPolicyOptions,
+    node_watch: &NodeWatch,
+) -> Result<(usize, usize), MigPolicyError> {
     let papi: Api<MigClusterPolicy> = Api::all(client.clone());
     let mut policies = match papi.list(&ListParams::default()).await {
         Ok(l) => l.items,
         // The CRD is not installed (yet): nothing to do until it is.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(0),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok((0, 0)),
         Err(e) => return Err(api("listing MigClusterPolicies")(e)),
     };
     policies.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut writes = ensure_finalizers(&papi, &mut policies).await?;
+    // Without a policy, nodes matter only to the inline layouts some may still use: with no
+    // layouts ConfigMap either there is nothing to do, and no node is read (at thousands of
+    // nodes their labels change many times a second, and each change wakes this loop).
+    let layouts = layouts_config_map(client, opts).await?;
+    if policies.is_empty() && layouts.is_none() {
+        return Ok((writes, 0));
+    }
 
     // Labels and annotations are all a node view needs: the shared metadata cache.
     if !node_watch.ready().await {
@@ -212,7 +266,7 @@ pub async fn reconcile_once(
         .collect();
 
     // Inline layouts first, so a node's MIG manager finds its config when the label arrives.
-    writes += sync_custom_layouts(client, opts, &policies, &views).await?;
+    writes += sync_custom_layouts(client, opts, layouts, &policies, &views).await?;
 
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let decision = plan::decide(&policies, &views, &now);
@@ -247,7 +301,7 @@ pub async fn reconcile_once(
             writes += 1;
         }
     }
-    Ok(writes)
+    Ok((writes, policies.len()))
 }
 
 /// Policies with `resetOnDelete` carry the finalizer; others do not (unless being deleted,
@@ -306,9 +360,22 @@ async fn set_finalizer(
         )))
 }
 
+/// Gantry's custom-layouts ConfigMap, if there is one.
+async fn layouts_config_map(
+    client: &kube::Client,
+    opts: &MigPolicyOptions,
+) -> Result<Option<ConfigMap>, MigPolicyError> {
+    let (ns, name) = (&opts.namespace, names::CONFIG_MAP_MIG_CUSTOM_LAYOUTS);
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading ConfigMap {ns}/{name}")))
+}
+
 async fn sync_custom_layouts(
     client: &kube::Client,
     opts: &MigPolicyOptions,
+    existing: Option<ConfigMap>,
     policies: &[MigClusterPolicy],
     nodes: &[NodeView],
 ) -> Result<usize, MigPolicyError> {
@@ -316,10 +383,6 @@ async fn sync_custom_layouts(
     let name = names::CONFIG_MAP_MIG_CUSTOM_LAYOUTS;
     let key = names::MIG_PARTED_CONFIG_KEY;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let existing = cms
-        .get_opt(name)
-        .await
-        .map_err(api(format!("reading ConfigMap {ns}/{name}")))?;
     let old_text = existing
         .as_ref()
         .and_then(|c| c.data.as_ref())

@@ -492,3 +492,65 @@ async fn an_invalid_policy_blocks_nothing_and_a_blocked_one_is_not_ready() -> Re
     );
     Ok(())
 }
+
+/// Without a MigClusterPolicy the loop holds no pod watch: at thousands of nodes operand pods
+/// change many times a second, and every pod watch gets each change. A policy starts one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_watched_only_while_a_policy_exists() -> Result {
+    let c = Cluster::builder().crds().namespace(NS).start().await?;
+    let client = c.client().clone();
+    // Pod lists and watches served, by verb: a watcher lists before it watches.
+    let pod_reads = |which: &str| -> u64 {
+        c.cp()
+            .api()
+            .requests
+            .sorted_with_cpu()
+            .into_iter()
+            .filter(|((verb, res, sub), _, _)| *verb == which && res == "pods" && sub.is_empty())
+            .map(|(_, n, _)| n)
+            .sum()
+    };
+    let (lists, watches) = (pod_reads("list"), pod_reads("watch"));
+    let mut opts = MigPolicyOptions::new(NS);
+    opts.requeue = Duration::from_millis(200);
+    let nodes = gantry_operator::node_watch::NodeWatch::start(client.clone());
+    let reconciler = tokio::spawn(migpolicy::run(
+        client.clone(),
+        opts,
+        nodes,
+        std::future::pending(),
+    ));
+    // Several rounds (requeue 200 ms), and pods changing meanwhile.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
+    for i in 0..3 {
+        create(
+            &pods,
+            json!({"metadata": {"name": format!("p{i}")},
+                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        (pod_reads("list"), pod_reads("watch")),
+        (lists, watches),
+        "no policy: pods are neither listed nor watched"
+    );
+
+    let api: Api<MigClusterPolicy> = Api::all(client.clone());
+    create(
+        &api,
+        json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "MigClusterPolicy",
+               "metadata": {"name": "p"},
+               "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "none"}},
+                        "layout": {"config": "all-disabled"}, "maxUnavailable": 1}}),
+    )
+    .await?;
+    eventually_secs("a policy starts the pod watch", 20, || async {
+        pod_reads("watch") > watches
+    })
+    .await?;
+    reconciler.abort();
+    c.shutdown().await;
+    Ok(())
+}
