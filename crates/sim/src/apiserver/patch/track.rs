@@ -10,7 +10,9 @@ use super::apply::{
     FieldSet, ListKinds, Path, SERVER_META, Writer, fields_v1_of, from_fields_v1,
     set_managed_fields, to_fields_v1, value_at, walk,
 };
+use super::strategic::ListKind;
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
 /// Records ownership for a non-apply write of `new` over `old` (`None`: a create).
 pub fn track_update(old: Option<&Value>, new: &mut Value, who: &Writer<'_>, lk: ListKinds<'_>) {
@@ -115,6 +117,19 @@ fn is_leaf(node: Option<&Value>) -> bool {
     node.is_some_and(|n| n.as_object().is_none_or(Map::is_empty))
 }
 
+/// Both lists' items by their merge key, each key once in each list; `None` where the list is
+/// not keyed that way (then its leaves are compared whole).
+fn by_key<'v>(items: &'v [Value], mk: &str) -> Option<BTreeMap<String, &'v Value>> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let seg = format!("k:{}", json!({ mk: item.get(mk)? }));
+        if out.insert(seg, item).is_some() {
+            return None;
+        }
+    }
+    Some(out)
+}
+
 /// The leaf fields of `new` that are new or hold another value than in `old` (changed), and
 /// those of `old` that `new` lacks (gone): equal subtrees are skipped whole.
 fn diff(old: &Value, new: &Value, lk: ListKinds<'_>, with_status: bool) -> (FieldSet, FieldSet) {
@@ -167,6 +182,79 @@ struct Diff<'a, 'l> {
 }
 
 impl Diff<'_, '_> {
+    /// Both lists by merge key, where both are non-empty and keyed by one merge key that
+    /// every item has once; `None` otherwise (their leaves are then compared whole).
+    #[allow(clippy::type_complexity)]
+    fn keyed<'v>(
+        &self,
+        a: &'v [Value],
+        b: &'v [Value],
+        path: &Path,
+        field: &str,
+    ) -> Option<(BTreeMap<String, &'v Value>, BTreeMap<String, &'v Value>)> {
+        // An empty list is a leaf of its own (the field set to `[]`).
+        if a.is_empty() || b.is_empty() {
+            return None;
+        }
+        match (
+            (self.lk)(path, field, a.first()),
+            (self.lk)(path, field, b.first()),
+        ) {
+            (ListKind::Keyed(ka), ListKind::Keyed(kb)) if ka == kb => {
+                Some((by_key(a, ka)?, by_key(b, kb)?))
+            }
+            _ => None,
+        }
+    }
+
+    /// Two keyed lists item by item. The result is the leaf comparison's: an item's own path
+    /// (`…/k:{…}/.`) changes with any of its fields.
+    fn items(
+        &mut self,
+        old: &BTreeMap<String, &Value>,
+        new: &BTreeMap<String, &Value>,
+        path: &Path,
+        field: &str,
+    ) {
+        let at = |seg: &str, rest: &[&str]| {
+            let mut p = path.clone();
+            p.push(seg.to_string());
+            p.extend(rest.iter().map(|r| r.to_string()));
+            p
+        };
+        for (seg, n) in new {
+            match old.get(seg) {
+                Some(o) if o == n => {}
+                Some(o) => {
+                    self.changed.insert(at(seg, &["."]));
+                    self.item(o, n, at(seg, &[]));
+                }
+                None => {
+                    self.changed.insert(at(seg, &["."]));
+                    walk(n, at(seg, &[]), field, self.lk, &mut self.changed);
+                }
+            }
+        }
+        for (seg, o) in old.iter().filter(|(seg, _)| !new.contains_key(*seg)) {
+            self.gone.insert(at(seg, &["."]));
+            walk(o, at(seg, &[]), field, self.lk, &mut self.gone);
+        }
+    }
+
+    /// Two versions of one keyed item (objects: each has its key), field by field.
+    fn item(&mut self, o: &Value, n: &Value, path: Path) {
+        let empty = Map::new();
+        let (a, b) = (
+            o.as_object().unwrap_or(&empty),
+            n.as_object().unwrap_or(&empty),
+        );
+        for k in keys(a, b) {
+            let mut p = path.clone();
+            p.push(format!("f:{k}"));
+            self.node(a.get(k), b.get(k), p, k);
+        }
+    }
+
     fn node(&mut self, o: Option<&Value>, n: Option<&Value>, path: Path, field: &str) {
         match (o, n) {
             (Some(a), Some(b)) if a == b => {}
@@ -178,6 +266,14 @@ impl Diff<'_, '_> {
                 }
             }
             _ => {
+                // A list keyed by a merge key (conditions, container statuses) goes item by
+                // item, as an object goes field by field: equal items are skipped whole.
+                if let (Some(Value::Array(a)), Some(Value::Array(b))) = (o, n)
+                    && let Some((old, new)) = self.keyed(a, b, &path, field)
+                {
+                    self.items(&old, &new, &path, field);
+                    return;
+                }
                 // Lists and values: every leaf below, compared as whole paths.
                 let leaves = |v: Option<&Value>| {
                     let mut out = FieldSet::new();

@@ -98,6 +98,48 @@ fn matches_the_definition_over_a_run_of_writes() {
         ("kubelet", "status", |p| {
             p["status"]["containerStatuses"][0]["ready"] = json!(true)
         }),
+        // Keyed lists item by item: one added, reordered, one field gone, one removed, a
+        // duplicate key and an item without its key (both compared whole).
+        ("kubelet", "status", |p| {
+            p["status"]["containerStatuses"]
+                .as_array_mut()
+                .expect("statuses")
+                .push(json!({"name": "d", "ready": true, "state": {"running": {"startedAt": "t"}}}))
+        }),
+        ("kubelet", "status", |p| {
+            p["status"]["conditions"]
+                .as_array_mut()
+                .expect("conditions")
+                .reverse();
+            p["status"]["containerStatuses"][1]["state"] = json!({"waiting": {"reason": "X"}});
+        }),
+        ("kubelet", "status", |p| {
+            p["status"]["containerStatuses"][0]
+                .as_object_mut()
+                .expect("status")
+                .remove("restartCount");
+        }),
+        ("other", "status", |p| {
+            p["status"]["containerStatuses"]
+                .as_array_mut()
+                .expect("statuses")
+                .remove(0);
+        }),
+        ("kubelet", "status", |p| {
+            p["status"]["conditions"] = json!([
+                {"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}])
+        }),
+        (
+            "kubelet",
+            "status",
+            |p| {
+                p["status"]["conditions"] =
+                    json!([{"type": "Ready", "status": "True"}, {"status": "x"}])
+            },
+        ),
+        ("kubelet", "status", |p| {
+            p["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}])
+        }),
         ("ctl", "", |p| p["metadata"]["labels"]["tier"] = json!("y")),
         ("ctl", "", |p| {
             p["metadata"]["labels"]
