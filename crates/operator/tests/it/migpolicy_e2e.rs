@@ -43,6 +43,19 @@ where
     Ok(())
 }
 
+/// The MigClusterPolicy loop with its own node watch, requeued every `requeue`, until aborted.
+fn start_loop(client: &kube::Client, requeue: Duration) -> tokio::task::JoinHandle<()> {
+    let mut opts = MigPolicyOptions::new(NS);
+    opts.requeue = requeue;
+    let nodes = gantry_operator::node_watch::NodeWatch::start(client.clone());
+    tokio::spawn(migpolicy::run(
+        client.clone(),
+        opts,
+        nodes,
+        std::future::pending(),
+    ))
+}
+
 /// Per-node status entry of a policy: (state, error).
 async fn node_status(
     api: &Api<MigClusterPolicy>,
@@ -443,15 +456,7 @@ async fn an_invalid_policy_blocks_nothing_and_a_blocked_one_is_not_ready() -> Re
         .start()
         .await?;
     let client = c.client().clone();
-    let mut opts = MigPolicyOptions::new(NS);
-    opts.requeue = Duration::from_secs(1);
-    let nodes = gantry_operator::node_watch::NodeWatch::start(client.clone());
-    let reconciler = tokio::spawn(migpolicy::run(
-        client.clone(),
-        opts,
-        nodes,
-        std::future::pending(),
-    ));
+    let reconciler = start_loop(&client, Duration::from_secs(1));
     let api: Api<MigClusterPolicy> = Api::all(client.clone());
     let node = A100_NODES[0];
     let policy = |name: &str, config: &str, max: i32| {
@@ -511,15 +516,7 @@ async fn pods_are_watched_only_while_a_policy_exists() -> Result {
             .sum()
     };
     let (lists, watches) = (pod_reads("list"), pod_reads("watch"));
-    let mut opts = MigPolicyOptions::new(NS);
-    opts.requeue = Duration::from_millis(200);
-    let nodes = gantry_operator::node_watch::NodeWatch::start(client.clone());
-    let reconciler = tokio::spawn(migpolicy::run(
-        client.clone(),
-        opts,
-        nodes,
-        std::future::pending(),
-    ));
+    let reconciler = start_loop(&client, Duration::from_millis(200));
     // Several rounds (requeue 200 ms), and pods changing meanwhile.
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
     for i in 0..3 {
