@@ -128,7 +128,7 @@ fn visit(
                         leaf(path);
                         continue;
                     };
-                    path.push(format!("k:{}", json!({ mk: key })));
+                    path.push(key_segment(mk, key));
                     path.push(".".into());
                     leaf(path);
                     path.pop();
@@ -139,6 +139,11 @@ fn visit(
         },
         _ => leaf(path),
     }
+}
+
+/// The path segment of a keyed list's item: `k:{"name":"c"}`.
+pub(super) fn key_segment(mk: &str, key: &Value) -> String {
+    format!("k:{}", json!({ mk: key }))
 }
 
 /// The value at a FieldsV1 path.

@@ -7,7 +7,7 @@
 //! condition) costs in proportion to that field, not to the object and its `managedFields`.
 
 use super::apply::{
-    FieldSet, ListKinds, Path, SERVER_META, Writer, fields_v1_of, from_fields_v1,
+    FieldSet, ListKinds, Path, SERVER_META, Writer, fields_v1_of, from_fields_v1, key_segment,
     set_managed_fields, to_fields_v1, value_at, walk,
 };
 use super::strategic::ListKind;
@@ -117,12 +117,15 @@ fn is_leaf(node: Option<&Value>) -> bool {
     node.is_some_and(|n| n.as_object().is_none_or(Map::is_empty))
 }
 
-/// Both lists' items by their merge key, each key once in each list; `None` where the list is
-/// not keyed that way (then its leaves are compared whole).
-fn by_key<'v>(items: &'v [Value], mk: &str) -> Option<BTreeMap<String, &'v Value>> {
+/// A keyed list's items by their path segment (`k:{…}`).
+type ByKey<'v> = BTreeMap<String, &'v Value>;
+
+/// A list's items by their merge key, each key once; `None` where an item lacks the key or
+/// repeats one (the list's leaves are then compared whole).
+fn by_key<'v>(items: &'v [Value], mk: &str) -> Option<ByKey<'v>> {
     let mut out = BTreeMap::new();
     for item in items {
-        let seg = format!("k:{}", json!({ mk: item.get(mk)? }));
+        let seg = key_segment(mk, item.get(mk)?);
         if out.insert(seg, item).is_some() {
             return None;
         }
@@ -184,14 +187,13 @@ struct Diff<'a, 'l> {
 impl Diff<'_, '_> {
     /// Both lists by merge key, where both are non-empty and keyed by one merge key that
     /// every item has once; `None` otherwise (their leaves are then compared whole).
-    #[allow(clippy::type_complexity)]
     fn keyed<'v>(
         &self,
         a: &'v [Value],
         b: &'v [Value],
         path: &Path,
         field: &str,
-    ) -> Option<(BTreeMap<String, &'v Value>, BTreeMap<String, &'v Value>)> {
+    ) -> Option<(ByKey<'v>, ByKey<'v>)> {
         // An empty list is a leaf of its own (the field set to `[]`).
         if a.is_empty() || b.is_empty() {
             return None;
@@ -209,13 +211,7 @@ impl Diff<'_, '_> {
 
     /// Two keyed lists item by item. The result is the leaf comparison's: an item's own path
     /// (`…/k:{…}/.`) changes with any of its fields.
-    fn items(
-        &mut self,
-        old: &BTreeMap<String, &Value>,
-        new: &BTreeMap<String, &Value>,
-        path: &Path,
-        field: &str,
-    ) {
+    fn items(&mut self, old: &ByKey<'_>, new: &ByKey<'_>, path: &Path, field: &str) {
         let at = |seg: &str, rest: &[&str]| {
             let mut p = path.clone();
             p.push(seg.to_string());
@@ -227,7 +223,10 @@ impl Diff<'_, '_> {
                 Some(o) if o == n => {}
                 Some(o) => {
                     self.changed.insert(at(seg, &["."]));
-                    self.item(o, n, at(seg, &[]));
+                    // Keyed items are objects (each has its key).
+                    if let (Value::Object(a), Value::Object(b)) = (o, n) {
+                        self.fields(a, b, &at(seg, &[]));
+                    }
                 }
                 None => {
                     self.changed.insert(at(seg, &["."]));
@@ -241,13 +240,8 @@ impl Diff<'_, '_> {
         }
     }
 
-    /// Two versions of one keyed item (objects: each has its key), field by field.
-    fn item(&mut self, o: &Value, n: &Value, path: Path) {
-        let empty = Map::new();
-        let (a, b) = (
-            o.as_object().unwrap_or(&empty),
-            n.as_object().unwrap_or(&empty),
-        );
+    /// Two objects (or keyed items) field by field.
+    fn fields(&mut self, a: &Map<String, Value>, b: &Map<String, Value>, path: &Path) {
         for k in keys(a, b) {
             let mut p = path.clone();
             p.push(format!("f:{k}"));
@@ -259,11 +253,7 @@ impl Diff<'_, '_> {
         match (o, n) {
             (Some(a), Some(b)) if a == b => {}
             (Some(Value::Object(a)), Some(Value::Object(b))) if !a.is_empty() && !b.is_empty() => {
-                for k in keys(a, b) {
-                    let mut p = path.clone();
-                    p.push(format!("f:{k}"));
-                    self.node(a.get(k), b.get(k), p, k);
-                }
+                self.fields(a, b, &path)
             }
             _ => {
                 // A list keyed by a merge key (conditions, container statuses) goes item by
