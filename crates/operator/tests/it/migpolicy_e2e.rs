@@ -504,20 +504,22 @@ async fn an_invalid_policy_blocks_nothing_and_a_blocked_one_is_not_ready() -> Re
 async fn pods_are_watched_only_while_a_policy_exists() -> Result {
     let c = Cluster::builder().crds().namespace(NS).start().await?;
     let client = c.client().clone();
-    // Pod lists and watches served, by verb: a watcher lists before it watches.
-    let pod_reads = |which: &str| -> u64 {
+    // Requests served, by verb and resource (a watcher lists pods before it watches them).
+    let served = |which: &str, resource: &str| -> u64 {
         c.cp()
             .api()
             .requests
             .sorted_with_cpu()
             .into_iter()
-            .filter(|((verb, res, sub), _, _)| *verb == which && res == "pods" && sub.is_empty())
+            .filter(|((verb, res, sub), _, _)| *verb == which && res == resource && sub.is_empty())
             .map(|(_, n, _)| n)
             .sum()
     };
-    let (lists, watches) = (pod_reads("list"), pod_reads("watch"));
+    let pod_reads = || (served("list", "pods"), served("watch", "pods"));
+    let before = pod_reads();
+    let rounds = served("list", "migclusterpolicies");
     let reconciler = start_loop(&client, Duration::from_millis(200));
-    // Several rounds (requeue 200 ms), and pods changing meanwhile.
+    // Pods change while the loop runs several rounds (each lists the policies).
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
     for i in 0..3 {
         create(
@@ -526,11 +528,14 @@ async fn pods_are_watched_only_while_a_policy_exists() -> Result {
                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
         )
         .await?;
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    eventually_secs("three rounds after the pods were created", 20, || async {
+        served("list", "migclusterpolicies") >= rounds + 3
+    })
+    .await?;
     assert_eq!(
-        (pod_reads("list"), pod_reads("watch")),
-        (lists, watches),
+        pod_reads(),
+        before,
         "no policy: pods are neither listed nor watched"
     );
 
@@ -544,7 +549,7 @@ async fn pods_are_watched_only_while_a_policy_exists() -> Result {
     )
     .await?;
     eventually_secs("a policy starts the pod watch", 20, || async {
-        pod_reads("watch") > watches
+        pod_reads().1 > before.1
     })
     .await?;
     reconciler.abort();
