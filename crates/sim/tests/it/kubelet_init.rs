@@ -184,3 +184,89 @@ async fn failed_init_container_fails_a_never_restart_pod() -> Res<()> {
     assert_eq!(log, ["validator --component driver"]);
     Ok(())
 }
+
+/// A main container that fails is started again from what the kubelet kept of the admitted
+/// pod: its args, its env, and the downward API's `status.podIP` / `status.hostIP`, which are
+/// the IPs this kubelet gave the pod (the pod as it arrived had none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_container_runs_again_with_its_env_and_the_pods_ips() -> Res<()> {
+    let runs = Arc::new(Mutex::new(Vec::<(Vec<String>, Vec<Option<String>>)>::new()));
+    let mut agents = AgentRegistry::new();
+    let seen = runs.clone();
+    agents.register(
+        "exporter",
+        Arc::new(move |mut ctx: AgentContext| -> AgentFuture {
+            let seen = seen.clone();
+            Box::pin(async move {
+                let env = ["POD_IP", "HOST_IP", "MY_NAME", "PLAIN"]
+                    .map(|k| ctx.env.get(k).cloned())
+                    .to_vec();
+                let n = {
+                    let mut r = seen.lock().map_err(|e| e.to_string())?;
+                    r.push((ctx.args.clone(), env));
+                    r.len()
+                };
+                if n == 1 {
+                    return Err("the first run fails".into());
+                }
+                while !*ctx.shutdown.borrow_and_update() {
+                    if ctx.shutdown.changed().await.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            })
+        }),
+    );
+    let env = Cluster::builder()
+        .nodes("1xH100-80GB:8")
+        .agents(agents)
+        .start()
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(env.client().clone(), "default");
+    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "again", "namespace": "default"},
+        "spec": {"nodeName": "h100-80gb-0",
+                 "containers": [{"name": "main", "image": "gantry", "command": ["gantry"],
+                                 "args": ["node", "exporter", "--web-config-file="],
+                                 "env": [
+                                     {"name": "POD_IP", "valueFrom": field("status.podIP")},
+                                     {"name": "HOST_IP", "valueFrom": field("status.hostIP")},
+                                     {"name": "MY_NAME", "valueFrom": field("metadata.name")},
+                                     {"name": "PLAIN", "value": "v"}]}]}
+    }))?;
+    pods.create(&PostParams::default(), &p).await?;
+
+    let s = eventually_secs("the container restarted once and runs", 60, || async {
+        let s = status(&pods.get("again").await?);
+        let c = &s["containerStatuses"][0];
+        let n = runs.lock().map_err(|e| e.to_string())?.len();
+        Res::Ok(
+            if c["restartCount"] == 1 && c["state"]["running"].is_object() && n == 2 {
+                Look::Done(s)
+            } else {
+                Look::Seen(format!("{n} runs, status {s}"))
+            },
+        )
+    })
+    .await?;
+    let (pod_ip, host_ip) = (
+        s["podIP"].as_str().ok_or("no podIP")?,
+        s["hostIP"].as_str().ok_or("no hostIP")?,
+    );
+    let runs = runs.lock().map_err(|e| e.to_string())?.clone();
+    for (args, env) in &runs {
+        assert_eq!(args, &["--web-config-file="]);
+        assert_eq!(
+            env,
+            &[
+                Some(pod_ip.to_string()),
+                Some(host_ip.to_string()),
+                Some("again".to_string()),
+                Some("v".to_string())
+            ]
+        );
+    }
+    Ok(())
+}

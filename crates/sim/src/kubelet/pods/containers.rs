@@ -168,15 +168,11 @@ pub(super) fn container_run(
 
 /// Run every main container of the pod once; returns the pod's exit code (first non-zero)
 /// and a message.
-pub(super) fn run_containers(
-    ctx: &Ctx,
-    pod: &Pod,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-    stop: watch::Receiver<bool>,
-) -> ContainerRun {
-    let futs: Vec<ContainerRun> = spec
-        .containers
+pub(super) fn run_containers(ctx: &Ctx, pod: &Pod, stop: watch::Receiver<bool>) -> ContainerRun {
+    let futs: Vec<ContainerRun> = pod
+        .spec
         .iter()
+        .flat_map(|s| &s.containers)
         .map(|c| container_run(ctx, pod, c, stop.clone(), PlainRun::Annotated))
         .collect();
     Box::pin(async move {

@@ -4,11 +4,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use tokio::sync::watch;
 
-use super::status::{CState, InitStatus, StatusView, status_patch};
+use super::status::{CState, Containers, InitStatus, StatusView, status_patch};
 use crate::kubelet::env;
 use crate::kubelet::in_process::AgentRegistry;
 use crate::kubelet::lock::lock;
@@ -41,9 +42,10 @@ pub(super) struct Ctx {
     pub(super) node: Arc<NodeShared>,
     pub(super) env: PodEnv,
     pub(super) r: PodRef,
-    /// The pod as it arrived: its spec is what runs (later versions carry no spec, see
-    /// [`super::on_pod`]). Once admitted, only what its runs read (see [`Ctx::admitted`]).
-    pub(super) pod: Arc<Pod>,
+    /// The pod's containers by name and image, for its status writes.
+    pub(super) containers: Containers,
+    /// Once admitted, what its containers' runs read of it as JSON (see [`Ctx::admitted`]).
+    pub(super) admitted: Option<Arc<[u8]>>,
     /// The pod's hostPath volumes, read once it is admitted.
     pub(super) host_volumes: HostVolumes,
     /// The latest version (`None` once it is gone from the API).
@@ -63,29 +65,52 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
-    /// The pod is admitted: keep of it only what its containers' runs, env and status read.
-    /// Its volumes become [`HostVolumes`] (their ConfigMaps and Secrets were checked when they
-    /// were mounted), and placement and `managedFields` go: a typed `Volume` is 3.2 KB with
-    /// every source inline, so an operand pod's volumes were most of what a running pod held.
-    pub(super) fn admitted(&mut self) {
-        let Some(spec) = self.pod.spec.as_ref() else {
+    /// `pod` (as it arrived: later versions carry no spec, see [`super::on_pod`]) is
+    /// admitted: keep of it only what its containers' runs and env read, as JSON, decoded
+    /// again for each start of its sandbox or containers ([`Ctx::admitted_pod`]). A typed
+    /// `Container` is 2 KB before its strings and a node's operand pods have 17 of them: kept
+    /// typed, the running pods were the largest part of a simulated node's memory. Its
+    /// volumes become [`HostVolumes`] (their ConfigMaps and Secrets were checked when they
+    /// were mounted); placement and `managedFields` go; the status carries the IPs this
+    /// kubelet gave the pod, which the downward API's `status.podIP` and `status.hostIP` read.
+    pub(super) fn admitted(&mut self, pod: &Pod) {
+        let Some(spec) = pod.spec.as_ref() else {
             return;
         };
         self.host_volumes = HostVolumes::of(spec);
-        let spec = PodSpec {
-            volumes: None,
-            affinity: None,
-            tolerations: None,
-            node_selector: None,
-            ..spec.clone()
+        let kept = Pod {
+            metadata: ObjectMeta {
+                managed_fields: None,
+                ..pod.metadata.clone()
+            },
+            spec: Some(PodSpec {
+                volumes: None,
+                affinity: None,
+                tolerations: None,
+                node_selector: None,
+                ..spec.clone()
+            }),
+            status: Some(PodStatus {
+                host_ip: Some(self.host_ip.clone()),
+                pod_ip: Some(self.pod_ip.clone()),
+                ..PodStatus::default()
+            }),
         };
-        let mut metadata = self.pod.metadata.clone();
-        metadata.managed_fields = None;
-        self.pod = Arc::new(Pod {
-            metadata,
-            spec: Some(spec),
-            status: self.pod.status.clone(),
-        });
+        // Encoding a typed Pod cannot fail.
+        self.admitted = serde_json::to_vec(&kept).ok().map(Arc::from);
+    }
+
+    /// The admitted pod, decoded (see [`Ctx::admitted`]); `None` before admission.
+    pub(super) fn admitted_pod(&self) -> Option<Pod> {
+        let json = self.admitted.as_ref()?;
+        match serde_json::from_slice(json) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                // Encoded above from a Pod: cannot fail short of a bug.
+                tracing::error!(pod = %self.r.name, error = %e, "admitted pod does not decode");
+                None
+            }
+        }
     }
 
     pub(super) fn api(&self) -> Api<Pod> {
@@ -113,7 +138,8 @@ impl Ctx {
         let n = now();
         let (inits, initialized) = lock(&self.inits).clone();
         let patch = status_patch(&StatusView {
-            pod: &self.pod,
+            uid: &self.r.uid,
+            containers: &self.containers,
             phase,
             state,
             last,

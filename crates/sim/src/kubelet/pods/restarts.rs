@@ -91,13 +91,18 @@ enum InitResult {
 /// (unless restartPolicy is Never) and the pod stays Pending meanwhile.
 async fn run_inits(
     ctx: &Ctx,
-    pod: &Pod,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
     policy: &str,
     rx: &mut watch::Receiver<Option<Arc<Pod>>>,
     power: &mut watch::Receiver<bool>,
 ) -> InitResult {
-    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    let Some(pod) = ctx.admitted_pod() else {
+        return InitResult::Stopped;
+    };
+    let inits = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
     *lock(&ctx.inits) = (vec![InitStatus::waiting(); inits.len()], inits.is_empty());
     let set = |i: usize, f: &dyn Fn(&mut InitStatus)| {
         if let Some(st) = lock(&ctx.inits).0.get_mut(i) {
@@ -115,7 +120,7 @@ async fn run_inits(
             });
             ctx.patch_status("Pending", &main_waiting, None, 0, None);
             let (stop_tx, stop_rx) = watch::channel(false);
-            let run = container_run(ctx, pod, c, stop_rx, PlainRun::Immediate);
+            let run = container_run(ctx, &pod, c, stop_rx, PlainRun::Immediate);
             let (code, msg) = match supervise(run, stop_tx, rx, power).await {
                 Outcome::Exited(code, msg) => (code, msg),
                 Outcome::Stopped => return InitResult::Stopped,
@@ -156,22 +161,25 @@ async fn run_inits(
     InitResult::Done
 }
 
-pub(super) async fn run_containers_with_restarts(
-    ctx: &Ctx,
-    pod: &Pod,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-) {
-    let policy = spec
-        .restart_policy
-        .clone()
-        .unwrap_or_else(|| "Always".into());
+/// Runs the admitted pod ([`Ctx::admitted`]) until it is terminal or stopping. Its spec is
+/// decoded for each start of its sandbox or containers and dropped while they run.
+pub(super) async fn run_containers_with_restarts(ctx: &Ctx) {
+    let Some(policy) = ctx.admitted_pod().map(|p| {
+        p.spec
+            .and_then(|s| s.restart_policy)
+            .unwrap_or_else(|| "Always".into())
+    }) else {
+        return;
+    };
     let mut restarts = 0u32;
     let mut last: Option<CState> = None;
     let mut power = ctx.node.power.subscribe();
     let mut rx = ctx.rx.clone();
     // A new sandbox (first start, or after the node lost power) runs the init containers again.
     'sandbox: loop {
-        match run_inits(ctx, pod, spec, &policy, &mut rx, &mut power).await {
+        // Boxed: the init containers' run (with its decoded pod) is not kept in the future
+        // of a pod that runs for hours.
+        match Box::pin(run_inits(ctx, &policy, &mut rx, &mut power)).await {
             InitResult::Done => {}
             InitResult::Failed | InitResult::Stopped => return,
             InitResult::PowerLost => {
@@ -188,7 +196,14 @@ pub(super) async fn run_containers_with_restarts(
             };
             ctx.patch_status("Running", &running, last.as_ref(), restarts, None);
             let (stop_tx, stop_rx) = watch::channel(false);
-            let run = run_containers(ctx, pod, spec, stop_rx);
+            // In a block of its own: a decoded Pod in scope across the await below would take
+            // its size in this future for as long as the pod runs, moved out or not.
+            let run = {
+                let Some(pod) = ctx.admitted_pod() else {
+                    return;
+                };
+                run_containers(ctx, &pod, stop_rx)
+            };
             match supervise(run, stop_tx, &mut rx, &mut power).await {
                 Outcome::Exited(code, msg) => {
                     let reason = if code == 0 { "Completed" } else { "Error" };

@@ -71,9 +71,46 @@ impl InitStatus {
     }
 }
 
+/// A container as a status names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named {
+    pub name: String,
+    pub image: String,
+}
+
+/// A pod's containers and init containers, by name and image: all that its status reads of
+/// the spec (a running pod keeps its spec only as JSON, see `Ctx::admitted`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Containers {
+    pub main: Vec<Named>,
+    pub init: Vec<Named>,
+}
+
+impl Containers {
+    pub fn of(pod: &Pod) -> Self {
+        let named = |cs: &[Container]| {
+            cs.iter()
+                .map(|c| Named {
+                    name: c.name.clone(),
+                    image: c.image.clone().unwrap_or_default(),
+                })
+                .collect()
+        };
+        let spec = pod.spec.as_ref();
+        Containers {
+            main: spec.map(|s| named(&s.containers)).unwrap_or_default(),
+            init: named(
+                spec.and_then(|s| s.init_containers.as_deref())
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+}
+
 /// The status patch for a pod, pure.
 pub struct StatusView<'a> {
-    pub pod: &'a Pod,
+    pub uid: &'a str,
+    pub containers: &'a Containers,
     pub phase: &'a str,
     /// State of every main container.
     pub state: &'a CState,
@@ -92,17 +129,17 @@ pub struct StatusView<'a> {
 
 fn container_status(
     v: &StatusView<'_>,
-    c: &Container,
+    c: &Named,
     state: &CState,
     last: Option<&CState>,
     ready: bool,
     restarts: u32,
 ) -> Value {
-    let image = c.image.clone().unwrap_or_default();
+    let image = &c.image;
     let mut s = json!({
         "name": c.name, "image": image,
         "imageID": format!("sim://{image}"),
-        "containerID": format!("sim://{}-{}", v.pod.metadata.uid.clone().unwrap_or_default(), c.name),
+        "containerID": format!("sim://{}-{}", v.uid, c.name),
         "ready": ready, "started": matches!(state, CState::Running { .. }),
         "restartCount": restarts, "state": state.to_json(),
     });
@@ -113,22 +150,19 @@ fn container_status(
 }
 
 pub fn status_patch(v: &StatusView<'_>) -> Value {
-    let spec = v.pod.spec.as_ref();
     let running = matches!(v.state, CState::Running { .. });
     let ready = running && v.phase == "Running" && v.initialized;
     let cond = |t: &str, ok: bool| json!({"type": t, "status": if ok { "True" } else { "False" }, "lastTransitionTime": v.now});
-    let containers: Vec<Value> = spec
-        .map(|s| {
-            s.containers
-                .iter()
-                .map(|c| container_status(v, c, v.state, v.last, ready, v.restarts))
-                .collect()
-        })
-        .unwrap_or_default();
+    let containers: Vec<Value> = v
+        .containers
+        .main
+        .iter()
+        .map(|c| container_status(v, c, v.state, v.last, ready, v.restarts))
+        .collect();
     let not_started = InitStatus::waiting();
-    let inits: Vec<Value> = spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default()
+    let inits: Vec<Value> = v
+        .containers
+        .init
         .iter()
         .enumerate()
         .map(|(i, c)| {
@@ -203,7 +237,8 @@ mod tests {
             started: "t0".into(),
         };
         let p = status_patch(&StatusView {
-            pod: &pod,
+            uid: "u",
+            containers: &Containers::of(&pod),
             phase: "Running",
             state: &st,
             last: None,
@@ -259,7 +294,8 @@ mod tests {
             state: &term,
             reason: Some(("OutOfpods", "m")),
             ..StatusView {
-                pod: &pod,
+                uid: "u",
+                containers: &Containers::of(&pod),
                 phase: "",
                 state: &st,
                 last: None,
@@ -309,7 +345,8 @@ mod tests {
             restarts: 1,
         }];
         let p = status_patch(&StatusView {
-            pod: &pod,
+            uid: "u",
+            containers: &Containers::of(&pod),
             phase: "Pending",
             state: &pod_initializing(),
             last: None,
