@@ -12,14 +12,14 @@ use crate::store::Listed;
 /// only that (labels, `metadata.name`, `metadata.namespace`), else on the decoded object.
 pub fn selected(labels: &LabelSelector, fields: &FieldSelector, o: &Listed) -> bool {
     // An older version kept as JSON is decoded only if a selector reads it.
-    if !labels.is_empty() && !labels.matches(o.stub()) {
+    if !labels.is_empty() && !labels.matches(&o.stub()) {
         return false;
     }
     if fields.is_empty() {
         return true;
     }
     if fields.on_stub_only() {
-        return fields.matches(o.stub());
+        return fields.matches(&o.stub());
     }
     o.value().is_some_and(|v| fields.matches(&v))
 }

@@ -1,7 +1,8 @@
 //! One stored object version: its JSON (the bytes watchers were sent and the history keeps),
-//! its metadata decoded (what scans such as the garbage collector's read), and the decoded
-//! object while anyone still holds it. A `serde_json::Value` takes about six times its JSON,
-//! so current objects are kept as JSON and decoded when read.
+//! its metadata as JSON of its own (what scans such as the garbage collector's read, without
+//! the rest of the object), and the decoded object while anyone still holds it. A
+//! `serde_json::Value` takes about six times its JSON (a pod's decoded metadata alone was
+//! ~5 KB), so current objects and their metadata are kept as JSON and decoded when read.
 
 use serde_json::{Map, Value};
 use std::sync::{Arc, Weak};
@@ -11,9 +12,11 @@ pub struct Entry {
     /// The version's resourceVersion: two reads saw the same version iff their rvs match.
     pub(super) rv: u64,
     pub(super) json: Arc<[u8]>,
-    /// `{"metadata": …}` without `managedFields`, and `{"spec": {"nodeName": …}}` where set:
-    /// what scans and selectors read without decoding the object.
-    pub(super) stub: Arc<Value>,
+    /// `{"metadata": …}` without `managedFields`, and `{"spec": {"nodeName": …}}` where set,
+    /// as JSON: what scans and selectors read without decoding the object ([`Entry::stub`]).
+    stub: Arc<[u8]>,
+    /// The node the object is bound to (`spec.nodeName`), for the store's index by node.
+    node: Option<Arc<str>>,
     /// The decoded object: held for the kinds read on every request ([`keeps_decoded`]),
     /// else while an event of the live ring or a reader holds it.
     value: Held,
@@ -39,7 +42,10 @@ impl Entry {
         Entry {
             rv,
             json,
-            stub: Arc::new(stub_of(value)),
+            stub: serde_json::to_vec(&stub_of(value))
+                .unwrap_or_default()
+                .into(),
+            node: super::by_node::node_of(value).map(Arc::from),
             value: if keeps_decoded(gr) {
                 Held::Kept(value.clone())
             } else {
@@ -48,9 +54,21 @@ impl Entry {
         }
     }
 
-    /// The node the object is bound to (`spec.nodeName`), read from its stub.
+    /// The node the object is bound to (`spec.nodeName`, where set and not empty).
     pub(super) fn node(&self) -> Option<&str> {
-        super::by_node::node_of(&self.stub)
+        self.node.as_deref()
+    }
+
+    /// The object's stub ([`stub_of`]), decoded.
+    pub fn stub(&self) -> Value {
+        if let Held::Kept(v) = &self.value {
+            return stub_of(v);
+        }
+        serde_json::from_slice(&self.stub).unwrap_or_else(|e| {
+            // Encoded by the store from a Value: cannot fail short of a bug.
+            tracing::error!(error = %e, "a stored object's metadata does not decode");
+            Value::Null
+        })
     }
 
     /// The object as stored.
@@ -120,7 +138,7 @@ mod tests {
         );
         let e = Entry::new("/configmaps", 3, &v, encode(&v));
         assert!(Arc::ptr_eq(&e.value().unwrap(), &v));
-        assert_eq!(*e.stub, json!({"metadata": {"name": "a"}}));
+        assert_eq!(e.stub(), json!({"metadata": {"name": "a"}}));
         assert_eq!(e.node(), None);
         drop(v);
         let back = e.value().unwrap();
@@ -135,7 +153,7 @@ mod tests {
         );
         let e = Entry::new("/pods", 2, &v, encode(&v));
         assert_eq!(
-            *e.stub,
+            e.stub(),
             json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}})
         );
         assert_eq!(e.node(), Some("n1"));

@@ -1,6 +1,7 @@
 //! What a list is made of: the current version of an object as the store keeps it, or an
 //! older one from the history (a list at an older resourceVersion, a paged list's later pages).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -83,11 +84,11 @@ impl Listed {
     /// At least the object's metadata and node (`{"metadata": …, "spec": {"nodeName": …}}`
     /// for a current or packed version, the whole version given back decoded): enough for
     /// selectors on labels, names and nodes, and for owners, without decoding the object.
-    pub fn stub(&self) -> &Value {
+    pub fn stub(&self) -> Cow<'_, Value> {
         match self {
-            Listed::Current(e) => &e.stub,
-            Listed::Old(v) => v,
-            Listed::Packed(p) => p.stub(),
+            Listed::Current(e) => Cow::Owned(e.stub()),
+            Listed::Old(v) => Cow::Borrowed(v),
+            Listed::Packed(p) => Cow::Borrowed(p.stub()),
         }
     }
 

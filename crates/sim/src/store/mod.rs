@@ -172,7 +172,7 @@ impl Store {
     /// The object's metadata only (`{"metadata": …}`, without `managedFields`): cheap, for
     /// readers of owners, uids and deletion marks.
     pub fn get_stub(&self, gr: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        Some(self.entry(gr, namespace, name)?.stub)
+        Some(Arc::new(self.entry(gr, namespace, name)?.stub()))
     }
 
     fn entry(&self, gr: &str, namespace: &str, name: &str) -> Option<Entry> {
@@ -187,11 +187,15 @@ impl Store {
     /// [`Store::list`] as metadata stubs ([`Store::get_stub`]): a scan of every object that
     /// decodes none.
     pub fn list_stubs(&self, gr: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
-        let inner = self.lock();
-        inner
-            .current(gr, namespace, None)
-            .map(|(_, e)| e.stub.clone())
-            .collect()
+        let entries: Vec<Entry> = {
+            let inner = self.lock();
+            inner
+                .current(gr, namespace, None)
+                .map(|(_, e)| e.clone())
+                .collect()
+        };
+        // Decoded outside the lock.
+        entries.iter().map(|e| Arc::new(e.stub())).collect()
     }
 
     /// Objects of one resource, in (namespace, name) order, with the store rv.

@@ -118,8 +118,8 @@ impl ApiServer {
             if let Some(last) = items.last() {
                 let last = last.stub();
                 let key = (
-                    meta_str(last, "namespace").unwrap_or_default().to_string(),
-                    meta_str(last, "name").unwrap_or_default().to_string(),
+                    meta_str(&last, "namespace").unwrap_or_default().to_string(),
+                    meta_str(&last, "name").unwrap_or_default().to_string(),
                 );
                 next = Some(encode_continue(&key, rv));
             }
@@ -171,7 +171,7 @@ impl SharedList {
 #[serde(untagged)]
 enum Item<'a> {
     Raw(&'a RawValue),
-    Value(&'a Value),
+    Value(std::borrow::Cow<'a, Value>),
 }
 
 impl serde::Serialize for SharedList {
