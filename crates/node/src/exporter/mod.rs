@@ -116,8 +116,8 @@ struct Shared {
     sampler: Mutex<sample::Sampler>,
     snapshot: RwLock<Arc<Snapshot>>,
     pods: RwLock<Arc<Vec<Assignment>>>,
-    /// The kubelet connection pod attribution is read over, and when it last was.
-    attribution: tokio::sync::Mutex<(pods::Connection, Option<Instant>)>,
+    /// When pod attribution was last read (held while it is read: one refresh at a time).
+    attribution: tokio::sync::Mutex<Option<Instant>>,
     /// The last body's length: the next render's buffer starts that large.
     last_len: std::sync::atomic::AtomicUsize,
     body: RwLock<Bytes>,
@@ -216,7 +216,7 @@ impl Exporter {
             sampler: Mutex::new(sampler),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             pods: RwLock::new(Arc::new(Vec::new())),
-            attribution: tokio::sync::Mutex::new((pods::Connection::default(), None)),
+            attribution: tokio::sync::Mutex::new(None),
             last_len: Default::default(),
             body: RwLock::new(Bytes::new()),
         });
@@ -252,7 +252,7 @@ impl Exporter {
 
     /// Refresh pod attribution from the kubelet now. No socket = attribution off.
     pub async fn refresh_pods(&self) -> Result<(), pods::PodResourcesError> {
-        refresh_pods(&self.shared, &self.opts, &mut pods::Connection::default()).await
+        refresh_pods(&self.shared, &self.opts).await
     }
 
     /// The current exposition body.
@@ -341,16 +341,16 @@ impl Exporter {
     }
 }
 
-/// Refreshes pod attribution over the shared connection, unless it is younger than `max_age`.
+/// Refreshes pod attribution, unless it is younger than `max_age`.
 async fn refresh_attribution(shared: &Shared, opts: &ExporterOptions, max_age: Option<Duration>) {
-    let mut st = shared.attribution.lock().await;
-    if let (Some(age), Some(last)) = (max_age, st.1)
-        && last.elapsed() < age
+    let mut last = shared.attribution.lock().await;
+    if let (Some(age), Some(at)) = (max_age, *last)
+        && at.elapsed() < age
     {
         return;
     }
-    let result = refresh_pods(shared, opts, &mut st.0).await;
-    st.1 = Some(Instant::now());
+    let result = refresh_pods(shared, opts).await;
+    *last = Some(Instant::now());
     if let Err(e) = result {
         crate::warn_limited!(
             "exporter pod attribution",
@@ -360,16 +360,18 @@ async fn refresh_attribution(shared: &Shared, opts: &ExporterOptions, max_age: O
     }
 }
 
-/// List the kubelet's assignments and re-render when they changed.
+/// List the kubelet's assignments and re-render when they changed. Each refresh connects
+/// anew, as dcgm-exporter does on each scrape: a kept HTTP/2 connection holds ~40 KB of
+/// codec buffers at each end, which across thousands of simulated nodes was more memory than
+/// the handshakes cost in CPU.
 async fn refresh_pods(
     shared: &Shared,
     opts: &ExporterOptions,
-    conn: &mut pods::Connection,
 ) -> Result<(), pods::PodResourcesError> {
     let Some(socket) = &opts.pod_resources_socket else {
         return Ok(());
     };
-    let list = conn.list(socket, POD_RESOURCES_TIMEOUT).await?;
+    let list = pods::list(socket, POD_RESOURCES_TIMEOUT).await?;
     let assignments = list
         .map(|l| pods::assignments(&l, &opts.resource_filter))
         .unwrap_or_default();

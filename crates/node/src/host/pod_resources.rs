@@ -97,51 +97,26 @@ pub enum PodResourcesError {
     List { path: String, message: String },
 }
 
-/// Call `List` on the kubelet socket. `Ok(None)` when the socket does not exist (no kubelet,
-/// or attribution not mounted): no pod labels, no error, as dcgm-exporter does.
+/// Call `List` on the kubelet socket over a connection of its own. `Ok(None)` when the
+/// socket does not exist (no kubelet, or attribution not mounted): no pod labels, no error,
+/// as dcgm-exporter does.
 pub async fn list(
     socket: &Path,
     timeout: Duration,
 ) -> Result<Option<ListPodResourcesResponse>, PodResourcesError> {
-    let mut conn = Connection::default();
-    conn.list(socket, timeout).await
-}
-
-/// A connection to the kubelet socket kept between `List` calls: a refresh every few seconds
-/// on every node would otherwise open a socket and run an HTTP/2 handshake each time. Dropped
-/// on any error, so the next call connects again (the kubelet restarted, say).
-#[derive(Default)]
-pub struct Connection {
-    client: Option<PodResourcesListerClient<Channel>>,
-}
-
-impl Connection {
-    /// `List` on `socket`, connecting first when there is no connection.
-    pub async fn list(
-        &mut self,
-        socket: &Path,
-        timeout: Duration,
-    ) -> Result<Option<ListPodResourcesResponse>, PodResourcesError> {
-        if !socket.exists() {
-            self.client = None;
-            return Ok(None);
-        }
-        let path = socket.display().to_string();
-        let mut client = match self.client.take() {
-            Some(c) => c,
-            None => PodResourcesListerClient::new(connect(socket, timeout).await?),
-        };
-        let resp =
-            client
-                .list(ListPodResourcesRequest {})
-                .await
-                .map_err(|e| PodResourcesError::List {
-                    path,
-                    message: e.message().to_string(),
-                })?;
-        self.client = Some(client);
-        Ok(Some(resp.into_inner()))
+    if !socket.exists() {
+        return Ok(None);
     }
+    let mut client = PodResourcesListerClient::new(connect(socket, timeout).await?);
+    let resp =
+        client
+            .list(ListPodResourcesRequest {})
+            .await
+            .map_err(|e| PodResourcesError::List {
+                path: socket.display().to_string(),
+                message: e.message().to_string(),
+            })?;
+    Ok(Some(resp.into_inner()))
 }
 
 async fn connect(socket: &Path, timeout: Duration) -> Result<Channel, PodResourcesError> {
