@@ -356,7 +356,7 @@ fn finish_crd(api: &ApiServer, crd: &Value) {
     if let Some(info) = crate::apiserver::resources::from_crd(crd) {
         let gr = info.gr();
         let objs = api.store.list_stubs(&gr, None);
-        if !objs.is_empty() {
+        if objs.len() > 0 {
             for o in objs {
                 if !being_deleted(&o) {
                     delete(
@@ -433,7 +433,7 @@ fn sweep_owners(api: &ApiServer) {
         let objs = api.store.list_stubs(&gr, None);
         // Asked after the list: a CRD created meanwhile serves its new objects by now.
         if !api.registry.all().iter().any(|r| r.gr() == gr) {
-            purge(api, &gr, &objs);
+            purge(api, &gr, objs);
             continue;
         }
         for o in objs {
@@ -443,13 +443,13 @@ fn sweep_owners(api: &ApiServer) {
 }
 
 /// Removes objects of a resource nobody serves any more (each only as listed: same uid).
-fn purge(api: &ApiServer, gr: &str, objs: &[Arc<Value>]) {
+fn purge(api: &ApiServer, gr: &str, objs: impl Iterator<Item = Arc<Value>>) {
     for o in objs {
-        let uid = meta(o, "uid");
+        let uid = meta(&o, "uid");
         let key = crate::store::ObjKey {
             gr: gr.to_string(),
-            namespace: meta(o, "namespace").to_string(),
-            name: meta(o, "name").to_string(),
+            namespace: meta(&o, "namespace").to_string(),
+            name: meta(&o, "name").to_string(),
         };
         let r = api
             .store
