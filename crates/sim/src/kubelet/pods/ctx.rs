@@ -46,6 +46,8 @@ pub(super) struct Ctx {
     pub(super) containers: Containers,
     /// Once admitted, what its containers' runs read of it as JSON (see [`Ctx::admitted`]).
     pub(super) admitted: Option<Arc<[u8]>>,
+    /// The admitted pod's `restartPolicy` (`Always` when unset).
+    pub(super) restart_policy: String,
     /// The pod's hostPath volumes, read once it is admitted.
     pub(super) host_volumes: HostVolumes,
     /// The latest version (`None` once it is gone from the API).
@@ -78,6 +80,10 @@ impl Ctx {
             return;
         };
         self.host_volumes = HostVolumes::of(spec);
+        self.restart_policy = spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
         let kept = Pod {
             metadata: ObjectMeta {
                 managed_fields: None,

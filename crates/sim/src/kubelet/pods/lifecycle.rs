@@ -49,6 +49,7 @@ pub(super) async fn pod_task(
         r,
         containers: Containers::of(&pod),
         admitted: None,
+        restart_policy: String::new(),
         rx,
         host_volumes: Default::default(),
         host_ip,

@@ -164,13 +164,7 @@ async fn run_inits(
 /// Runs the admitted pod ([`Ctx::admitted`]) until it is terminal or stopping. Its spec is
 /// decoded for each start of its sandbox or containers and dropped while they run.
 pub(super) async fn run_containers_with_restarts(ctx: &Ctx) {
-    let Some(policy) = ctx.admitted_pod().map(|p| {
-        p.spec
-            .and_then(|s| s.restart_policy)
-            .unwrap_or_else(|| "Always".into())
-    }) else {
-        return;
-    };
+    let policy = ctx.restart_policy.as_str();
     let mut restarts = 0u32;
     let mut last: Option<CState> = None;
     let mut power = ctx.node.power.subscribe();
@@ -179,7 +173,7 @@ pub(super) async fn run_containers_with_restarts(ctx: &Ctx) {
     'sandbox: loop {
         // Boxed: the init containers' run (with its decoded pod) is not kept in the future
         // of a pod that runs for hours.
-        match Box::pin(run_inits(ctx, &policy, &mut rx, &mut power)).await {
+        match Box::pin(run_inits(ctx, policy, &mut rx, &mut power)).await {
             InitResult::Done => {}
             InitResult::Failed | InitResult::Stopped => return,
             InitResult::PowerLost => {
