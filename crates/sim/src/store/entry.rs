@@ -42,9 +42,7 @@ impl Entry {
         Entry {
             rv,
             json,
-            stub: serde_json::to_vec(&stub_of(value))
-                .unwrap_or_default()
-                .into(),
+            stub: stub_json(value),
             node: super::by_node::node_of(value).map(Arc::from),
             value: if keeps_decoded(gr) {
                 Held::Kept(value.clone())
@@ -100,24 +98,54 @@ impl Entry {
 /// The object's metadata, without the managers' bookkeeping, under `metadata`; and the node
 /// it is bound to, under `spec.nodeName`, where it has one.
 pub(super) fn stub_of(v: &Value) -> Value {
-    // Copied field by field: `managedFields` is often most of the metadata, never copied.
-    let meta = match v.get("metadata") {
-        Some(Value::Object(m)) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| *k != "managedFields")
-                .map(|(k, x)| (k.clone(), x.clone()))
-                .collect(),
-        ),
-        Some(other) => other.clone(),
-        None => Map::new().into(),
-    };
-    let mut out = Map::new();
-    out.insert("metadata".into(), meta);
-    // As it is (even empty): a selector reads the same from the stub as from the object.
-    if let Some(node @ Value::String(_)) = v.get("spec").and_then(|s| s.get("nodeName")) {
-        out.insert("spec".into(), serde_json::json!({ "nodeName": node }));
+    // Serializing a Value cannot fail (its keys are strings).
+    serde_json::to_value(Stub(v)).unwrap_or_default()
+}
+
+/// [`stub_of`] as JSON, written straight from the object: every write stores one, and no copy
+/// of the metadata is made for it.
+fn stub_json(v: &Value) -> Arc<[u8]> {
+    serde_json::to_vec(&Stub(v)).unwrap_or_default().into()
+}
+
+/// What [`stub_of`] and [`stub_json`] write: one definition of a stub.
+struct Stub<'a>(&'a Value);
+
+#[derive(serde::Serialize)]
+struct SpecNode<'a> {
+    #[serde(rename = "nodeName")]
+    node_name: &'a Value,
+}
+
+/// Metadata without `managedFields` (often most of it).
+struct Meta<'a>(&'a Map<String, Value>);
+
+impl serde::Serialize for Stub<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        match self.0.get("metadata") {
+            Some(Value::Object(meta)) => m.serialize_entry("metadata", &Meta(meta))?,
+            Some(other) => m.serialize_entry("metadata", other)?,
+            None => m.serialize_entry("metadata", &Map::new())?,
+        }
+        // As it is (even empty): a selector reads the same from the stub as from the object.
+        if let Some(node @ Value::String(_)) = self.0.get("spec").and_then(|s| s.get("nodeName")) {
+            m.serialize_entry("spec", &SpecNode { node_name: node })?;
+        }
+        m.end()
     }
-    out.into()
+}
+
+impl serde::Serialize for Meta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (k, x) in self.0.iter().filter(|(k, _)| *k != "managedFields") {
+            m.serialize_entry(k, x)?;
+        }
+        m.end()
+    }
 }
 
 /// `v` as the compact JSON the store keeps.
@@ -144,6 +172,29 @@ mod tests {
         let back = e.value().unwrap();
         assert_eq!(back["data"]["k"], "v");
         assert_eq!(back["metadata"]["managedFields"][0]["manager"], "m");
+    }
+
+    #[test]
+    fn the_stored_stub_is_the_stub() {
+        for v in [
+            json!({"metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"manager": "m"}],
+                                "ownerReferences": [{"uid": "u"}]},
+                   "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}}),
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": ""}}),
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": 3}}),
+            json!({"metadata": "odd"}),
+            json!({"kind": "NoMetadata"}),
+        ] {
+            let stored: Value = serde_json::from_slice(&stub_json(&v)).unwrap();
+            assert_eq!(stored, stub_of(&v), "{v}");
+        }
+        assert_eq!(
+            stub_of(
+                &json!({"metadata": {"name": "p", "managedFields": []}, "spec": {"nodeName": ""}})
+            ),
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": ""}})
+        );
+        assert_eq!(stub_of(&json!({"kind": "K"})), json!({"metadata": {}}));
     }
 
     #[test]

@@ -95,6 +95,12 @@ async fn run_inits(
     rx: &mut watch::Receiver<Option<Arc<Pod>>>,
     power: &mut watch::Receiver<bool>,
 ) -> InitResult {
+    let count = ctx.containers.init.len();
+    *lock(&ctx.inits) = (vec![InitStatus::waiting(); count], count == 0);
+    if count == 0 {
+        // Nothing to run: the pod is not decoded for it.
+        return InitResult::Done;
+    }
     let Some(pod) = ctx.admitted_pod() else {
         return InitResult::Stopped;
     };
@@ -103,7 +109,6 @@ async fn run_inits(
         .as_ref()
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
-    *lock(&ctx.inits) = (vec![InitStatus::waiting(); inits.len()], inits.is_empty());
     let set = |i: usize, f: &dyn Fn(&mut InitStatus)| {
         if let Some(st) = lock(&ctx.inits).0.get_mut(i) {
             f(st);
