@@ -8,6 +8,7 @@
 //! - [`device_plugin`]: Allocate / GetPreferredAllocation latency (`gantry bench device-plugin`)
 //! - [`nodes`]: simulated nodes to every GPU allocatable (`gantry bench nodes`)
 //! - [`apiserver`]: the embedded API server's creates, updates and watch events per second
+//! - [`writes`]: the API server's write path in process, CPU per write (`gantry bench writes`)
 //! - [`replay`]: the FGD paper's evaluation protocol on plain values, with Go's random streams
 //! - [`workload`]: synthetic clusters and published trace files as scheduler input
 
@@ -20,6 +21,7 @@ pub mod schedule;
 pub mod scheduler_api;
 pub mod tally;
 pub mod workload;
+pub mod writes;
 
 /// Resident set size and its peak (`VmRSS`, `VmHWM`) of process `pid`, in bytes, from
 /// `/proc/<pid>/status`; `None` where not readable.

@@ -24,6 +24,19 @@ pub enum BenchCommand {
     /// The operator from bare simulated GPU nodes to every node allocatable and the
     /// ClusterPolicy ready; time and the operator's RSS (`gantry operator` child process).
     Operator(super::operator::BenchArgs),
+    /// The embedded API server's write path in process (no HTTP, no watchers): CPU per write
+    /// of a simulated GPU node's bring-up (Node, Lease, operand pods and their status patches).
+    Writes(WritesBenchArgs),
+}
+
+#[derive(clap::Args)]
+pub struct WritesBenchArgs {
+    /// Simulated nodes whose writes are made.
+    #[arg(long, default_value_t = 500)]
+    nodes: usize,
+    /// Threads writing at once, each its share of the nodes.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
 #[derive(clap::Args)]
@@ -179,6 +192,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Schedule(args) => schedule(args),
         BenchCommand::SchedulerApi(args) => super::scheduler::bench(args),
         BenchCommand::Operator(args) => super::operator::bench(args),
+        BenchCommand::Writes(args) => writes(args),
         BenchCommand::Nodes(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -222,6 +236,26 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+fn writes(args: WritesBenchArgs) -> anyhow::Result<ExitCode> {
+    let rows = gantry_bench::writes::run(args.nodes.max(1), args.threads)?;
+    println!(
+        "{} nodes' writes, in process, {} thread(s) at once",
+        args.nodes.max(1),
+        args.threads.clamp(1, args.nodes.max(1))
+    );
+    println!(
+        "{:<20} {:>8} {:>12} {:>22}",
+        "write", "count", "CPU µs each", "stored bytes (last)"
+    );
+    for r in rows {
+        println!(
+            "{:<20} {:>8} {:>12.1} {:>22}",
+            r.write, r.count, r.cpu_us, r.stored_bytes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn device_plugin(args: DevicePluginBenchArgs) -> anyhow::Result<ExitCode> {

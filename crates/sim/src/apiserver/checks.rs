@@ -26,12 +26,12 @@ impl ApiServer {
     }
 
     /// Validates (and, for custom resources, prunes and defaults) `obj` in place; `before` is
-    /// the stored object an update replaces.
+    /// the stored object an update replaces, with the top-level fields known to be unchanged.
     pub(crate) fn check_object(
         &self,
         t: &Target,
         obj: &mut Value,
-        before: Option<&Value>,
+        before: Option<(&Value, validate::Settled<'_>)>,
         checks: &mut Checks,
     ) -> Result<(), ApiError> {
         let info = &t.info;

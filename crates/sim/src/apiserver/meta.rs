@@ -37,6 +37,11 @@ pub(crate) fn same_fields(
 
 /// Compares two objects ignoring resourceVersion and managedFields timestamps.
 pub(crate) fn same_content(a: &Value, b: &Value) -> bool {
+    same_content_except(a, b, &|_| false)
+}
+
+/// [`same_content`], with the top-level fields `settled` says are equal not compared.
+pub(crate) fn same_content_except(a: &Value, b: &Value, settled: &dyn Fn(&str) -> bool) -> bool {
     let plain = |_: &str, x: &Value, y: &Value| x == y;
     let entry = |x: &Value, y: &Value| same_fields(x, y, &|k| k == "time", &plain);
     let managed = |x: &Value, y: &Value| match (x.as_array(), y.as_array()) {
@@ -52,7 +57,7 @@ pub(crate) fn same_content(a: &Value, b: &Value) -> bool {
             }
         })
     };
-    same_fields(a, b, &|_| false, &|k, x, y| {
+    same_fields(a, b, settled, &|k, x, y| {
         if k == "metadata" { meta(x, y) } else { x == y }
     })
 }

@@ -461,8 +461,14 @@ fn decodes_in_parts(info: &ResourceInfo) -> bool {
 /// What of an update `obj` the typed decode must see, when the stored object `before` passed
 /// it already: the top-level fields that changed (a status write re-decoded the whole pod),
 /// always the metadata, without the `managedFields` the server kept from `before`. `None`:
-/// decode all of `obj`.
-fn changed_part(info: &ResourceInfo, obj: &Value, before: &Value) -> Option<Value> {
+/// decode all of `obj`. Top-level fields that `settled` names are known to equal `before`'s
+/// and are not compared.
+fn changed_part(
+    info: &ResourceInfo,
+    obj: &Value,
+    before: &Value,
+    settled: &dyn Fn(&str) -> bool,
+) -> Option<Value> {
     if !decodes_in_parts(info) {
         return None;
     }
@@ -477,27 +483,31 @@ fn changed_part(info: &ResourceInfo, obj: &Value, before: &Value) -> Option<Valu
                 .filter(|(f, _)| !(*f == "managedFields" && kept(f)))
                 .map(|(f, x)| (f.clone(), x.clone()));
             out.insert(k.clone(), Value::Object(part.collect()));
-        } else if k == "apiVersion" || k == "kind" || b.get(k) != Some(v) {
+        } else if k == "apiVersion" || k == "kind" || (!settled(k) && b.get(k) != Some(v)) {
             out.insert(k.clone(), v.clone());
         }
     }
     Some(Value::Object(out))
 }
 
+/// Top-level fields of an update known to equal the stored object's (not compared again).
+pub type Settled<'a> = &'a dyn Fn(&str) -> bool;
+
 /// Every check of a built-in object about to be stored (create, update, patch); on an
-/// update, `before` is the stored object.
+/// update, `before` is the stored object, and `settled` names top-level fields known to be
+/// equal to its.
 pub fn builtin(
     info: &ResourceInfo,
     version: &str,
     obj: &mut Value,
-    before: Option<&Value>,
+    before: Option<(&Value, Settled<'_>)>,
     on_unknown: impl FnOnce(&[UnknownField], &mut Value) -> Result<(), ApiError>,
 ) -> Result<(), ApiError> {
     metadata(info, version, obj)?;
     if !info.builtin {
         return Ok(());
     }
-    let part = before.and_then(|b| changed_part(info, obj, b));
+    let part = before.and_then(|(b, settled)| changed_part(info, obj, b, settled));
     let unknown = decode_builtin(info, version, part.as_ref().unwrap_or(obj))?;
     if !unknown.is_empty() {
         on_unknown(&unknown, obj)?;

@@ -39,10 +39,21 @@ pub(super) fn keeps_decoded(gr: &str) -> bool {
 
 impl Entry {
     pub(super) fn new(gr: &str, rv: u64, value: &Arc<Value>, json: Arc<[u8]>) -> Self {
+        Self::with_stub(gr, rv, value, json, stub_vec(value).into())
+    }
+
+    /// [`Entry::new`] with the stub already encoded (see `staged`).
+    pub(super) fn with_stub(
+        gr: &str,
+        rv: u64,
+        value: &Arc<Value>,
+        json: Arc<[u8]>,
+        stub: Arc<[u8]>,
+    ) -> Self {
         Entry {
             rv,
             json,
-            stub: stub_json(value),
+            stub,
             node: super::by_node::node_of(value).map(Arc::from),
             value: if keeps_decoded(gr) {
                 Held::Kept(value.clone())
@@ -104,8 +115,8 @@ pub(super) fn stub_of(v: &Value) -> Value {
 
 /// [`stub_of`] as JSON, written straight from the object: every write stores one, and no copy
 /// of the metadata is made for it.
-fn stub_json(v: &Value) -> Arc<[u8]> {
-    serde_json::to_vec(&Stub(v)).unwrap_or_default().into()
+pub(super) fn stub_vec(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(&Stub(v)).unwrap_or_default()
 }
 
 /// What [`stub_of`] and [`stub_json`] write: one definition of a stub.
@@ -185,7 +196,7 @@ mod tests {
             json!({"metadata": "odd"}),
             json!({"kind": "NoMetadata"}),
         ] {
-            let stored: Value = serde_json::from_slice(&stub_json(&v)).unwrap();
+            let stored: Value = serde_json::from_slice(&stub_vec(&v)).unwrap();
             assert_eq!(stored, stub_of(&v), "{v}");
         }
         assert_eq!(

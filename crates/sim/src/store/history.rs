@@ -199,10 +199,14 @@ impl History {
         Ok(())
     }
 
-    pub(super) fn push(&mut self, ev: Arc<Event>) {
+    /// Keeps `ev`. Returns the events that left the live ring: dropping one frees its decoded
+    /// objects, which the caller does once it no longer holds the store's lock.
+    #[must_use = "drop the retired events outside the store's lock"]
+    pub(super) fn push(&mut self, ev: Arc<Event>) -> Vec<Arc<Event>> {
         self.kept.push_back(Kept::Live(ev));
+        let mut retired = Vec::new();
         while self.kept.len() - self.live_from > self.live {
-            self.pack_oldest_live();
+            retired.extend(self.pack_oldest_live());
         }
         while self.kept.len() > self.limit
             || (self.packed_bytes > self.byte_limit && self.live_from > 0)
@@ -220,13 +224,15 @@ impl History {
                 self.newest.remove(old.key());
             }
         }
+        retired
     }
 
-    fn pack_oldest_live(&mut self) {
+    /// Packs the oldest live event; returns it.
+    fn pack_oldest_live(&mut self) -> Option<Arc<Event>> {
         let i = self.live_from;
         let Some(Kept::Live(e)) = self.kept.get(i) else {
             self.live_from += 1;
-            return;
+            return None;
         };
         let e = e.clone();
         let mut bytes = 0;
@@ -268,6 +274,7 @@ impl History {
         self.packed_bytes += bytes;
         self.kept[i] = kept;
         self.live_from += 1;
+        Some(e)
     }
 
     /// The kept events newer than `rv`, oldest first.
@@ -335,7 +342,7 @@ mod tests {
                 prev_json: out.last().map(|e| e.json()),
                 encoded: Default::default(),
             });
-            h.push(ev.clone());
+            let _retired = h.push(ev.clone());
             out.push(ev);
         }
         out

@@ -12,6 +12,7 @@ mod listed;
 pub mod memory;
 mod rings;
 pub mod sqlite;
+mod staged;
 mod stats;
 
 use history::History;
@@ -38,6 +39,31 @@ pub enum Mutation {
     Delete(Value),
     /// Change nothing; answer with the current object.
     Unchanged,
+}
+
+/// What a commit stores: a decision as made, or a Put already encoded (see `staged`).
+enum Staged {
+    Plain(Mutation),
+    Ready(Box<staged::Ready>),
+}
+
+impl From<Mutation> for Staged {
+    fn from(m: Mutation) -> Self {
+        Staged::Plain(m)
+    }
+}
+
+impl Staged {
+    /// Encodes a Put now; anything else stays as it is.
+    fn prepare(m: Mutation) -> Self {
+        match m {
+            Mutation::Put(obj) => match staged::Ready::new(obj) {
+                Ok(r) => Staged::Ready(Box::new(r)),
+                Err(obj) => Staged::Plain(Mutation::Put(obj)),
+            },
+            other => Staged::Plain(other),
+        }
+    }
 }
 
 /// etcd's default `--max-request-bytes` (1.5 MiB): the largest object that can be stored.
@@ -308,7 +334,37 @@ impl Store {
         key: &ObjKey,
         f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Mutation, E>,
     ) -> Result<Option<Stored>, E> {
-        self.commit(key, |e| e.and_then(Entry::value), f)
+        self.commit(
+            key,
+            |e| e.and_then(Entry::value),
+            |cur, rv| f(cur, rv).map(Staged::from),
+        )
+    }
+
+    /// Stores `obj` as a new object, or answers `exists()` where `key` is taken. The object
+    /// is encoded before the store's lock is taken (see `staged`).
+    pub fn create<E: From<StoreError>>(
+        &self,
+        key: &ObjKey,
+        obj: Value,
+        exists: impl FnOnce() -> E,
+    ) -> Result<Option<Stored>, E> {
+        let staged = Staged::prepare(Mutation::Put(obj));
+        let taken = std::cell::Cell::new(false);
+        self.commit(
+            key,
+            |e| {
+                taken.set(e.is_some());
+                None
+            },
+            |_, _| {
+                if taken.get() {
+                    Err(exists())
+                } else {
+                    Ok(staged)
+                }
+            },
+        )
     }
 
     /// [`Store::mutate`], with the current object as `current` makes it from the stored
@@ -317,40 +373,54 @@ impl Store {
         &self,
         key: &ObjKey,
         current: impl FnOnce(Option<&Entry>) -> Option<Arc<Value>>,
-        f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Mutation, E>,
+        f: impl FnOnce(Option<&Arc<Value>>, u64) -> Result<Staged, E>,
     ) -> Result<Option<Stored>, E> {
         let mut inner = self.lock();
         let k = (key.namespace.clone(), key.name.clone());
         let entry = inner.objects.get(&key.gr).and_then(|b| b.get(&k)).cloned();
         let current = current(entry.as_ref());
         let next = inner.rv + 1;
+        let put = |obj: Value, json: Arc<[u8]>, stub: Option<Arc<[u8]>>| {
+            let obj = Arc::new(obj);
+            let kind = if entry.is_some() {
+                EventType::Modified
+            } else {
+                EventType::Added
+            };
+            let stored = match stub {
+                Some(stub) => Entry::with_stub(&key.gr, next, &obj, json.clone(), stub),
+                None => Entry::new(&key.gr, next, &obj, json.clone()),
+            };
+            (kind, Some(stored), obj, json)
+        };
+        let too_large = |size: usize| StoreError::TooLarge {
+            size,
+            limit: MAX_OBJECT_BYTES,
+        };
         let (kind, stored, event_obj, json) = match f(current.as_ref(), next)? {
-            Mutation::Unchanged => {
+            Staged::Plain(Mutation::Unchanged) => {
                 return Ok(current
                     .zip(entry.map(|e| e.json))
                     .map(|(object, json)| Stored { object, json }));
             }
-            Mutation::Put(mut obj) => {
+            Staged::Ready(r) => {
+                if r.len() > MAX_OBJECT_BYTES {
+                    return Err(too_large(r.len()).into());
+                }
+                let (obj, json, stub) = r.finish(next);
+                inner.backend.put(key, &json, next)?;
+                put(obj, json, Some(stub))
+            }
+            Staged::Plain(Mutation::Put(mut obj)) => {
                 set_rv(&mut obj, next);
                 let json = entry::encode(&obj);
                 if json.len() > MAX_OBJECT_BYTES {
-                    return Err(StoreError::TooLarge {
-                        size: json.len(),
-                        limit: MAX_OBJECT_BYTES,
-                    }
-                    .into());
+                    return Err(too_large(json.len()).into());
                 }
                 inner.backend.put(key, &json, next)?;
-                let obj = Arc::new(obj);
-                let kind = if entry.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                };
-                let stored = Entry::new(&key.gr, next, &obj, json.clone());
-                (kind, Some(stored), obj, json)
+                put(obj, json, None)
             }
-            Mutation::Delete(mut obj) => {
+            Staged::Plain(Mutation::Delete(mut obj)) => {
                 set_rv(&mut obj, next);
                 inner.backend.delete(key, next)?;
                 let json = entry::encode(&obj);
@@ -392,7 +462,7 @@ impl Store {
             },
             encoded: json.clone().into(),
         });
-        inner.history.push(event.clone());
+        let retired = inner.history.push(event.clone());
         if let Some(n) = inner.named.get_mut(&key.gr) {
             n.send(&key.name, &event);
         }
@@ -401,6 +471,10 @@ impl Store {
         }
         // No receivers is fine.
         let _ = self.tx.send(event);
+        // Freeing the retired events' decoded objects is most of a push's work: not under
+        // the lock every writer and watch waits on.
+        drop(inner);
+        drop(retired);
         Ok(Some(Stored {
             object: event_obj,
             json,
@@ -419,7 +493,7 @@ impl Store {
         loop {
             let seen = self.entry(&key.gr, &key.namespace, &key.name);
             let seen_value = seen.as_ref().and_then(Entry::value);
-            let decision = f(seen_value.as_ref())?;
+            let decision = Staged::prepare(f(seen_value.as_ref())?);
             let stale = std::cell::Cell::new(false);
             let out = self.commit(
                 key,
@@ -431,7 +505,7 @@ impl Store {
                 },
                 |_, _| {
                     Ok(if stale.get() {
-                        Mutation::Unchanged
+                        Staged::Plain(Mutation::Unchanged)
                     } else {
                         decision
                     })

@@ -88,7 +88,7 @@ impl ApiServer {
                     }
                     let merged = ssa::apply(Some(cur), &applied, &writer, force, &lk)?;
                     let mf = merged.pointer("/metadata/managedFields").cloned();
-                    let mut m = self.prepare_update(t, cur, merged, sub, None, checks)?;
+                    let mut m = self.prepare_update(t, cur, merged, sub, None, None, checks)?;
                     if let Mutation::Put(obj) | Mutation::Delete(obj) = &mut m {
                         match mf {
                             Some(mf) => obj["metadata"]["managedFields"] = mf,

@@ -202,6 +202,68 @@ mod tests {
     use crate::store::Store;
 
     #[test]
+    fn a_patch_changes_what_it_names_and_a_status_patch_the_status_only() {
+        use crate::apiserver::patch::PatchType;
+        let srv = ApiServer::new(Store::memory(100), None);
+        let t = srv.target("", "v1", "pods", "default").unwrap();
+        let pod = json!({"metadata": {"name": "p", "labels": {"a": "1"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        srv.create(&t, pod, "test").unwrap();
+        let patch = |sub: &str, kind: PatchType, body: Value| {
+            let body = body.to_string().into_bytes();
+            srv.patch(&t, "p", sub, kind, &body, Some("m"), false)
+                .unwrap()
+                .0
+        };
+        let rv = |v: &Value| v["metadata"]["resourceVersion"].clone();
+        // A status patch that also names the spec and the labels changes the status only.
+        let body = json!({"metadata": {"labels": {"a": "2"}},
+            "spec": {"containers": [{"name": "c", "image": "other"}]},
+            "status": {"phase": "Running"}});
+        for kind in [PatchType::Merge, PatchType::Strategic] {
+            let out = patch("status", kind, body.clone());
+            assert_eq!(out["status"]["phase"], "Running");
+            assert_eq!(out["spec"]["containers"][0]["image"], "busybox");
+            assert_eq!(out["metadata"]["labels"]["a"], "1");
+            assert_eq!(out["metadata"]["generation"], 1);
+        }
+        // The same status again stores nothing.
+        let before = srv.get(&t, "p").unwrap();
+        let again = patch(
+            "status",
+            PatchType::Merge,
+            json!({"status": {"phase": "Running"}}),
+        );
+        assert_eq!(rv(&again), rv(&before));
+        // A patch of the labels leaves the spec, the status and the generation.
+        let out = patch(
+            "",
+            PatchType::Merge,
+            json!({"metadata": {"labels": {"b": "x"}}}),
+        );
+        assert_eq!(out["metadata"]["labels"], json!({"a": "1", "b": "x"}));
+        assert_eq!(out["status"]["phase"], "Running");
+        assert_eq!(out["metadata"]["generation"], 1);
+        // The main resource ignores the status it names; a spec change bumps the generation.
+        let out = patch(
+            "",
+            PatchType::Merge,
+            json!({"spec": {"activeDeadlineSeconds": 5}, "status": {"phase": "Failed"}}),
+        );
+        assert_eq!(out["spec"]["activeDeadlineSeconds"], 5);
+        assert_eq!(out["status"]["phase"], "Running");
+        assert_eq!(out["metadata"]["generation"], 2);
+        // A directive at the top is followed, whatever the keys say.
+        let out = patch(
+            "",
+            PatchType::Strategic,
+            json!({"$patch": "replace", "metadata": {"name": "p", "labels": {"c": "y"}},
+                   "spec": {"containers": [{"name": "c", "image": "busybox"}], "activeDeadlineSeconds": 5}}),
+        );
+        assert_eq!(out["metadata"]["labels"], json!({"c": "y"}));
+    }
+
+    #[test]
     fn a_shared_list_writes_the_same_bytes_as_the_copied_one() {
         let srv = ApiServer::new(Store::memory(100), None);
         let t = srv.target("", "v1", "pods", "default").unwrap();

@@ -2,7 +2,7 @@
 //! the stored object (immutable fields, status subresource, generation), the checks.
 
 use super::super::deletion::finish;
-use super::super::meta::{now, same_content};
+use super::super::meta::{now, same_content_except};
 use super::super::patch::apply as ssa;
 use super::super::patch::track::track_update;
 use super::super::schema::Checks;
@@ -131,6 +131,9 @@ impl ApiServer {
     }
 
     /// Builds the stored object of an update of `cur` to `new` (main resource or status).
+    /// `touched`, where known: the only top-level fields in which `new` may differ from `cur`
+    /// (a patch's), so the others are not compared.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn prepare_update(
         &self,
         t: &Target,
@@ -138,8 +141,14 @@ impl ApiServer {
         mut new: Value,
         sub: &str,
         manager: Option<&str>,
+        touched: Option<&[String]>,
         checks: &mut Checks,
     ) -> Result<Mutation, ApiError> {
+        // The type fields are set by the server on every write (a custom resource's version
+        // may change with the request's): never taken as untouched.
+        let untouched = |k: &str| {
+            k != "apiVersion" && k != "kind" && touched.is_some_and(|t| !t.iter().any(|x| x == k))
+        };
         let info = &t.info;
         let name = meta_str(cur, "name").unwrap_or_default().to_string();
         if !new.is_object() {
@@ -176,7 +185,7 @@ impl ApiServer {
             if let (Some(m), Some(c)) = (new.as_object_mut(), cur.as_object()) {
                 m.retain(|k, _| k == "status" || c.contains_key(k));
                 for (k, v) in c {
-                    if k != "status" && m.get(k) != Some(v) {
+                    if k != "status" && !untouched(k) && m.get(k) != Some(v) {
                         m.insert(k.clone(), v.clone());
                     }
                 }
@@ -264,8 +273,11 @@ impl ApiServer {
             }
             new
         };
-        self.check_object(t, &mut out, Some(cur), checks)?;
-        if spec_changed(info, cur, &out) {
+        // After a status write every other top-level field is the stored one; after a patch,
+        // every field it did not name.
+        let settled = |k: &str| (sub == "status" && k != "status") || untouched(k);
+        self.check_object(t, &mut out, Some((cur, &settled)), checks)?;
+        if sub != "status" && spec_changed(info, cur, &out) {
             let g = cur
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -283,7 +295,8 @@ impl ApiServer {
             };
             track_update(Some(cur), &mut out, &writer, &lk);
         }
-        if same_content(cur, &out) {
+        // The metadata is compared: the ownership just recorded is part of the change.
+        if same_content_except(cur, &out, &|k| k != "metadata" && settled(k)) {
             return Ok(Mutation::Unchanged);
         }
         Ok(finish(out))

@@ -34,13 +34,8 @@ impl ApiServer {
         let obj = self.prepare_create(t, body, manager, checks)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = t.key(&name);
-        let out = self.store.mutate(&key, |cur, _| match cur {
-            Some(_) => Err(ApiError::already_exists(
-                &t.info.plural,
-                &t.info.group,
-                &name,
-            )),
-            None => Ok(Mutation::Put(obj)),
+        let out = self.store.create(&key, obj, || {
+            ApiError::already_exists(&t.info.plural, &t.info.group, &name)
         })?;
         self.after_write(t);
         match out {
@@ -80,7 +75,9 @@ impl ApiServer {
         }
         let out = self.guaranteed_write(&t.key(name), checks, |cur, checks| match cur {
             None => Err(t.not_found(name)),
-            Some(cur) => self.prepare_update(t, cur, body.clone(), sub, Some(manager), checks),
+            Some(cur) => {
+                self.prepare_update(t, cur, body.clone(), sub, Some(manager), None, checks)
+            }
         })?;
         self.after_write(t);
         Ok(t.served(out))
@@ -128,6 +125,7 @@ impl ApiServer {
         if kind == PatchType::Apply {
             return self.server_side_apply(t, name, sub, body, manager, force, &what, checks);
         }
+        let touched = patch::top_level_fields(kind, body);
         let out = self.guaranteed_write(&t.key(name), checks, |cur, checks| {
             let Some(cur) = cur else {
                 return Err(t.not_found(name));
@@ -142,7 +140,8 @@ impl ApiServer {
                 )));
             }
             let manager = manager.unwrap_or("unknown");
-            self.prepare_update(t, cur, patched, sub, Some(manager), checks)
+            let touched = touched.as_deref();
+            self.prepare_update(t, cur, patched, sub, Some(manager), touched, checks)
         })?;
         self.after_write(t);
         Ok((t.served(out), false))

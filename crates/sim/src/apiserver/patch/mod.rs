@@ -28,6 +28,19 @@ impl PatchType {
     }
 }
 
+/// The top-level fields a merge or strategic patch sets or removes: every other field of
+/// the patched object is the current object's, unchanged. `None` where that is not known
+/// from the keys alone (a JSON patch, a directive such as `$patch`, a body not an object).
+pub fn top_level_fields(kind: PatchType, body: &[u8]) -> Option<Vec<String>> {
+    if !matches!(kind, PatchType::Merge | PatchType::Strategic) {
+        return None;
+    }
+    let keys: serde_json::Map<String, Value> = serde_json::from_slice(body).ok()?;
+    keys.keys()
+        .map(|k| (!k.starts_with('$')).then(|| k.clone()))
+        .collect()
+}
+
 /// Applies a JSON (RFC 6902) or merge (RFC 7386) or strategic patch to `current`.
 /// Server-side apply is handled by the caller (it needs ownership data).
 pub fn apply_simple(
@@ -68,5 +81,30 @@ pub fn apply_simple(
         PatchType::Apply => Err(ApiError::internal(
             "server-side apply is not a simple patch",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_names_its_top_level_fields_unless_it_has_a_directive_there() {
+        let keys = |kind, body: &str| top_level_fields(kind, body.as_bytes());
+        let named = Some(vec!["metadata".to_string(), "status".to_string()]);
+        let body = r#"{"metadata": {"labels": {"a": null}}, "status": {"phase": "Running"}}"#;
+        assert_eq!(keys(PatchType::Merge, body), named);
+        assert_eq!(keys(PatchType::Strategic, body), named);
+        let directive = r#"{"$setElementOrder/conditions": [], "status": {}}"#;
+        assert_eq!(keys(PatchType::Strategic, directive), None);
+        assert_eq!(
+            keys(
+                PatchType::Json,
+                r#"[{"op": "add", "path": "/spec/x", "value": 1}]"#
+            ),
+            None
+        );
+        assert_eq!(keys(PatchType::Merge, "[1]"), None);
+        assert_eq!(keys(PatchType::Merge, "not json"), None);
     }
 }

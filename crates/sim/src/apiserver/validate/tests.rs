@@ -66,27 +66,40 @@ fn an_update_decodes_what_changed_and_the_metadata() {
     let mut new = before.clone();
     new["status"] = json!({"phase": "Running"});
     assert_eq!(
-        changed_part(&pods, &new, &before),
+        changed_part(&pods, &new, &before, &|_| false),
         Some(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "status": {"phase": "Running"}})
         )
     );
     // A bad status is found; a bad label too, though the rest is unchanged.
-    let mut bad = before.clone();
-    bad["status"] = json!({"phase": 3});
-    assert!(builtin(&pods, "v1", &mut bad, Some(&before), |_, _| Ok(())).is_err());
-    let mut bad = before.clone();
-    bad["metadata"]["labels"] = json!({"tier": 1});
-    assert!(builtin(&pods, "v1", &mut bad, Some(&before), |_, _| Ok(())).is_err());
+    let refused = |field: &str, value: Value| {
+        let mut bad = before.clone();
+        bad[field] = value;
+        let settled: Settled<'_> = &|_| false;
+        builtin(&pods, "v1", &mut bad, Some((&before, settled)), |_, _| {
+            Ok(())
+        })
+        .is_err()
+    };
+    assert!(refused("status", json!({"phase": 3})));
+    let mut meta = before["metadata"].clone();
+    meta["labels"] = json!({"tier": 1});
+    assert!(refused("metadata", meta));
     // An unknown field in the changed part is still reported.
     let mut extra = new.clone();
     extra["status"]["bogus"] = json!(1);
     let mut seen = Vec::new();
-    builtin(&pods, "v1", &mut extra, Some(&before), |u, _| {
-        seen = u.iter().map(ToString::to_string).collect();
-        Ok(())
-    })
+    builtin(
+        &pods,
+        "v1",
+        &mut extra,
+        Some((&before, &|_: &str| false)),
+        |u, _| {
+            seen = u.iter().map(ToString::to_string).collect();
+            Ok(())
+        },
+    )
     .expect("valid apart from the unknown field");
     assert_eq!(seen, ["status.bogus"]);
 }

@@ -34,7 +34,7 @@ use super::pod_ref::PodRef;
 
 pub use ctx::PodEnv;
 pub use handle::PodHandle;
-pub use status::{CState, InitStatus, StatusView, status_patch};
+pub use status::{CState, Containers, InitStatus, Named, StatusView, status_patch};
 
 fn pod_ref(pod: &Pod) -> Option<PodRef> {
     Some(PodRef {
