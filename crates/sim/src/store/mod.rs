@@ -404,8 +404,9 @@ impl Store {
                     .map(|(object, json)| Stored { object, json }));
             }
             Staged::Ready(r) => {
-                if r.len() > MAX_OBJECT_BYTES {
-                    return Err(too_large(r.len()).into());
+                let size = r.len_at(next);
+                if size > MAX_OBJECT_BYTES {
+                    return Err(too_large(size).into());
                 }
                 let (obj, json, stub) = r.finish(next);
                 inner.backend.put(key, &json, next)?;

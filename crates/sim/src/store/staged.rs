@@ -46,9 +46,9 @@ impl Ready {
         (obj, self.json.with(&v), self.stub.with(&v))
     }
 
-    /// The encoded object's size, as stored (the version's digits aside).
-    pub(super) fn len(&self) -> usize {
-        self.json.bytes.len() - STAND_IN_JSON.len()
+    /// The encoded object's size as stored at resourceVersion `rv`.
+    pub(super) fn len_at(&self, rv: u64) -> usize {
+        self.json.bytes.len() - STAND_IN_JSON.len() + rv.to_string().len() + 2
     }
 }
 
@@ -99,7 +99,10 @@ mod tests {
             "metadata": {"name": "p", "resourceVersion": "7", "labels": {"a": "b"},
                          "managedFields": [{"manager": "m"}]},
             "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}});
-        let (obj, json, stub) = ready(v.clone()).ok().unwrap().finish(1234);
+        let r = ready(v.clone()).ok().unwrap();
+        let len = r.len_at(1234);
+        let (obj, json, stub) = r.finish(1234);
+        assert_eq!(json.len(), len);
         let mut want = v;
         want["metadata"]["resourceVersion"] = json!("1234");
         assert_eq!(obj, want);
