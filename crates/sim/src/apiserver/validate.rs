@@ -467,7 +467,7 @@ fn changed_part(
     info: &ResourceInfo,
     obj: &Value,
     before: &Value,
-    settled: &dyn Fn(&str) -> bool,
+    settled: Settled<'_>,
 ) -> Option<Value> {
     if !decodes_in_parts(info) {
         return None;

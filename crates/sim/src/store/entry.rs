@@ -119,7 +119,7 @@ pub(super) fn stub_vec(v: &Value) -> Vec<u8> {
     serde_json::to_vec(&Stub(v)).unwrap_or_default()
 }
 
-/// What [`stub_of`] and [`stub_json`] write: one definition of a stub.
+/// What [`stub_of`] and [`stub_vec`] write: one definition of a stub.
 struct Stub<'a>(&'a Value);
 
 #[derive(serde::Serialize)]

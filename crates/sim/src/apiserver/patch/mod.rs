@@ -5,7 +5,9 @@ pub mod strategic;
 pub mod track;
 
 use super::status::ApiError;
+use serde::de::IgnoredAny;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchType {
@@ -35,9 +37,10 @@ pub fn top_level_fields(kind: PatchType, body: &[u8]) -> Option<Vec<String>> {
     if !matches!(kind, PatchType::Merge | PatchType::Strategic) {
         return None;
     }
-    let keys: serde_json::Map<String, Value> = serde_json::from_slice(body).ok()?;
-    keys.keys()
-        .map(|k| (!k.starts_with('$')).then(|| k.clone()))
+    // The keys only: the values are skipped, not decoded (the patch itself decodes them).
+    let keys: BTreeMap<String, IgnoredAny> = serde_json::from_slice(body).ok()?;
+    keys.into_keys()
+        .map(|k| (!k.starts_with('$')).then_some(k))
         .collect()
 }
 
