@@ -116,20 +116,7 @@ pub fn parse<A: clap::Args + FromArgMatches + 'static>(
         A::augment_args(GlobalArgs::augment_args(cmd))
     };
     let (reference, no_env) = &*built::<A>(bin, base);
-    // Which options are on the command line (errors are found by the full parse below).
-    let given: BTreeSet<String> = no_env
-        .clone()
-        .ignore_errors(true)
-        .try_get_matches_from(argv)
-        .map(|m| {
-            reference
-                .get_arguments()
-                .map(|a| a.get_id().as_str())
-                .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let given = given::<A>(bin, argv, reference, no_env);
     let mut full = argv.to_vec();
     let mut flags_from_env: BTreeMap<String, String> = BTreeMap::new();
     for a in reference.get_arguments() {
@@ -165,6 +152,47 @@ pub fn parse<A: clap::Args + FromArgMatches + 'static>(
     };
     let matches = cmd.try_get_matches_from(&full)?;
     A::from_arg_matches(&matches).map_err(|e| e.format(&mut base()))
+}
+
+/// Which options are on the command line `argv` (errors are found by the full parse). Kept
+/// per argument type and command line: every node's pod of one DaemonSet has the same
+/// `args` (what differs, the node's name, comes from the env), so the simulated kubelets
+/// parse a few dozen distinct command lines thousands of times.
+fn given<A: 'static>(
+    bin: &str,
+    argv: &[String],
+    reference: &Command,
+    no_env: &Command,
+) -> Arc<BTreeSet<String>> {
+    type Cache = HashMap<(TypeId, String, Vec<String>), Arc<BTreeSet<String>>>;
+    /// Distinct command lines kept; past that the cache starts over (bounded memory).
+    const KEPT: usize = 256;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let key = (TypeId::of::<A>(), bin.to_string(), argv.to_vec());
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(g) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return g.clone();
+    }
+    let given: BTreeSet<String> = no_env
+        .clone()
+        .ignore_errors(true)
+        .try_get_matches_from(argv)
+        .map(|m| {
+            reference
+                .get_arguments()
+                .map(|a| a.get_id().as_str())
+                .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let given = Arc::new(given);
+    let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if c.len() >= KEPT {
+        c.clear();
+    }
+    c.insert(key, given.clone());
+    given
 }
 
 /// An agent's commands, built once per process and argument type: with its env names (to
@@ -248,6 +276,28 @@ mod tests {
         // --help exits 0 with the help text.
         let e = parse::<T>("t", &argv(&["--help"]), &BTreeMap::new()).unwrap_err();
         assert_eq!(e.exit_code(), 0);
+    }
+
+    #[test]
+    fn one_command_line_parsed_again_reads_each_containers_env() {
+        // The second parse of a command line finds what is on it kept; the env still differs.
+        let line = argv(&["--list", "a"]);
+        for (name, on) in [("n1", "true"), ("n2", "false"), ("n3", "true")] {
+            let e = env(&[("T_NAME", name), ("T_ON", on), ("T_LIST", "ignored")]);
+            let t: T = parse("t-again", &line, &e).unwrap();
+            assert_eq!(t.name.as_deref(), Some(name));
+            assert_eq!(t.on, on == "true");
+            assert_eq!(t.list, ["a"], "the flag beats the env every time");
+        }
+        // Another command line of the same type is not taken for the first.
+        let t: T = parse(
+            "t-again",
+            &argv(&["--name", "flag"]),
+            &env(&[("T_NAME", "e")]),
+        )
+        .unwrap();
+        assert_eq!(t.name.as_deref(), Some("flag"));
+        assert!(t.list.is_empty());
     }
 
     #[test]

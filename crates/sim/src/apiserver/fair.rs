@@ -2,9 +2,9 @@
 //! its own queue, and a freed turn goes to the next client with one waiting (round robin), as
 //! kube-apiserver's API Priority and Fairness queues requests per flow. A client with
 //! thousands of writes queued (a process of simulated kubelets patching pod status) then does
-//! not starve one with a few (the DaemonSet controller creating the pods they wait for), a
-//! waiting write holds only its request's bytes, and the writes' blocking threads are bounded
-//! (tokio's pool grows to 512).
+//! not starve one with a few (the DaemonSet controller creating the pods they wait for), and
+//! a waiting write holds only its request's bytes. Admitted writes run on the server's write
+//! threads ([`super::writers`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

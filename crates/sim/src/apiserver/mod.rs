@@ -37,6 +37,7 @@ pub mod target;
 pub mod validate;
 pub mod watch;
 pub mod webhooks;
+pub mod writers;
 
 use crate::store::Store;
 use axum::extract::{Request, State};
@@ -62,6 +63,7 @@ impl ApiServer {
             watches: watch::state::WatchCounts::default(),
             requests: requests::RequestCounts::default(),
             writers: fair::FairGate::new(server::WRITERS),
+            write_threads: writers::WriteThreads::for_this_machine(),
         });
         srv.refresh_crds();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {

@@ -387,16 +387,18 @@ async fn resource(
             }
             let _turn = srv.writers.turn(flow).await;
             let worker = srv.clone();
-            tokio::task::spawn_blocking(move || {
-                let t0 = requests::thread_cpu_ns();
-                let (m, named, plural) = (method.clone(), p.name.is_some(), t.info.plural.clone());
-                let out = write(&worker, method, t, p, &sub, &q, &headers, &body);
-                let ns = requests::thread_cpu_ns().saturating_sub(t0);
-                worker.requests.record_cpu(&m, named, &plural, &sub, ns);
-                out
-            })
-            .await
-            .map_err(|e| ApiError::internal(format!("the request's worker failed: {e}")))?
+            srv.write_threads
+                .run(move || {
+                    let t0 = requests::thread_cpu_ns();
+                    let (m, named, plural) =
+                        (method.clone(), p.name.is_some(), t.info.plural.clone());
+                    let out = write(&worker, method, t, p, &sub, &q, &headers, &body);
+                    let ns = requests::thread_cpu_ns().saturating_sub(t0);
+                    worker.requests.record_cpu(&m, named, &plural, &sub, ns);
+                    out
+                })
+                .await
+                .map_err(|e| ApiError::internal(format!("the request's write failed: {}", e.0)))?
         }
     }
 }

@@ -349,12 +349,14 @@ async fn start_inner(
         nodes: node_store,
         events: gantry_runtime::events::Recorder::new(client.clone(), "kubelet", "kubelet"),
     };
+    for node in nodes.values() {
+        tasks.push(tokio::spawn(watch_pods(
+            client.clone(),
+            node.clone(),
+            env.clone(),
+        )));
+    }
     let nodes_arc = Arc::new(nodes);
-    tasks.push(tokio::spawn(watch_pods(
-        client.clone(),
-        nodes_arc.clone(),
-        env,
-    )));
     let control = control::serve(root, nodes_arc).await?;
     cluster.tasks.push(control);
     Ok(cluster)
@@ -377,55 +379,55 @@ fn own_node_event(
     })
 }
 
-/// One watch over all pods, routed to the kubelet of `spec.nodeName`. A pod is decoded only
-/// for a node of this process ([`routed::RoutedPod`]), and as [`Lenient`], so one stored pod
-/// that does not decode (written before the API server checked it) neither fails the relist
-/// nor is lost: its kubelet still finishes its deletion.
-async fn watch_pods(
-    client: kube::Client,
-    nodes: Arc<BTreeMap<String, Arc<NodeShared>>>,
-    env: PodEnv,
-) {
+/// The pods bound to `node`, watched as upstream's kubelet watches them
+/// (`fieldSelector=spec.nodeName=<node>`, which the API server indexes): one watch over all
+/// pods made every process of a large cluster receive, and read, every pod event. A running
+/// pod's later versions are not decoded ([`routed::RoutedPod`]), and a pod is read as
+/// [`Lenient`], so one stored pod that does not decode (written before the API server
+/// checked it) neither fails the relist nor is lost: its kubelet still finishes its deletion.
+async fn watch_pods(client: kube::Client, node: Arc<NodeShared>, env: PodEnv) {
     let api: Api<routed::RoutedPod> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={}", node.name));
+    let mut stream = watcher(api, config).boxed();
     let mut seen_in_init: HashSet<String> = HashSet::new();
-    let node_of = |p: &routed::RoutedPod| p.node().and_then(|n| nodes.get(n).cloned());
+    // The server filters; a pod that names another node (never sent) is not run here.
+    let ours = |p: &routed::RoutedPod| p.node() == Some(node.name.as_str());
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
-                let Some(n) = node_of(&p) else { continue };
+                if !ours(&p) {
+                    continue;
+                }
                 if let Some(uid) = &p.meta().uid {
                     seen_in_init.insert(uid.clone());
                 }
                 // A pod already running here is followed by its deletion only: not decoded.
-                if pods::on_running_pod(&n, p.latest()) {
+                if pods::on_running_pod(&node, p.latest()) {
                     continue;
                 }
                 match p.decode() {
-                    Lenient::Decoded(p) => pods::on_pod(&n, &env, p),
+                    Lenient::Decoded(p) => pods::on_pod(&node, &env, p),
                     Lenient::Undecodable { meta, error, .. } => {
-                        pods::on_undecodable(&n, &env, &meta, &error)
+                        pods::on_undecodable(&node, &env, &meta, &error)
                     }
                 }
             }
             Ok(watcher::Event::Delete(p)) => {
-                if let (Some(n), Some(uid)) = (node_of(&p), &p.meta().uid) {
-                    pods::on_pod_deleted(&n, uid);
+                if let Some(uid) = p.meta().uid.as_ref().filter(|_| ours(&p)) {
+                    pods::on_pod_deleted(&node, uid);
                 }
             }
             Ok(watcher::Event::Init) => seen_in_init.clear(),
             Ok(watcher::Event::InitDone) => {
                 // After a re-list, pods we run that no longer exist were deleted meanwhile.
-                for n in nodes.values() {
-                    for uid in pods::known_pods(n) {
-                        if !seen_in_init.contains(&uid) {
-                            pods::on_pod_deleted(n, &uid);
-                        }
+                for uid in pods::known_pods(&node) {
+                    if !seen_in_init.contains(&uid) {
+                        pods::on_pod_deleted(&node, &uid);
                     }
                 }
             }
             Err(e) => {
-                tracing::debug!(error = %e, "pod watch error (the watcher retries)");
+                tracing::debug!(node = %node.name, error = %e, "pod watch error (the watcher retries)");
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             }
         }

@@ -1,7 +1,8 @@
-//! A pod as the nodes' shared watch first reads it: its text, who it is and the node it is
-//! bound to. Decoding the whole pod is most of what a watch costs a kubelet; where one
-//! process runs a share of the nodes (`gantry sim kubelets`, `--kubelet-processes`), most
-//! pods are bound to another process's nodes, and those are never decoded here.
+//! A pod or Node as a kubelet's watch first reads it: its text, who it is and (a pod) the
+//! node it is bound to. Decoding the whole object is most of what a watch costs a kubelet: a
+//! pod is decoded once, when it arrives (its later versions are read for their deletion
+//! only), and of the Nodes, which every process of a large cluster watches together
+//! (`gantry sim kubelets`, `--kubelet-processes`), only the process's own.
 
 use gantry_api::lenient::Lenient;
 use k8s_openapi::api::core::v1::{Node, Pod};
