@@ -194,6 +194,10 @@ pub const ANNOTATION_SIM_EXIT_CODE: &str = "sim.gantry.dev/exit-code";
 /// Sim: where an in-process operand (exporter, validator metrics) serves its metrics on this
 /// host (`127.0.0.1:PORT`); the sim kubelet's runner publishes it on the operand's pod.
 pub const ANNOTATION_SIM_METRICS_ADDRESS: &str = "sim.gantry.dev/metrics-address";
+/// Sim: the Node label naming the process of simulated kubelets that runs the node, on the
+/// nodes of a cluster split over processes (`gantry sim kubelets --share I/N`: `I-of-N`). Each
+/// process watches the Nodes that carry its value, so the server sends it its own.
+pub const LABEL_SIM_KUBELETS: &str = "sim.gantry.dev/kubelets";
 /// Sim: prefix of the pod annotations that say where an in-process component serves one of
 /// its container ports on this host: `sim.gantry.dev/port-9443: 127.0.0.1:40123`. Service
 /// routing (the API server calling a webhook's Service) reads them as the pod's endpoints.

@@ -211,10 +211,16 @@ async fn run_kubelets_inner(
         .await
         .map_err(|e| other(&e))?;
     let client = gantry_sim::client::http2_client(config)?;
-    let plan: Vec<_> = nodes::plan(spec)?
+    let mut plan: Vec<_> = nodes::plan(spec)?
         .into_iter()
         .filter(|p| p.seed as usize % of.max(1) == share)
         .collect();
+    // The share's nodes say so: this process then watches only its own Nodes.
+    let ours = format!("{share}-of-{of}");
+    for p in &mut plan {
+        p.labels
+            .insert(gantry_api::names::LABEL_SIM_KUBELETS.into(), ours.clone());
+    }
     Ok(start(client, dir, plan, default_registry()).await?)
 }
 

@@ -328,17 +328,20 @@ async fn start_inner(
         tasks.push(tokio::spawn(node_sync::run(node.clone(), client.clone())));
     }
     // This process's nodes only: one share of a large cluster need not hold every Node, nor
-    // decode the others' ([`routed::RoutedNode`]).
+    // decode the others' ([`routed::RoutedNode`]). Where the nodes carry their process's
+    // label, the server sends only ours; the names still pick them (a label can be edited).
     let (node_store, node_writer) = reflector::store();
     let own: HashSet<String> = nodes.keys().cloned().collect();
+    let node_watch = match process_label(&plan) {
+        Some(v) => watcher::Config::default()
+            .labels(&format!("{}={v}", gantry_api::names::LABEL_SIM_KUBELETS)),
+        None => watcher::Config::default(),
+    };
     tasks.push(tokio::spawn(
         reflector(
             node_writer,
-            watcher(
-                Api::<routed::RoutedNode>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .try_filter_map(move |ev| std::future::ready(Ok(own_node_event(ev, &own)))),
+            watcher(Api::<routed::RoutedNode>::all(client.clone()), node_watch)
+                .try_filter_map(move |ev| std::future::ready(Ok(own_node_event(ev, &own)))),
         )
         .default_backoff()
         .for_each(|_| std::future::ready(())),
@@ -360,6 +363,16 @@ async fn start_inner(
     let control = control::serve(root, nodes_arc).await?;
     cluster.tasks.push(control);
     Ok(cluster)
+}
+
+/// The value of [`gantry_api::names::LABEL_SIM_KUBELETS`] that every planned node carries
+/// (`None`: not every node has the same one, as when one process runs the whole cluster).
+fn process_label(plan: &[NodePlan]) -> Option<&str> {
+    let mut values = plan
+        .iter()
+        .map(|p| p.labels.get(gantry_api::names::LABEL_SIM_KUBELETS));
+    let first = values.next()??;
+    values.all(|v| v == Some(first)).then_some(first.as_str())
 }
 
 /// A Node watch's event as this process's node cache takes it: of its own nodes only,
@@ -458,5 +471,36 @@ impl SimCluster {
             .get(node)
             .ok_or_else(|| ClusterError::NoSuchNode(node.to_string()))?;
         apply_fault(n, fault).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_api::names::LABEL_SIM_KUBELETS;
+
+    #[test]
+    fn a_process_watches_by_its_label_only_when_every_node_carries_it() {
+        let mut plan = crate::nodes::plan("3xL4:1").unwrap();
+        assert_eq!(
+            process_label(&plan),
+            None,
+            "no label: every Node is watched"
+        );
+        for p in &mut plan {
+            p.labels.insert(LABEL_SIM_KUBELETS.into(), "1-of-4".into());
+        }
+        assert_eq!(process_label(&plan), Some("1-of-4"));
+        plan[2]
+            .labels
+            .insert(LABEL_SIM_KUBELETS.into(), "2-of-4".into());
+        assert_eq!(
+            process_label(&plan),
+            None,
+            "two values: every Node is watched"
+        );
+        plan[2].labels.remove(LABEL_SIM_KUBELETS);
+        assert_eq!(process_label(&plan), None, "one node without it");
+        assert_eq!(process_label(&[]), None);
     }
 }
