@@ -33,7 +33,7 @@ impl WriteThreads {
 
     /// Two per core, at least four. At 5,000 simulated nodes on two cores, two threads left
     /// the writes (the run's critical path) too small a share of the CPU beside the kubelet
-    /// processes: 141-179 s to ready against 120-126 s with four and 134 s with eight
+    /// processes: 141-179 s to ready against 120-137 s with four and 134 s with eight
     /// (docs/benchmarks.md, session 16). A write blocked on the disk (the SQLite store)
     /// leaves others running.
     pub fn for_this_machine() -> Self {

@@ -1,5 +1,6 @@
 //! Simulated nodes against a running API server: one kubelet per node (sharing one
-//! `kube::Client` and one pod watch), their GPUs, and the fault-injection control socket.
+//! `kube::Client` and one Node watch, each watching its own pods), their GPUs, and the
+//! fault-injection control socket.
 //!
 //! ```text
 //! let cluster = gantry_sim::cluster::start(client, &data_dir, nodes::plan("2xH100-80GB:8")?, agents).await?;
@@ -276,7 +277,7 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), Clust
         })
 }
 
-/// Start one kubelet per planned node under `root` (`<root>/<node>/…`), the shared pod watch,
+/// Start one kubelet per planned node under `root` (`<root>/<node>/…`), each with its pod watch,
 /// and the control socket `<root>/sim-control.sock`.
 pub fn start<'a>(
     client: kube::Client,
