@@ -164,35 +164,25 @@ fn given<A: 'static>(
     reference: &Command,
     no_env: &Command,
 ) -> Arc<BTreeSet<String>> {
-    type Cache = HashMap<(TypeId, String, Vec<String>), Arc<BTreeSet<String>>>;
+    static CACHE: Cache<(TypeId, String, Vec<String>), BTreeSet<String>> = OnceLock::new();
     /// Distinct command lines kept; past that the cache starts over (bounded memory).
     const KEPT: usize = 256;
-    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
     let key = (TypeId::of::<A>(), bin.to_string(), argv.to_vec());
-    let cache = CACHE.get_or_init(Mutex::default);
-    if let Some(g) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return g.clone();
-    }
-    let given: BTreeSet<String> = no_env
-        .clone()
-        .ignore_errors(true)
-        .try_get_matches_from(argv)
-        .map(|m| {
-            reference
-                .get_arguments()
-                .map(|a| a.get_id().as_str())
-                .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    let given = Arc::new(given);
-    let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if c.len() >= KEPT {
-        c.clear();
-    }
-    c.insert(key, given.clone());
-    given
+    kept(&CACHE, key, KEPT, || {
+        no_env
+            .clone()
+            .ignore_errors(true)
+            .try_get_matches_from(argv)
+            .map(|m| {
+                reference
+                    .get_arguments()
+                    .map(|a| a.get_id().as_str())
+                    .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
 }
 
 /// An agent's commands, built once per process and argument type: with its env names (to
@@ -203,21 +193,42 @@ fn built<A: clap::Args + 'static>(
     bin: &str,
     base: impl Fn() -> Command,
 ) -> Arc<(Command, Command)> {
-    type Cache = HashMap<(TypeId, String), Arc<(Command, Command)>>;
-    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-    let key = (TypeId::of::<A>(), bin.to_string());
-    let cache = CACHE.get_or_init(Mutex::default);
-    if let Some(c) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return c.clone();
+    static CACHE: Cache<(TypeId, String), (Command, Command)> = OnceLock::new();
+    // One entry per agent type and binary name: a handful.
+    kept(
+        &CACHE,
+        (TypeId::of::<A>(), bin.to_string()),
+        usize::MAX,
+        || {
+            let mut no_env = base().mut_args(|a| a.env(None::<&str>));
+            no_env.build();
+            (base(), no_env)
+        },
+    )
+}
+
+/// A process-wide cache of what parsing keeps.
+type Cache<K, V> = OnceLock<Mutex<HashMap<K, Arc<V>>>>;
+
+/// The value kept under `key`, made by `make` (outside the lock) when there is none; past
+/// `bound` entries the cache starts over.
+fn kept<K: Eq + std::hash::Hash, V>(
+    cache: &Cache<K, V>,
+    key: K,
+    bound: usize,
+    make: impl FnOnce() -> V,
+) -> Arc<V> {
+    let cache = cache.get_or_init(Mutex::default);
+    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return v.clone();
     }
-    let mut no_env = base().mut_args(|a| a.env(None::<&str>));
-    no_env.build();
-    let c = Arc::new((base(), no_env));
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, c.clone());
-    c
+    let v = Arc::new(make());
+    let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if c.len() >= bound {
+        c.clear();
+    }
+    c.insert(key, v.clone());
+    v
 }
 
 #[cfg(test)]

@@ -161,8 +161,14 @@ impl serde::Serialize for Meta<'_> {
 
 /// `v` as the compact JSON the store keeps.
 pub(super) fn encode(v: &Value) -> Arc<[u8]> {
+    encode_vec(v).into()
+}
+
+/// [`encode`] as a `Vec` (`staged` writes the resourceVersion into it): one encoding of a
+/// stored object.
+pub(super) fn encode_vec(v: &Value) -> Vec<u8> {
     // Serializing a Value cannot fail (its keys are strings).
-    serde_json::to_vec(v).unwrap_or_default().into()
+    serde_json::to_vec(v).unwrap_or_default()
 }
 
 #[cfg(test)]

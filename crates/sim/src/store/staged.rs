@@ -27,7 +27,7 @@ impl Ready {
             return Err(obj);
         };
         meta.insert("resourceVersion".into(), Value::String(STAND_IN.into()));
-        let json = Spliced::find(serde_json::to_vec(&obj).unwrap_or_default());
+        let json = Spliced::find(super::entry::encode_vec(&obj));
         let stub = Spliced::find(super::entry::stub_vec(&obj));
         match (json, stub) {
             (Some(json), Some(stub)) => Ok(Ready { obj, json, stub }),
@@ -89,32 +89,28 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn ready(v: Value) -> Result<Ready, Value> {
-        Ready::new(v)
-    }
-
     #[test]
     fn a_finished_object_is_what_encoding_it_at_its_version_gives() {
         let v = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "resourceVersion": "7", "labels": {"a": "b"},
                          "managedFields": [{"manager": "m"}]},
             "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}});
-        let r = ready(v.clone()).ok().unwrap();
+        let r = Ready::new(v.clone()).ok().unwrap();
         let len = r.len_at(1234);
         let (obj, json, stub) = r.finish(1234);
         assert_eq!(json.len(), len);
         let mut want = v;
         want["metadata"]["resourceVersion"] = json!("1234");
         assert_eq!(obj, want);
-        assert_eq!(&*json, serde_json::to_vec(&want).unwrap().as_slice());
+        assert_eq!(json, super::super::entry::encode(&want));
         assert_eq!(&*stub, super::super::entry::stub_vec(&want).as_slice());
     }
 
     #[test]
     fn an_object_holding_the_stand_in_or_without_metadata_is_encoded_under_the_lock() {
         let holds = json!({"metadata": {"name": "c"}, "data": {"k": STAND_IN}});
-        assert!(ready(holds).is_err());
-        assert!(ready(json!({"kind": "NoMetadata"})).is_err());
-        assert!(ready(json!({"metadata": "odd"})).is_err());
+        assert!(Ready::new(holds).is_err());
+        assert!(Ready::new(json!({"kind": "NoMetadata"})).is_err());
+        assert!(Ready::new(json!({"metadata": "odd"})).is_err());
     }
 }
