@@ -32,6 +32,9 @@ pub struct OperatorBench {
     pub progress: Option<Duration>,
     /// Run the simulated kubelets in child processes (None: in this process).
     pub kubelet_processes: Option<crate::nodes::KubeletProcesses>,
+    /// Once ready, keep everything running this long and report the CPU and API requests
+    /// of the cluster at rest (the agents' and kubelets' periodic work).
+    pub at_rest: Option<Duration>,
 }
 
 /// Memory and load seen while the bench ran.
@@ -186,6 +189,7 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
     let threads = crate::cpu_by_thread(me);
     let kubelet_count = kubelets.len();
     let store_stats = cp.api().store.stats();
+    let requests = cp.api().requests.sorted_with_cpu();
     let beside_figures = beside.as_ref().map(|r| {
         (
             r.created(),
@@ -193,6 +197,26 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
             crate::cpu_seconds(r.pid()),
         )
     });
+    // Sampled at ready (above); the cluster at rest is measured on its own.
+    let at_rest = match (&progress, b.at_rest) {
+        (Ok(_), Some(window)) => {
+            let kubelet_pids = &sim_pids[1..];
+            let cpus = || {
+                [
+                    cpu_of(&[me]),
+                    cpu_of(kubelet_pids),
+                    crate::cpu_seconds(pid).unwrap_or(0.0),
+                ]
+            };
+            let before = cpus();
+            tokio::time::sleep(window).await;
+            let after = cpus();
+            let spent: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+            let now = cp.api().requests.sorted_with_cpu();
+            Some(AtRest::new(window, spent, &requests, now))
+        }
+        _ => None,
+    };
     drop(beside);
     let _ = child.start_kill();
     drop(sim);
@@ -295,7 +319,7 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
         "\n| API requests (top 12, then every list) | count | CPU in the write, s | µs each |\n|---|---|---|---|\n",
     );
     // Lists beyond the top 12 too: a relist of a large resource is rare but costs memory.
-    let rows = cp.api().requests.sorted_with_cpu().into_iter().enumerate();
+    let rows = requests.into_iter().enumerate();
     for (_, ((verb, res, sub), n, cpu)) in
         rows.filter(|(i, ((v, _, _), _, _))| *i < 12 || *v == "list")
     {
@@ -314,5 +338,84 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
         };
         out.push_str(&format!("| {verb} {res} | {n} | {cpu} | {each} |\n"));
     }
+    if let Some(r) = at_rest {
+        out.push('\n');
+        out.push_str(&r.table(n));
+    }
     Ok(out)
+}
+
+/// The cluster at rest once ready: CPU by side and the API requests made in a window.
+struct AtRest {
+    window: Duration,
+    /// CPU seconds in the window: the bench process (API server, controllers, in-process
+    /// kubelets), the kubelet processes, the operator.
+    spent: Vec<f64>,
+    /// Requests in the window: (verb, resource, count, write CPU seconds), most first.
+    requests: Vec<(String, String, u64, f64)>,
+}
+
+impl AtRest {
+    fn new(
+        window: Duration,
+        spent: Vec<f64>,
+        before: &[(gantry_sim::apiserver::requests::RequestKey, u64, f64)],
+        after: Vec<(gantry_sim::apiserver::requests::RequestKey, u64, f64)>,
+    ) -> Self {
+        let mut requests: Vec<_> = after
+            .into_iter()
+            .filter_map(|((verb, res, sub), n, cpu)| {
+                let (n0, cpu0) = before
+                    .iter()
+                    .find(|(k, _, _)| k.0 == verb && k.1 == res && k.2 == sub)
+                    .map_or((0, 0.0), |(_, n, c)| (*n, *c));
+                let res = if sub.is_empty() {
+                    res
+                } else {
+                    format!("{res}/{sub}")
+                };
+                (n > n0).then(|| (verb.to_string(), res, n - n0, cpu - cpu0))
+            })
+            .collect();
+        requests.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+        AtRest {
+            window,
+            spent,
+            requests,
+        }
+    }
+
+    fn table(&self, nodes: f64) -> String {
+        let secs = self.window.as_secs_f64().max(0.001);
+        let mut out = format!(
+            "| at rest, {secs:.0} s after ready | CPU, s | share of one core | per node per minute |\n|---|---|---|---|\n"
+        );
+        let names = [
+            "bench process (API server, controllers)",
+            "kubelet processes",
+            "operator",
+        ];
+        for (name, cpu) in names.iter().zip(&self.spent) {
+            out.push_str(&format!(
+                "| {name} | {cpu:.1} | {:.0} % | {:.2} ms |\n",
+                cpu / secs * 100.0,
+                cpu * 1000.0 * 60.0 / secs / nodes
+            ));
+        }
+        out.push_str(
+            "\n| API requests at rest (top 10) | count | per second | CPU in the write, s |\n|---|---|---|---|\n",
+        );
+        for (verb, res, n, cpu) in self.requests.iter().take(10) {
+            let cpu = if *cpu > 0.0 {
+                format!("{cpu:.2}")
+            } else {
+                "-".into()
+            };
+            out.push_str(&format!(
+                "| {verb} {res} | {n} | {:.1} | {cpu} |\n",
+                *n as f64 / secs
+            ));
+        }
+        out
+    }
 }

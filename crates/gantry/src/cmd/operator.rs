@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// that none needs more.
     #[arg(long)]
     kubelet_processes: Option<usize>,
+    /// Once ready, keep the cluster running this many seconds and report its CPU and API
+    /// requests at rest (the agents' and kubelets' periodic work); 0: stop at ready.
+    #[arg(long, default_value_t = 0)]
+    at_rest: u64,
 }
 
 /// `gantry bench operator` (the harness is `gantry_bench::operator`).
@@ -115,6 +119,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 )
             }),
         )?,
+        at_rest: (args.at_rest > 0).then(|| std::time::Duration::from_secs(args.at_rest)),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

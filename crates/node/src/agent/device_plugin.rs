@@ -8,8 +8,10 @@ use crate::args::GpuArgs;
 use crate::device_plugin::{self as plugin, ConfigSource, HealthPolicy, args::DevicePluginArgs};
 
 /// The least period of the plugin's checks of its sockets and inventory on a simulated node:
-/// slower than the agent's default so a thousand simulated nodes stay cheap.
-pub const SIM_PLUGIN_POLL: Duration = Duration::from_secs(2);
+/// slower than the agent's default so thousands of simulated nodes stay cheap. Every 2 s,
+/// the checks' `stat`s of socket paths were a fifth of the simulated kubelets' CPU at rest
+/// with 5,000 nodes (docs/benchmarks.md, issue #42).
+pub const SIM_PLUGIN_POLL: Duration = Duration::from_secs(5);
 
 pub struct DevicePlugin;
 

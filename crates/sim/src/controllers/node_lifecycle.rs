@@ -39,6 +39,17 @@ pub fn condition_taint(node: &Node) -> Option<&'static str> {
     }
 }
 
+/// Whether some node carries a NoExecute taint: only then can [`plan`] evict a pod, so
+/// without one the pods need not be walked for evictions (only for orphans).
+pub fn any_no_execute<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> bool {
+    nodes.into_iter().any(|n| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .is_some_and(|t| t.iter().any(|t| t.effect == "NoExecute"))
+    })
+}
+
 fn is_condition_taint(t: &Taint) -> bool {
     t.effect == "NoExecute" && (t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE)
 }
@@ -270,6 +281,24 @@ mod tests {
             "status": {"phase": "Running"}}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn pods_need_a_walk_for_evictions_only_where_a_node_has_a_noexecute_taint() {
+        let (plain, soft) = (
+            node("a", "True", json!(null)),
+            node("b", "True", json!([{"key": "gpu", "effect": "NoSchedule"}])),
+        );
+        let hard = node("c", "True", json!([{"key": "gpu", "effect": "NoExecute"}]));
+        assert!(!any_no_execute([&*plain, &*soft]));
+        assert!(any_no_execute([&*plain, &*hard]));
+        // Without one, no pod is evicted whatever it tolerates: the walk finds nothing.
+        let nodes = BTreeMap::from([("a".to_string(), plain), ("b".to_string(), soft)]);
+        let pods = [pod("p", "a", json!(null)), pod("q", "b", json!(null))];
+        assert_eq!(
+            plan(&nodes, &pods, at("2026-01-01T00:00:00Z")),
+            Plan::default()
+        );
     }
 
     #[test]

@@ -24,6 +24,11 @@ const TICK: Duration = Duration::from_secs(1);
 /// informer that may lag behind; the sim's watches are local, so a short wait covers a Node
 /// and its pods arriving in either order.
 const QUARANTINE: Duration = Duration::from_secs(2);
+/// How often the pods are walked for orphans while no node has a NoExecute taint, no node
+/// left the cache and none is in quarantine. Walking every pod each second was a tenth of the
+/// API server process's CPU at rest with 35,000 pods (docs/benchmarks.md, issue #42);
+/// upstream's pod GC looks every 20 s.
+const ORPHAN_SCAN: Duration = Duration::from_secs(5);
 /// A pod acted on is not acted on again this soon (the watch may not show the delete yet).
 const RECENT: Duration = Duration::from_secs(30);
 const COMPONENT: &str = "taint-eviction-controller";
@@ -35,6 +40,7 @@ pub fn start(client: kube::Client, caches: cache::Shared) -> JoinHandle<()> {
         let mut missing_since: HashMap<String, Instant> = HashMap::new();
         let mut recent: HashMap<String, Instant> = HashMap::new();
         let mut tick = tokio::time::interval(TICK);
+        let (mut nodes_seen, mut scanned) = (0, None::<Instant>);
         loop {
             tick.tick().await;
             let now = Utc::now();
@@ -48,7 +54,20 @@ pub fn start(client: kube::Client, caches: cache::Shared) -> JoinHandle<()> {
                     .values()
                     .filter_map(|n| Some((n.clone(), node_lifecycle::reconcile_taints(n, now)?)))
                     .collect();
-                let plan = node_lifecycle::plan(&c.nodes, c.pods.values().map(|p| &**p), now);
+                // The pods are walked when a pod may have to go: a node with a NoExecute
+                // taint, a node gone from the cache or one in quarantine; else now and then
+                // for pods bound to a node that never existed.
+                let walk = node_lifecycle::any_no_execute(c.nodes.values().map(|n| &**n))
+                    || !missing_since.is_empty()
+                    || c.nodes.len() < nodes_seen
+                    || scanned.is_none_or(|at| at.elapsed() >= ORPHAN_SCAN);
+                nodes_seen = c.nodes.len();
+                let plan = if walk {
+                    scanned = Some(Instant::now());
+                    node_lifecycle::plan(&c.nodes, c.pods.values().map(|p| &**p), now)
+                } else {
+                    node_lifecycle::Plan::default()
+                };
                 (taints, plan)
             };
             for (node, t) in taints {
