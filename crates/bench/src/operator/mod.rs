@@ -1,6 +1,7 @@
 //! `gantry bench operator`: an in-memory control plane with simulated GPU nodes in this
 //! process, the operator as a child process (`gantry operator`), so its RSS is its own.
 
+mod at_rest;
 mod beside;
 mod steps;
 
@@ -213,7 +214,7 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
             let after = cpus();
             let spent: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
             let now = cp.api().requests.sorted_with_cpu();
-            Some(AtRest::new(window, spent, &requests, now))
+            Some(at_rest::AtRest::new(window, spent, &requests, now))
         }
         _ => None,
     };
@@ -343,79 +344,4 @@ async fn run_inner(b: &OperatorBench) -> anyhow::Result<String> {
         out.push_str(&r.table(n));
     }
     Ok(out)
-}
-
-/// The cluster at rest once ready: CPU by side and the API requests made in a window.
-struct AtRest {
-    window: Duration,
-    /// CPU seconds in the window: the bench process (API server, controllers, in-process
-    /// kubelets), the kubelet processes, the operator.
-    spent: Vec<f64>,
-    /// Requests in the window: (verb, resource, count, write CPU seconds), most first.
-    requests: Vec<(String, String, u64, f64)>,
-}
-
-impl AtRest {
-    fn new(
-        window: Duration,
-        spent: Vec<f64>,
-        before: &[(gantry_sim::apiserver::requests::RequestKey, u64, f64)],
-        after: Vec<(gantry_sim::apiserver::requests::RequestKey, u64, f64)>,
-    ) -> Self {
-        let mut requests: Vec<_> = after
-            .into_iter()
-            .filter_map(|((verb, res, sub), n, cpu)| {
-                let (n0, cpu0) = before
-                    .iter()
-                    .find(|(k, _, _)| k.0 == verb && k.1 == res && k.2 == sub)
-                    .map_or((0, 0.0), |(_, n, c)| (*n, *c));
-                let res = if sub.is_empty() {
-                    res
-                } else {
-                    format!("{res}/{sub}")
-                };
-                (n > n0).then(|| (verb.to_string(), res, n - n0, cpu - cpu0))
-            })
-            .collect();
-        requests.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
-        AtRest {
-            window,
-            spent,
-            requests,
-        }
-    }
-
-    fn table(&self, nodes: f64) -> String {
-        let secs = self.window.as_secs_f64().max(0.001);
-        let mut out = format!(
-            "| at rest, {secs:.0} s after ready | CPU, s | share of one core | per node per minute |\n|---|---|---|---|\n"
-        );
-        let names = [
-            "bench process (API server, controllers)",
-            "kubelet processes",
-            "operator",
-        ];
-        for (name, cpu) in names.iter().zip(&self.spent) {
-            out.push_str(&format!(
-                "| {name} | {cpu:.1} | {:.0} % | {:.2} ms |\n",
-                cpu / secs * 100.0,
-                cpu * 1000.0 * 60.0 / secs / nodes
-            ));
-        }
-        out.push_str(
-            "\n| API requests at rest (top 10) | count | per second | CPU in the write, s |\n|---|---|---|---|\n",
-        );
-        for (verb, res, n, cpu) in self.requests.iter().take(10) {
-            let cpu = if *cpu > 0.0 {
-                format!("{cpu:.2}")
-            } else {
-                "-".into()
-            };
-            out.push_str(&format!(
-                "| {verb} {res} | {n} | {:.1} | {cpu} |\n",
-                *n as f64 / secs
-            ));
-        }
-        out
-    }
 }

@@ -60,6 +60,10 @@ impl RoutedPod {
     /// The whole pod (or, for one that does not decode, what [`Lenient`] keeps of it), with
     /// `managedFields` dropped as the sim's caches drop them.
     pub fn decode(&self) -> Lenient<Pod> {
+        if let Ok(pod) = crate::strip::pod_from(self.text.get()) {
+            return Lenient::Decoded(pod);
+        }
+        // One that does not decode: what Lenient salvages, with the fault's field path.
         let mut pod = serde_json::from_str::<Lenient<Pod>>(self.text.get()).unwrap_or_else(|e| {
             Lenient::Undecodable {
                 meta: Box::new(self.meta.clone()),
@@ -133,11 +137,8 @@ impl RoutedNode {
     /// The whole Node, `managedFields` dropped as the sim's caches drop them; `None` for one
     /// that does not decode (the error is logged).
     pub fn decode(&self) -> Option<Node> {
-        match serde_json::from_str::<Node>(self.text.get()) {
-            Ok(mut n) => {
-                crate::strip::strip_managed_fields(&mut n);
-                Some(n)
-            }
+        match crate::strip::node_from(self.text.get()) {
+            Ok(n) => Some(n),
             Err(e) => {
                 tracing::warn!(node = ?self.meta.name, error = %e, "a Node that does not decode");
                 None
