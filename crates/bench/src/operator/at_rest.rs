@@ -11,7 +11,7 @@ pub(super) struct AtRest {
     window: Duration,
     /// CPU seconds in the window: the bench process (API server, controllers, in-process
     /// kubelets), the kubelet processes, the operator.
-    spent: Vec<f64>,
+    spent: [f64; 3],
     /// Requests in the window: (verb, resource, count, write CPU seconds), most first.
     requests: Vec<(String, String, u64, f64)>,
 }
@@ -19,17 +19,18 @@ pub(super) struct AtRest {
 impl AtRest {
     pub(super) fn new(
         window: Duration,
-        spent: Vec<f64>,
+        spent: [f64; 3],
         before: &[(RequestKey, u64, f64)],
         after: Vec<(RequestKey, u64, f64)>,
     ) -> Self {
         let mut requests: Vec<_> = after
             .into_iter()
-            .filter_map(|((verb, res, sub), n, cpu)| {
+            .filter_map(|(key, n, cpu)| {
                 let (n0, cpu0) = before
                     .iter()
-                    .find(|(k, _, _)| k.0 == verb && k.1 == res && k.2 == sub)
+                    .find(|(k, _, _)| *k == key)
                     .map_or((0, 0.0), |(_, n, c)| (*n, *c));
+                let (verb, res, sub) = key;
                 let res = if sub.is_empty() {
                     res
                 } else {
@@ -97,7 +98,7 @@ mod tests {
             (key("patch", "nodes", ""), 7, 0.5),
             (key("get", "nodes", "status"), 20, 0.0),
         ];
-        let r = AtRest::new(Duration::from_secs(10), vec![1.0, 2.0, 0.0], &before, after);
+        let r = AtRest::new(Duration::from_secs(10), [1.0, 2.0, 0.0], &before, after);
         assert_eq!(
             r.requests,
             vec![

@@ -151,17 +151,10 @@ pub async fn config_from_map(
         path: where_.clone(),
         message,
     };
-    let n: Node = kube::Api::<Node>::all(client.clone())
-        .get(node)
+    let label = node_labels(client, node)
         .await
-        .map_err(|e| err(format!("reading node {node}'s config label: {e}")))?;
-    let label = n
-        .metadata
-        .labels
-        .and_then(|l| {
-            l.get(gantry_api::names::LABEL_DEVICE_PLUGIN_CONFIG)
-                .cloned()
-        })
+        .map_err(|e| err(format!("reading node {node}'s config label: {e}")))?
+        .and_then(|mut l| l.remove(gantry_api::names::LABEL_DEVICE_PLUGIN_CONFIG))
         .filter(|v| !v.is_empty());
     let cm: k8s_openapi::api::core::v1::ConfigMap =
         kube::Api::namespaced(client.clone(), namespace)
@@ -222,11 +215,16 @@ pub async fn apply_labels(
         })
 }
 
+/// Node `node`'s labels, read with its metadata only.
+async fn node_labels(client: &kube::Client, node: &str) -> kube::Result<Option<Labels>> {
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    Ok(api.get_metadata(node).await?.metadata.labels)
+}
+
 /// Whether node `node` carries every one of `labels` with its value now (a failed read: no).
 async fn node_carries(client: &kube::Client, node: &str, labels: &Labels) -> bool {
-    let api: kube::Api<Node> = kube::Api::all(client.clone());
-    match api.get_metadata(node).await {
-        Ok(meta) => carries(meta.metadata.labels.as_ref(), labels),
+    match node_labels(client, node).await {
+        Ok(have) => carries(have.as_ref(), labels),
         Err(_) => false,
     }
 }
